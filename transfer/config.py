@@ -1,0 +1,107 @@
+"""Flat YAML configs mapped onto dataclasses, with errors that name the file and the key.
+
+"The config is the API": every knob is a dataclass field with a default and a docstring in the
+README; an unknown key or a value of the wrong type is rejected before any work starts.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+
+from transfer.errors import ConfigError
+
+T = TypeVar("T")
+
+
+def load_yaml(path: str | Path) -> dict[str, Any]:
+    """Read a YAML mapping; a missing file, bad YAML, or a non-mapping is a ConfigError."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"{path}: config file not found")
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark is not None else ""
+        raise ConfigError(f"{path}: invalid YAML{where}: {getattr(e, 'problem', e)}") from None
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path}: expected a mapping of keys to values, got {type(raw).__name__}")
+    return raw
+
+
+def build_dataclass(cls: type[T], values: dict[str, Any], source: str = "config") -> T:
+    """Instantiate ``cls`` from a flat mapping, checking keys and scalar types strictly."""
+    known = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    unknown = sorted(set(values) - set(known))
+    if unknown:
+        raise ConfigError(
+            f"{source}: unknown key {unknown[0]!r}; valid keys: {', '.join(sorted(known))}"
+        )
+    hints = typing.get_type_hints(cls)
+    checked = {}
+    for key, value in values.items():
+        checked[key] = _check_type(value, hints[key], f"{source}: key {key!r}")
+    try:
+        return cls(**checked)
+    except ValueError as e:
+        raise ConfigError(f"{source}: {e}") from None
+
+
+def _check_type(value: Any, hint: Any, where: str) -> Any:
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        args = typing.get_args(hint)
+        if value is None and type(None) in args:
+            return None
+        errors = []
+        for arg in args:
+            if arg is type(None):
+                continue
+            try:
+                return _check_type(value, arg, where)
+            except ConfigError as e:
+                errors.append(str(e))
+        raise ConfigError(errors[0] if errors else f"{where}: got {value!r}")
+    if origin is list:
+        (item,) = typing.get_args(hint) or (Any,)
+        if not isinstance(value, list):
+            raise ConfigError(f"{where}: expected a list, got {value!r}")
+        return [_check_type(v, item, f"{where}[{i}]") for i, v in enumerate(value)]
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise ConfigError(f"{where}: expected a mapping, got {value!r}")
+        return value
+    if hint is Any:
+        return value
+    if hint is float:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ConfigError(f"{where}: expected a number, got {value!r}")
+        return float(value)
+    if hint is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"{where}: expected an integer, got {value!r}")
+        return value
+    if hint is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(f"{where}: expected true or false, got {value!r}")
+        return value
+    if hint is str:
+        if not isinstance(value, str):
+            raise ConfigError(f"{where}: expected a string, got {value!r}")
+        return value
+    return value
+
+
+def load_dataclass(cls: type[T], path: str | Path, overrides: dict[str, Any] | None = None) -> T:
+    """``build_dataclass`` on a YAML file, with optional key overrides (e.g. ``--seed``)."""
+    values = load_yaml(path)
+    values.update(overrides or {})
+    return build_dataclass(cls, values, source=str(path))

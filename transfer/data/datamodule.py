@@ -1,0 +1,62 @@
+"""Lightning DataModule over a gemkd dataset: train / val / test / predict day ranges."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import lightning.pytorch as pl
+from torch.utils.data import DataLoader
+
+from transfer.data.reader import DatasetReader
+
+
+class EpochLoader(DataLoader):
+    """A DataLoader that advances its dataset's epoch each pass, so shuffling differs per epoch.
+
+    Lightning only calls ``set_epoch`` on samplers; an IterableDataset has none.
+    """
+
+    def __iter__(self):
+        it = super().__iter__()
+        self.dataset.set_epoch(self.dataset.epoch + 1)
+        return it
+
+
+class AdsDataModule(pl.LightningDataModule):
+    """Day ranges are half-open ``[first, end)``; ``reader_args`` go to every DatasetReader."""
+
+    def __init__(self, data_dir: str | Path, train_days: tuple[int, int] | None = None,
+                 val_days: tuple[int, int] | None = None,
+                 test_days: tuple[int, int] | None = None,
+                 predict_days: tuple[int, int] | None = None, batch_size: int = 4096,
+                 num_workers: int = 0, shuffle: bool = True, seed: int = 0,
+                 **reader_args: Any) -> None:
+        super().__init__()
+        self.data_dir = Path(data_dir)
+        self.days = {"train": train_days, "val": val_days, "test": test_days,
+                     "predict": predict_days}
+        self.batch_size, self.num_workers = batch_size, num_workers
+        self.shuffle, self.seed = shuffle, seed
+        self.reader_args = reader_args
+
+    def reader(self, split: str, shuffle: bool = False) -> DatasetReader:
+        return DatasetReader(self.data_dir, days=self.days[split], batch_size=self.batch_size,
+                             shuffle=shuffle, seed=self.seed, **self.reader_args)
+
+    def _loader(self, split: str, shuffle: bool = False) -> DataLoader:
+        return EpochLoader(self.reader(split, shuffle), batch_size=None,
+                           num_workers=self.num_workers,
+                           prefetch_factor=4 if self.num_workers else None)
+
+    def train_dataloader(self) -> DataLoader:
+        return self._loader("train", shuffle=self.shuffle)
+
+    def val_dataloader(self) -> DataLoader:
+        return self._loader("val")
+
+    def test_dataloader(self) -> DataLoader:
+        return self._loader("test")
+
+    def predict_dataloader(self) -> DataLoader:
+        return self._loader("predict")

@@ -1,0 +1,300 @@
+"""Parquet dataset → jagged ``Batch`` stream (DESIGN §2.2).
+
+The unit of work is one Parquet row group: it is read with column projection, validated with
+vectorised checks, turned into numpy arrays once, and cut into batches by slicing (jagged
+sequences stay values + offsets; nothing is padded on the host). Row groups are split across
+DDP ranks and DataLoader workers; shuffling permutes row groups and rows within them, seeded by
+``seed`` and the epoch.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import torch
+from torch.utils.data import IterableDataset, get_worker_info
+
+from transfer.data import validate
+from transfer.data.batch import Batch
+from transfer.data.schema import (
+    CATEGORICAL_TYPE,
+    DENSE_TYPE,
+    KEY_COLUMNS,
+    LABEL_TYPE,
+    ORACLE_TYPE,
+    DatasetSchema,
+    seq_type,
+)
+from transfer.data.writer import day_path
+from transfer.errors import DataError
+
+
+@dataclass(frozen=True)
+class Unit:
+    """One row group of one file: the smallest piece a worker reads."""
+
+    path: Path
+    row_group: int
+    first_row: int
+    n_rows: int
+
+
+@dataclass
+class Projection:
+    """Which feature columns to read (``None`` = all in the schema)."""
+
+    categorical: list[str]
+    dense: list[str]
+    sequence: list[str]
+    tasks: list[str]
+    oracle: bool
+
+    def expected_types(self, schema: DatasetSchema) -> dict[str, pa.DataType]:
+        types: dict[str, pa.DataType] = dict(KEY_COLUMNS)
+        types.update({c: CATEGORICAL_TYPE for c in self.categorical if c not in types})
+        types.update({c: DENSE_TYPE for c in self.dense})
+        types.update({c: seq_type(c) for c in self.sequence})
+        types.update({t: LABEL_TYPE for t in self.tasks})
+        if self.oracle:
+            types.update({schema.oracle[t]: ORACLE_TYPE for t in self.tasks})
+        return types
+
+
+def _pick(kind: str, wanted: list[str] | None, available: list[str]) -> list[str]:
+    if wanted is None:
+        return list(available)
+    unknown = [w for w in wanted if w not in available]
+    if unknown:
+        raise DataError(f"unknown {kind} {unknown[0]!r}; the dataset has: {', '.join(available)}")
+    return list(wanted)
+
+
+class DatasetReader(IterableDataset):
+    """Iterate a gemkd dataset as ``Batch`` objects.
+
+    ``days`` is a half-open range ``(first, end)``; ``max_seq_len`` keeps the most recent events
+    of longer histories. ``rank``/``world_size`` default to the initialised process group.
+    """
+
+    def __init__(self, root: str | Path, days: tuple[int, int] | None = None,
+                 batch_size: int = 4096, shuffle: bool = False, seed: int = 0,
+                 max_seq_len: int | None = None, categorical: list[str] | None = None,
+                 dense: list[str] | None = None, sequence: list[str] | None = None,
+                 tasks: list[str] | None = None, oracle: bool = True,
+                 rank: int | None = None, world_size: int | None = None) -> None:
+        super().__init__()
+        if batch_size < 1:
+            raise DataError(f"batch_size must be >= 1, got {batch_size}")
+        if max_seq_len is not None and max_seq_len < 0:
+            raise DataError(f"max_seq_len must be >= 0, got {max_seq_len}")
+        self.root = Path(root)
+        self.schema = DatasetSchema.load(self.root)
+        s = self.schema
+        self.projection = Projection(
+            categorical=_pick("categorical feature", categorical, [f.name for f in s.categorical]),
+            dense=_pick("dense feature", dense, s.dense),
+            sequence=_pick("sequence field", sequence, [f.name for f in s.sequence]),
+            tasks=_pick("task", tasks, s.tasks),
+            oracle=oracle and bool(s.oracle),
+        )
+        self.days = self._select_days(days)
+        self.batch_size, self.shuffle, self.seed = batch_size, shuffle, seed
+        self.max_seq_len = max_seq_len
+        self.epoch = 0
+        self._rank, self._world_size = rank, world_size
+        self.units = self._scan_units()
+
+    # ---- discovery -------------------------------------------------------------------------
+    def _select_days(self, days: tuple[int, int] | None) -> list[int]:
+        all_days = sorted(self.schema.days)
+        if days is None:
+            return all_days
+        first, end = days
+        chosen = [d for d in all_days if first <= d < end]
+        if not chosen:
+            raise DataError(
+                f"{self.root}: no days in [{first}, {end}); the dataset has days "
+                f"{all_days[0]}..{all_days[-1]}"
+            )
+        return chosen
+
+    def _scan_units(self) -> list[Unit]:
+        expected = self.projection.expected_types(self.schema)
+        units = []
+        for day in self.days:
+            path = day_path(self.root, day)
+            pf = validate.open_parquet(path)
+            validate.check_columns(path, pf.schema_arrow, expected)
+            meta = pf.metadata
+            if meta.num_rows == 0:
+                raise DataError(f"{path}: no rows")
+            row = 0
+            for rg in range(meta.num_row_groups):
+                n = meta.row_group(rg).num_rows
+                units.append(Unit(path, rg, row, n))
+                row += n
+        return units
+
+    @property
+    def num_rows(self) -> int:
+        return sum(u.n_rows for u in self.units)
+
+    @property
+    def columns(self) -> list[str]:
+        return list(self.projection.expected_types(self.schema))
+
+    # ---- iteration -------------------------------------------------------------------------
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def _shard(self) -> tuple[int, int]:
+        rank, world = self._rank, self._world_size
+        if rank is None or world is None:
+            dist = torch.distributed
+            if dist.is_available() and dist.is_initialized():
+                rank, world = dist.get_rank(), dist.get_world_size()
+            else:
+                rank, world = 0, 1
+        info = get_worker_info()
+        if info is None:
+            return rank, world
+        return rank * info.num_workers + info.id, world * info.num_workers
+
+    def my_units(self) -> list[Unit]:
+        units = list(self.units)
+        if self.shuffle:
+            rng = np.random.default_rng([self.seed, self.epoch])
+            units = [units[i] for i in rng.permutation(len(units))]
+        shard, n_shards = self._shard()
+        return units[shard::n_shards]
+
+    def __iter__(self) -> Iterator[Batch]:
+        rng = np.random.default_rng([self.seed, self.epoch, *self._shard()])
+        for unit in self.my_units():
+            arrays = self._load(unit)
+            n = unit.n_rows
+            order = rng.permutation(n) if self.shuffle else None
+            for start in range(0, n, self.batch_size):
+                stop = min(start + self.batch_size, n)
+                rows = order[start:stop] if order is not None else slice(start, stop)
+                yield self._batch(arrays, rows)
+
+    # ---- conversion ------------------------------------------------------------------------
+    def _load(self, unit: Unit) -> dict:
+        """Read, validate and convert one row group into numpy arrays."""
+        p = self.projection
+        try:
+            pf = validate.open_parquet(unit.path)
+            table = pf.read_row_group(unit.row_group, columns=self.columns)
+        except (pa.ArrowException, OSError) as e:
+            raise DataError(f"{unit.path}: row group {unit.row_group} unreadable "
+                            f"({validate._short(e)})") from None
+        validate.check_no_nulls(unit.path, table, unit.first_row)
+
+        def col(name: str) -> np.ndarray:
+            return table.column(name).chunk(0).to_numpy() if table.column(name).num_chunks == 1 \
+                else table.column(name).to_numpy()
+
+        out: dict = {k: col(k) for k in KEY_COLUMNS}
+        validate.check_non_negative(unit.path, "user_id", out["user_id"], unit.first_row)
+        validate.check_non_negative(unit.path, "domain", out["domain"], unit.first_row)
+        cats = []
+        for name in p.categorical:
+            values = out[name] if name in out else col(name)
+            validate.check_non_negative(unit.path, name, values, unit.first_row)
+            cats.append(values)
+        out["categorical"] = (np.stack(cats, axis=1) if cats
+                              else np.zeros((unit.n_rows, 0), dtype=np.int64))
+        out["dense"] = (np.stack([col(c) for c in p.dense], axis=1) if p.dense
+                        else np.zeros((unit.n_rows, 0), dtype=np.float32))
+        labels = []
+        for t in p.tasks:
+            values = col(t)
+            validate.check_binary(unit.path, t, values, unit.first_row)
+            labels.append(values)
+        out["labels"] = np.stack(labels, axis=1).astype(np.float32)
+        if p.oracle:
+            out["oracle"] = np.stack([col(self.schema.oracle[t]) for t in p.tasks], axis=1)
+        offsets, seq = None, {}
+        for name in p.sequence:
+            arr = table.column(name).combine_chunks()
+            o = arr.offsets.to_numpy().astype(np.int64)
+            v = arr.values.to_numpy()
+            if offsets is None:
+                offsets = o
+            elif not np.array_equal(o, offsets):
+                bad = int(np.argmax(o != offsets))
+                raise DataError(f"{unit.path}: column {name!r} row {unit.first_row + bad - 1}: "
+                                f"length differs from {p.sequence[0]!r} (event fields must align)")
+            v = v[o[0]:o[-1]]
+            validate.check_non_negative(unit.path, name, v, unit.first_row, o - o[0])
+            seq[name] = v
+        if offsets is None:
+            offsets = np.zeros(unit.n_rows + 1, dtype=np.int64)
+        offsets = offsets - offsets[0]
+        if self.max_seq_len is not None:
+            offsets, seq = _keep_recent(offsets, seq, self.max_seq_len)
+        out["offsets"], out["seq"] = offsets, seq
+        return out
+
+    def _batch(self, a: dict, rows: slice | np.ndarray) -> Batch:
+        o = a["offsets"]
+        if isinstance(rows, slice):
+            lo, hi = o[rows.start], o[rows.stop]
+            offsets = o[rows.start:rows.stop + 1] - lo
+            seq = {k: v[lo:hi] for k, v in a["seq"].items()}
+        else:
+            offsets, idx = _gather_offsets(o, rows)
+            seq = {k: v[idx] for k, v in a["seq"].items()}
+        lengths = np.diff(offsets)
+        with warnings.catch_warnings():
+            # Arrow buffers are read-only; batches are inputs and are never written in place.
+            warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
+            return self._tensors(a, rows, offsets, seq, lengths)
+
+    @staticmethod
+    def _tensors(a: dict, rows, offsets: np.ndarray, seq: dict, lengths: np.ndarray) -> Batch:
+        t = torch.from_numpy
+        return Batch(
+            dense=t(np.ascontiguousarray(a["dense"][rows])),
+            categorical=t(np.ascontiguousarray(a["categorical"][rows])),
+            seq_values={k: t(np.ascontiguousarray(v)) for k, v in seq.items()},
+            seq_offsets=t(np.ascontiguousarray(offsets)),
+            seq_max_len=int(lengths.max()) if len(lengths) else 0,
+            labels=t(np.ascontiguousarray(a["labels"][rows])),
+            domain=t(a["domain"][rows].astype(np.int64)),
+            example_id=t(np.ascontiguousarray(a["example_id"][rows])),
+            user_id=t(np.ascontiguousarray(a["user_id"][rows])),
+            day=t(a["day"][rows].astype(np.int64)),
+            ts=t(np.ascontiguousarray(a["ts"][rows])),
+            oracle=t(np.ascontiguousarray(a["oracle"][rows])) if "oracle" in a else None,
+        )
+
+
+def _gather_offsets(offsets: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Offsets and value indices of the segments ``rows``, in that order."""
+    starts = offsets[rows]
+    lengths = offsets[rows + 1] - starts
+    new = np.zeros(len(rows) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=new[1:])
+    idx = np.repeat(starts - new[:-1], lengths) + np.arange(new[-1])
+    return new, idx
+
+
+def _keep_recent(offsets: np.ndarray, seq: dict[str, np.ndarray], k: int
+                 ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """Truncate every history to its ``k`` most recent (last) events."""
+    lengths = np.diff(offsets)
+    if len(lengths) == 0 or lengths.max() <= k:
+        return offsets, seq
+    keep = np.minimum(lengths, k)
+    starts = offsets[1:] - keep
+    new = np.zeros_like(offsets)
+    np.cumsum(keep, out=new[1:])
+    idx = np.repeat(starts - new[:-1], keep) + np.arange(new[-1])
+    return new, {name: v[idx] for name, v in seq.items()}

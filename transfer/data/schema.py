@@ -1,0 +1,118 @@
+"""The dataset contract: ``schema.json`` beside every Parquet dataset (DESIGN §2.1).
+
+It records what a model needs to build itself (features, cardinalities, tasks, domains) and the
+exact Arrow type of every column, so the reader can reject a file that drifted from it before any
+tensor is built.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import pyarrow as pa
+
+from transfer.errors import DataError
+
+SCHEMA_FILE = "schema.json"
+SCHEMA_VERSION = 1
+
+# Columns every dataset carries, whatever its source, with their Arrow types.
+KEY_COLUMNS: dict[str, pa.DataType] = {
+    "example_id": pa.int64(),
+    "ts": pa.int64(),
+    "day": pa.int32(),
+    "domain": pa.int16(),
+    "user_id": pa.int64(),
+}
+LABEL_TYPE = pa.int8()
+ORACLE_TYPE = pa.float32()
+DENSE_TYPE = pa.float32()
+CATEGORICAL_TYPE = pa.int64()
+
+
+@dataclass(frozen=True)
+class Feature:
+    """A categorical feature or sequence event field; ids are hashed modulo ``cardinality``."""
+
+    name: str
+    cardinality: int
+
+
+@dataclass
+class DatasetSchema:
+    """What ``schema.json`` holds; see README "Data" for every key."""
+
+    source: str
+    categorical: list[Feature]
+    dense: list[str]
+    sequence: list[Feature]
+    tasks: list[str]
+    domains: list[str]
+    days: list[int]
+    max_history: int
+    oracle: dict[str, str] = field(default_factory=dict)
+    column_types: dict[str, str] = field(default_factory=dict)
+    rows_per_day: dict[str, int] = field(default_factory=dict)
+    generator: dict = field(default_factory=dict)
+    schema_version: int = SCHEMA_VERSION
+
+    @property
+    def n_rows(self) -> int:
+        return sum(self.rows_per_day.values())
+
+    def arrow_schema(self) -> pa.Schema:
+        """The physical schema of the Parquet files (``day`` is the Hive partition key)."""
+        cols: list[pa.Field] = [pa.field(n, t) for n, t in KEY_COLUMNS.items()]
+        seen = set(KEY_COLUMNS)
+        for f in self.categorical:
+            if f.name not in seen:
+                cols.append(pa.field(f.name, CATEGORICAL_TYPE))
+                seen.add(f.name)
+        cols += [pa.field(n, DENSE_TYPE) for n in self.dense]
+        cols += [pa.field(f.name, seq_type(f.name)) for f in self.sequence]
+        cols += [pa.field(t, LABEL_TYPE) for t in self.tasks]
+        cols += [pa.field(c, ORACLE_TYPE) for c in self.oracle.values()]
+        return pa.schema(cols)
+
+    def to_json(self) -> str:
+        d = asdict(self)
+        d["column_types"] = {f.name: str(f.type) for f in self.arrow_schema()}
+        return json.dumps(d, indent=2, sort_keys=True)
+
+    def save(self, directory: str | Path) -> None:
+        Path(directory, SCHEMA_FILE).write_text(self.to_json() + "\n")
+
+    @classmethod
+    def load(cls, directory: str | Path) -> DatasetSchema:
+        path = Path(directory, SCHEMA_FILE)
+        if not Path(directory).is_dir():
+            raise DataError(f"{directory}: not a directory (expected a gemkd dataset)")
+        if not path.is_file():
+            raise DataError(
+                f"{path}: missing; a gemkd dataset is Parquet files plus schema.json "
+                "(written by `gemkd data synth` or `gemkd data movielens`)"
+            )
+        try:
+            raw = json.loads(path.read_text())
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise DataError(f"{path}: not valid JSON ({e})") from None
+        version = raw.get("schema_version")
+        if version != SCHEMA_VERSION:
+            raise DataError(
+                f"{path}: schema_version {version!r}, this gemkd reads version "
+                f"{SCHEMA_VERSION}; regenerate the dataset with this version"
+            )
+        try:
+            raw["categorical"] = [Feature(**f) for f in raw["categorical"]]
+            raw["sequence"] = [Feature(**f) for f in raw["sequence"]]
+            schema = cls(**raw)
+        except (KeyError, TypeError) as e:
+            raise DataError(f"{path}: malformed schema ({e})") from None
+        return schema
+
+
+def seq_type(name: str) -> pa.DataType:
+    """Item ids are int64; small-vocabulary event fields (action, age bucket) are int32."""
+    return pa.list_(pa.int64() if name.endswith("_id") else pa.int32())

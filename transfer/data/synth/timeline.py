@@ -1,0 +1,129 @@
+"""Users' engagement timelines: organic views/likes and ad clicks/conversions, over time.
+
+Events are kept sorted by ``(user, time)`` in one int64 key, so the history of any number of
+impressions is two ``searchsorted`` calls and one gather: no Python loop over rows.
+Times are seconds since the start of the pre-history (day ``-history_days``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from transfer.data.synth.world import World
+
+DAY = 86_400
+ACTION_VIEW, ACTION_LIKE, ACTION_CLICK, ACTION_CONVERSION = 0, 1, 2, 3
+N_ACTIONS = 4
+N_AGE_BUCKETS = 16
+INTEREST_TEMPERATURE = 4.0
+
+
+@dataclass
+class Timeline:
+    key: np.ndarray  # user << 32 | t, sorted
+    item: np.ndarray  # int64: ad id, or n_ads_total + content id
+    category: np.ndarray  # int32 topic
+    action: np.ndarray  # int32
+
+    def add(self, users: np.ndarray, t: np.ndarray, item: np.ndarray, category: np.ndarray,
+            action: np.ndarray) -> None:
+        key = np.concatenate([self.key, _key(users, t)])
+        order = np.argsort(key, kind="stable")
+        self.key = key[order]
+        self.item = np.concatenate([self.item, item.astype(np.int64)])[order]
+        self.category = np.concatenate([self.category, category.astype(np.int32)])[order]
+        self.action = np.concatenate([self.action, action.astype(np.int32)])[order]
+
+    def histories(self, users: np.ndarray, t: np.ndarray, max_history: int
+                  ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        """The most recent ``max_history`` events strictly before ``t``, oldest first."""
+        end = np.searchsorted(self.key, _key(users, t), side="left")
+        first = np.searchsorted(self.key, _key(users, np.zeros_like(t)), side="left")
+        start = np.maximum(first, end - max_history)
+        lengths = end - start
+        offsets = np.zeros(len(users) + 1, dtype=np.int64)
+        np.cumsum(lengths, out=offsets[1:])
+        idx = np.repeat(start - offsets[:-1], lengths) + np.arange(offsets[-1])
+        event_t = self.key[idx] & 0xFFFFFFFF
+        age_hours = (np.repeat(t, lengths) - event_t) / 3600.0
+        age = np.minimum(np.log2(1.0 + age_hours).astype(np.int32), N_AGE_BUCKETS - 1)
+        return offsets, {
+            "hist_item_id": self.item[idx],
+            "hist_category": self.category[idx],
+            "hist_action": self.action[idx],
+            "hist_age": age,
+        }
+
+
+def _key(users: np.ndarray, t: np.ndarray) -> np.ndarray:
+    return (users.astype(np.int64) << 32) | t.astype(np.int64)
+
+
+def event_rate_scale(world: World) -> float:
+    """Events per user-day per unit activity so an impression's mean history is mean_history.
+
+    Impressions pick users by ``impression_weight``, so the mean is weighted by it; the
+    impression time is uniform over the data days, after the full pre-history.
+    """
+    cfg, act = world.cfg, world.user_activity
+    w = world.impression_weight
+    mean_elapsed_days = cfg.history_days + cfg.n_days / 2.0
+    return cfg.mean_history / (mean_elapsed_days * float((w * act).sum() / w.sum()))
+
+
+def sample_topics(world: World, users: np.ndarray, days: np.ndarray,
+                  rng: np.random.Generator) -> np.ndarray:
+    """A topic per event from the user's interests on that day (Gumbel-max over topics)."""
+    vec = world.user_vec[days + world.cfg.history_days, users]
+    logits = INTEREST_TEMPERATURE * vec @ world.topic_centers.T
+    return np.argmax(logits + rng.gumbel(size=logits.shape), axis=1)
+
+
+def pick_in_topic(pool: np.ndarray, pool_topic: np.ndarray, topics: np.ndarray,
+                  n_topics: int, rng: np.random.Generator) -> np.ndarray:
+    """A uniformly random member of ``pool`` with each event's topic (any member if none)."""
+    order = np.argsort(pool_topic, kind="stable")
+    sorted_pool = pool[order]
+    counts = np.bincount(pool_topic, minlength=n_topics)
+    starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
+    u = rng.random(len(topics))
+    c = counts[topics]
+    fallback = rng.integers(0, len(pool), len(topics))
+    idx = np.where(c > 0, starts[topics] + (u * c).astype(np.int64), fallback)
+    return sorted_pool[idx]
+
+
+def build_timeline(world: World, rng: np.random.Generator) -> Timeline:
+    """Background engagement from the start of the pre-history to the last day."""
+    cfg = world.cfg
+    days_total = cfg.history_days + cfg.n_days
+    rate = event_rate_scale(world) * world.user_activity * days_total
+    counts = rng.poisson(rate)
+    users = np.repeat(np.arange(cfg.n_users), counts)
+    t = rng.integers(0, days_total * DAY, len(users))
+    days = (t // DAY).astype(np.int64) - cfg.history_days
+    topics = sample_topics(world, users, days, rng)
+    organic = rng.random(len(users)) < cfg.organic_share
+
+    item = np.empty(len(users), dtype=np.int64)
+    content_ids = np.arange(cfg.n_content)
+    item[organic] = world.n_ads_total + pick_in_topic(
+        content_ids, world.content_topic, topics[organic], cfg.n_topics, rng)
+    ad_events = np.flatnonzero(~organic)
+    for day in np.unique(days[ad_events]):
+        sel = ad_events[days[ad_events] == day]
+        alive = world.alive_ads(int(day))
+        item[sel] = pick_in_topic(alive, world.ad_topic[alive], topics[sel], cfg.n_topics, rng)
+
+    is_like = rng.random(len(users)) < 0.25
+    is_conv = rng.random(len(users)) < 0.05
+    action = np.where(organic, np.where(is_like, ACTION_LIKE, ACTION_VIEW),
+                      np.where(is_conv, ACTION_CONVERSION, ACTION_CLICK))
+    category = np.where(organic, world.content_topic[np.maximum(item - world.n_ads_total, 0)],
+                        world.ad_topic[np.minimum(item, world.n_ads_total - 1)])
+    timeline = Timeline(np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0, np.int32),
+                        np.empty(0, np.int32))
+    timeline.add(users, t, item, category, action)
+    return timeline

@@ -1,0 +1,65 @@
+"""Checks that turn bad input into one clear line naming the file, column and row."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from transfer.errors import DataError
+
+
+def open_parquet(path: Path) -> pq.ParquetFile:
+    """Open a Parquet file's footer; an empty, truncated or foreign file is a DataError."""
+    if not path.is_file():
+        raise DataError(f"{path}: missing Parquet file (listed in schema.json)")
+    if path.stat().st_size == 0:
+        raise DataError(f"{path}: empty file, expected Parquet")
+    try:
+        return pq.ParquetFile(path)
+    except (pa.ArrowException, OSError) as e:
+        raise DataError(f"{path}: not a readable Parquet file ({_short(e)})") from None
+
+
+def check_columns(path: Path, physical: pa.Schema, expected: dict[str, pa.DataType]) -> None:
+    """Every expected column is present with exactly the expected Arrow type."""
+    for name, typ in expected.items():
+        idx = physical.get_field_index(name)
+        if idx < 0:
+            raise DataError(f"{path}: column {name!r} missing (expected {typ})")
+        got = physical.field(idx).type
+        if got != typ:
+            raise DataError(f"{path}: column {name!r} has type {got}, expected {typ}")
+
+
+def check_no_nulls(path: Path, table: pa.Table, row0: int) -> None:
+    for name in table.column_names:
+        col = table.column(name)
+        if col.null_count:
+            row = int(np.flatnonzero(col.is_null().to_numpy(zero_copy_only=False))[0])
+            raise DataError(f"{path}: column {name!r} row {row0 + row}: null value")
+
+
+def check_binary(path: Path, name: str, values: np.ndarray, row0: int) -> None:
+    bad = (values != 0) & (values != 1)
+    if bad.any():
+        row = int(np.argmax(bad))
+        raise DataError(
+            f"{path}: column {name!r} row {row0 + row}: label {values[row]} outside {{0, 1}}"
+        )
+
+
+def check_non_negative(path: Path, name: str, values: np.ndarray, row0: int,
+                       offsets: np.ndarray | None = None) -> None:
+    """Ids must be >= 0; for a list column ``offsets`` maps the value back to its row."""
+    if values.size == 0 or values.min() >= 0:
+        return
+    pos = int(np.argmax(values < 0))
+    row = pos if offsets is None else int(np.searchsorted(offsets, pos, side="right") - 1)
+    raise DataError(f"{path}: column {name!r} row {row0 + row}: negative id {values[pos]}")
+
+
+def _short(e: BaseException) -> str:
+    return str(e).splitlines()[0] if str(e) else type(e).__name__

@@ -1,0 +1,22 @@
+"""Parquet layout shared by every dataset source: ``DIR/day=N/part-0.parquet``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+ROW_GROUP_SIZE = 16_384  # the unit of parallel reading: workers split the row groups
+
+
+def day_path(root: str | Path, day: int) -> Path:
+    return Path(root) / f"day={day}" / "part-0.parquet"
+
+
+def write_day(table: pa.Table, root: str | Path, day: int) -> Path:
+    """Write one day's rows; the file is deterministic for the same table (byte-identical)."""
+    path = day_path(root, day)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(table, path, row_group_size=ROW_GROUP_SIZE, compression="snappy")
+    return path
