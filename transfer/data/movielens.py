@@ -1,0 +1,210 @@
+"""MovieLens ratings → the gemkd schema (DESIGN §2.4).
+
+Every rating is one example: rating >= 4 is a click, rating 5 a conversion (so conversion implies
+click). The history is the user's ratings strictly before the row's timestamp (ties excluded:
+nothing from the same second can leak). Domains group movies by genre; days are time buckets with
+equal example counts. Any ``ratings.csv`` with ``userId,movieId,rating,timestamp`` works; without
+``movies.csv`` there is one domain and no genre features.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+
+from transfer.data.schema import DatasetSchema, Feature
+from transfer.data.synth.timeline import N_AGE_BUCKETS
+from transfer.data.writer import write_day
+from transfer.errors import DataError
+from transfer.io.atomic import atomic_directory
+
+RATING_COLUMNS = ["userId", "movieId", "rating", "timestamp"]
+# Genre → domain; a movie goes to the group most of its genres fall in (ties: first group).
+GENRE_GROUPS = {
+    "action": ["Action", "Adventure", "Sci-Fi", "Thriller", "War", "Western", "Crime"],
+    "drama": ["Drama", "Romance", "Mystery", "Film-Noir"],
+    "light": ["Comedy", "Animation", "Children", "Fantasy", "Musical"],
+    "other": ["Horror", "Documentary", "IMAX", "(no genres listed)"],
+}
+N_DECADES = 16  # 1870s .. 2020s, plus 0 for unknown
+
+
+def _read_ratings(path: Path) -> pd.DataFrame:
+    if not path.is_file():
+        raise DataError(f"{path}: missing (expected a CSV with {','.join(RATING_COLUMNS)})")
+    try:
+        df = pd.read_csv(path)
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as e:
+        raise DataError(f"{path}: not a readable CSV ({str(e).splitlines()[0]})") from None
+    for col in RATING_COLUMNS:
+        if col not in df.columns:
+            raise DataError(f"{path}: column {col!r} missing (header must be "
+                            f"{','.join(RATING_COLUMNS)})")
+    if df.empty:
+        raise DataError(f"{path}: no rows")
+    for col in RATING_COLUMNS:
+        values = pd.to_numeric(df[col], errors="coerce")
+        bad = values.isna().to_numpy()
+        if col != "rating":
+            bad = bad | ~np.isclose(values.fillna(0).to_numpy() % 1, 0)
+        if bad.any():
+            row = int(np.argmax(bad))
+            raise DataError(f"{path}: column {col!r} line {row + 2}: {df[col].iloc[row]!r} is "
+                            f"not a{'n integer' if col != 'rating' else ' number'}")
+        df[col] = values
+        if col != "rating" and (values < 0).any():
+            row = int(np.argmax((values < 0).to_numpy()))
+            raise DataError(f"{path}: column {col!r} line {row + 2}: negative value "
+                            f"{df[col].iloc[row]}")
+    bad = ~df["rating"].between(0.5, 5.0).to_numpy()
+    if bad.any():
+        row = int(np.argmax(bad))
+        raise DataError(f"{path}: column 'rating' line {row + 2}: {df['rating'].iloc[row]} "
+                        "outside [0.5, 5]")
+    return df.astype({"userId": np.int64, "movieId": np.int64, "timestamp": np.int64})
+
+
+def _read_movies(path: Path) -> pd.DataFrame:
+    try:
+        movies = pd.read_csv(path)
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as e:
+        raise DataError(f"{path}: not a readable CSV ({str(e).splitlines()[0]})") from None
+    for col in ["movieId", "title", "genres"]:
+        if col not in movies.columns:
+            raise DataError(f"{path}: column {col!r} missing (header must be "
+                            "movieId,title,genres)")
+    genres = movies["genres"].fillna("").astype(str).str.split("|")
+    names = list(GENRE_GROUPS)
+    group_of = {g: i for i, gs in enumerate(GENRE_GROUPS.values()) for g in gs}
+    all_genres = sorted({g for gs in GENRE_GROUPS.values() for g in gs})
+    genre_index = {g: i for i, g in enumerate(all_genres)}
+
+    def domain(gs: list[str]) -> int:
+        counts = np.bincount([group_of[g] for g in gs if g in group_of], minlength=len(names))
+        return int(np.argmax(counts)) if counts.sum() else names.index("other")
+
+    def year(title: str) -> int:
+        m = re.search(r"\((\d{4})\)\s*$", str(title))
+        return int(m.group(1)) if m else 0
+
+    years = movies["title"].map(year)
+    return pd.DataFrame({
+        "movieId": movies["movieId"].astype(np.int64),
+        "domain": genres.map(domain).astype(np.int16),
+        "genre": genres.map(lambda gs: genre_index.get(gs[0], 0)).astype(np.int64),
+        "decade": np.where(years > 0, np.clip((years - 1870) // 10 + 1, 1, N_DECADES - 1), 0),
+    })
+
+
+def _histories(df: pd.DataFrame, max_history: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per row (df sorted by user, time): start/end positions of its strictly-earlier history."""
+    user = df["userId"].to_numpy()
+    ts = df["timestamp"].to_numpy()
+    n = len(df)
+    pos = np.arange(n)
+    new_user = np.r_[True, user[1:] != user[:-1]]
+    user_start = np.maximum.accumulate(np.where(new_user, pos, 0))
+    new_ts = new_user | np.r_[True, ts[1:] != ts[:-1]]
+    end = np.maximum.accumulate(np.where(new_ts, pos, 0))  # first row of this (user, ts)
+    start = np.maximum(user_start, end - max_history)
+    return start, end
+
+
+def convert_movielens(src: str | Path, out: str | Path, n_days: int = 20,
+                      max_history: int = 1024, overwrite: bool = False) -> DatasetSchema:
+    """Write ``src``'s ratings as a gemkd dataset at ``out`` (atomically)."""
+    src = Path(src)
+    if n_days < 1:
+        raise DataError(f"n_days must be >= 1, got {n_days}")
+    if not src.is_dir():
+        raise DataError(f"{src}: not a directory (expected ratings.csv inside)")
+    df = _read_ratings(src / "ratings.csv")
+    movies_path = src / "movies.csv"
+    has_movies = movies_path.is_file()
+    if has_movies:
+        movies = _read_movies(movies_path)
+        df = df.merge(movies, on="movieId", how="left")
+        df["domain"] = df["domain"].fillna(GENRE_GROUPS_OTHER).astype(np.int16)
+        df[["genre", "decade"]] = df[["genre", "decade"]].fillna(0).astype(np.int64)
+        domains = list(GENRE_GROUPS)
+    else:
+        df["domain"] = np.int16(0)
+        domains = ["all"]
+
+    # Histories need (user, time) order; examples are written in global time order.
+    df = df.sort_values(["userId", "timestamp", "movieId"], kind="stable").reset_index(drop=True)
+    start, end = _histories(df, max_history)
+    order = np.lexsort((df["movieId"].to_numpy(), df["userId"].to_numpy(),
+                        df["timestamp"].to_numpy()))
+    ts = df["timestamp"].to_numpy()
+    edges = np.quantile(ts, np.linspace(0, 1, n_days + 1)[1:-1])
+    day = np.searchsorted(edges, ts, side="right").astype(np.int32)
+    example_id = np.empty(len(df), dtype=np.int64)
+    example_id[order] = np.arange(len(df))
+
+    item = df["movieId"].to_numpy()
+    rating2 = np.rint(df["rating"].to_numpy() * 2).astype(np.int32)
+    categorical = [Feature("user_id", int(df["userId"].max()) + 1),
+                   Feature("item_id", int(item.max()) + 1)]
+    if has_movies:
+        categorical += [Feature("genre", 32), Feature("decade", N_DECADES)]
+    schema = DatasetSchema(
+        source="movielens",
+        categorical=categorical,
+        dense=[],
+        sequence=[Feature("hist_item_id", int(item.max()) + 1), Feature("hist_rating", 11),
+                  Feature("hist_age", N_AGE_BUCKETS)],
+        tasks=["click", "conversion"],
+        domains=domains,
+        days=sorted(int(d) for d in np.unique(day)),
+        max_history=max_history,
+        generator={"source": str(src), "n_days": n_days, "max_history": max_history},
+    )
+    arrow_schema = schema.arrow_schema()
+    with atomic_directory(out, overwrite=overwrite) as tmp:
+        for d in schema.days:
+            rows = order[day[order] == d]  # this day's rows, in time order
+            table = _day_table(df, rows, start, end, item, rating2, ts, example_id, day,
+                               has_movies)
+            write_day(table.cast(arrow_schema), tmp, d)
+            schema.rows_per_day[str(d)] = table.num_rows
+        schema.save(tmp)
+    return schema
+
+
+GENRE_GROUPS_OTHER = list(GENRE_GROUPS).index("other")
+
+
+def _day_table(df: pd.DataFrame, rows: np.ndarray, start: np.ndarray, end: np.ndarray,
+               item: np.ndarray, rating2: np.ndarray, ts: np.ndarray, example_id: np.ndarray,
+               day: np.ndarray, has_movies: bool) -> pa.Table:
+    lengths = end[rows] - start[rows]
+    offsets = np.zeros(len(rows) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    idx = np.repeat(start[rows] - offsets[:-1], lengths) + np.arange(offsets[-1])
+    age_hours = (np.repeat(ts[rows], lengths) - ts[idx]) / 3600.0
+    age = np.minimum(np.log2(1.0 + age_hours).astype(np.int32), N_AGE_BUCKETS - 1)
+    rating = df["rating"].to_numpy()[rows]
+    o = pa.array(offsets.astype(np.int32))
+    cols = {
+        "example_id": example_id[rows],
+        "ts": ts[rows],
+        "day": day[rows],
+        "domain": df["domain"].to_numpy()[rows],
+        "user_id": df["userId"].to_numpy()[rows],
+        "item_id": item[rows],
+    }
+    if has_movies:
+        cols["genre"] = df["genre"].to_numpy()[rows]
+        cols["decade"] = df["decade"].to_numpy()[rows]
+    table = {k: pa.array(v) for k, v in cols.items()}
+    table["hist_item_id"] = pa.ListArray.from_arrays(o, pa.array(item[idx]))
+    table["hist_rating"] = pa.ListArray.from_arrays(o, pa.array(rating2[idx]))
+    table["hist_age"] = pa.ListArray.from_arrays(o, pa.array(age))
+    table["click"] = pa.array((rating >= 4).astype(np.int8))
+    table["conversion"] = pa.array((rating >= 5).astype(np.int8))
+    return pa.table(table)
