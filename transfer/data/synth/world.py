@@ -20,7 +20,7 @@ N_DEVICES = 4
 N_AD_FORMATS = 4
 DOMAIN_NAMES = ["feed", "stories", "messaging", "reels", "search", "marketplace"]
 # Per-day variance share replaced by fresh noise at drift = 1 (users, ads); domain-mix slope.
-USER_STEP, AD_STEP, DOMAIN_SHIFT = 0.03, 0.05, 0.08
+USER_STEP, AD_STEP, DOMAIN_SHIFT = 0.1, 0.1, 0.08
 
 
 def domain_names(n: int) -> list[str]:

@@ -1,0 +1,17 @@
+"""Evaluation metrics (DESIGN §6): normalized entropy, ROC AUC and calibration, per task and
+per domain, as torchmetrics ``Metric``s so that Lightning and DDP accumulate and sync them."""
+
+from transfer.metrics.auc import SafeBinaryAUROC, binary_auc
+from transfer.metrics.calibration import Calibration
+from transfer.metrics.multitask import RankingMetrics, to_frame
+from transfer.metrics.ne import NormalizedEntropy, binary_entropy
+
+__all__ = [
+    "Calibration",
+    "NormalizedEntropy",
+    "RankingMetrics",
+    "SafeBinaryAUROC",
+    "binary_auc",
+    "binary_entropy",
+    "to_frame",
+]
