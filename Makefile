@@ -1,5 +1,5 @@
 # Two entry points for a new user: `make demo` and `make test`. Each creates .venv if missing.
-PY ?= python3.11
+PY ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 BIN := $(VENV)/bin
 # torch is pinned in the same pip command: without it pip picks a multi-GB CUDA build.
@@ -16,7 +16,8 @@ $(BIN)/gemkd: pyproject.toml
 install: $(BIN)/gemkd
 
 demo: install
-	$(BIN)/gemkd demo --out runs/demo
+	$(BIN)/gemkd data synth --config experiments/data/small.yaml --out runs/demo/data \
+		--overwrite --summary
 
 test: install
 	$(BIN)/ruff check .
@@ -29,7 +30,8 @@ test-gpu: install
 	$(BIN)/python -m pytest -q -m gpu
 
 bench: install
-	$(BIN)/python benchmarks/run_all.py
+	$(BIN)/python benchmarks/bench_data.py --json benchmarks/results/data.json
+	$(BIN)/python benchmarks/bench_jagged.py --json benchmarks/results/jagged.json
 
 lint: install
 	$(BIN)/ruff check .
