@@ -16,8 +16,8 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
+from transfer.data.ranges import N_AGE_BUCKETS, age_buckets, gather_ranges
 from transfer.data.schema import DatasetSchema, Feature
-from transfer.data.synth.timeline import N_AGE_BUCKETS
 from transfer.data.writer import write_day
 from transfer.errors import DataError
 from transfer.io.atomic import atomic_directory
@@ -183,11 +183,8 @@ def _day_table(df: pd.DataFrame, rows: np.ndarray, start: np.ndarray, end: np.nd
                item: np.ndarray, rating2: np.ndarray, ts: np.ndarray, example_id: np.ndarray,
                day: np.ndarray, has_movies: bool) -> pa.Table:
     lengths = end[rows] - start[rows]
-    offsets = np.zeros(len(rows) + 1, dtype=np.int64)
-    np.cumsum(lengths, out=offsets[1:])
-    idx = np.repeat(start[rows] - offsets[:-1], lengths) + np.arange(offsets[-1])
-    age_hours = (np.repeat(ts[rows], lengths) - ts[idx]) / 3600.0
-    age = np.minimum(np.log2(1.0 + age_hours).astype(np.int32), N_AGE_BUCKETS - 1)
+    offsets, idx = gather_ranges(start[rows], lengths)
+    age = age_buckets(ts[rows], lengths, ts[idx])
     rating = df["rating"].to_numpy()[rows]
     o = pa.array(offsets.astype(np.int32))
     cols = {

@@ -21,6 +21,7 @@ from torch.utils.data import IterableDataset, get_worker_info
 
 from transfer.data import validate
 from transfer.data.batch import Batch
+from transfer.data.ranges import gather_ranges
 from transfer.data.schema import (
     CATEGORICAL_TYPE,
     DENSE_TYPE,
@@ -279,11 +280,7 @@ class DatasetReader(IterableDataset):
 def _gather_offsets(offsets: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Offsets and value indices of the segments ``rows``, in that order."""
     starts = offsets[rows]
-    lengths = offsets[rows + 1] - starts
-    new = np.zeros(len(rows) + 1, dtype=np.int64)
-    np.cumsum(lengths, out=new[1:])
-    idx = np.repeat(starts - new[:-1], lengths) + np.arange(new[-1])
-    return new, idx
+    return gather_ranges(starts, offsets[rows + 1] - starts)
 
 
 def _keep_recent(offsets: np.ndarray, seq: dict[str, np.ndarray], k: int
@@ -293,8 +290,5 @@ def _keep_recent(offsets: np.ndarray, seq: dict[str, np.ndarray], k: int
     if len(lengths) == 0 or lengths.max() <= k:
         return offsets, seq
     keep = np.minimum(lengths, k)
-    starts = offsets[1:] - keep
-    new = np.zeros_like(offsets)
-    np.cumsum(keep, out=new[1:])
-    idx = np.repeat(starts - new[:-1], keep) + np.arange(new[-1])
+    new, idx = gather_ranges(offsets[1:] - keep, keep)
     return new, {name: v[idx] for name, v in seq.items()}

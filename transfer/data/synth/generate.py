@@ -7,10 +7,11 @@ from pathlib import Path
 
 import numpy as np
 
+from transfer.data.ranges import N_AGE_BUCKETS
 from transfer.data.schema import DatasetSchema, Feature
 from transfer.data.synth.config import SynthConfig
 from transfer.data.synth.impressions import impressions_for_day
-from transfer.data.synth.timeline import N_ACTIONS, N_AGE_BUCKETS, build_timeline
+from transfer.data.synth.timeline import N_ACTIONS, build_timeline
 from transfer.data.synth.world import (
     N_AD_FORMATS,
     N_COUNTRIES,

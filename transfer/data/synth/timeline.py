@@ -11,12 +11,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from transfer.data.ranges import age_buckets, gather_ranges
 from transfer.data.synth.world import World
 
 DAY = 86_400
 ACTION_VIEW, ACTION_LIKE, ACTION_CLICK, ACTION_CONVERSION = 0, 1, 2, 3
 N_ACTIONS = 4
-N_AGE_BUCKETS = 16
 INTEREST_TEMPERATURE = 4.0
 
 
@@ -43,12 +43,8 @@ class Timeline:
         first = np.searchsorted(self.key, _key(users, np.zeros_like(t)), side="left")
         start = np.maximum(first, end - max_history)
         lengths = end - start
-        offsets = np.zeros(len(users) + 1, dtype=np.int64)
-        np.cumsum(lengths, out=offsets[1:])
-        idx = np.repeat(start - offsets[:-1], lengths) + np.arange(offsets[-1])
-        event_t = self.key[idx] & 0xFFFFFFFF
-        age_hours = (np.repeat(t, lengths) - event_t) / 3600.0
-        age = np.minimum(np.log2(1.0 + age_hours).astype(np.int32), N_AGE_BUCKETS - 1)
+        offsets, idx = gather_ranges(start, lengths)
+        age = age_buckets(t, lengths, self.key[idx] & 0xFFFFFFFF)
         return offsets, {
             "hist_item_id": self.item[idx],
             "hist_category": self.category[idx],
