@@ -1,0 +1,6 @@
+"""Foundation models: the GEM teacher and domain FMs for hierarchical transfer."""
+
+from teachers.domain_fm import DomainFM
+from teachers.gem import GEM
+
+__all__ = ["GEM", "DomainFM"]

@@ -1,0 +1,70 @@
+"""Multi-domain, multi-task heads on a shared trunk: ``[B, trunk_dim] → logits [B, n_tasks]``.
+
+- ``domain_task``: one small MLP per (domain, task); all heads run as two batched matmuls and
+  each example keeps its own domain's row.
+- ``domain_gated``: shared experts, a per-task softmax gate over them whose logits carry a
+  per-domain bias, a per-task tower, and a per-(domain, task) logit bias (MMoE-style).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+HEAD_TYPES = ("domain_task", "domain_gated")
+
+
+def _uniform(*shape: int, fan_in: int) -> nn.Parameter:
+    bound = fan_in**-0.5
+    return nn.Parameter(torch.empty(*shape).uniform_(-bound, bound))
+
+
+class DomainTaskHeads(nn.Module):
+    """A separate ``Linear → GELU → Linear`` head for every (domain, task) pair."""
+
+    def __init__(self, in_dim: int, n_domains: int, n_tasks: int, hidden: int):
+        super().__init__()
+        self.n_domains, self.n_tasks = n_domains, n_tasks
+        self.n_heads, self.hidden = n_domains * n_tasks, hidden
+        self.fc1 = nn.Linear(in_dim, self.n_heads * hidden)  # all heads' first layers at once
+        self.w2 = _uniform(self.n_heads, hidden, fan_in=hidden)
+        self.b2 = _uniform(self.n_heads, fan_in=hidden)
+
+    def forward(self, x: Tensor, domain: Tensor) -> Tensor:
+        z = F.gelu(self.fc1(x)).view(-1, self.n_heads, self.hidden)
+        logits = (z * self.w2).sum(-1) + self.b2  # [B, H]
+        logits = logits.view(-1, self.n_domains, self.n_tasks)
+        return logits.gather(1, domain.view(-1, 1, 1).expand(-1, 1, self.n_tasks)).squeeze(1)
+
+
+class DomainGatedHeads(nn.Module):
+    """Experts shared by all tasks and domains, mixed per task by a domain-aware gate."""
+
+    def __init__(self, in_dim: int, n_domains: int, n_tasks: int, hidden: int, n_experts: int):
+        super().__init__()
+        self.n_tasks, self.n_experts, self.hidden = n_tasks, n_experts, hidden
+        self.experts = nn.Linear(in_dim, n_experts * hidden)
+        self.gates = nn.Linear(in_dim, n_tasks * n_experts)
+        self.gate_bias = nn.Embedding(n_domains, n_tasks * n_experts)
+        self.tower = _uniform(n_tasks, hidden, fan_in=hidden)
+        self.logit_bias = nn.Embedding(n_domains, n_tasks)
+        nn.init.zeros_(self.gate_bias.weight)
+        nn.init.zeros_(self.logit_bias.weight)
+
+    def forward(self, x: Tensor, domain: Tensor) -> Tensor:
+        b = x.shape[0]
+        experts = F.gelu(self.experts(x)).view(b, self.n_experts, self.hidden)
+        g = (self.gates(x) + self.gate_bias(domain)).view(b, self.n_tasks, self.n_experts)
+        mixed = torch.matmul(g.softmax(-1), experts)  # [B, T, hidden]
+        return (mixed * self.tower).sum(-1) + self.logit_bias(domain)
+
+
+def build_heads(
+    head_type: str, in_dim: int, n_domains: int, n_tasks: int, hidden: int, n_experts: int
+) -> nn.Module:
+    if head_type == "domain_task":
+        return DomainTaskHeads(in_dim, n_domains, n_tasks, hidden)
+    if head_type == "domain_gated":
+        return DomainGatedHeads(in_dim, n_domains, n_tasks, hidden, n_experts)
+    raise ValueError(f"head_type must be one of {HEAD_TYPES}, got {head_type!r}")

@@ -1,0 +1,321 @@
+"""The GEM teacher (DESIGN §3): embeddings → layers of [InterFormer cross layer → Wukong layer]
+→ trunk → multi-domain, multi-task heads.
+
+Per layer ``i``: the cross layer reads the non-sequence tokens ``X`` (their summary conditions
+the sequence) and returns the sequence summary ``S_sum``, which the Wukong layer appends to ``X``;
+the sequence arm keeps a shorter most-recent suffix of its pyramid tokens at every layer.
+``use_wukong=False`` (sequence only) keeps ``X`` at the raw feature tokens; ``use_sequence=False``
+(Wukong only) drops the pyramid and cross layers and every sequence-only table.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from teachers.gem.common import masked_mean
+from teachers.gem.embeddings import FeatureEmbeddings, HashedEmbedding
+from teachers.gem.heads import HEAD_TYPES, build_heads
+from teachers.gem.interformer import InterFormerLayer, SequenceSummary
+from teachers.gem.pyramid import PyramidCompressor, keep_most_recent, layer_token_budgets
+from teachers.gem.wukong import WukongLayer
+from transfer.data.batch import Batch
+from transfer.data.schema import DatasetSchema
+from transfer.errors import ConfigError
+from transfer.ops import KERNELS
+
+
+class GEM(nn.Module):
+    """GEM teacher built from a :class:`DatasetSchema` and scalar hyper-parameters.
+
+    ``forward(batch)`` returns ``{"logits": [B, n_tasks] float32, "repr": {name: [B, dim]}}``
+    with the representations named by :meth:`representation_names`, in that order:
+    ``cross.<i>`` = [CLS tokens ‖ masked mean of the sequence tokens] after cross layer ``i``,
+    ``wukong.<i>`` = the flattened tokens of Wukong layer ``i``, ``sequence`` = the final
+    sequence summary (flattened ``S_sum``), ``trunk`` = the shared trunk the heads read.
+
+    Hyper-parameters (all keyword, all scalars except ``shared_tables``):
+    ``d`` embedding/token width; ``n_layers`` interleaved [cross, Wukong] layers; ``n_F``,
+    ``n_L``, ``k``, ``mlp_width``, ``mlp_layers`` Wukong (FMB output tokens, LCB tokens, FM rank,
+    MLP width/depth; ``mlp_width`` also sizes the X-summary MLP and trunk); ``n_heads``,
+    ``n_cls``, ``n_xsum``, ``n_pma``, ``n_recent``, ``ffn_mult`` InterFormer (heads, CLS tokens,
+    X_sum tokens, PMA seeds, recent tokens in S_sum, personalized-FFN width multiple);
+    ``pyramid_recent`` (R raw events), ``pyramid_chunk`` (c), ``pyramid_shrink`` (each layer
+    keeps 1/shrink of the tokens of the one below, never fewer than R); ``max_history`` (most
+    recent events kept in-model; None = the schema's); ``max_rows`` (embedding rows cap, ids
+    hashed); ``n_dense_tokens``; ``trunk_dim``; ``head_type`` ("domain_task" | "domain_gated"),
+    ``head_hidden``, ``n_experts``; ``dropout``; ``use_wukong``/``use_sequence`` (ablations);
+    ``domain_token`` (embed the domain id as a token); ``shared_tables`` (sequence field →
+    categorical feature whose table it shares; None = item ids→ad_id, categories→ad_category);
+    ``kernel`` (transfer.ops kernel); ``fused_lookup`` (pool history chunks with embedding bags
+    instead of materialising ``[N, d]`` event embeddings and calling ``segment_mean``).
+    """
+
+    #: Module classes that are FSDP units (``ModuleWrapPolicy`` / ``fully_shard`` targets).
+    FSDP_WRAP_CLASSES: tuple[type[nn.Module], ...] = (
+        HashedEmbedding,
+        WukongLayer,
+        InterFormerLayer,
+    )
+
+    def __init__(
+        self,
+        schema: DatasetSchema,
+        *,
+        d: int = 32,
+        n_layers: int = 2,
+        n_F: int = 8,
+        n_L: int = 8,
+        k: int = 8,
+        mlp_width: int = 256,
+        mlp_layers: int = 1,
+        n_heads: int = 2,
+        n_cls: int = 2,
+        n_xsum: int = 2,
+        n_pma: int = 2,
+        n_recent: int = 4,
+        ffn_mult: int = 2,
+        pyramid_recent: int = 16,
+        pyramid_chunk: int = 4,
+        pyramid_shrink: float = 2.0,
+        max_history: int | None = None,
+        max_rows: int = 1_000_000,
+        n_dense_tokens: int = 1,
+        trunk_dim: int = 128,
+        head_type: str = "domain_task",
+        head_hidden: int = 64,
+        n_experts: int = 4,
+        dropout: float = 0.0,
+        use_wukong: bool = True,
+        use_sequence: bool = True,
+        domain_token: bool = True,
+        shared_tables: dict[str, str] | None = None,
+        kernel: str = "auto",
+        fused_lookup: bool = True,
+    ):
+        super().__init__()
+        self.config: dict[str, Any] = {
+            k_: v for k_, v in locals().items() if k_ not in ("self", "schema", "__class__")
+        }
+        max_history = schema.max_history if max_history is None else max_history
+        self._validate(schema, max_history)
+        self.config["max_history"] = max_history
+        if shared_tables is not None:
+            self.config["shared_tables"] = dict(shared_tables)
+        self.schema = schema
+        self.task_names = list(schema.tasks)
+        self.n_layers, self.d = n_layers, d
+        self.use_wukong, self.use_sequence = use_wukong, use_sequence
+        self.max_history = max_history
+        self.fused_lookup = fused_lookup
+
+        self.embeddings = FeatureEmbeddings(
+            schema, d, max_rows, n_dense_tokens, shared_tables, use_sequence, domain_token
+        )
+        n0 = self.embeddings.n_tokens
+        n_x = n0  # tokens of the non-sequence arm entering layer i
+        n_out = n_F + n_L
+        n_ssum = n_cls + n_pma + n_recent if use_sequence else 0
+
+        self.cross = nn.ModuleList()
+        self.wukong = nn.ModuleList()
+        if use_sequence:
+            self.pyramid = PyramidCompressor(d, pyramid_recent, pyramid_chunk, max_history, kernel)
+            self.budgets = layer_token_budgets(
+                self.pyramid.max_tokens, pyramid_recent, pyramid_shrink, n_layers
+            )
+            self.cls = nn.Parameter(torch.randn(n_cls, d) * d**-0.5)
+        for _ in range(n_layers):
+            if use_sequence:
+                self.cross.append(
+                    InterFormerLayer(
+                        n_x=n_x,
+                        d=d,
+                        n_heads=n_heads,
+                        n_cls=n_cls,
+                        n_xsum=n_xsum,
+                        n_pma=n_pma,
+                        n_recent=n_recent,
+                        mlp_width=mlp_width,
+                        ffn_mult=ffn_mult,
+                        dropout=dropout,
+                        summarize=use_wukong,
+                    )
+                )
+            if use_wukong:
+                self.wukong.append(
+                    WukongLayer(n_x + n_ssum, d, n_F, n_L, k, mlp_width, mlp_layers, dropout)
+                )
+                n_x = n_out
+        if use_sequence:
+            self.final_summary = SequenceSummary(d, n_heads, n_cls, n_pma, n_recent, dropout)
+
+        trunk_in = n_x * d + n_ssum * d
+        layers: list[nn.Module] = [nn.LayerNorm(trunk_in), nn.Linear(trunk_in, mlp_width)]
+        layers += [nn.GELU()] + ([nn.Dropout(dropout)] if dropout > 0 else [])
+        layers += [nn.Linear(mlp_width, trunk_dim), nn.GELU()]
+        self.trunk = nn.Sequential(*layers)
+        self.heads = build_heads(
+            head_type, trunk_dim, len(schema.domains), len(schema.tasks), head_hidden, n_experts
+        )
+
+        dims: dict[str, int] = {}
+        for i in range(n_layers):
+            if use_sequence:
+                dims[f"cross.{i}"] = (n_cls + 1) * d
+            if use_wukong:
+                dims[f"wukong.{i}"] = n_out * d
+        if use_sequence:
+            dims["sequence"] = n_ssum * d
+        dims["trunk"] = trunk_dim
+        self._repr_dims = dims
+
+    # ------------------------------------------------------------------ construction helpers
+    def _validate(self, schema: DatasetSchema, max_history: int) -> None:
+        c = self.config
+        problems = []
+        if not (c["use_wukong"] or c["use_sequence"]):
+            problems.append("use_wukong and use_sequence are both false: nothing left to train")
+        if c["use_sequence"] and not schema.sequence:
+            problems.append("use_sequence is true but the dataset has no sequence fields")
+        if not schema.tasks or not schema.domains:
+            problems.append("the dataset schema needs at least one task and one domain")
+        for key in (
+            "d",
+            "n_layers",
+            "n_F",
+            "k",
+            "mlp_width",
+            "mlp_layers",
+            "n_heads",
+            "n_xsum",
+            "ffn_mult",
+            "pyramid_recent",
+            "max_rows",
+            "trunk_dim",
+            "head_hidden",
+            "n_experts",
+        ):
+            if not isinstance(c[key], int) or c[key] < 1:
+                problems.append(f"{key} must be an integer >= 1, got {c[key]!r}")
+        for key in ("n_L", "n_cls", "n_pma", "n_recent", "n_dense_tokens"):
+            if not isinstance(c[key], int) or c[key] < 0:
+                problems.append(f"{key} must be an integer >= 0, got {c[key]!r}")
+        if not problems:
+            if c["d"] % c["n_heads"]:
+                problems.append(f"d={c['d']} must be divisible by n_heads={c['n_heads']}")
+            if c["n_cls"] < 1 and c["use_sequence"]:
+                problems.append("n_cls must be >= 1 (CLS tokens keep attention well defined)")
+            if c["n_recent"] > c["pyramid_recent"]:
+                problems.append(
+                    f"n_recent={c['n_recent']} exceeds pyramid_recent={c['pyramid_recent']}"
+                )
+            if not isinstance(c["pyramid_chunk"], int) or c["pyramid_chunk"] < 2:
+                problems.append(
+                    f"pyramid_chunk must be an integer >= 2, got {c['pyramid_chunk']!r}"
+                )
+            if not c["pyramid_shrink"] >= 1:
+                problems.append(f"pyramid_shrink must be >= 1, got {c['pyramid_shrink']!r}")
+            if not isinstance(max_history, int) or max_history < 1:
+                problems.append(f"max_history must be an integer >= 1, got {max_history!r}")
+            if c["head_type"] not in HEAD_TYPES:
+                problems.append(f"head_type must be one of {HEAD_TYPES}, got {c['head_type']!r}")
+            if c["kernel"] not in KERNELS:
+                problems.append(f"kernel must be one of {KERNELS}, got {c['kernel']!r}")
+            if not 0 <= c["dropout"] < 1:
+                problems.append(f"dropout must be in [0, 1), got {c['dropout']!r}")
+        if problems:
+            raise ConfigError(f"{type(self).__name__}: " + "; ".join(problems))
+
+    @classmethod
+    def hparam_names(cls) -> list[str]:
+        """The keyword hyper-parameters ``__init__`` accepts (the keys of a YAML ``model:``)."""
+        names: list[str] = []
+        for klass in cls.__mro__:
+            if klass is nn.Module:
+                break
+            for p in inspect.signature(klass.__init__).parameters.values():
+                if p.kind is p.KEYWORD_ONLY and p.name not in names:
+                    names.append(p.name)
+        return names
+
+    @classmethod
+    def from_config(cls, schema: DatasetSchema, config: Mapping[str, Any]) -> GEM:
+        """Build from a YAML ``model:`` mapping; unknown keys raise :class:`ConfigError`."""
+        known = cls.hparam_names()
+        unknown = sorted(set(config) - set(known))
+        if unknown:
+            raise ConfigError(
+                f"{cls.__name__}: unknown model key(s) {unknown}; known keys: {known}"
+            )
+        return cls(schema, **dict(config))
+
+    # ------------------------------------------------------------------ public API
+    def representation_names(self) -> list[str]:
+        return list(self._repr_dims)
+
+    def representation_dims(self) -> dict[str, int]:
+        return dict(self._repr_dims)
+
+    @classmethod
+    def fsdp_wrap_modules(cls) -> tuple[type[nn.Module], ...]:
+        """Module classes to shard as FSDP units: embedding tables, Wukong and cross layers.
+
+        ``configure_model`` can do ``for m in model.fsdp_units(): fully_shard(m)`` and then
+        ``fully_shard(model)``, or pass these classes to ``ModuleWrapPolicy``.
+        """
+        return cls.FSDP_WRAP_CLASSES
+
+    def fsdp_units(self) -> list[nn.Module]:
+        """The module instances of :meth:`fsdp_wrap_modules` in this model (each table once)."""
+        classes = self.fsdp_wrap_modules()
+        return [m for m in self.modules() if isinstance(m, classes)]
+
+    def num_parameters(self) -> int:
+        return sum(p.numel() for p in self.parameters())
+
+    def _head_domain(self, batch: Batch) -> Tensor:
+        return batch.domain
+
+    def forward(self, batch: Batch) -> dict[str, Any]:
+        x = self.embeddings.tokens(batch)
+        b = x.shape[0]
+        reprs: dict[str, Tensor] = {}
+        s_sum: Tensor | None = None
+        if self.use_sequence:
+            index, offsets, max_len = keep_most_recent(
+                batch.seq_offsets, batch.seq_max_len, self.max_history
+            )
+            first = batch.seq_values[self.embeddings.seq_names[0]]
+            n = index.shape[0] if index is not None else first.shape[0]
+            if self.fused_lookup:  # embedding bags: no [N, d] intermediate
+                chunks, t = self.pyramid.segments(offsets, n, max_len)
+                pooled = self.embeddings.events(batch.seq_values, index, bag_offsets=chunks)
+                s, mask = self.pyramid.tokens(pooled, chunks, t)
+            else:  # [N, d] event embeddings, then transfer.ops.segment_mean (kernel=...)
+                events = self.embeddings.events(batch.seq_values, index)
+                s, mask = self.pyramid(events, offsets, max_len)
+            cls = self.cls.expand(b, -1, -1)
+        for i in range(self.n_layers):
+            if self.use_sequence:
+                keep = self.budgets[i]
+                if s.shape[1] > keep:
+                    s, mask = s[:, -keep:], mask[:, -keep:]
+                s, cls, s_sum = self.cross[i](x, s, mask, cls)
+                reprs[f"cross.{i}"] = torch.cat([cls.flatten(1), masked_mean(s, mask)], dim=1)
+            if self.use_wukong:
+                x = self.wukong[i](x if s_sum is None else torch.cat([x, s_sum], dim=1))
+                reprs[f"wukong.{i}"] = x.flatten(1)
+        parts = [x.flatten(1)]
+        if self.use_sequence:
+            seq = self.final_summary(cls, s, mask).flatten(1)
+            reprs["sequence"] = seq
+            parts.append(seq)
+        trunk = self.trunk(torch.cat(parts, dim=1))
+        reprs["trunk"] = trunk
+        logits = self.heads(trunk, self._head_domain(batch)).float()
+        return {"logits": logits, "repr": reprs}

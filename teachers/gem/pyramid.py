@@ -1,0 +1,143 @@
+"""The pyramid sequence arm: a jagged history compressed to multi-resolution tokens.
+
+Event positions are counted from the most recent (``p = 0``). Level 0 keeps the last ``R`` events
+raw; level ``ℓ`` covers the ``R·cˡ`` events before level ``ℓ-1`` pooled (segment mean) into ``R``
+chunks of ``cˡ`` events. A history of length ``L`` therefore becomes
+``R · ⌈log_c(L (c-1)/R + 1)⌉`` tokens: the token count, and with it every attention and FFN
+cost downstream, grows logarithmically in ``L``; only the pooling itself touches every event
+(one fused embedding-bag mean per event field, or a lookup plus ``transfer.ops.segment_mean``).
+
+Tokens are laid out right-aligned in a ``[B, T, d]`` tensor (the most recent event last, empty
+chunks of short histories on the left, ``mask`` False there), so the layers above can keep a
+shorter, most-recent suffix (``layer_token_budgets``): each layer sees a shorter sequence than
+the one below, and which tokens an example keeps never depends on the rest of its batch.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor, nn
+
+from transfer import ops
+
+
+def pyramid_coverage(levels: int, recent: int, chunk: int) -> int:
+    """Events covered by ``levels`` levels: ``R (1 + c + … + c^(levels-1))``."""
+    return recent * sum(chunk**lvl for lvl in range(levels))
+
+
+def pyramid_levels(length: int, recent: int, chunk: int) -> int:
+    """The fewest levels (at least 1) that cover a history of ``length`` events."""
+    levels = 1
+    while pyramid_coverage(levels, recent, chunk) < length:
+        levels += 1
+    return levels
+
+
+def pyramid_token_count(length: int, recent: int, chunk: int) -> int:
+    """Tokens a batch whose longest history is ``length`` is compressed to."""
+    return recent * pyramid_levels(length, recent, chunk)
+
+
+def layer_token_budgets(max_tokens: int, recent: int, shrink: float, n_layers: int) -> list[int]:
+    """Most-recent tokens layer ``i`` keeps: ``max(R, ⌈max_tokens / shrinkⁱ⌉)``, non-increasing."""
+    return [max(recent, math.ceil(max_tokens / shrink**i)) for i in range(n_layers)]
+
+
+def keep_most_recent(offsets: Tensor, max_len: int, k: int) -> tuple[Tensor | None, Tensor, int]:
+    """Truncate every jagged segment to its last ``k`` values.
+
+    Returns ``(index, new_offsets, new_max_len)`` where ``values.index_select(0, index)`` are the
+    kept values (``index`` is None when nothing is longer than ``k``: no copy, no host sync).
+    """
+    if max_len <= k:
+        return None, offsets, max_len
+    lengths = offsets[1:] - offsets[:-1]
+    new_len = lengths.clamp(max=k)
+    new_offsets = torch.zeros_like(offsets)
+    new_offsets[1:] = torch.cumsum(new_len, 0)
+    n = int(new_offsets[-1])  # one host sync, only for batches that need truncating
+    seg = torch.repeat_interleave(
+        torch.arange(new_len.shape[0], device=offsets.device), new_len, output_size=n
+    )
+    index = offsets[seg + 1] - new_offsets[seg + 1] + torch.arange(n, device=offsets.device)
+    return index, new_offsets, k
+
+
+class PyramidCompressor(nn.Module):
+    """Jagged events ``[N, d]`` → right-aligned pyramid tokens ``[B, T, d]`` and mask ``[B, T]``.
+
+    ``T = R · levels(min(max_len, max_history))``; each token gets a learned embedding of its
+    slot counted from the most recent (so it knows its level and recency).
+    """
+
+    def __init__(self, d: int, recent: int, chunk: int, max_history: int, kernel: str = "auto"):
+        super().__init__()
+        if recent < 1 or chunk < 2 or max_history < 1:
+            raise ValueError(
+                f"need pyramid_recent >= 1, pyramid_chunk >= 2, max_history >= 1; got "
+                f"{recent}, {chunk}, {max_history}"
+            )
+        self.recent, self.chunk, self.max_history = recent, chunk, max_history
+        self.kernel = kernel
+        self.max_levels = pyramid_levels(max_history, recent, chunk)
+        self.max_tokens = recent * self.max_levels
+        self.slot = nn.Embedding(self.max_tokens, d)
+        nn.init.normal_(self.slot.weight, std=d**-0.5)
+
+    def n_tokens(self, max_len: int) -> int:
+        return pyramid_token_count(min(max_len, self.max_history), self.recent, self.chunk)
+
+    def segments(self, offsets: Tensor, n: int, max_len: int) -> tuple[Tensor, int]:
+        """The pyramid chunks as jagged segments over the ``n`` events.
+
+        Returns ``(chunk_offsets [B·T + 1], T)``: chunk ``j`` of example ``b`` (column ``j`` of
+        its right-aligned tokens) is events ``chunk_offsets[b·T + j] : chunk_offsets[b·T + j + 1]``,
+        so any segment op (mean, sum, an embedding bag) pools the chunks. Events must already be
+        truncated to at most ``max_history`` per example.
+        """
+        b = offsets.shape[0] - 1
+        t = self.n_tokens(max_len)
+        dev = offsets.device
+        if n == 0:
+            return torch.zeros(b * t + 1, dtype=torch.long, device=dev), t
+        levels = t // self.recent
+        seg_b = torch.repeat_interleave(
+            torch.arange(b, device=dev), offsets[1:] - offsets[:-1], output_size=n
+        )
+        p = offsets[seg_b + 1] - 1 - torch.arange(n, device=dev)  # 0 = most recent
+        level = torch.zeros_like(p)
+        for lvl in range(1, levels):
+            level += p >= pyramid_coverage(lvl, self.recent, self.chunk)
+        starts = torch.tensor(
+            [pyramid_coverage(lvl, self.recent, self.chunk) for lvl in range(levels)], device=dev
+        )
+        sizes = torch.tensor([self.chunk**lvl for lvl in range(levels)], device=dev)
+        slot = level * self.recent + torch.div(
+            p - starts[level], sizes[level], rounding_mode="floor"
+        )
+        slot = slot.clamp_(max=t - 1)  # guards a batch whose seq_max_len understates it
+        # Column t-1-slot: within an example p falls as the index rises, so these chunk ids are
+        # already sorted, and offsets follow by binary search (deterministic, no atomics).
+        seg = seg_b * t + (t - 1 - slot)
+        return torch.searchsorted(seg, torch.arange(b * t + 1, device=dev)), t
+
+    def tokens(self, pooled: Tensor, chunk_offsets: Tensor, t: int) -> tuple[Tensor, Tensor]:
+        """Pooled chunks ``[B·T, d]`` → ``(tokens [B, T, d], mask [B, T])`` with slot embeddings."""
+        d = pooled.shape[1]
+        b = pooled.shape[0] // t
+        mask = (chunk_offsets[1:] > chunk_offsets[:-1]).view(b, t)
+        pos = self.slot.weight[:t].flip(0)  # column j holds slot t-1-j
+        tokens = (pooled.view(b, t, d) + pos) * mask.unsqueeze(-1).to(pooled.dtype)
+        return tokens, mask
+
+    def forward(self, events: Tensor, offsets: Tensor, max_len: int) -> tuple[Tensor, Tensor]:
+        """Event embeddings ``[N, d]`` → ``(tokens [B, T, d], mask [B, T])`` (segment means)."""
+        chunk_offsets, t = self.segments(offsets, events.shape[0], max_len)
+        if events.shape[0] == 0:
+            pooled = events.new_zeros(chunk_offsets.shape[0] - 1, events.shape[1])
+        else:
+            pooled = ops.segment_mean(events, chunk_offsets, kernel=self.kernel)
+        return self.tokens(pooled, chunk_offsets, t)
