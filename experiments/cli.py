@@ -86,6 +86,10 @@ def build_parser() -> argparse.ArgumentParser:
     v = dsub.add_parser("validate", help="read every row and check it against schema.json")
     v.add_argument("data", help="dataset directory")
     v.set_defaults(func=_data_validate)
+
+    from experiments.teacher_cli import add_teacher_parser
+
+    add_teacher_parser(sub)
     return p
 
 

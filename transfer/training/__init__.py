@@ -1,0 +1,27 @@
+"""Lightning training for any multi-task ranking model (teachers now, students later)."""
+
+from transfer.training.ranking_module import RankingModule, fsdp_mesh, shard_model
+from transfer.training.trainer import (
+    STRATEGIES,
+    ResumableLoader,
+    Throughput,
+    build_trainer,
+    even_batch_limit,
+    fit,
+    resume_path,
+    training_base_rates,
+)
+
+__all__ = [
+    "STRATEGIES",
+    "RankingModule",
+    "ResumableLoader",
+    "Throughput",
+    "build_trainer",
+    "even_batch_limit",
+    "fit",
+    "fsdp_mesh",
+    "resume_path",
+    "shard_model",
+    "training_base_rates",
+]

@@ -1,0 +1,282 @@
+"""``RankingModule``: the LightningModule that trains any multi-task ranking model.
+
+The wrapped model is any ``nn.Module`` whose ``forward(batch)`` returns
+``{"logits": [B, n_tasks], "repr": {name: [B, dim]}}`` (the GEM teacher now, students later).
+The module owns the loss (per-task BCE-with-logits, weighted, optional label mask), the two
+AdamW parameter groups (embedding tables vs dense weights), evaluation metrics
+(:class:`transfer.metrics.RankingMetrics`), the prediction rows a teacher-output store writer
+consumes, and FSDP2 sharding under Lightning's ``ModelParallelStrategy``.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Mapping
+from typing import Any
+
+import lightning.pytorch as pl
+import torch
+import torch.nn.functional as F
+from lightning.pytorch.strategies import ModelParallelStrategy
+from torch import Tensor, nn
+
+from transfer.data.batch import Batch
+from transfer.metrics import RankingMetrics
+
+PREDICT_KEYS = ("example_id", "day", "domain", "user_id", "ts", "logits", "emb")
+
+
+def fsdp_mesh(device_mesh):
+    """The mesh ``fully_shard`` should use: the (replicate, shard) 2-D sub-mesh when the mesh has
+    both dimensions (hybrid sharding), else the ``data_parallel`` dimension (Lightning's
+    ``ModelParallelStrategy`` mesh is ``(data_parallel, tensor_parallel)``)."""
+    names = tuple(device_mesh.mesh_dim_names or ())
+    replicate = [n for n in names if "replicate" in n]
+    shard = [n for n in names if "shard" in n and n not in replicate]
+    if replicate and shard:
+        return device_mesh[(replicate[0], shard[0])]
+    if "data_parallel" in names:
+        return device_mesh["data_parallel"]
+    if device_mesh.ndim == 1:
+        return device_mesh
+    raise ValueError(f"cannot pick a data-parallel dimension from mesh dims {names}")
+
+
+def _fsdp_units(model: nn.Module) -> list[nn.Module]:
+    """Module instances to shard as FSDP units, deepest first (children before parents)."""
+    if hasattr(model, "fsdp_units"):
+        units = list(model.fsdp_units())
+    elif hasattr(model, "fsdp_wrap_modules"):
+        spec = tuple(model.fsdp_wrap_modules())
+        classes = tuple(s for s in spec if isinstance(s, type))
+        instances = [s for s in spec if isinstance(s, nn.Module)]
+        units = instances + ([m for m in model.modules() if isinstance(m, classes)]
+                             if classes else [])
+    else:
+        units = []
+    order = {id(m): i for i, m in enumerate(model.modules())}
+    seen: set[int] = set()
+    unique = []
+    for m in units:
+        if id(m) not in seen and m is not model:
+            seen.add(id(m))
+            unique.append(m)
+    return sorted(unique, key=lambda m: order.get(id(m), -1), reverse=True)
+
+
+def shard_model(model: nn.Module, mesh, **fsdp_kwargs: Any) -> nn.Module:
+    """FSDP2: ``fully_shard`` every unit of ``model`` (its ``fsdp_units()`` /
+    ``fsdp_wrap_modules()``), then the root, on ``mesh`` (1-D: FSDP; 2-D: HSDP)."""
+    from torch.distributed.fsdp import fully_shard
+
+    for unit in _fsdp_units(model):
+        fully_shard(unit, mesh=mesh, **fsdp_kwargs)
+    fully_shard(model, mesh=mesh, **fsdp_kwargs)
+    return model
+
+
+def embedding_parameters(model: nn.Module) -> list[nn.Parameter]:
+    """Parameters of every ``nn.Embedding`` in ``model`` (each once)."""
+    params, seen = [], set()
+    for m in model.modules():
+        if isinstance(m, nn.Embedding):
+            for p in m.parameters(recurse=False):
+                if id(p) not in seen:
+                    seen.add(id(p))
+                    params.append(p)
+    return params
+
+
+class RankingModule(pl.LightningModule):
+    """Train/evaluate/predict with a multi-task, multi-domain ranking ``model``.
+
+    * ``tasks`` / ``domains``: names, in the order of the logits columns / domain ids.
+    * ``task_weights``: ``{task: weight}`` (missing tasks weigh 1); loss = Σ_t w_t · BCE_t where
+      BCE_t is the mean over the rows whose label for task t is present.
+    * Label mask: ``batch.meta["label_mask"]`` ([B, T] bool) when given; with
+      ``mask_nan_labels=True`` non-finite labels count as missing too.
+    * Optimiser: AdamW with two groups, ``embedding`` (every ``nn.Embedding`` parameter,
+      ``embedding_lr`` (default ``10 * lr``), no weight decay) and ``dense`` (the rest, ``lr``,
+      ``weight_decay``).
+    * ``base_rates``: ``{task: training positive rate}`` for NE (computed once by the caller, e.g.
+      :func:`transfer.training.training_base_rates`).
+    * ``repr_layer``: the named representation returned as ``emb`` by ``predict_step``.
+    * ``compile``: ``torch.compile`` the model in place in ``configure_model``.
+    * ``fsdp_replicate``: under ``ModelParallelStrategy``, ``> 1`` = hybrid sharding (HSDP): the
+      data-parallel ranks form a ``(replicate, shard)`` mesh of shape
+      ``(fsdp_replicate, dp / fsdp_replicate)``; parameters are sharded within a group and
+      replicated across groups (e.g. shard within a node, replicate across nodes).
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        tasks: list[str],
+        domains: list[str],
+        *,
+        lr: float = 1e-3,
+        embedding_lr: float | None = None,
+        weight_decay: float = 0.0,
+        task_weights: Mapping[str, float] | None = None,
+        base_rates: Mapping[str, float] | None = None,
+        repr_layer: str = "trunk",
+        compile: bool = False,
+        mask_nan_labels: bool = False,
+        compute_auc: bool = True,
+        fsdp_replicate: int = 1,
+    ) -> None:
+        super().__init__()
+        tasks, domains = list(tasks), list(domains)
+        task_weights = dict(task_weights or {})
+        unknown = sorted(set(task_weights) - set(tasks))
+        if unknown:
+            raise ValueError(f"task_weights names unknown task(s) {unknown}; tasks are {tasks}")
+        self.save_hyperparameters(ignore=["model"])
+        self.model = model
+        self.tasks, self.domains = tasks, domains
+        self.lr = lr
+        self.embedding_lr = 10 * lr if embedding_lr is None else embedding_lr
+        self.weight_decay = weight_decay
+        self.register_buffer(
+            "task_weight", torch.tensor([float(task_weights.get(t, 1.0)) for t in tasks]),
+            persistent=False,
+        )
+        self.base_rates = dict(base_rates or {})
+        self.repr_layer = repr_layer
+        self.compile = compile
+        self.mask_nan_labels = mask_nan_labels
+        if fsdp_replicate < 1:
+            raise ValueError(f"fsdp_replicate must be >= 1, got {fsdp_replicate}")
+        self.fsdp_replicate = fsdp_replicate
+        metric_args = dict(tasks=tasks, n_domains=len(domains), domain_names=domains,
+                           base_rates=self.base_rates, compute_auc=compute_auc)
+        self.val_metrics = RankingMetrics(**metric_args)
+        self.test_metrics = RankingMetrics(**metric_args)
+        #: The latest computed metrics per split, keys ``{metric}/{task}/{domain}``.
+        self.last_metrics: dict[str, dict[str, float]] = {}
+        self._configured = False
+
+    # ------------------------------------------------------------------ model set-up
+    def configure_model(self) -> None:
+        if self._configured:
+            return
+        self._configured = True
+        trainer = self._trainer
+        if trainer is not None and isinstance(trainer.strategy, ModelParallelStrategy):
+            shard_model(self.model, self.fsdp_device_mesh())
+        if self.compile:
+            self.model.compile()
+
+    def fsdp_device_mesh(self):
+        """The mesh ``fully_shard`` uses: Lightning's ``data_parallel`` dimension, or with
+        ``fsdp_replicate > 1`` a 2-D ``(replicate, shard)`` mesh over the same ranks."""
+        mesh = fsdp_mesh(self.device_mesh)
+        if self.fsdp_replicate == 1 or mesh.ndim == 2:
+            return mesh
+        from torch.distributed.device_mesh import init_device_mesh
+
+        n = mesh.size()
+        if n % self.fsdp_replicate or mesh.size() != self.device_mesh.size():
+            raise ValueError(
+                f"fsdp_replicate={self.fsdp_replicate} must divide the {n} data-parallel ranks "
+                "(and tensor_parallel_size must be 1)")
+        return init_device_mesh(mesh.device_type, (self.fsdp_replicate, n // self.fsdp_replicate),
+                                mesh_dim_names=("replicate", "shard"))
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        emb = embedding_parameters(self.model)
+        emb_ids = {id(p) for p in emb}
+        dense = [p for p in self.model.parameters() if id(p) not in emb_ids]
+        groups = [
+            {"name": "embedding", "params": [p for p in emb if p.requires_grad],
+             "lr": self.embedding_lr, "weight_decay": 0.0},
+            {"name": "dense", "params": [p for p in dense if p.requires_grad],
+             "lr": self.lr, "weight_decay": self.weight_decay},
+        ]
+        groups = [g for g in groups if g["params"]]
+        return torch.optim.AdamW(groups, lr=self.lr)
+
+    # ------------------------------------------------------------------ loss
+    def label_mask(self, batch: Batch) -> Tensor | None:
+        mask = batch.meta.get("label_mask") if batch.meta else None
+        if self.mask_nan_labels:
+            finite = torch.isfinite(batch.labels)
+            mask = finite if mask is None else mask & finite
+        return mask
+
+    def loss(self, logits: Tensor, labels: Tensor, mask: Tensor | None = None
+             ) -> tuple[Tensor, Tensor]:
+        """``(weighted total, per-task [T])`` BCE-with-logits; masked entries are ignored."""
+        logits = logits.float()
+        if mask is None:
+            per_task = F.binary_cross_entropy_with_logits(
+                logits, labels, reduction="none").mean(dim=0)
+        else:
+            w = mask.to(logits.dtype)
+            y = torch.where(mask, labels, torch.zeros_like(labels))
+            bce = F.binary_cross_entropy_with_logits(logits, y, reduction="none") * w
+            per_task = bce.sum(dim=0) / w.sum(dim=0).clamp_min(1.0)
+        total = (per_task * self.task_weight.to(per_task.dtype)).sum()
+        return total, per_task
+
+    def forward(self, batch: Batch) -> dict[str, Any]:
+        return self.model(batch)
+
+    def training_step(self, batch: Batch, batch_idx: int) -> Tensor:
+        out = self.model(batch)
+        total, per_task = self.loss(out["logits"], batch.labels, self.label_mask(batch))
+        n = len(batch)
+        self.log("train/loss", total, prog_bar=True, batch_size=n)
+        for t, name in enumerate(self.tasks):
+            self.log(f"train/loss_{name}", per_task[t], batch_size=n)
+        return total
+
+    # ------------------------------------------------------------------ evaluation
+    def _eval_step(self, batch: Batch, metrics: RankingMetrics, split: str) -> None:
+        out = self.model(batch)
+        mask = self.label_mask(batch)
+        total, _ = self.loss(out["logits"], batch.labels, mask)
+        self.log(f"{split}/loss", total, batch_size=len(batch), sync_dist=True)
+        metrics.update(out["logits"].float(), batch.labels, batch.domain, mask)
+
+    def _eval_end(self, metrics: RankingMetrics, split: str) -> None:
+        values = metrics.compute()  # torchmetrics syncs the states across ranks
+        metrics.reset()
+        self.last_metrics[split] = values
+        logged = {f"{split}/{k}": v for k, v in values.items()
+                  if k.startswith(("ne/", "auc/", "calibration/"))}
+        with warnings.catch_warnings():  # already synced by torchmetrics: no sync_dist needed
+            warnings.filterwarnings("ignore", message=".*sync_dist=True.*")
+            self.log_dict(logged, sync_dist=False)
+
+    def validation_step(self, batch: Batch, batch_idx: int) -> None:
+        self._eval_step(batch, self.val_metrics, "val")
+
+    def on_validation_epoch_end(self) -> None:
+        if self.trainer.sanity_checking:
+            self.val_metrics.reset()
+            return
+        self._eval_end(self.val_metrics, "val")
+
+    def test_step(self, batch: Batch, batch_idx: int) -> None:
+        self._eval_step(batch, self.test_metrics, "test")
+
+    def on_test_epoch_end(self) -> None:
+        self._eval_end(self.test_metrics, "test")
+
+    # ------------------------------------------------------------------ prediction
+    def predict_step(self, batch: Batch, batch_idx: int, dataloader_idx: int = 0
+                     ) -> dict[str, Tensor]:
+        """Rows for a teacher-output store writer: ids, keys, ``logits [B, T]`` and
+        ``emb [B, dim]`` (the ``repr_layer`` representation), detached."""
+        out = self.model(batch)
+        reprs = out.get("repr", {})
+        if self.repr_layer not in reprs:
+            raise KeyError(f"repr_layer {self.repr_layer!r} not in the model's representations "
+                           f"{sorted(reprs)}")
+        return {
+            "example_id": batch.example_id, "day": batch.day, "domain": batch.domain,
+            "user_id": batch.user_id, "ts": batch.ts,
+            "logits": out["logits"].detach().float(),
+            "emb": reprs[self.repr_layer].detach().float(),
+        }

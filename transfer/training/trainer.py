@@ -1,0 +1,240 @@
+"""Building and running the Lightning ``Trainer`` for ranking models (DESIGN §3, training).
+
+``strategy`` is a config value: ``"auto"`` (one process), ``"ddp"`` (gloo on CPU, nccl on GPU) or
+``"fsdp"`` (FSDP2 through ``ModelParallelStrategy``; it runs on CPU over gloo too). Checkpoints go
+to ``out_dir/checkpoints`` (``last.ckpt`` always; under FSDP a sharded checkpoint directory), so
+every run is resumable with ``fit(..., resume=True)``.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import lightning.pytorch as pl
+import numpy as np
+import pyarrow.parquet as pq
+import torch
+from lightning.pytorch.callbacks import Callback, ModelCheckpoint, TQDMProgressBar
+from lightning.pytorch.loggers import CSVLogger
+from lightning.pytorch.strategies import DDPStrategy, ModelParallelStrategy
+
+from transfer.data.datamodule import AdsDataModule
+from transfer.data.reader import DatasetReader
+from transfer.data.writer import day_path
+from transfer.errors import ConfigError
+
+STRATEGIES = ("auto", "ddp", "fsdp")
+
+
+class Throughput(Callback):
+    """Counts training examples and wall time; logs ``train/examples_per_s`` each epoch and keeps
+    the run's totals in ``examples`` / ``seconds`` / ``examples_per_s`` (this process only)."""
+
+    def __init__(self) -> None:
+        self.examples = 0
+        self.seconds = 0.0
+        self._t0: float | None = None
+
+    @property
+    def examples_per_s(self) -> float:
+        return self.examples / self.seconds if self.seconds > 0 else math.nan
+
+    def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._t0 = time.perf_counter()
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        self.examples += len(batch)
+
+    def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if self._t0 is not None:
+            self.seconds += time.perf_counter() - self._t0
+            self._t0 = None
+        pl_module.log("train/examples_per_s", self.examples_per_s * trainer.world_size)
+
+    def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if self._t0 is not None:  # stopped by max_steps mid-epoch
+            self.seconds += time.perf_counter() - self._t0
+            self._t0 = None
+
+
+class ResumableLoader:
+    """A training loader whose position survives a checkpoint (Lightning's ``_Stateful``).
+
+    Wraps a loader over a gemkd ``DatasetReader`` (an ``EpochLoader``: each pass uses the
+    reader's ``epoch`` for its shuffle, then advances it). The state is the pass's epoch, the
+    batches yielded and whether the pass finished; on restore the same pass is replayed and the
+    batches already trained on are skipped (read, not trained), so a resumed run sees exactly
+    the batches an uninterrupted one would. ``consumed()`` tells how many batches of the current
+    pass the trainer has processed (Lightning prefetches, so ``yielded`` runs ahead by one).
+    """
+
+    def __init__(self, loader, consumed: Callable[[], int] | None = None) -> None:
+        self.loader = loader
+        self.consumed = consumed
+        self._epoch: int | None = None
+        self._yielded = 0
+        self._exhausted = False
+        self._restore: dict[str, Any] | None = None
+
+    @property
+    def dataset(self):
+        return self.loader.dataset
+
+    def __iter__(self) -> Iterator:
+        return self._pass()
+
+    def _pass(self) -> Iterator:
+        ds, skip = self.loader.dataset, 0
+        if self._restore is not None:
+            state, self._restore = self._restore, None
+            if state.get("epoch") is not None:
+                if state.get("exhausted"):
+                    ds.set_epoch(int(state["epoch"]) + 1)
+                else:
+                    ds.set_epoch(int(state["epoch"]))
+                    skip = (self.consumed() if self.consumed is not None
+                            else max(0, int(state["yielded"]) - 1))
+        self._epoch, self._yielded, self._exhausted = ds.epoch, 0, False
+        for batch in self.loader:
+            self._yielded += 1
+            if self._yielded > skip:
+                yield batch
+        self._exhausted = True
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"epoch": self._epoch, "yielded": self._yielded, "exhausted": self._exhausted}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self._restore = dict(state)
+
+
+def _strategy(strategy: str, devices: int, accelerator: str):
+    if strategy not in STRATEGIES:
+        raise ConfigError(f"strategy must be one of {', '.join(STRATEGIES)}, got {strategy!r}")
+    if strategy == "fsdp":
+        # data_parallel_size must be explicit: "auto" means num_nodes, i.e. nothing sharded.
+        return ModelParallelStrategy(data_parallel_size=devices, tensor_parallel_size=1)
+    if strategy == "ddp":
+        on_gpu = accelerator in ("gpu", "cuda") or (
+            accelerator == "auto" and torch.cuda.is_available())
+        return DDPStrategy(process_group_backend=None if on_gpu else "gloo")
+    return "auto"
+
+
+def build_trainer(
+    out_dir: str | Path,
+    strategy: str = "auto",
+    devices: int = 1,
+    max_epochs: int = 1,
+    precision: str = "32-true",
+    accelerator: str = "auto",
+    log_every_n_steps: int = 50,
+    *,
+    max_steps: int = -1,
+    checkpoint_every_n_steps: int | None = None,
+    grad_clip: float | None = None,
+    progress_bar: bool = True,
+    callbacks: list[Callback] | None = None,
+    **trainer_kwargs: Any,
+) -> pl.Trainer:
+    """A ``Trainer`` writing ``out_dir/checkpoints/{last.ckpt,...}`` and ``out_dir/metrics.csv``.
+
+    ``checkpoint_every_n_steps`` (default: epoch ends only) sets ``ModelCheckpoint``'s
+    ``every_n_train_steps``. ``grad_clip`` is the gradient-norm clip (DTensor gradients
+    included under ``"fsdp"``). Extra keyword arguments go to ``Trainer``.
+    """
+    out_dir = Path(out_dir)
+    if devices < 1:
+        raise ConfigError(f"devices must be >= 1, got {devices}")
+    if accelerator == "auto" and strategy in ("ddp", "fsdp") and not torch.cuda.is_available():
+        accelerator = "cpu"
+    ckpt = ModelCheckpoint(dirpath=out_dir / "checkpoints", save_last=True,
+                           every_n_train_steps=checkpoint_every_n_steps, save_top_k=1)
+    cbs: list[Callback] = [ckpt, Throughput()]
+    if progress_bar:
+        cbs.append(TQDMProgressBar(refresh_rate=max(1, log_every_n_steps)))
+    cbs += list(callbacks or [])
+    return pl.Trainer(
+        default_root_dir=out_dir,
+        accelerator=accelerator,
+        devices=devices,
+        strategy=_strategy(strategy, devices, accelerator),
+        max_epochs=max_epochs,
+        max_steps=max_steps,
+        precision=precision,
+        logger=CSVLogger(out_dir, name="", version=""),
+        log_every_n_steps=log_every_n_steps,
+        callbacks=cbs,
+        enable_progress_bar=progress_bar,
+        gradient_clip_val=grad_clip,
+        num_sanity_val_steps=0,
+        **trainer_kwargs,
+    )
+
+
+def throughput(trainer: pl.Trainer) -> Throughput | None:
+    return next((c for c in trainer.callbacks if isinstance(c, Throughput)), None)
+
+
+def resume_path(out_dir: str | Path) -> Path | None:
+    """``out_dir/checkpoints/last.ckpt`` (a file, or the FSDP sharded directory) if it exists."""
+    path = Path(out_dir) / "checkpoints" / "last.ckpt"
+    return path if path.exists() else None
+
+
+def training_base_rates(data_dir: str | Path, days: tuple[int, int] | list[int],
+                        tasks: list[str]) -> dict[str, float]:
+    """Positive rate of each task over the half-open training day range (labels only)."""
+    reader = DatasetReader(data_dir, days=tuple(days), batch_size=1 << 20, oracle=False)
+    pos = np.zeros(len(tasks))
+    n = 0
+    for day in reader.days:
+        table = pq.read_table(day_path(data_dir, day), columns=list(tasks))
+        n += table.num_rows
+        for i, t in enumerate(tasks):
+            pos[i] += float(np.asarray(table.column(t).to_numpy(), dtype=np.float64).sum())
+    return {t: float(pos[i] / n) for i, t in enumerate(tasks)} if n else {}
+
+
+def even_batch_limit(reader: DatasetReader, world_size: int) -> int:
+    """Batches every rank is guaranteed to have in any epoch (row groups are dealt round-robin
+    after a shuffle): the sum of the ``len(units) // world_size`` smallest units' batch counts.
+    Distributed ranks must run the same number of steps, or the collectives hang."""
+    counts = sorted(math.ceil(u.n_rows / reader.batch_size) for u in reader.units)
+    per_rank = len(counts) // world_size
+    if per_rank == 0:
+        raise ConfigError(
+            f"days {reader.days} have {len(counts)} row group(s), fewer than the {world_size} "
+            "processes: every process needs at least one"
+        )
+    return sum(counts[:per_rank])
+
+
+def fit(module: pl.LightningModule, datamodule: AdsDataModule, trainer: pl.Trainer,
+        resume: bool = False) -> Path | None:
+    """``trainer.fit``; with ``resume`` continue from ``last.ckpt`` of the trainer's run
+    directory when it exists. Returns the checkpoint resumed from (or None).
+
+    The training loader is a :class:`ResumableLoader`, so a run resumed mid-epoch continues with
+    the next batch of the interrupted pass. With several processes, train and validation
+    batches are capped at what every rank has (see :func:`even_batch_limit`)."""
+    out_dir = Path(trainer.default_root_dir)
+    ckpt = resume_path(out_dir) if resume else None
+    if trainer.world_size > 1:
+        trainer.limit_train_batches = even_batch_limit(
+            datamodule.reader("train"), trainer.world_size)
+        if datamodule.days.get("val") is not None:
+            trainer.limit_val_batches = even_batch_limit(
+                datamodule.reader("val"), trainer.world_size)
+    train = ResumableLoader(
+        datamodule.train_dataloader(),
+        consumed=lambda: trainer.fit_loop.epoch_loop.batch_progress.current.processed)
+    # no val days: no loader (the datamodule's would read every day)
+    val = datamodule.val_dataloader() if datamodule.days.get("val") is not None else None
+    trainer.fit(module, train_dataloaders=train, val_dataloaders=val,
+                ckpt_path=str(ckpt) if ckpt else None)
+    return ckpt
