@@ -1,0 +1,48 @@
+"""The teacher-output store: Parquet shards + manifest, written by rank, read and joined by
+example_id (DESIGN §4).
+
+``StoreCallback`` (and ``PREDICTION_KEYS``) load Lightning, so they are imported on first use:
+reading or joining a store does not pay for importing Lightning.
+"""
+
+from typing import Any
+
+from transfer.store.join import JoinResult, Policy, TeacherJoin
+from transfer.store.manifest import (
+    EMB_DTYPES,
+    MANIFEST_NAME,
+    SCHEMA_VERSION,
+    Manifest,
+    ShardInfo,
+    weights_hash,
+)
+from transfer.store.reader import TeacherStore, embeddings_of
+from transfer.store.writer import StoreWriter, dedupe_shards, quantize_int8, store_schema
+
+__all__ = [
+    "EMB_DTYPES",
+    "MANIFEST_NAME",
+    "PREDICTION_KEYS",
+    "SCHEMA_VERSION",
+    "JoinResult",
+    "Manifest",
+    "Policy",
+    "ShardInfo",
+    "StoreCallback",
+    "StoreWriter",
+    "TeacherJoin",
+    "TeacherStore",
+    "dedupe_shards",
+    "embeddings_of",
+    "quantize_int8",
+    "store_schema",
+    "weights_hash",
+]
+
+
+def __getattr__(name: str) -> Any:
+    if name in ("StoreCallback", "PREDICTION_KEYS"):
+        from transfer.store import prediction_writer
+
+        return getattr(prediction_writer, name)
+    raise AttributeError(f"module 'transfer.store' has no attribute {name!r}")

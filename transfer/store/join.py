@@ -1,0 +1,138 @@
+"""Join training batches to teacher outputs by ``example_id`` (DESIGN §4).
+
+The store rows of one day range are read once, sorted by example_id (numpy argsort) and kept as
+compact arrays; each batch is then a vectorised ``np.searchsorted`` plus gathers — no Python loop
+over rows, no per-batch DataFrame merge. Missing teacher rows follow the configured policy:
+``"error"`` refuses the batch, ``"mask"`` returns a ``found`` mask so callers skip the KD loss on
+those rows. ``coverage`` (found / requested, cumulative) is what a run reports.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+import torch
+
+from transfer.data.batch import Batch
+from transfer.errors import StoreError
+from transfer.store.reader import TeacherStore
+
+Policy = Literal["error", "mask"]
+_F16_TO_F32 = np.arange(1 << 16, dtype=np.uint16).view(np.float16).astype(np.float32)
+
+
+@dataclass
+class JoinResult:
+    """Teacher outputs aligned with the requested rows; rows not found hold zeros."""
+
+    logits: np.ndarray  # [B, T] float32
+    found: np.ndarray  # [B] bool
+    emb: np.ndarray | None = None  # [B, E] float32 when requested
+
+
+class TeacherJoin:
+    """A sorted example_id index over one day range of a store.
+
+    Build one per day range (the index costs one read and one sort); call it per batch.
+    ``with_emb`` keeps the embeddings (in their stored dtype, de-quantised per batch).
+    """
+
+    def __init__(self, store: TeacherStore, days: tuple[int, int] | None = None,
+                 policy: Policy = "error", with_emb: bool = False) -> None:
+        if policy not in ("error", "mask"):
+            raise StoreError(f"{store.path}: join policy {policy!r}, expected 'error' or 'mask'")
+        self.store, self.days, self.policy, self.with_emb = store, days, policy, with_emb
+        columns = ["example_id", *store.logit_columns]
+        if with_emb:
+            columns += store.emb_columns
+        table = store.read(days, columns)
+        ids = table.column("example_id").to_numpy()
+        order = np.argsort(ids)
+        self._ids = ids[order]
+        if len(ids) > 1:
+            same = self._ids[1:] == self._ids[:-1]
+            if same.any():
+                dup = int(self._ids[1:][same][0])
+                raise StoreError(f"{store.path}: example_id {dup} appears more than once; the "
+                                 f"store was not deduplicated")
+        self._logits = store.logits(table)[order]  # small: reordered once
+        # embeddings stay in read order (reordering them would move E values per row); a hit
+        # at sorted position p lives at row _order[p]
+        self._order = order
+        self._emb = self._scale = None
+        if with_emb:
+            col = table.column("emb").combine_chunks()
+            self._emb = col.flatten().to_numpy().reshape(len(ids), store.emb_dim)
+            if store.manifest.emb_dtype == "int8":
+                self._scale = table.column("emb_scale").to_numpy()
+        self.requested = 0
+        self.found = 0
+
+    def __len__(self) -> int:
+        return len(self._ids)
+
+    @property
+    def coverage(self) -> float:
+        """Share of requested rows that found a teacher row so far (1.0 before any request)."""
+        return self.found / self.requested if self.requested else 1.0
+
+    def _where(self) -> str:
+        d = "all days" if self.days is None else f"days [{self.days[0]}, {self.days[1]})"
+        return f"{self.store.path} ({d})"
+
+    def __call__(self, rows: Batch | np.ndarray | torch.Tensor) -> JoinResult:
+        """Look up a Batch (by its ``example_id``) or an int64 example_id array ``[B]``."""
+        if isinstance(rows, Batch):
+            rows = rows.example_id
+        if isinstance(rows, torch.Tensor):
+            rows = rows.detach().cpu().numpy()
+        q = np.asarray(rows)
+        if q.ndim != 1 or q.dtype.kind not in "iu":
+            raise StoreError(f"{self._where()}: example_id must be an integer array [B], got "
+                             f"{q.dtype}{list(q.shape)}")
+        q = q.astype(np.int64, copy=False)
+        n = len(self._ids)
+        if n:
+            # binary search with sorted keys: numpy narrows each search with the previous hit,
+            # ~2x faster than random keys on a large index
+            qo = np.argsort(q)
+            pos = np.empty(len(q), dtype=np.intp)
+            pos[qo] = np.searchsorted(self._ids, q[qo])
+            np.minimum(pos, n - 1, out=pos)
+            found = self._ids[pos] == q
+        else:
+            pos = np.zeros(len(q), dtype=np.intp)
+            found = np.zeros(len(q), dtype=bool)
+        n_found = int(found.sum())
+        self.requested += len(q)
+        self.found += n_found
+        complete = n_found == len(q)
+        if not complete and self.policy == "error":
+            missing = int(q[np.argmin(found)])
+            raise StoreError(
+                f"{self._where()}: example_id {missing} has no teacher row ({len(q) - n_found} "
+                f"of {len(q)} in this batch missing; coverage so far {self.coverage:.4%} of "
+                f"{self.requested} rows); use policy 'mask' to train those rows without KD")
+        if n:
+            logits = self._logits[pos]
+        else:
+            logits = np.zeros((len(q), len(self.store.tasks)), dtype=np.float32)
+        if not complete:
+            logits[~found] = 0.0
+        emb = None
+        if self.with_emb:
+            if n:
+                rows = np.take(self._order, pos)
+                codes = np.take(self._emb, rows, axis=0)
+                if self._scale is None:  # float16 → float32 through a 65536-entry table:
+                    emb = np.take(_F16_TO_F32, codes.view(np.uint16))  # 2x numpy's astype
+                else:
+                    emb = codes.astype(np.float32)
+                    emb *= np.take(self._scale, rows)[:, None]
+            else:
+                emb = np.zeros((len(q), self.store.emb_dim), dtype=np.float32)
+            if not complete:
+                emb[~found] = 0.0
+        return JoinResult(logits=logits, found=found, emb=emb)
