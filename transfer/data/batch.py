@@ -6,6 +6,7 @@ never padded on the host. Models pad on the device, per batch, to ``seq_max_len`
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields, replace
 
 import torch
@@ -46,22 +47,19 @@ class Batch:
 
     def to(self, device: torch.device | str, non_blocking: bool = False) -> Batch:
         """Move every tensor (Lightning calls this through ``transfer_batch_to_device``)."""
-
-        def move(x):
-            if isinstance(x, torch.Tensor):
-                return x.to(device, non_blocking=non_blocking)
-            if isinstance(x, dict):
-                return {k: move(v) for k, v in x.items()}
-            return x
-
-        return replace(self, **{f.name: move(getattr(self, f.name)) for f in fields(self)})
+        return self._map(lambda x: x.to(device, non_blocking=non_blocking))
 
     def pin_memory(self) -> Batch:
-        def pin(x):
+        return self._map(lambda x: x.pin_memory())
+
+    def _map(self, fn: Callable[[torch.Tensor], torch.Tensor]) -> Batch:
+        """A copy with ``fn`` applied to every tensor, including those in dict fields."""
+
+        def apply(x):
             if isinstance(x, torch.Tensor):
-                return x.pin_memory()
+                return fn(x)
             if isinstance(x, dict):
-                return {k: pin(v) for k, v in x.items()}
+                return {k: apply(v) for k, v in x.items()}
             return x
 
-        return replace(self, **{f.name: pin(getattr(self, f.name)) for f in fields(self)})
+        return replace(self, **{f.name: apply(getattr(self, f.name)) for f in fields(self)})

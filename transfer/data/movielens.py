@@ -30,6 +30,7 @@ GENRE_GROUPS = {
     "light": ["Comedy", "Animation", "Children", "Fantasy", "Musical"],
     "other": ["Horror", "Documentary", "IMAX", "(no genres listed)"],
 }
+OTHER_DOMAIN = list(GENRE_GROUPS).index("other")
 N_DECADES = 16  # 1870s .. 2020s, plus 0 for unknown
 
 
@@ -85,7 +86,7 @@ def _read_movies(path: Path) -> pd.DataFrame:
 
     def domain(gs: list[str]) -> int:
         counts = np.bincount([group_of[g] for g in gs if g in group_of], minlength=len(names))
-        return int(np.argmax(counts)) if counts.sum() else names.index("other")
+        return int(np.argmax(counts)) if counts.sum() else OTHER_DOMAIN
 
     def year(title: str) -> int:
         m = re.search(r"\((\d{4})\)\s*$", str(title))
@@ -128,7 +129,7 @@ def convert_movielens(src: str | Path, out: str | Path, n_days: int = 20,
     if has_movies:
         movies = _read_movies(movies_path)
         df = df.merge(movies, on="movieId", how="left")
-        df["domain"] = df["domain"].fillna(GENRE_GROUPS_OTHER).astype(np.int16)
+        df["domain"] = df["domain"].fillna(OTHER_DOMAIN).astype(np.int16)
         df[["genre", "decade"]] = df[["genre", "decade"]].fillna(0).astype(np.int64)
         domains = list(GENRE_GROUPS)
     else:
@@ -175,8 +176,6 @@ def convert_movielens(src: str | Path, out: str | Path, n_days: int = 20,
         schema.save(tmp)
     return schema
 
-
-GENRE_GROUPS_OTHER = list(GENRE_GROUPS).index("other")
 
 
 def _day_table(df: pd.DataFrame, rows: np.ndarray, start: np.ndarray, end: np.ndarray,

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pq
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
@@ -176,8 +177,11 @@ class DatasetReader(IterableDataset):
 
     def __iter__(self) -> Iterator[Batch]:
         rng = np.random.default_rng([self.seed, self.epoch, *self._shard()])
+        open_path, pf = None, None
         for unit in self.my_units():
-            arrays = self._load(unit)
+            if unit.path != open_path:  # row groups of one file share its parsed footer
+                open_path, pf = unit.path, validate.open_parquet(unit.path)
+            arrays = self._load(unit, pf)
             n = unit.n_rows
             order = rng.permutation(n) if self.shuffle else None
             for start in range(0, n, self.batch_size):
@@ -186,11 +190,10 @@ class DatasetReader(IterableDataset):
                 yield self._batch(arrays, rows)
 
     # ---- conversion ------------------------------------------------------------------------
-    def _load(self, unit: Unit) -> dict:
+    def _load(self, unit: Unit, pf: pq.ParquetFile) -> dict:
         """Read, validate and convert one row group into numpy arrays."""
         p = self.projection
         try:
-            pf = validate.open_parquet(unit.path)
             table = pf.read_row_group(unit.row_group, columns=self.columns)
         except (pa.ArrowException, OSError) as e:
             raise DataError(f"{unit.path}: row group {unit.row_group} unreadable "

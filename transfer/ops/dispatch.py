@@ -145,6 +145,16 @@ def _degenerate(*sizes: int) -> bool:
     return any(s == 0 for s in sizes)
 
 
+def _segment_pool(op: str, values: Tensor, offsets: Tensor, kernel: str) -> Tensor:
+    """Validate, then run the reference or the Triton version of the pooling op ``op``."""
+    b = _check_offsets(offsets)
+    _check_tensor("values", values, (1, 2), offsets, floating=True)
+    impl = select_kernel(kernel, values.device)
+    if impl == "torch" or _degenerate(b, values.shape[0], _width(values)):
+        return getattr(reference, op)(values, offsets)
+    return getattr(_triton(), op)(values, offsets)
+
+
 # ---------------------------------------------------------------------------------------------
 # public ops
 # ---------------------------------------------------------------------------------------------
@@ -156,12 +166,7 @@ def segment_sum(values: Tensor, offsets: Tensor, *, kernel: str = "auto") -> Ten
     Pooling without padding: cost O(N·D) however long the longest sequence is. Triton
     backward: a broadcast kernel.
     """
-    b = _check_offsets(offsets)
-    _check_tensor("values", values, (1, 2), offsets, floating=True)
-    impl = select_kernel(kernel, values.device)
-    if impl == "torch" or _degenerate(b, values.shape[0], _width(values)):
-        return reference.segment_sum(values, offsets)
-    return _triton().segment_sum(values, offsets)
+    return _segment_pool("segment_sum", values, offsets, kernel)
 
 
 def segment_mean(values: Tensor, offsets: Tensor, *, kernel: str = "auto") -> Tensor:
@@ -169,12 +174,7 @@ def segment_mean(values: Tensor, offsets: Tensor, *, kernel: str = "auto") -> Te
 
     Triton backward: a broadcast kernel scaled by 1/length.
     """
-    b = _check_offsets(offsets)
-    _check_tensor("values", values, (1, 2), offsets, floating=True)
-    impl = select_kernel(kernel, values.device)
-    if impl == "torch" or _degenerate(b, values.shape[0], _width(values)):
-        return reference.segment_mean(values, offsets)
-    return _triton().segment_mean(values, offsets)
+    return _segment_pool("segment_mean", values, offsets, kernel)
 
 
 def segment_max(values: Tensor, offsets: Tensor, *, kernel: str = "auto") -> Tensor:
@@ -184,12 +184,7 @@ def segment_max(values: Tensor, offsets: Tensor, *, kernel: str = "auto") -> Ten
     backward: a torch ``scatter`` to the argmax rows the forward kernel saved (no kernel needed).
     NaN inputs are unsupported.
     """
-    b = _check_offsets(offsets)
-    _check_tensor("values", values, (1, 2), offsets, floating=True)
-    impl = select_kernel(kernel, values.device)
-    if impl == "torch" or _degenerate(b, values.shape[0], _width(values)):
-        return reference.segment_max(values, offsets)
-    return _triton().segment_max(values, offsets)
+    return _segment_pool("segment_max", values, offsets, kernel)
 
 
 def jagged_to_padded(
