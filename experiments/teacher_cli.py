@@ -194,3 +194,7 @@ def add_teacher_parser(sub) -> None:
                    help="continue from RUN_DIR/checkpoints/last.ckpt when it exists")
     f.add_argument("--no-progress", action="store_true", help="no progress bar")
     f.set_defaults(func=teacher_fit)
+
+    from experiments.teacher_export import add_export_parser
+
+    add_export_parser(tsub)

@@ -15,6 +15,9 @@ from pathlib import Path
 
 import yaml
 
+from experiments.cli import main
+from transfer.store import TeacherStore
+
 ROOT = Path(__file__).resolve().parents[2]
 TINY = ROOT / "experiments/teachers/tiny.yaml"
 
@@ -119,6 +122,12 @@ def test_fsdp_cpu_shards_trains_and_resumes(tiny_data, tmp_path):
         assert p["start_step"] == 20 and p["global_step"] == 30
     # restored weights: the resumed run starts near where the first one ended
     assert probes[0]["losses"][0] < sum(first_losses[:3]) / 3
+
+    # the sharded checkpoint exports like a single-file one
+    store = tmp_path / "store"
+    assert main(["teacher", "export", "--ckpt", str(ckpt), "--config", str(config), "--data",
+                 str(tiny_data), "--out", str(store), "--days", "5:6", "--no-progress"]) == 0
+    assert TeacherStore(store).num_rows == 4000
 
 
 def test_hsdp_mesh_replicates_across_groups(tiny_data, tmp_path):
