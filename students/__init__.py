@@ -1,0 +1,22 @@
+"""Vertical models (students) and the registry that builds them from a config (DESIGN §1, §5).
+
+A student is any ``torch.nn.Module`` whose ``forward(batch, features=None)`` returns a
+``StudentOutput``; the built-ins share :class:`StudentBase`, a user's own need not.
+"""
+
+from students.base import StudentBase
+from students.dcn import DCNStudent
+from students.mlp import MLPStudent
+from students.registry import BUILTIN_STUDENTS, build_student
+from students.seq_pool import SeqPoolStudent
+from transfer.distill.student import StudentOutput
+
+__all__ = [
+    "BUILTIN_STUDENTS",
+    "DCNStudent",
+    "MLPStudent",
+    "SeqPoolStudent",
+    "StudentBase",
+    "StudentOutput",
+    "build_student",
+]

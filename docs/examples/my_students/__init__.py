@@ -1,0 +1,5 @@
+"""An example of a user's own student package (see docs/custom_student.md)."""
+
+from my_students.tower import TwoTower
+
+__all__ = ["TwoTower"]
