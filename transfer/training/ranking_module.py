@@ -232,12 +232,16 @@ class RankingModule(pl.LightningModule):
         return total
 
     # ------------------------------------------------------------------ evaluation
+    def serving_logits(self, batch: Batch) -> Tensor:
+        """The logits that are evaluated (and served); subclasses with other models override."""
+        return self.model(batch)["logits"]
+
     def _eval_step(self, batch: Batch, metrics: RankingMetrics, split: str) -> None:
-        out = self.model(batch)
+        logits = self.serving_logits(batch)
         mask = self.label_mask(batch)
-        total, _ = self.loss(out["logits"], batch.labels, mask)
+        total, _ = self.loss(logits, batch.labels, mask)
         self.log(f"{split}/loss", total, batch_size=len(batch), sync_dist=True)
-        metrics.update(out["logits"].float(), batch.labels, batch.domain, mask)
+        metrics.update(logits.float(), batch.labels, batch.domain, mask)
 
     def _eval_end(self, metrics: RankingMetrics, split: str) -> None:
         values = metrics.compute()  # torchmetrics syncs the states across ranks

@@ -1,0 +1,48 @@
+"""Auxiliary distillation head with gradient scaling (ExFM, DESIGN §5).
+
+The student keeps a serving head trained on labels; this separate head learns the teacher's
+targets from the student's shared trunk. ``beta`` scales only the gradient that flows from this
+head back into the trunk (identity forward, ×β backward), so distillation shapes the trunk
+without overwhelming the serving objective. Only the serving head is evaluated and served.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+
+class _ScaleGrad(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, beta: float) -> torch.Tensor:
+        ctx.beta = beta
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
+        return grad * ctx.beta, None
+
+
+def scale_grad(x: torch.Tensor, beta: float) -> torch.Tensor:
+    """Identity in the forward pass; multiplies the incoming gradient by ``beta``."""
+    return _ScaleGrad.apply(x, float(beta))
+
+
+class AuxDistillHead(nn.Module):
+    """``ŷ_D = head(scale_grad(trunk, β))`` with one logit per task."""
+
+    def __init__(self, in_dim: int, n_tasks: int, beta: float = 1.0, hidden: int = 0) -> None:
+        super().__init__()
+        if in_dim < 1 or n_tasks < 1:
+            raise ValueError(f"AuxDistillHead needs in_dim >= 1 and n_tasks >= 1, got "
+                             f"{in_dim}, {n_tasks}")
+        self.beta = float(beta)
+        layers: list[nn.Module] = []
+        if hidden:
+            layers += [nn.Linear(in_dim, hidden), nn.ReLU()]
+            in_dim = hidden
+        layers.append(nn.Linear(in_dim, n_tasks))
+        self.net = nn.Sequential(*layers)
+
+    def forward(self, trunk: torch.Tensor) -> torch.Tensor:
+        return self.net(scale_grad(trunk, self.beta))

@@ -1,0 +1,240 @@
+"""As-of join of teacher codes and the code store (DESIGN §5, LoopFM).
+
+The join is checked against a brute-force Python reference on random data with many equal
+timestamps; every stored code encodes its own row number, so each returned value can be traced
+back to the row it came from (same user, strictly earlier, never the example itself).
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from transfer.errors import StoreError
+from transfer.repr_features import (
+    AsOfCodes,
+    CodeStore,
+    code_nbytes,
+    dequantize_codes,
+    has_history,
+    pool_mean,
+    write_code_store,
+)
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    """Tiny ops on a shared 2-core machine: one intra-op thread is ~15x faster than two."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+LEVELS = {8: 127, 4: 7}
+
+
+def _traceable_codes(m: int, bits: int, code_dim: int) -> np.ndarray:
+    """Float codes whose quantised digits spell the row number (base 2·levels+1), unique."""
+    base = 2 * LEVELS[bits] + 1
+    digits = np.zeros((m, code_dim), dtype=np.int64)
+    r = np.arange(m)
+    for j in range(code_dim):
+        digits[:, j] = r % base
+        r = r // base
+    assert (r == 0).all(), "code_dim too small to make every code unique"
+    return (digits - LEVELS[bits]) / LEVELS[bits]
+
+
+def _row_of(values: np.ndarray, bits: int) -> np.ndarray:
+    base = 2 * LEVELS[bits] + 1
+    digits = np.rint(values * LEVELS[bits]).astype(np.int64) + LEVELS[bits]
+    return (digits * base ** np.arange(values.shape[1])).sum(1)
+
+
+def _world(rng: np.random.Generator, m: int, n_users: int, n_ts: int) -> dict[str, np.ndarray]:
+    return {"example_id": rng.permutation(10 * m)[:m].astype(np.int64) + 1000,
+            "user_id": rng.integers(0, n_users, m) * 7919 + 3,
+            "ts": rng.integers(0, n_ts, m) * 60 + 1_700_000_000,
+            "day": rng.integers(0, 3, m).astype(np.int32)}
+
+
+def _store(tmp_path, w, bits=8, code_dim=5, name="codes"):
+    from transfer.repr_features import quantize_codes
+
+    codes = _traceable_codes(len(w["example_id"]), bits, code_dim)
+    q = quantize_codes(codes, bits)
+    write_code_store(tmp_path / name, w["example_id"], w["user_id"], w["ts"], w["day"], q, bits,
+                     code_dim, {"teacher_version": "abc123", "layer": "trunk"})
+    return CodeStore(tmp_path / name)
+
+
+def _reference(w, user, t, max_events) -> list[int]:
+    """Rows (by original index) of ``user`` with ts < t, most recent ``max_events``, oldest first;
+    equal timestamps ordered by example_id (the store's documented tie order)."""
+    rows = [i for i in range(len(w["ts"])) if w["user_id"][i] == user and w["ts"][i] < t]
+    rows.sort(key=lambda i: (w["ts"][i], w["example_id"][i]))
+    return rows[-max_events:] if rows else []
+
+
+@pytest.mark.parametrize("bits,max_events", [(8, 4), (4, 50), (8, 1)])
+def test_asof_matches_brute_force_with_ties(tmp_path, bits, max_events):
+    rng = np.random.default_rng(bits * 100 + max_events)
+    w = _world(rng, m=500, n_users=12, n_ts=20)  # ~40 events per user over 20 distinct seconds
+    asof = AsOfCodes(_store(tmp_path, w, bits), max_events=max_events)
+    # queries: every stored example at its own time (its own code must never come back), plus
+    # unseen users and times before / after everything
+    qu = np.concatenate([w["user_id"], [1, 3, 3, w["user_id"][0]]])
+    qt = np.concatenate([w["ts"], [w["ts"].max() + 1, 0, 2**40, w["ts"].min()]])
+    qe = np.concatenate([w["example_id"], [-1, -1, -1, -1]])
+    values, offsets = asof.lookup(torch.from_numpy(qu), torch.from_numpy(qt))
+    assert values.dtype == torch.float32 and offsets.dtype == torch.int64
+    assert offsets.shape == (len(qu) + 1,) and offsets[0] == 0 and offsets[-1] == len(values)
+    rows = _row_of(values.numpy(), bits)
+    off = offsets.numpy()
+    n_nonempty = 0
+    for b in range(len(qu)):
+        got = rows[off[b]:off[b + 1]].tolist()
+        assert got == _reference(w, qu[b], qt[b], max_events), b
+        assert all(w["ts"][i] < qt[b] and w["user_id"][i] == qu[b] for i in got)
+        assert qe[b] not in {int(w["example_id"][i]) for i in got}
+        n_nonempty += bool(got)
+    assert n_nonempty > len(qu) // 2  # the test exercised real histories, not just empties
+    # the tie-heavy data really had examples whose same-second neighbours were excluded
+    _, counts = np.unique(np.stack([w["user_id"], w["ts"]]), axis=1, return_counts=True)
+    assert (counts > 1).sum() > 20
+
+
+def test_max_events_keeps_most_recent_and_empty_segments(tmp_path):
+    w = {"example_id": np.arange(6, dtype=np.int64),
+         "user_id": np.array([5, 5, 5, 5, 9, 9]),
+         "ts": np.array([10, 20, 30, 40, 100, 100]),
+         "day": np.zeros(6, dtype=np.int32)}
+    asof = AsOfCodes(_store(tmp_path, w), max_events=2)
+    values, offsets = asof.lookup(np.array([5, 5, 5, 9, 9, 42]),
+                                  np.array([41, 10, 11, 100, 101, 10**9]))
+    assert offsets.tolist() == [0, 2, 2, 3, 3, 5, 5]
+    rows = _row_of(values.numpy(), 8).tolist()
+    assert rows == [2, 3, 0, 4, 5]  # most recent two, oldest first; ts 100 not before 100
+    pooled = pool_mean(values, offsets)
+    assert pooled.shape == (6, 5)
+    assert torch.equal(pooled[1], torch.zeros(5)) and torch.equal(pooled[5], torch.zeros(5))
+    torch.testing.assert_close(pooled[0], values[:2].mean(0))
+    assert has_history(offsets).squeeze(1).tolist() == [1, 0, 1, 0, 1, 0]
+
+
+def test_lookup_is_vectorised_on_a_larger_store(tmp_path):
+    rng = np.random.default_rng(0)
+    w = _world(rng, m=100_000, n_users=5_000, n_ts=1_000)
+    asof = AsOfCodes(_store(tmp_path, w, bits=4, code_dim=5), max_events=10)
+    qi = rng.integers(0, 100_000, 4096)
+    values, offsets = asof.lookup(w["user_id"][qi], w["ts"][qi])
+    lens = np.diff(offsets.numpy())
+    assert lens.max() <= 10 and values.shape == (offsets[-1], 5)
+    rows = _row_of(values.numpy(), 4)
+    seg = np.repeat(np.arange(len(qi)), lens)
+    assert (w["ts"][rows] < w["ts"][qi][seg]).all()
+    assert (w["user_id"][rows] == w["user_id"][qi][seg]).all()
+
+
+def test_empty_store(tmp_path):
+    w = {k: np.zeros(0, dtype=np.int64) for k in ("example_id", "user_id", "ts", "day")}
+    asof = AsOfCodes(_store(tmp_path, w), max_events=3)
+    assert len(asof) == 0
+    values, offsets = asof.lookup(np.array([1, 2]), np.array([5, 6]))
+    assert values.shape == (0, 5) and offsets.tolist() == [0, 0, 0]
+
+
+# ---- the code store ----------------------------------------------------------------------------
+@pytest.mark.parametrize("bits,code_dim", [(8, 6), (4, 5)])
+def test_code_store_round_trip(tmp_path, bits, code_dim):
+    rng = np.random.default_rng(1)
+    w = _world(rng, m=300, n_users=10, n_ts=50)
+    store = _store(tmp_path, w, bits, code_dim)
+    info = json.loads((tmp_path / "codes" / "codes.json").read_text())
+    assert info["bits"] == bits and info["code_dim"] == code_dim and info["rows"] == 300
+    assert store.meta == {"teacher_version": "abc123", "layer": "trunk"}
+    table = store.read()
+    assert table.schema.field("code").type.byte_width == code_nbytes(bits, code_dim)
+    assert table.schema.field("day").type == "int32"
+    uid, ts = table.column("user_id").to_numpy(), table.column("ts").to_numpy()
+    assert (np.lexsort((ts, uid)) == np.arange(300)).all()  # stored in as-of order
+    # every row's code came back with its own keys
+    rows = _row_of(store.codes(table), bits)
+    for k in ("example_id", "user_id", "ts", "day"):
+        assert (table.column(k).to_numpy() == w[k][rows]).all()
+    q = store.codes_q(table)
+    assert q.dtype == np.uint8 and q.shape == (300, code_nbytes(bits, code_dim))
+    np.testing.assert_array_equal(dequantize_codes(q, bits, code_dim), store.codes(table))
+
+
+def _one_line(e: pytest.ExceptionInfo) -> str:
+    msg = str(e.value)
+    assert "\n" not in msg
+    return msg
+
+
+def test_code_store_refuses_tampering(tmp_path):
+    rng = np.random.default_rng(2)
+    w = _world(rng, m=50, n_users=5, n_ts=10)
+    _store(tmp_path, w)
+    path = tmp_path / "codes"
+    jpath, fpath = path / "codes.json", path / "codes.parquet"
+    good_json, good_file = jpath.read_text(), fpath.read_bytes()
+
+    fpath.write_bytes(good_file[:-10] + bytes(10))  # same size, different bytes
+    with pytest.raises(StoreError) as e:
+        CodeStore(path)
+    assert "sha256" in _one_line(e)
+    fpath.write_bytes(good_file)
+
+    info = json.loads(good_json)
+    info["rows"] = 49
+    jpath.write_text(json.dumps(info))
+    with pytest.raises(StoreError) as e:
+        CodeStore(path)
+    assert "49" in _one_line(e)
+
+    del info["bits"]
+    jpath.write_text(json.dumps(info))
+    with pytest.raises(StoreError) as e:
+        CodeStore(path)
+    assert "'bits'" in _one_line(e)
+
+    jpath.write_text("{not json")
+    with pytest.raises(StoreError) as e:
+        CodeStore(path)
+    assert "unreadable" in _one_line(e)
+
+    jpath.unlink()
+    with pytest.raises(StoreError) as e:
+        CodeStore(path)
+    assert "codes.json" in _one_line(e)
+
+    jpath.write_text(good_json)
+    fpath.unlink()
+    with pytest.raises(StoreError) as e:
+        CodeStore(path)
+    assert "missing" in _one_line(e)
+
+
+def test_write_code_store_refuses_bad_input(tmp_path):
+    w = {"example_id": np.array([1, 2]), "user_id": np.array([1, 1]), "ts": np.array([1, 2]),
+         "day": np.array([0, 0])}
+    q = np.zeros((2, 4), dtype=np.int8)
+    args = (w["example_id"], w["user_id"], w["ts"], w["day"])
+    with pytest.raises(StoreError, match="teacher_version"):
+        write_code_store(tmp_path / "a", *args, q, 8, 4, {})
+    with pytest.raises(StoreError, match="codes_q"):
+        write_code_store(tmp_path / "a", *args, q, 4, 4, {"teacher_version": "v"})
+    with pytest.raises(StoreError, match="duplicates"):
+        write_code_store(tmp_path / "a", np.array([1, 1]), *args[1:], q, 8, 4,
+                         {"teacher_version": "v"})
+    assert not (tmp_path / "a").exists()
+    write_code_store(tmp_path / "a", *args, q, 8, 4, {"teacher_version": "v"})
+    with pytest.raises(Exception, match="already exists"):
+        write_code_store(tmp_path / "a", *args, q, 8, 4, {"teacher_version": "v"})
+    write_code_store(tmp_path / "a", *args, q, 8, 4, {"teacher_version": "w"}, overwrite=True)
+    assert CodeStore(tmp_path / "a").meta["teacher_version"] == "w"

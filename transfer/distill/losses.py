@@ -1,0 +1,35 @@
+"""Distillation losses (DESIGN §5), elementwise so callers can mask rows without a teacher."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+
+def kd_bce(student_logits: torch.Tensor, teacher_logits: torch.Tensor,
+           temperature: float = 1.0) -> torch.Tensor:
+    """``T² · BCE(σ(z_s/T), σ(z_t/T))`` per element: the soft-target loss of Hinton et al.
+
+    The T² keeps gradient magnitudes comparable across temperatures. The teacher side carries
+    no gradient (targets are data).
+    """
+    t = float(temperature)
+    target = torch.sigmoid(teacher_logits.detach() / t)
+    return t * t * F.binary_cross_entropy_with_logits(student_logits / t, target,
+                                                      reduction="none")
+
+
+def kd_mse(student_logits: torch.Tensor, teacher_logits: torch.Tensor) -> torch.Tensor:
+    """Squared logit difference per element (logit matching)."""
+    return (student_logits - teacher_logits.detach()).pow(2)
+
+
+KD_LOSSES = {"bce": kd_bce, "mse": lambda s, t, temperature=1.0: kd_mse(s, t)}
+
+
+def masked_mean(values: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    """Mean over the rows where ``mask`` is true (``values [B, T]``, ``mask [B]``); 0 if none."""
+    if mask is None:
+        return values.mean()
+    m = mask.to(values.dtype).unsqueeze(-1).expand_as(values)
+    return (values * m).sum() / m.sum().clamp_min(1.0)
