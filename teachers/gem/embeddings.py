@@ -24,6 +24,38 @@ DEFAULT_SHARED_TABLES: dict[str, str] = {
 }
 
 
+class _MeanBags(torch.autograd.Function):
+    """``F.embedding_bag(ids, weight, offsets, mode="mean")`` whose weight gradient is computed
+    as an embedding bag too: events sorted by id, each id's bag sums the gradients of the bags
+    its events are in, scaled by 1/bag size. The same numbers as the native backward (up to
+    summation order) but about 2x cheaper on CPU for long histories, where the native dense
+    backward's per-event sort/select work dominates a training step."""
+
+    @staticmethod
+    def forward(ctx, weight: Tensor, ids: Tensor, offsets: Tensor) -> Tensor:
+        ctx.save_for_backward(ids, offsets)
+        ctx.rows, ctx.dtype = weight.shape[0], weight.dtype
+        return F.embedding_bag(ids, weight, offsets, mode="mean", include_last_offset=True)
+
+    @staticmethod
+    def backward(ctx, grad: Tensor) -> tuple[Tensor | None, None, None]:
+        if not ctx.needs_input_grad[0]:
+            return None, None, None
+        ids, offsets = ctx.saved_tensors
+        sizes = offsets[1:] - offsets[:-1]
+        scaled = grad / sizes.clamp(min=1).unsqueeze(1).to(grad.dtype)
+        bag = torch.repeat_interleave(
+            torch.arange(sizes.shape[0], device=ids.device), sizes, output_size=ids.shape[0]
+        )
+        sorted_ids, perm = torch.sort(ids, stable=True)
+        row_offsets = torch.zeros(ctx.rows + 1, dtype=ids.dtype, device=ids.device)
+        torch.cumsum(torch.bincount(sorted_ids, minlength=ctx.rows), 0, out=row_offsets[1:])
+        gw = F.embedding_bag(
+            bag.index_select(0, perm), scaled, row_offsets, mode="sum", include_last_offset=True
+        )
+        return gw.to(ctx.dtype), None, None
+
+
 class HashedEmbedding(nn.Embedding):
     """An embedding table that hashes ids modulo its row count (negative ids included)."""
 
@@ -38,6 +70,8 @@ class HashedEmbedding(nn.Embedding):
         ids = torch.remainder(ids, self.num_embeddings)
         if bag_offsets is None:
             return super().forward(ids)
+        if ids.device.type == "cpu" and torch.is_grad_enabled() and self.weight.requires_grad:
+            return _MeanBags.apply(self.weight, ids, bag_offsets)
         return F.embedding_bag(ids, self.weight, bag_offsets, mode="mean", include_last_offset=True)
 
 

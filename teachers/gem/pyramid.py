@@ -98,31 +98,21 @@ class PyramidCompressor(nn.Module):
         so any segment op (mean, sum, an embedding bag) pools the chunks. Events must already be
         truncated to at most ``max_history`` per example.
         """
-        b = offsets.shape[0] - 1
         t = self.n_tokens(max_len)
-        dev = offsets.device
-        if n == 0:
-            return torch.zeros(b * t + 1, dtype=torch.long, device=dev), t
-        levels = t // self.recent
-        seg_b = torch.repeat_interleave(
-            torch.arange(b, device=dev), offsets[1:] - offsets[:-1], output_size=n
-        )
-        p = offsets[seg_b + 1] - 1 - torch.arange(n, device=dev)  # 0 = most recent
-        level = torch.zeros_like(p)
-        for lvl in range(1, levels):
-            level += p >= pyramid_coverage(lvl, self.recent, self.chunk)
-        starts = torch.tensor(
-            [pyramid_coverage(lvl, self.recent, self.chunk) for lvl in range(levels)], device=dev
-        )
-        sizes = torch.tensor([self.chunk**lvl for lvl in range(levels)], device=dev)
-        slot = level * self.recent + torch.div(
-            p - starts[level], sizes[level], rounding_mode="floor"
-        )
-        slot = slot.clamp_(max=t - 1)  # guards a batch whose seq_max_len understates it
-        # Column t-1-slot: within an example p falls as the index rises, so these chunk ids are
-        # already sorted, and offsets follow by binary search (deterministic, no atomics).
-        seg = seg_b * t + (t - 1 - slot)
-        return torch.searchsorted(seg, torch.arange(b * t + 1, device=dev)), t
+        r, c = self.recent, self.chunk
+        # First position (counted from the most recent, p = 0) of every slot, oldest last.
+        bounds = [
+            pyramid_coverage(lvl, r, c) + i * c**lvl for lvl in range(t // r) for i in range(r)
+        ]
+        # Column j >= 1 (slot t-1-j) starts where slot t-j's positions end; column 0 (the oldest
+        # slot) runs back to the example's first event, so events beyond the pyramid's coverage
+        # (a batch whose seq_max_len understates it) fall into it. O(B·T): no per-event work.
+        ends, lengths = offsets[1:], offsets[1:] - offsets[:-1]
+        q = torch.tensor(bounds[1:][::-1], dtype=offsets.dtype, device=offsets.device)
+        starts = torch.empty(ends.shape[0], t, dtype=offsets.dtype, device=offsets.device)
+        starts[:, 0] = offsets[:-1]
+        starts[:, 1:] = ends.unsqueeze(1) - torch.minimum(q.unsqueeze(0), lengths.unsqueeze(1))
+        return torch.cat([starts.view(-1), offsets[-1:]]), t
 
     def tokens(self, pooled: Tensor, chunk_offsets: Tensor, t: int) -> tuple[Tensor, Tensor]:
         """Pooled chunks ``[B·T, d]`` → ``(tokens [B, T, d], mask [B, T])`` with slot embeddings."""

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -220,18 +219,6 @@ def test_param_counts_increase_with_size(schema):
         cfg = yaml.safe_load((CONFIGS / f"{name}.yaml").read_text())
         counts[name] = GEM.from_config(schema, cfg["model"]).num_parameters()
     assert counts["tiny"] < counts["small"] < counts["base"]
-
-
-def test_tiny_forward_backward_is_fast(schema, batch):
-    cfg = yaml.safe_load((CONFIGS / "tiny.yaml").read_text())
-    torch.manual_seed(0)
-    model = GEM.from_config(schema, cfg["model"]).train()
-    times = []
-    for _ in range(3):
-        t = time.perf_counter()
-        model(batch)["logits"].sum().backward()
-        times.append(time.perf_counter() - t)
-    assert min(times) < 1.0  # typically a few tens of ms; generous for a loaded machine
 
 
 def test_config_errors(schema):
