@@ -90,6 +90,10 @@ def build_parser() -> argparse.ArgumentParser:
     from experiments.teacher_cli import add_teacher_parser
 
     add_teacher_parser(sub)
+
+    from experiments.run_cli import add_run_parsers
+
+    add_run_parsers(sub)
     return p
 
 

@@ -1,0 +1,240 @@
+"""The report layer: summary numbers, report.md text, generated sentences, plots, errors."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+
+from experiments.report import (
+    VARIANTS,
+    render_report,
+    report_command,
+    summarize,
+    what_it_means,
+    write_plots,
+    write_report,
+)
+from transfer.errors import ConfigError
+
+SEEDS = (0, 1, 2)
+LAGS = (0, 7)
+DOMAINS = ("all", "d0", "d1")
+TASKS = ("click", "conversion")
+EFFECTS = {"baseline": 0.0, "kd": 0.010, "kd_aux": 0.014, "kd_aux_adapter": 0.012,
+           "kd_repr": 0.011, "hierarchical": 0.009, "full": 0.013}
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+def make_results(effects: dict[str, float] = EFFECTS, lags=LAGS) -> pd.DataFrame:
+    """NE = 0.80 + offsets + 0.002·seed − effect·(1 − lag/14) + 0.0004·((seed + i_v) % 3 − 1)."""
+    rows = []
+    for lag in lags:
+        for d_off, domain in zip((0.0, -0.01, 0.01), DOMAINS, strict=True):
+            for t_off, task in zip((0.0, 0.05), TASKS, strict=True):
+                for seed in SEEDS:
+                    def ne(v, seed=seed, lag=lag, d_off=d_off, t_off=t_off):
+                        i = VARIANTS.index(v)
+                        return (0.80 + d_off + t_off + 0.002 * seed
+                                - effects[v] * (1 - lag / 14) + 0.0004 * ((seed + i) % 3 - 1))
+                    base, kd = ne("baseline"), ne("kd")
+                    teacher = 0.78 + d_off + t_off + 0.001 * lag
+                    for v in VARIANTS:
+                        n = ne(v)
+                        rows.append(dict(
+                            variant=v, seed=seed, domain=domain, task=task,
+                            teacher_lag_days=lag, ne=n, auc=0.70 + effects[v], calibration=1.0,
+                            ne_baseline=base, ne_teacher=teacher, ne_oracle=0.70 + d_off + t_off,
+                            delta_ne=base - n, transfer_ratio=(base - n) / (base - teacher),
+                            efficiency_vs_kd=(base - n) / (base - kd), train_seconds=1.0,
+                            examples_per_second=1e5))
+    return pd.DataFrame(rows)
+
+
+def make_run(root: Path, results: pd.DataFrame, extras: bool = True) -> Path:
+    root.mkdir(parents=True, exist_ok=True)
+    results.to_csv(root / "results.csv", index=False)
+    if extras:
+        (root / "spec.yaml").write_text(yaml.safe_dump({
+            "name": "synthetic-bench", "seeds": list(SEEDS), "variants": list(VARIANTS),
+            "teacher_lag_days": sorted(results["teacher_lag_days"].unique().tolist()),
+            "data": {"config": "experiments/data/tiny.yaml", "train_days": 4},
+            "student": {"class_path": "students.MLP", "hidden": 64}}))
+        pd.DataFrame([
+            dict(variant="kd", param="lambda", value=0.5, chosen=False, val_ne=0.81),
+            dict(variant="kd", param="lambda", value=1.0, chosen=True, val_ne=0.80),
+            dict(variant="kd", param="T", value=2.0, chosen=True, val_ne=0.80),
+        ]).to_csv(root / "tuning.csv", index=False)
+        (root / "curves").mkdir(exist_ok=True)
+        for v in ("baseline", "kd"):
+            for s in SEEDS:
+                steps = np.arange(0, 100, 10)
+                pd.DataFrame({"step": steps, "train_loss": 1 / (1 + steps + s),
+                              "kd_loss": 0.5 / (1 + steps)}).to_csv(
+                    root / "curves" / f"{v}_seed{s}_lag0.csv", index=False)
+    return root
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory) -> Path:
+    return make_run(tmp_path_factory.mktemp("run"), make_results())
+
+
+def _cell(summary: pd.DataFrame, variant: str, lag=0, domain="all", task="click") -> pd.Series:
+    s = summary[(summary["variant"] == variant) & (summary["teacher_lag_days"] == lag)
+                & (summary["domain"] == domain) & (summary["task"] == task)]
+    assert len(s) == 1
+    return s.iloc[0]
+
+
+def test_summary_matches_hand_computed():
+    summary = summarize(make_results())
+    assert len(summary) == 2 * 7 * 3 * 2
+    # kd, lag 0, all, click: 0.80 + 0.002·s − 0.010 + 0.0004·[0, 1, −1]
+    kd_ne = [0.790, 0.7924, 0.7936]
+    base_ne = [0.7996, 0.8020, 0.8044]  # baseline: 0.80 + 0.002·s + 0.0004·[−1, 0, 1]
+    kd = _cell(summary, "kd")
+    assert kd["n_seeds"] == 3
+    assert kd["ne_mean"] == pytest.approx(0.792)
+    assert kd["ne_std"] == pytest.approx(np.std(kd_ne, ddof=1))
+    delta = np.subtract(base_ne, kd_ne)  # [0.0096, 0.0096, 0.0108]
+    assert kd["delta_ne_mean"] == pytest.approx(0.0100)
+    assert kd["delta_ne_std"] == pytest.approx(np.std(delta, ddof=1))
+    tr = delta / (np.array(base_ne) - 0.78)
+    assert kd["transfer_ratio_mean"] == pytest.approx(tr.mean())
+    assert kd["transfer_ratio_std"] == pytest.approx(np.std(tr, ddof=1))
+    gap = delta / (np.array(base_ne) - 0.70)
+    assert kd["gap_closed_mean"] == pytest.approx(gap.mean())
+    assert kd["gap_closed_std"] == pytest.approx(np.std(gap, ddof=1))
+    assert kd["efficiency_vs_kd_mean"] == pytest.approx(1.0)
+    assert kd["efficiency_vs_kd_std"] == pytest.approx(0.0, abs=1e-12)
+    # lag 7 halves the effect (1 − 7/14): kd_aux at conversion, domain d1
+    aux = _cell(summary, "kd_aux", lag=7, domain="d1", task="conversion")
+    aux_ne = [0.80 + 0.01 + 0.05 + 0.002 * s - 0.007 + 0.0004 * ((s + 2) % 3 - 1) for s in SEEDS]
+    assert aux["ne_mean"] == pytest.approx(np.mean(aux_ne))
+    assert aux["ne_std"] == pytest.approx(np.std(aux_ne, ddof=1))
+    # canonical order within a (lag, domain, task) block; all first, click first
+    first = summary.iloc[:7]
+    assert first["variant"].tolist() == list(VARIANTS)
+    assert set(first["domain"]) == {"all"} and set(first["task"]) == {"click"}
+
+
+def test_gap_closed_is_nan_without_oracle():
+    res = make_results()
+    res["ne_oracle"] = np.nan
+    kd = _cell(summarize(res), "kd")
+    assert np.isnan(kd["gap_closed_mean"]) and np.isnan(kd["ne_oracle_mean"])
+    assert kd["ne_mean"] == pytest.approx(0.792)
+
+
+def test_report_contents(run_dir):
+    path = write_report(run_dir)
+    text = path.read_text()
+    assert path == run_dir / "report.md"
+    assert text.startswith("# gemkd report: synthetic-bench")
+    main = text.split("## Main result")[1].split("##")[0]
+    assert "| kd | 0.7920 ± 0.0018 | 0.0100 ± 0.0007 |" in main
+    assert "| baseline | 0.8020 ± 0.0024 | 0.0000 ± 0.0000 |" in main
+    assert [ln.split(" | ")[0] for ln in main.splitlines() if ln.startswith("| ")][1:] == \
+        [f"| {v}" for v in VARIANTS]
+    assert "teacher NE 0.7800 ± 0.0000" in main and "oracle NE 0.7000 ± 0.0000" in main
+    every = text.split("## Every task")[1].split("##")[0]
+    # conversion adds 0.05 to every NE
+    assert "| conversion | kd | 0.8420 ± 0.0018 |" in every
+    lag = text.split("## ΔNE vs teacher lag")[1].split("##")[0]
+    assert "lag 0" in lag and "lag 7" in lag
+    assert "| kd | 0.0100 ± 0.0007 | 0.0050 ± 0.0007 |" in lag
+    assert "| chosen |" in text and "| kd | lambda | 0.5, 1.0 | 1.0 | 0.8000 |" in text
+    assert "students.MLP" in text and "train_days=4" in text and "[0, 7]" in text
+    assert not [p for p in run_dir.iterdir() if p.name.startswith(".")]  # no temp left
+
+
+def _sentences(run: Path) -> list[str]:
+    sents = what_it_means(run)
+    assert len(sents) == 2
+    text = " ".join(sents)
+    assert len(re.split(r"(?<=\.)\s+(?=[A-Z])", text)) == 2
+    assert text in render_report(run)
+    return sents
+
+
+def test_what_it_means_follows_the_data(tmp_path):
+    aux_best = _sentences(make_run(tmp_path / "a", make_results(), extras=False))
+    assert "best variant" in aux_best[0] and "is kd_aux" in aux_best[0]
+    assert "0.0040" in aux_best[0] and "more than 2 std" in aux_best[0]  # 0.014 − 0.010
+    assert "lowers NE by 0.0100" in aux_best[1] and "more than 2 std" in aux_best[1]
+
+    kd_best = _sentences(make_run(tmp_path / "b", make_results(
+        {**EFFECTS, "kd": 0.020}), extras=False))
+    assert kd_best[0].startswith("Plain KD is the best variant")
+    assert "kd_aux" in kd_best[0] and "0.0060" in kd_best[0]
+    assert "lowers NE by 0.0200" in kd_best[1]
+    assert kd_best != aux_best
+
+    # KD no better than the baseline, and kd_aux only 0.0003 above KD: within noise
+    weak = _sentences(make_run(tmp_path / "c", make_results(
+        {**EFFECTS, "kd": 0.0002, "kd_aux": 0.0005, "kd_aux_adapter": 0.0, "kd_repr": 0.0,
+         "hierarchical": 0.0, "full": 0.0}), extras=False))
+    assert "is kd_aux" in weak[0] and "within 2 std" in weak[0]
+    assert "within 2 std" in weak[1] and "not distinguishable" in weak[1]
+
+
+def test_plots_are_pngs(run_dir):
+    paths = write_plots(run_dir)
+    names = sorted(p.name for p in paths)
+    assert names == ["ne_by_variant.png", "ne_vs_lag.png", "training_curves.png",
+                     "transfer_ratio.png"]
+    for p in paths:
+        assert p.parent == run_dir / "plots"
+        data = p.read_bytes()
+        assert data[:8] == PNG and len(data) > 5000
+    assert not [p for p in (run_dir / "plots").iterdir() if p.name.startswith(".")]
+
+
+def test_single_lag_no_curves(tmp_path):
+    run = make_run(tmp_path / "r", make_results(lags=(0,)), extras=False)
+    names = sorted(p.name for p in write_plots(run))
+    assert names == ["ne_by_variant.png", "transfer_ratio.png"]
+    text = render_report(run)
+    assert "ΔNE vs teacher lag" not in text and "No `tuning.csv`" in text
+    assert "No `spec.yaml`" in text and "## Plots" in text
+
+
+def test_report_command(run_dir):
+    out = report_command(run_dir)
+    assert "| kd | 0.7920 ± 0.0018 |" in out
+    assert f"wrote {run_dir / 'report.md'}" in out
+    assert "ne_by_variant.png" in out
+
+
+def test_missing_column_names_it(tmp_path):
+    run = make_run(tmp_path / "r", make_results().drop(columns=["ne"]), extras=False)
+    with pytest.raises(ConfigError, match=r"results\.csv: missing column 'ne'"):
+        render_report(run)
+    with pytest.raises(ConfigError, match="missing column 'transfer_ratio'"):
+        summarize(make_results().drop(columns=["transfer_ratio"]))
+
+
+def test_missing_and_corrupt_results(tmp_path):
+    with pytest.raises(ConfigError, match=r"results\.csv: results file not found"):
+        write_report(tmp_path)
+    with pytest.raises(ConfigError, match="results.csv"):
+        write_plots(tmp_path)
+    (tmp_path / "results.csv").write_text("")
+    with pytest.raises(ConfigError, match="empty"):
+        report_command(tmp_path)
+    bad = make_results()
+    bad["ne"] = bad["ne"].astype(object)
+    bad.loc[5, "ne"] = "oops"
+    bad.to_csv(tmp_path / "results.csv", index=False)
+    with pytest.raises(ConfigError, match=r"column 'ne' row 6: expected a number, got 'oops'"):
+        render_report(tmp_path)
+    make_results().pipe(lambda f: pd.concat([f, f.iloc[:1]])).to_csv(
+        tmp_path / "results.csv", index=False)
+    with pytest.raises(ConfigError, match="duplicate row for variant=baseline seed=0"):
+        render_report(tmp_path)
+    assert not (tmp_path / "report.md").exists()
