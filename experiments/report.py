@@ -13,13 +13,10 @@ main tables use the smallest teacher lag (the freshest teacher).
 
 from __future__ import annotations
 
-import contextlib
 import io
 import logging
 import math
-import os
 import re
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -29,6 +26,7 @@ import pandas as pd
 
 from transfer.config import load_yaml
 from transfer.errors import ConfigError
+from transfer.io.atomic import atomic_write_bytes
 
 log = logging.getLogger(__name__)
 
@@ -250,23 +248,6 @@ def _sort(summary: pd.DataFrame, tasks: list[str]) -> pd.DataFrame:
 
 
 # ----------------------------------------------------------------------------- formatting
-
-def _atomic_write(path: Path, data: bytes) -> None:
-    """Write via a temp file in the same directory + ``os.replace``; the result is mode 0644
-    (a report is for everyone to read, unlike ``mkstemp``'s 0600)."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.tmp-", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            os.fchmod(f.fileno(), 0o644)
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
-
 
 def _f4(x: float) -> str:
     if x is None or not math.isfinite(x):
@@ -583,7 +564,7 @@ def write_report(run_dir: str | Path) -> Path:
 
 def _write_report(run: _Run) -> Path:
     path = run.dir / "report.md"
-    _atomic_write(path, _render(run).encode("utf-8"))
+    atomic_write_bytes(path, _render(run).encode("utf-8"))
     return path
 
 
@@ -599,7 +580,7 @@ _REF_STYLE = {
 def _save(fig: Any, path: Path) -> Path:
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=100)
-    _atomic_write(path, buf.getvalue())
+    atomic_write_bytes(path, buf.getvalue())
     return path
 
 
