@@ -65,11 +65,12 @@ def run_experiment(spec: RunSpec, out: Path) -> pd.DataFrame:
     from transfer.data.schema import DatasetSchema
 
     domains = DatasetSchema.load(data).domains
+    only = [spec.student_domain] if spec.student_domain else None  # the vertical's own traffic
     student_days = tuple(spec.student_days)
     eval_days = tuple(spec.eval_days)
-    base_rates = training_base_rates(data, student_days, tasks)
+    base_rates = training_base_rates(data, student_days, tasks, only)
     oracle = (steps.eval_metrics(data, eval_days, tasks, domains, base_rates,
-                                 steps.oracle_logits) if steps.has_oracle(data) else {})
+                                 steps.oracle_logits, only) if steps.has_oracle(data) else {})
     done = _load_done(out / "runs.jsonl")
     tuning_rows: list[dict] = []
     rows: list[dict] = []
@@ -91,7 +92,7 @@ def run_experiment(spec: RunSpec, out: Path) -> pd.DataFrame:
                                           cache, log)
             codes = CodeFeatures(codes_dir, int(spec.repr.get("max_events", 50)))
         teacher_eval = steps.eval_metrics(data, eval_days, tasks, domains, base_rates,
-                                          steps.store_logits(stores["gem"], tasks))
+                                          steps.store_logits(stores["gem"], tasks), only)
         log(f"  teacher NE on evaluation days: "
             f"{ {t: round(teacher_eval[f'ne/{t}/all'], 4) for t in tasks} }")
         for variant in spec.variants:
@@ -109,7 +110,7 @@ def run_experiment(spec: RunSpec, out: Path) -> pd.DataFrame:
                         f"{res['metrics'][f'ne/{tasks[0]}/all']:.4f} "
                         f"({res['examples_per_second']:.0f} ex/s)")
                 rows += _rows(variant, seed, lag, done[key], teacher_eval, oracle, tasks,
-                              domains)
+                              only or domains)
     pd.DataFrame(tuning_rows).to_csv(out / "tuning.csv", index=False)
     results = _derive(pd.DataFrame(rows))
     results.to_csv(out / "results.csv", index=False)

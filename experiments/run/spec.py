@@ -33,6 +33,7 @@ class RunSpec:
     teacher_lag_days: int | list[int] = 0
     student: dict[str, Any] = field(default_factory=lambda: {"class_path": "mlp"})
     student_tasks: list[str] = field(default_factory=lambda: ["click", "conversion"])
+    student_domain: str | None = None
     variants: list[str] = field(default_factory=lambda: list(VARIANTS))
     batch_size: int = 256
     lr: float = 0.01

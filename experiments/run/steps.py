@@ -128,13 +128,14 @@ def oracle_logits(batch) -> torch.Tensor:
 
 
 def eval_metrics(data: Path, days: tuple[int, int], tasks: list[str], domains: list[str],
-                 base_rates: dict[str, float], logits_fn) -> dict[str, float]:
-    """NE/AUC/calibration of ``logits_fn(batch)`` on ``days`` (teacher, oracle)."""
+                 base_rates: dict[str, float], logits_fn,
+                 only: list[str] | None = None) -> dict[str, float]:
+    """NE/AUC/calibration of ``logits_fn(batch)`` on ``days`` (and domains ``only``)."""
     from transfer.data.reader import DatasetReader
     from transfer.metrics import RankingMetrics
 
     metrics = RankingMetrics(tasks, len(domains), domains, base_rates=base_rates)
-    for batch in DatasetReader(data, days=days, batch_size=8192, tasks=tasks):
+    for batch in DatasetReader(data, days=days, batch_size=8192, tasks=tasks, domains=only):
         metrics.update(logits_fn(batch), batch.labels, batch.domain)
     return {k: float(v) for k, v in metrics.compute().items()}
 

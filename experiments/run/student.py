@@ -56,8 +56,10 @@ class CodeFeatures:
 class _Curve(pl.Callback):
     def __init__(self) -> None:
         self.rows: list[tuple[int, float]] = []
+        self.examples = 0
 
     def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx) -> None:
+        self.examples += len(batch)
         loss = outputs["loss"] if isinstance(outputs, dict) else outputs
         if loss is not None:
             self.rows.append((trainer.global_step, float(loss)))
@@ -93,8 +95,9 @@ def train_student(spec, job: StudentJob, data: Path, stores: dict[str, Path | No
                            aux_head=aux, adapter=adapter, features=codes if use_repr else None,
                            trained_until_day=job.trained_until_day, lr=spec.lr,
                            base_rates=base_rates)
+    only = [spec.student_domain] if spec.student_domain else None
     dm = AdsDataModule(data, train_days=job.train_days, test_days=job.eval_days,
-                       batch_size=spec.batch_size, shuffle=False, tasks=tasks)
+                       batch_size=spec.batch_size, shuffle=False, tasks=tasks, domains=only)
     curve = _Curve()
     trainer = pl.Trainer(max_epochs=1, logger=False, enable_checkpointing=False,
                          enable_progress_bar=False, enable_model_summary=False,
@@ -102,7 +105,6 @@ def train_student(spec, job: StudentJob, data: Path, stores: dict[str, Path | No
     t0 = time.perf_counter()
     trainer.fit(module, datamodule=dm)
     seconds = time.perf_counter() - t0
-    n_train = dm.reader("train").num_rows
     trainer.test(module, datamodule=dm, verbose=False)
     if curve_path is not None:
         curve_path.parent.mkdir(parents=True, exist_ok=True)
@@ -111,7 +113,7 @@ def train_student(spec, job: StudentJob, data: Path, stores: dict[str, Path | No
             w.writerow(["step", "train_loss"])
             w.writerows(curve.rows)
     return {"metrics": module.last_metrics["test"], "train_seconds": seconds,
-            "examples_per_second": n_train / seconds,
+            "examples_per_second": curve.examples / seconds,
             "coverage": teacher.coverage if teacher else float("nan")}
 
 

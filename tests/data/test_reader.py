@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pytest
@@ -121,3 +122,18 @@ def test_datamodule_splits(tiny_data):
     assert torch.equal(first.sort().values, second.sort().values)
     moved = next(iter(dm.val_dataloader())).to("cpu")
     assert moved.seq_offsets.dtype == torch.int64
+
+
+def test_domain_filter_keeps_one_surface(tiny_data):
+    reader = DatasetReader(tiny_data, batch_size=500, domains=["stories"])
+    batches = list(reader)
+    t = _table(tiny_data)
+    keep = t["domain"].to_numpy() == 1
+    ids, lengths, items = _concat(batches)
+    assert np.array_equal(ids, t["example_id"].to_numpy()[keep])
+    assert np.array_equal(lengths, pc.list_value_length(t["hist_item_id"]).to_numpy()[keep])
+    flat = t.filter(pa.array(keep))["hist_item_id"]
+    assert np.array_equal(items, pc.list_flatten(flat).to_numpy())
+    assert all(b.domain.eq(1).all() for b in batches)
+    with pytest.raises(DataError, match="unknown domain 'reels'"):
+        DatasetReader(tiny_data, domains=["reels"])

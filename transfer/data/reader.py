@@ -80,7 +80,8 @@ class DatasetReader(IterableDataset):
     """Iterate a gemkd dataset as ``Batch`` objects.
 
     ``days`` is a half-open range ``(first, end)``; ``max_seq_len`` keeps the most recent events
-    of longer histories. ``rank``/``world_size`` default to the initialised process group.
+    of longer histories; ``domains`` (names) keeps only those domains' rows — a vertical model's
+    own traffic. ``rank``/``world_size`` default to the initialised process group.
     """
 
     def __init__(self, root: str | Path, days: tuple[int, int] | None = None,
@@ -88,6 +89,7 @@ class DatasetReader(IterableDataset):
                  max_seq_len: int | None = None, categorical: list[str] | None = None,
                  dense: list[str] | None = None, sequence: list[str] | None = None,
                  tasks: list[str] | None = None, oracle: bool = True,
+                 domains: list[str] | None = None,
                  rank: int | None = None, world_size: int | None = None) -> None:
         super().__init__()
         if batch_size < 1:
@@ -107,6 +109,8 @@ class DatasetReader(IterableDataset):
         self.days = self._select_days(days)
         self.batch_size, self.shuffle, self.seed = batch_size, shuffle, seed
         self.max_seq_len = max_seq_len
+        self.domain_ids = None if domains is None else np.array(
+            [self._domain_id(d) for d in domains], dtype=np.int64)
         self.epoch = 0
         self._rank, self._world_size = rank, world_size
         self.units = self._scan_units()
@@ -182,7 +186,7 @@ class DatasetReader(IterableDataset):
             if unit.path != open_path:  # row groups of one file share its parsed footer
                 open_path, pf = unit.path, validate.open_parquet(unit.path)
             arrays = self._load(unit, pf)
-            n = unit.n_rows
+            n = len(arrays["example_id"])
             order = rng.permutation(n) if self.shuffle else None
             for start in range(0, n, self.batch_size):
                 stop = min(start + self.batch_size, n)
@@ -244,7 +248,15 @@ class DatasetReader(IterableDataset):
         if self.max_seq_len is not None:
             offsets, seq = _keep_recent(offsets, seq, self.max_seq_len)
         out["offsets"], out["seq"] = offsets, seq
+        if self.domain_ids is not None:
+            out = _select_rows(out, np.flatnonzero(np.isin(out["domain"], self.domain_ids)))
         return out
+
+    def _domain_id(self, name: str) -> int:
+        if name not in self.schema.domains:
+            raise DataError(f"{self.root}: unknown domain {name!r}; the dataset has: "
+                            f"{', '.join(self.schema.domains)}")
+        return self.schema.domains.index(name)
 
     def _batch(self, a: dict, rows: slice | np.ndarray) -> Batch:
         o = a["offsets"]
@@ -278,6 +290,14 @@ class DatasetReader(IterableDataset):
             ts=t(np.ascontiguousarray(a["ts"][rows])),
             oracle=t(np.ascontiguousarray(a["oracle"][rows])) if "oracle" in a else None,
         )
+
+
+def _select_rows(a: dict, rows: np.ndarray) -> dict:
+    """The arrays of one row group restricted to ``rows`` (jagged fields included)."""
+    offsets, idx = _gather_offsets(a["offsets"], rows)
+    out = {k: v[rows] for k, v in a.items() if k not in ("offsets", "seq")}
+    out["offsets"], out["seq"] = offsets, {k: v[idx] for k, v in a["seq"].items()}
+    return out
 
 
 def _gather_offsets(offsets: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

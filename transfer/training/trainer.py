@@ -16,7 +16,6 @@ from typing import Any
 
 import lightning.pytorch as pl
 import numpy as np
-import pyarrow.parquet as pq
 import torch
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint, TQDMProgressBar
 from lightning.pytorch.loggers import CSVLogger
@@ -24,7 +23,6 @@ from lightning.pytorch.strategies import DDPStrategy, ModelParallelStrategy
 
 from transfer.data.datamodule import AdsDataModule
 from transfer.data.reader import DatasetReader
-from transfer.data.writer import day_path
 from transfer.errors import ConfigError
 
 STRATEGIES = ("auto", "ddp", "fsdp")
@@ -187,16 +185,16 @@ def resume_path(out_dir: str | Path) -> Path | None:
 
 
 def training_base_rates(data_dir: str | Path, days: tuple[int, int] | list[int],
-                        tasks: list[str]) -> dict[str, float]:
-    """Positive rate of each task over the half-open training day range (labels only)."""
-    reader = DatasetReader(data_dir, days=tuple(days), batch_size=1 << 20, oracle=False)
+                        tasks: list[str], domains: list[str] | None = None) -> dict[str, float]:
+    """Positive rate of each task over the half-open training day range (and ``domains``)."""
+    reader = DatasetReader(data_dir, days=tuple(days), batch_size=1 << 16, categorical=[],
+                           dense=[], sequence=[], tasks=list(tasks), oracle=False,
+                           domains=domains)
     pos = np.zeros(len(tasks))
     n = 0
-    for day in reader.days:
-        table = pq.read_table(day_path(data_dir, day), columns=list(tasks))
-        n += table.num_rows
-        for i, t in enumerate(tasks):
-            pos[i] += float(np.asarray(table.column(t).to_numpy(), dtype=np.float64).sum())
+    for batch in reader:
+        n += len(batch)
+        pos += batch.labels.double().sum(dim=0).numpy()
     return {t: float(pos[i] / n) for i, t in enumerate(tasks)} if n else {}
 
 
