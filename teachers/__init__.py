@@ -2,5 +2,6 @@
 
 from teachers.domain_fm import DomainFM
 from teachers.gem import GEM
+from teachers.mlp import MLPRanker
 
-__all__ = ["GEM", "DomainFM"]
+__all__ = ["GEM", "DomainFM", "MLPRanker"]
