@@ -103,7 +103,7 @@ class DistillModule(RankingModule):
 
     def _kd_target(self, batch: Batch) -> tuple[Tensor, Tensor] | None:
         """Teacher (or adapter) logits as KD targets, and which rows have them."""
-        if self.teacher is None or self.kd.weight == 0 and self.adapter is None:
+        if self.teacher is None or (self.kd.weight == 0 and self.adapter is None):
             return None
         t_logits, found = self.teacher(batch)
         t_logits = t_logits.to(self.device, torch.float32)
