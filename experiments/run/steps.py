@@ -78,7 +78,7 @@ def fit_teacher(cfg: TeacherTrainConfig, data: Path, data_key: dict, cache: Path
 def export_teacher(run_dir: Path, data: Path, layer: str, cache: Path, log,
                    name: str = "store") -> Path:
     ckpt = run_dir / "checkpoints" / "last.ckpt"
-    key = {"run": str(run_dir), "layer": layer}
+    key = {"teacher": run_dir.parent.name, "layer": layer}  # step names carry upstream hashes
 
     def run(step: Path) -> None:
         teacher_export(argparse.Namespace(
@@ -99,7 +99,7 @@ def build_codes(store: Path, train_end: int, repr_cfg: dict, seed: int, cache: P
 
     code_dim, bits = int(repr_cfg.get("code_dim", 8)), int(repr_cfg.get("bits", 8))
     epochs = int(repr_cfg.get("epochs", 10))
-    key = {"store": str(store), "train_end": train_end, "code_dim": code_dim, "bits": bits,
+    key = {"store": store.parent.name, "train_end": train_end, "code_dim": code_dim, "bits": bits,
            "epochs": epochs, "seed": seed}
 
     def run(step: Path) -> None:
@@ -168,7 +168,7 @@ def fit_domain_fm(cfg: TeacherTrainConfig, data: Path, data_key: dict, gem_store
     from transfer.store import StoreCallback, TeacherStore, weights_hash
     from transfer.training import RankingModule, training_base_rates
 
-    key = {"data": data_key, "fm": dataclasses.asdict(cfg), "gem_store": str(gem_store)}
+    key = {"data": data_key, "fm": dataclasses.asdict(cfg), "gem_store": gem_store.parent.name}
 
     def run(step: Path) -> None:
         pl.seed_everything(cfg.seed, verbose=False)
