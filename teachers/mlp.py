@@ -10,13 +10,12 @@ It is the "is the teacher's architecture worth it?" reference of the ablation be
 
 from __future__ import annotations
 
-import inspect
-from collections.abc import Mapping
 from typing import Any
 
 import torch
 from torch import Tensor, nn
 
+from teachers.configurable import ConfigurableTeacher
 from teachers.gem.embeddings import FeatureEmbeddings, HashedEmbedding
 from teachers.gem.pyramid import keep_most_recent
 from transfer.data.batch import Batch
@@ -24,7 +23,7 @@ from transfer.data.schema import DatasetSchema
 from transfer.errors import ConfigError
 
 
-class MLPRanker(nn.Module):
+class MLPRanker(ConfigurableTeacher):
     """A 2-hidden-layer MLP over GEM's embedded features, one logit per task.
 
     ``forward(batch)`` returns ``{"logits": [B, n_tasks] float32, "repr": {"trunk": [B,
@@ -98,33 +97,7 @@ class MLPRanker(nn.Module):
         if problems:
             raise ConfigError(f"{type(self).__name__}: " + "; ".join(problems))
 
-    @classmethod
-    def hparam_names(cls) -> list[str]:
-        """The keyword hyper-parameters ``__init__`` accepts (the keys of a YAML ``model:``)."""
-        return [
-            p.name
-            for p in inspect.signature(cls.__init__).parameters.values()
-            if p.kind is p.KEYWORD_ONLY
-        ]
-
-    @classmethod
-    def from_config(cls, schema: DatasetSchema, config: Mapping[str, Any]) -> MLPRanker:
-        """Build from a YAML ``model:`` mapping; unknown keys raise :class:`ConfigError`."""
-        known = cls.hparam_names()
-        unknown = sorted(set(config) - set(known))
-        if unknown:
-            raise ConfigError(
-                f"{cls.__name__}: unknown model key(s) {unknown}; known keys: {known}"
-            )
-        return cls(schema, **dict(config))
-
     # ------------------------------------------------------------------ public API
-    def representation_names(self) -> list[str]:
-        return list(self._repr_dims)
-
-    def representation_dims(self) -> dict[str, int]:
-        return dict(self._repr_dims)
-
     @classmethod
     def fsdp_wrap_modules(cls) -> tuple[type[nn.Module], ...]:
         """Module classes to shard as FSDP units: the embedding tables."""

@@ -10,13 +10,12 @@ the sequence arm keeps a shorter most-recent suffix of its pyramid tokens at eve
 
 from __future__ import annotations
 
-import inspect
-from collections.abc import Mapping
 from typing import Any
 
 import torch
 from torch import Tensor, nn
 
+from teachers.configurable import ConfigurableTeacher
 from teachers.gem.common import masked_mean
 from teachers.gem.embeddings import FeatureEmbeddings, HashedEmbedding
 from teachers.gem.heads import HEAD_TYPES, build_heads
@@ -29,7 +28,7 @@ from transfer.errors import ConfigError
 from transfer.ops import KERNELS
 
 
-class GEM(nn.Module):
+class GEM(ConfigurableTeacher):
     """GEM teacher built from a :class:`DatasetSchema` and scalar hyper-parameters.
 
     ``forward(batch)`` returns ``{"logits": [B, n_tasks] float32, "repr": {name: [B, dim]}}``
@@ -231,36 +230,7 @@ class GEM(nn.Module):
         if problems:
             raise ConfigError(f"{type(self).__name__}: " + "; ".join(problems))
 
-    @classmethod
-    def hparam_names(cls) -> list[str]:
-        """The keyword hyper-parameters ``__init__`` accepts (the keys of a YAML ``model:``)."""
-        names: list[str] = []
-        for klass in cls.__mro__:
-            if klass is nn.Module:
-                break
-            for p in inspect.signature(klass.__init__).parameters.values():
-                if p.kind is p.KEYWORD_ONLY and p.name not in names:
-                    names.append(p.name)
-        return names
-
-    @classmethod
-    def from_config(cls, schema: DatasetSchema, config: Mapping[str, Any]) -> GEM:
-        """Build from a YAML ``model:`` mapping; unknown keys raise :class:`ConfigError`."""
-        known = cls.hparam_names()
-        unknown = sorted(set(config) - set(known))
-        if unknown:
-            raise ConfigError(
-                f"{cls.__name__}: unknown model key(s) {unknown}; known keys: {known}"
-            )
-        return cls(schema, **dict(config))
-
     # ------------------------------------------------------------------ public API
-    def representation_names(self) -> list[str]:
-        return list(self._repr_dims)
-
-    def representation_dims(self) -> dict[str, int]:
-        return dict(self._repr_dims)
-
     @classmethod
     def fsdp_wrap_modules(cls) -> tuple[type[nn.Module], ...]:
         """Module classes to shard as FSDP units: embedding tables, Wukong and cross layers.

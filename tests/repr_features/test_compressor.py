@@ -11,15 +11,6 @@ from adapters.compressor import dequantize_codes, quantize_codes
 from transfer.ops import segment_mean
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """Tiny ops on a shared 2-core machine: one intra-op thread is ~15x faster than two."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
 def _low_rank(n: int, in_dim: int, scales: list[float], noise: float, seed: int) -> np.ndarray:
     """Rows ``latent · diag(scales) · Q + noise`` with Q orthonormal: known, decaying spectrum."""
     rng = np.random.default_rng(seed)
