@@ -1,0 +1,162 @@
+"""The plots of a run directory (DESIGN §6.1): NE by variant, transfer ratio, NE vs lag,
+training curves. matplotlib's ``Figure`` directly (no pyplot: no global backend, no display)."""
+
+from __future__ import annotations
+
+import io
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from experiments.report import CURVE_METRICS, _f4, _lag_str, _Run, _variant_order, load_curves
+from transfer.io.atomic import atomic_write_bytes
+
+_REF_STYLE = {
+    "ne_baseline": ("baseline", "tab:gray", "--"),
+    "ne_teacher": ("teacher", "black", "-."),
+    "ne_oracle": ("oracle", "tab:green", ":"),
+}
+
+
+def _save(fig: Any, path: Path) -> Path:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=100)
+    atomic_write_bytes(path, buf.getvalue())
+    return path
+
+
+def _finite(x: float) -> float:
+    return x if math.isfinite(x) else 0.0
+
+
+def _colors(variants: Sequence[str]) -> dict[str, Any]:
+    from matplotlib import colormaps
+
+    cmap = colormaps["tab10"]
+    return {v: cmap(i % 10) for i, v in enumerate(variants)}
+
+
+def write_run_plots(run: _Run) -> list[Path]:
+    """Write the run's PNGs under ``run.dir/plots/`` (atomically); return the paths written.
+
+    ``ne_vs_lag.png`` only with more than one lag, ``training_curves.png`` only with
+    ``curves/*.csv``; a stale one of those two from an earlier report is removed.
+    """
+    from matplotlib.figure import Figure  # no pyplot: no global backend, no display
+
+    pdir = run.dir / "plots"
+    pdir.mkdir(parents=True, exist_ok=True)
+    colors = _colors(run.variants)
+    written = [_plot_ne_by_variant(run, Figure, colors, pdir / "ne_by_variant.png"),
+               _plot_transfer_ratio(run, Figure, colors, pdir / "transfer_ratio.png")]
+    optional = {"ne_vs_lag.png": None, "training_curves.png": None}
+    if len(run.lags) > 1:
+        optional["ne_vs_lag.png"] = _plot_ne_vs_lag(run, Figure, colors, pdir / "ne_vs_lag.png")
+    curves = load_curves(run.dir)
+    if curves is not None:
+        optional["training_curves.png"] = _plot_curves(run, curves, Figure, colors,
+                                                       pdir / "training_curves.png")
+    for name, path in optional.items():
+        if path is None:
+            (pdir / name).unlink(missing_ok=True)
+        else:
+            written.append(path)
+    return written
+
+
+def _task_axes(fig: Any, n: int) -> list[Any]:
+    return list(fig.subplots(1, n, squeeze=False)[0])
+
+
+def _plot_ne_by_variant(run: _Run, Figure: Any, colors: dict, path: Path) -> Path:
+    fig = Figure(figsize=(4.8 * len(run.tasks), 4.2), layout="constrained")
+    for ax, task in zip(_task_axes(fig, len(run.tasks)), run.tasks, strict=True):
+        rows = run.rows(task=task)
+        names = rows["variant"].tolist()
+        means, stds = rows["ne_mean"].to_numpy(), np.nan_to_num(rows["ne_std"].to_numpy())
+        ax.bar(range(len(names)), means, yerr=stds, capsize=3,
+               color=[colors[v] for v in names])
+        levels = list(means - stds) + list(means + stds)
+        for col, (mean, _) in run.reference(task=task).items():
+            if math.isfinite(mean):
+                label, color, style = _REF_STYLE[col]
+                ax.axhline(mean, color=color, linestyle=style, linewidth=1.2,
+                           label=f"{label} {_f4(mean)}")
+                levels.append(mean)
+        levels = [x for x in levels if math.isfinite(x)]
+        if levels:
+            lo, hi = min(levels), max(levels)
+            pad = max((hi - lo) * 0.15, 1e-3)
+            ax.set_ylim(lo - pad, hi + pad)
+        ax.set_xticks(range(len(names)), names, rotation=35, ha="right")
+        ax.set_ylabel("NE (lower is better; y axis zoomed)")
+        ax.set_title(f"{task}: domain {run.domain}, lag {_lag_str(run.lag)}")
+        ax.legend(fontsize=8)
+    fig.suptitle(f"{run.name}: NE by variant (mean ± std over seeds)")
+    return _save(fig, path)
+
+
+def _plot_transfer_ratio(run: _Run, Figure: Any, colors: dict, path: Path) -> Path:
+    fig = Figure(figsize=(4.8 * len(run.tasks), 4.2), layout="constrained")
+    for ax, task in zip(_task_axes(fig, len(run.tasks)), run.tasks, strict=True):
+        rows = run.rows(task=task)
+        rows = rows[rows["variant"] != "baseline"]
+        names = rows["variant"].tolist()
+        means = np.array([_finite(x) for x in rows["transfer_ratio_mean"]])
+        stds = np.nan_to_num(rows["transfer_ratio_std"].to_numpy(), posinf=0.0, neginf=0.0)
+        ax.bar(range(len(names)), means, yerr=stds, capsize=3,
+               color=[colors[v] for v in names])
+        ax.axhline(1.0, color="black", linestyle="-.", linewidth=1, label="all of the teacher's "
+                   "advantage")
+        ax.axhline(0.0, color="tab:gray", linewidth=0.8)
+        ax.set_xticks(range(len(names)), names, rotation=35, ha="right")
+        ax.set_ylabel("transfer ratio ΔNE_VM / ΔNE_FM")
+        ax.set_title(f"{task}: domain {run.domain}, lag {_lag_str(run.lag)}")
+        ax.legend(fontsize=8)
+    fig.suptitle(f"{run.name}: transfer ratio (mean ± std over seeds)")
+    return _save(fig, path)
+
+
+def _plot_ne_vs_lag(run: _Run, Figure: Any, colors: dict, path: Path) -> Path:
+    fig = Figure(figsize=(4.8 * len(run.tasks), 4.2), layout="constrained")
+    s = run.summary[run.summary["domain"] == run.domain]
+    for ax, task in zip(_task_axes(fig, len(run.tasks)), run.tasks, strict=True):
+        st = s[s["task"] == task]
+        for v in run.variants:
+            sv = st[st["variant"] == v].sort_values("teacher_lag_days")
+            ax.errorbar(sv["teacher_lag_days"], sv["ne_mean"],
+                        yerr=np.nan_to_num(sv["ne_std"].to_numpy()), marker="o", capsize=3,
+                        color=colors[v], label=v)
+        teacher = [run.reference(lag=lag, task=task)["ne_teacher"][0] for lag in run.lags]
+        ax.plot(run.lags, teacher, color="black", linestyle="-.", marker="x", label="teacher")
+        ax.set_xlabel("teacher lag (days)")
+        ax.set_ylabel("NE (lower is better)")
+        ax.set_title(f"{task}: domain {run.domain}")
+        ax.legend(fontsize=7)
+    fig.suptitle(f"{run.name}: NE vs teacher staleness")
+    return _save(fig, path)
+
+
+def _plot_curves(run: _Run, curves: pd.DataFrame, Figure: Any, colors: dict,
+                 path: Path) -> Path:
+    lag = run.lag if (curves["teacher_lag_days"] == run.lag).any() else \
+        sorted(curves["teacher_lag_days"].unique())[0]
+    c = curves[curves["teacher_lag_days"] == lag]
+    metrics = [m for m in CURVE_METRICS if m in c.columns and c[m].notna().any()]
+    fig = Figure(figsize=(4.8 * len(metrics), 4.0), layout="constrained")
+    variants = _variant_order(c["variant"])
+    for ax, metric in zip(_task_axes(fig, len(metrics)), metrics, strict=True):
+        for v in variants:
+            mean = c[c["variant"] == v].groupby("step")[metric].mean().dropna()
+            if not mean.empty:
+                ax.plot(mean.index, mean.to_numpy(), color=colors.get(v), label=v)
+        ax.set_xlabel("step")
+        ax.set_ylabel(metric)
+        ax.set_title(f"{metric} (mean over seeds)")
+        ax.legend(fontsize=7)
+    fig.suptitle(f"{run.name}: training curves, teacher lag {_lag_str(lag)}")
+    return _save(fig, path)
