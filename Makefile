@@ -16,8 +16,7 @@ $(BIN)/gemkd: pyproject.toml
 install: $(BIN)/gemkd
 
 demo: install
-	$(BIN)/gemkd data synth --config experiments/data/small.yaml --out runs/demo/data \
-		--overwrite --summary
+	$(BIN)/gemkd run --out runs/quickstart
 
 test: install
 	$(BIN)/ruff check .
