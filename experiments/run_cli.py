@@ -10,10 +10,22 @@ def run_command(args: argparse.Namespace) -> None:
     from experiments.run.runner import run_experiment
     from experiments.run.spec import load_spec
 
+    _quiet_lightning()
     spec = load_spec(args.spec, args.set)
     out = Path(args.out) if args.out else Path("runs") / spec.name
     run_experiment(spec, out)
     _report(out)
+
+
+def _quiet_lightning() -> None:
+    """Dozens of short student fits: keep Lightning's per-fit banners out of the progress log."""
+    import logging
+    import warnings
+
+    for name in ("lightning.pytorch", "lightning.fabric"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+    warnings.filterwarnings("ignore", message=".*LeafSpec.*")
+    warnings.filterwarnings("ignore", message=".*Couldn't infer the batch indices.*")
 
 
 def report_command(args: argparse.Namespace) -> None:

@@ -51,6 +51,8 @@ class DistillModule(RankingModule):
     ``features`` are optional objects built by the pipeline (``features`` maps a batch to
     ``[B, F]`` representation features; an ``nn.Module`` there is trained with the student)."""
 
+    hparams_ignore = ("model", "student", "teacher", "aux_head", "adapter", "features")
+
     def __init__(self, student: nn.Module, tasks: list[str], domains: list[str], *,
                  kd: KDConfig | None = None, teacher: TeacherFn | None = None,
                  aux_head: nn.Module | None = None, adapter: nn.Module | None = None,

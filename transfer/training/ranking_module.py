@@ -108,6 +108,9 @@ class RankingModule(pl.LightningModule):
       replicated across groups (e.g. shard within a node, replicate across nodes).
     """
 
+    #: Constructor arguments that are modules or callables, not hyper-parameters.
+    hparams_ignore: tuple[str, ...] = ("model",)
+
     def __init__(
         self,
         model: nn.Module,
@@ -131,7 +134,7 @@ class RankingModule(pl.LightningModule):
         unknown = sorted(set(task_weights) - set(tasks))
         if unknown:
             raise ValueError(f"task_weights names unknown task(s) {unknown}; tasks are {tasks}")
-        self.save_hyperparameters(ignore=["model"])
+        self.save_hyperparameters(ignore=list(self.hparams_ignore))
         self.model = model
         self.tasks, self.domains = tasks, domains
         self.lr = lr
