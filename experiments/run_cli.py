@@ -11,6 +11,10 @@ def run_command(args: argparse.Namespace) -> None:
     from experiments.run.spec import load_spec
 
     _quiet_lightning()
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
     spec = load_spec(args.spec, args.set)
     out = Path(args.out) if args.out else Path("runs") / spec.name
     run_experiment(spec, out)
@@ -52,6 +56,9 @@ def add_run_parsers(sub) -> None:
     r.add_argument("--out", default=None, help="run directory (default: runs/<spec name>)")
     r.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override a spec key, e.g. --set data.drift=0.5 --set seeds=[1,2,3]")
+    r.add_argument("--threads", type=int, default=None,
+                   help="torch CPU threads for this process (default: torch's own choice); "
+                        "use 1 when two jobs share the cores")
     r.set_defaults(func=run_command)
     p = sub.add_parser("report", help="re-render report.md and plots of a run directory")
     p.add_argument("run_dir", help="a directory written by gemkd run")
