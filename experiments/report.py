@@ -200,6 +200,12 @@ def summarize(results: pd.DataFrame) -> pd.DataFrame:
     groups = vals.groupby(list(KEYS), sort=False)
     agg = groups[list(METRICS)].agg(["mean", "std"])
     agg.columns = [f"{m}_{s}" for m, s in agg.columns]
+    # efficiency is undefined on a seed where plain KD did not gain: then for the whole cell,
+    # rather than a mean over the seeds that happen to be defined
+    undefined = vals["efficiency_vs_kd"].isna().groupby([vals[k] for k in KEYS],
+                                                         sort=False).any()
+    agg.loc[undefined[undefined].index, ["efficiency_vs_kd_mean", "efficiency_vs_kd_std"]] = \
+        np.nan
     n = groups["seed"].nunique().rename("n_seeds")
     out = pd.concat([n, agg], axis=1).reset_index()
     return _sort(out, _task_order(df))
@@ -465,6 +471,12 @@ def _render(run: _Run) -> str:
             f"Same evaluation data: {_reference_line(run, run.task)}.", ""]
 
     out += ["## What it means", "", " ".join(_what_it_means(run)), ""]
+    kd_gain = run.cell()
+    kd_gain = kd_gain[kd_gain["variant"] == "kd"]["delta_ne"]
+    if len(kd_gain) and not (kd_gain > 0).all():
+        out += ["**Efficiency vs KD is not defined here** (shown as —): plain KD did not lower "
+                f"NE on {int((kd_gain <= 0).sum())} of {len(kd_gain)} seeds, and a ratio to a "
+                "gain that is not a gain means nothing; compare the ΔNE column instead.", ""]
 
     out += [f"## Every task (domain {run.domain}, teacher lag {_lag_str(run.lag)} days)", ""]
     rows = []

@@ -7,6 +7,7 @@ run continues where it stopped and ends with the same ``results.csv``.
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import json
 import platform
@@ -19,13 +20,16 @@ import pandas as pd
 import yaml
 
 from experiments.run import steps
+from experiments.run.domain_fm import fit_domain_fms
 from experiments.run.spec import RunSpec
 from experiments.run.student import VARIANT_PARTS, CodeFeatures, StudentJob, train_student
+from transfer.errors import ConfigError
 from transfer.training import training_base_rates
 
 # Which tuning lists each variant searches (every variant gets the same budget per knob).
 TUNED = {"kd_weight": "teacher", "temperature": "teacher", "aux_beta": "aux",
          "adapter_hidden": "adapter"}
+REPR_KEYS = ("layer", "code_dim", "bits", "max_events", "epochs")
 RESULT_COLUMNS = ["variant", "seed", "domain", "task", "teacher_lag_days", "ne", "auc",
                   "calibration", "ne_baseline", "ne_teacher", "ne_oracle", "delta_ne",
                   "transfer_ratio", "efficiency_vs_kd", "train_seconds", "examples_per_second"]
@@ -50,7 +54,43 @@ def grid(spec: RunSpec, variant: str) -> list[dict[str, float]]:
             for combo in itertools.product(*(lists[k] for k in keys))]
 
 
+def check_spec(spec: RunSpec) -> None:
+    """Build every nested section of the spec once, before anything is written: a typo or a
+    wrong type in ``data:``, ``teacher:``, ``hierarchical:``, ``tuning:``, ``repr:`` or
+    ``student:`` is one error up front, not a failure after minutes of teacher training that
+    leaves a half-made run directory."""
+    from students.registry import check_init_args, resolve_student_class
+
+    steps.data_plan(spec)
+    for lag in spec.lags:
+        steps.teacher_config(spec, spec.teacher_days - lag, spec.teacher)
+        if "hierarchical" in spec.variants:
+            steps.teacher_config(spec, spec.teacher_days - lag, spec.hierarchical)
+    for section, known in (("tuning", TUNED), ("repr", REPR_KEYS)):
+        unknown = sorted(set(getattr(spec, section)) - set(known))
+        if unknown:
+            raise ConfigError(f"spec {section}: unknown key {unknown[0]!r}; valid keys: "
+                              f"{', '.join(sorted(known))}")
+    for key, values in spec.tuning.items():
+        if not isinstance(values, list) or not values:
+            raise ConfigError(f"spec tuning: key {key!r} must be a non-empty list of values to "
+                              f"try, got {values!r}")
+    extra = sorted(set(spec.student) - {"class_path", "init_args"})
+    if extra:
+        raise ConfigError(f"spec student: unknown key {extra[0]!r} (expected class_path, "
+                          "init_args)")
+    class_path = spec.student.get("class_path", "mlp")
+    init_args = spec.student.get("init_args") or {}
+    if not isinstance(class_path, str) or not isinstance(init_args, dict):
+        raise ConfigError(f"spec student: expected class_path: <name or import path> and "
+                          f"init_args: <mapping>, got {spec.student!r}")
+    if any(VARIANT_PARTS[v].get("repr") for v in spec.variants):
+        init_args = {**init_args, "repr_dim": int(spec.repr.get("code_dim", 8))}
+    check_init_args(resolve_student_class(class_path), init_args)
+
+
 def run_experiment(spec: RunSpec, out: Path) -> pd.DataFrame:
+    check_spec(spec)
     out.mkdir(parents=True, exist_ok=True)
     cache = out / "cache"
     log = Log(out / "log.txt")
@@ -84,8 +124,8 @@ def run_experiment(spec: RunSpec, out: Path) -> pd.DataFrame:
             "gem": steps.export_teacher(gem_run, data, layer, cache, log)}
         if "hierarchical" in spec.variants:
             fm_cfg = steps.teacher_config(spec, train_end, spec.hierarchical)
-            stores["fm"] = steps.fit_domain_fm(fm_cfg, data, data_key, stores["gem"], cache,
-                                               log)
+            stores["fm"] = fit_domain_fms(fm_cfg, data, data_key, stores["gem"],
+                                          only or domains, cache, log)
         codes = None
         if any(VARIANT_PARTS[v].get("repr") for v in spec.variants):
             codes_dir = steps.build_codes(stores["gem"], train_end, spec.repr, spec.seeds[0],
@@ -95,11 +135,12 @@ def run_experiment(spec: RunSpec, out: Path) -> pd.DataFrame:
                                           steps.store_logits(stores["gem"], tasks), only)
         log(f"  teacher NE on evaluation days: "
             f"{ {t: round(teacher_eval[f'ne/{t}/all'], 4) for t in tasks} }")
+        inputs = _inputs_tag(spec, stores, codes)
         for variant in spec.variants:
             params = _tune(spec, variant, lag, train_end, data, stores, codes, base_rates, done,
-                           out, log, tuning_rows)
+                           out, log, tuning_rows, inputs)
             for seed in spec.seeds:
-                key = f"final|{variant}|{seed}|{lag}"
+                key = f"final|{variant}|{seed}|{lag}|{inputs}"
                 if key not in done:
                     job = StudentJob(variant, params, seed, student_days, eval_days,
                                      train_end - 1)
@@ -109,6 +150,8 @@ def run_experiment(spec: RunSpec, out: Path) -> pd.DataFrame:
                     log(f"  {variant:15s} seed {seed}: NE {tasks[0]} "
                         f"{res['metrics'][f'ne/{tasks[0]}/all']:.4f} "
                         f"({res['examples_per_second']:.0f} ex/s)")
+                else:
+                    log(f"[cached] {variant} seed {seed} (runs.jsonl)")
                 rows += _rows(variant, seed, lag, done[key], teacher_eval, oracle, tasks,
                               only or domains)
     pd.DataFrame(tuning_rows).to_csv(out / "tuning.csv", index=False)
@@ -118,8 +161,22 @@ def run_experiment(spec: RunSpec, out: Path) -> pd.DataFrame:
     return results
 
 
+def _inputs_tag(spec: RunSpec, stores: dict, codes) -> str:
+    """What a student run's result depends on besides variant, seed and lag: the spec's student
+    settings and the cached upstream steps (their names carry their config hashes). A rerun
+    into the same RUN_DIR after changing any of them redoes the student runs instead of
+    reusing stale lines of runs.jsonl."""
+    spec_part = {k: v for k, v in spec.to_dict().items()
+                 if k not in ("name", "seeds", "variants", "teacher_lag_days")}
+    upstream = {k: v.parent.name for k, v in stores.items() if v is not None}
+    if codes is not None:
+        upstream["codes"] = codes.path.parent.name
+    blob = json.dumps({"spec": spec_part, "upstream": upstream}, sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:12]
+
+
 def _tune(spec, variant, lag, train_end, data, stores, codes, base_rates, done, out, log,
-          tuning_rows) -> dict[str, float]:
+          tuning_rows, inputs: str) -> dict[str, float]:
     """Pick the variant's knobs on the last student day (validation), first seed only."""
     candidates = grid(spec, variant)
     if len(candidates) <= 1:
@@ -132,7 +189,7 @@ def _tune(spec, variant, lag, train_end, data, stores, codes, base_rates, done, 
     task = spec.student_tasks[0]
     scores = []
     for params in candidates:
-        key = f"tune|{variant}|{lag}|{json.dumps(params, sort_keys=True)}"
+        key = f"tune|{variant}|{lag}|{json.dumps(params, sort_keys=True)}|{inputs}"
         if key not in done:
             job = StudentJob(variant, params, spec.seeds[0], (first, end - 1), (end - 1, end),
                              train_end - 1)
@@ -174,7 +231,8 @@ def _derive(df: pd.DataFrame) -> pd.DataFrame:
     df["transfer_ratio"] = df["delta_ne"] / (df["ne_baseline"] - df["ne_teacher"])
     kd = df[df.variant == "kd"][keys + ["delta_ne"]].rename(columns={"delta_ne": "delta_kd"})
     df = df.merge(kd, on=keys, how="left")
-    df["efficiency_vs_kd"] = df["delta_ne"] / df["delta_kd"]
+    # a ratio to a KD gain that is not a gain means nothing: left empty (the report says so)
+    df["efficiency_vs_kd"] = (df["delta_ne"] / df["delta_kd"]).where(df["delta_kd"] > 0)
     return df[RESULT_COLUMNS]
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -12,15 +13,16 @@ import torch
 from experiments.run.cache import cached_step
 from experiments.run.spec import EXPERIMENTS, RunSpec
 from experiments.teacher_cli import TeacherTrainConfig, teacher_fit
-from experiments.teacher_export import teacher_export
+from experiments.teacher_export import model_weights, teacher_export
 from transfer.config import build_dataclass, load_yaml
 from transfer.errors import ConfigError
 
 DEFAULT_MOVIELENS = EXPERIMENTS.parents[1] / "shared" / "data" / "movielens_latest_small"
 
 
-def prepare_data(spec: RunSpec, cache: Path, log) -> tuple[Path, dict]:
-    """Generate (synthetic) or convert (movielens) the dataset; returns its dir and cache key."""
+def data_plan(spec: RunSpec) -> tuple[dict, Callable[[Path], Any]]:
+    """The data step's cache key and its builder ``make(out_dir)``; a bad ``data:`` section is a
+    ConfigError here, before anything is written."""
     d = dict(spec.data)
     source = d.pop("source", "synthetic")
     if source == "synthetic":
@@ -31,9 +33,8 @@ def prepare_data(spec: RunSpec, cache: Path, log) -> tuple[Path, dict]:
         values.update(d)
         cfg = build_dataclass(SynthConfig, values, source=f"spec data (preset {preset})")
         key = {"source": source, **dataclasses.asdict(cfg)}
-        step = cached_step(cache, "data", key, lambda out: generate(cfg, out / "data",
-                                                                    overwrite=True), log)
-    elif source == "movielens":
+        return key, lambda out: generate(cfg, out, overwrite=True)
+    if source == "movielens":
         from transfer.data.movielens import convert_movielens
 
         src = Path(d.pop("src", DEFAULT_MOVIELENS))
@@ -42,10 +43,14 @@ def prepare_data(spec: RunSpec, cache: Path, log) -> tuple[Path, dict]:
             raise ConfigError(f"spec data: unknown key {sorted(d)[0]!r} for source movielens "
                               "(keys: src, n_days, max_history)")
         key = {"source": source, "src": str(src.resolve()), **args}
-        step = cached_step(cache, "data", key, lambda out: convert_movielens(
-            src, out / "data", overwrite=True, **args), log)
-    else:
-        raise ConfigError(f"spec data.source {source!r}: expected synthetic or movielens")
+        return key, lambda out: convert_movielens(src, out, overwrite=True, **args)
+    raise ConfigError(f"spec data.source {source!r}: expected synthetic or movielens")
+
+
+def prepare_data(spec: RunSpec, cache: Path, log) -> tuple[Path, dict]:
+    """Generate (synthetic) or convert (movielens) the dataset; returns its dir and cache key."""
+    key, make = data_plan(spec)
+    step = cached_step(cache, "data", key, lambda out: make(out / "data"), log)
     return step / "data", key
 
 
@@ -86,7 +91,13 @@ def export_teacher(run_dir: Path, data: Path, layer: str, cache: Path, log,
             emb_dtype="float16", config=None, batch_size=4096, devices=1, overwrite=True,
             no_progress=True))
 
-    return cached_step(cache, name, key, run, log) / "store"
+    store = cached_step(cache, name, key, run, log) / "store"
+    from transfer.store import TeacherStore, weights_hash
+
+    # the step is found by path: prove the store holds this checkpoint's outputs
+    TeacherStore(store, verify_sha=False).check_teacher(weights_hash(model_weights(ckpt)),
+                                                        f"the teacher checkpoint {ckpt}")
+    return store
 
 
 def build_codes(store: Path, train_end: int, repr_cfg: dict, seed: int, cache: Path,
@@ -152,63 +163,3 @@ def has_oracle(data: Path) -> bool:
     from transfer.data.schema import DatasetSchema
 
     return bool(DatasetSchema.load(data).oracle)
-
-
-def fit_domain_fm(cfg: TeacherTrainConfig, data: Path, data_key: dict, gem_store: Path,
-                  cache: Path, log) -> Path:
-    """Hierarchical transfer's middle model: a mid-size FM trained on labels plus KD from GEM's
-    store over the teacher days, whose own predictions then form the store its VMs distil from.
-    """
-    import lightning.pytorch as pl
-
-    from experiments.teacher_cli import build_model
-    from transfer.data.datamodule import AdsDataModule
-    from transfer.data.schema import DatasetSchema
-    from transfer.distill import DistillModule, KDConfig, StoreTeacher
-    from transfer.store import StoreCallback, TeacherStore, weights_hash
-    from transfer.training import RankingModule, training_base_rates
-
-    key = {"data": data_key, "fm": dataclasses.asdict(cfg), "gem_store": gem_store.parent.name}
-
-    def run(step: Path) -> None:
-        pl.seed_everything(cfg.seed, verbose=False)
-        schema = DatasetSchema.load(data)
-        tasks, train = schema.tasks, tuple(cfg.train_days)
-        model = build_model(cfg, schema)
-        module = DistillModule(
-            _DictModelAsStudent(model), tasks, schema.domains, kd=KDConfig(weight=1.0),
-            teacher=StoreTeacher(TeacherStore(gem_store), tasks), lr=cfg.lr,
-            embedding_lr=cfg.embedding_lr, base_rates=training_base_rates(data, train, tasks),
-            compute_auc=False)
-        dm = AdsDataModule(data, train_days=train, batch_size=cfg.batch_size, seed=cfg.seed,
-                           max_seq_len=cfg.max_seq_len)
-        quiet = dict(logger=False, enable_checkpointing=False, enable_progress_bar=False,
-                     enable_model_summary=False, accelerator="cpu")
-        pl.Trainer(max_epochs=cfg.max_epochs, **quiet).fit(module, datamodule=dm)
-        layer = "trunk"
-        callback = StoreCallback(step / "store", tasks, layer, model.representation_dims()[layer],
-                                 "float16", teacher_name=cfg.name,
-                                 teacher_version=weights_hash(model.state_dict()),
-                                 trained_until_day=train[1] - 1, overwrite=True)
-        predict = AdsDataModule(data, batch_size=4096, shuffle=False,
-                                max_seq_len=cfg.max_seq_len)
-        with torch.inference_mode():
-            pl.Trainer(callbacks=[callback], **quiet).predict(
-                RankingModule(model, tasks, schema.domains, repr_layer=layer),
-                datamodule=predict, return_predictions=False)
-
-    return cached_step(cache, "domain_fm", key, run, log) / "store"
-
-
-class _DictModelAsStudent(torch.nn.Module):
-    """Adapts a teacher-style model (``{"logits", "repr"}``) to the Student protocol."""
-
-    def __init__(self, model: torch.nn.Module) -> None:
-        super().__init__()
-        self.model = model
-
-    def forward(self, batch, features=None):
-        from transfer.distill import StudentOutput
-
-        out = self.model(batch)
-        return StudentOutput(logits=out["logits"], embedding=out["repr"].get("trunk"))

@@ -45,6 +45,7 @@ class CodeFeatures:
     """batch → mean of the user's LoopFM codes strictly before the example, ``[B, code_dim]``."""
 
     def __init__(self, codes: Path, max_events: int) -> None:
+        self.path = Path(codes)
         self.asof = AsOfCodes(CodeStore(codes), max_events=max_events)
         self.dim = self.asof.code_dim
 

@@ -2,14 +2,25 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
+import numpy as np
 import pandas as pd
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
 import pytest
+import torch
 import yaml
 
 from experiments.cli import main
-from experiments.run.runner import RESULT_COLUMNS
+from experiments.run.domain_fm import PerDomainModels, fit_domain_fms
+from experiments.run.runner import RESULT_COLUMNS, _derive
 from experiments.run.spec import apply_sets, load_spec, parse_set
+from experiments.run.steps import teacher_config
+from transfer.data.schema import DatasetSchema
+from transfer.data.writer import day_path
 from transfer.errors import ConfigError
+from transfer.store import TeacherStore
 
 SPEC = {
     "name": "tinyrun", "seeds": [0], "data": {"source": "synthetic", "preset": "tiny"},
@@ -47,7 +58,10 @@ def test_results_table(run):
     assert kd["delta_ne"] == pytest.approx(kd["ne_baseline"] - kd["ne"])
     assert kd["transfer_ratio"] == pytest.approx(
         kd["delta_ne"] / (kd["ne_baseline"] - kd["ne_teacher"]))
-    assert kd["efficiency_vs_kd"] == pytest.approx(1.0)
+    if kd["delta_ne"] > 0:
+        assert kd["efficiency_vs_kd"] == pytest.approx(1.0)
+    else:  # a ratio to a KD "gain" that is not one is left undefined
+        assert pd.isna(kd["efficiency_vs_kd"])
     assert (df.ne_oracle < df.ne_teacher).all()  # the oracle is the best any model can do
     tuning = pd.read_csv(out / "tuning.csv")
     chosen = tuning[(tuning.variant == "kd") & tuning.chosen & (tuning.param == "kd_weight")]
@@ -56,6 +70,21 @@ def test_results_table(run):
         assert (out / name).is_file(), name
     assert (out / "curves" / "kd_seed0_lag0.csv").is_file()
     assert (out / "plots" / "ne_by_variant.png").is_file()
+
+
+def test_efficiency_is_undefined_where_kd_does_not_gain():
+    rows = []
+    for seed, kd_ne in ((0, 0.90), (1, 0.96)):  # KD gains 0.05 on seed 0, loses 0.01 on seed 1
+        for variant, ne in (("baseline", 0.95), ("kd", kd_ne), ("full", 0.88)):
+            rows.append({"variant": variant, "seed": seed, "domain": "all", "task": "click",
+                         "teacher_lag_days": 0, "ne": ne, "auc": 0.7, "calibration": 1.0,
+                         "ne_teacher": 0.8, "ne_oracle": 0.7, "train_seconds": 1.0,
+                         "examples_per_second": 1.0})
+    df = _derive(pd.DataFrame(rows)).set_index(["variant", "seed"])
+    assert df.loc[("full", 0), "efficiency_vs_kd"] == pytest.approx(0.07 / 0.05)
+    assert df.loc[("kd", 0), "efficiency_vs_kd"] == pytest.approx(1.0)
+    assert pd.isna(df.loc[("full", 1), "efficiency_vs_kd"])
+    assert df.loc[("full", 1), "delta_ne"] == pytest.approx(0.07)
 
 
 def test_rerun_reuses_every_step(run, capsys):
@@ -86,3 +115,48 @@ def test_spec_sets_and_errors(tmp_path, capsys):
     assert main(["run", str(spec), "--out", str(out), "--set", "studnet=mlp"]) == 2
     assert "unknown key 'studnet'" in capsys.readouterr().err
     assert not out.exists()
+
+
+def test_per_domain_models_answer_each_row_with_its_domains_model():
+    class Const(torch.nn.Module):
+        def __init__(self, value: float) -> None:
+            super().__init__()
+            self.value = value
+
+        def forward(self, batch):
+            n = len(batch.domain)
+            return {"logits": torch.full((n, 2), self.value),
+                    "repr": {"trunk": torch.full((n, 3), -self.value)}}
+
+    model = PerDomainModels({0: Const(1.0), 2: Const(5.0)})
+    out = model(SimpleNamespace(domain=torch.tensor([2, 0, 2, 0])))
+    assert out["logits"][:, 0].tolist() == [5.0, 1.0, 5.0, 1.0]
+    assert out["repr"]["trunk"][:, 2].tolist() == [-5.0, -1.0, -5.0, -1.0]
+
+
+def test_domain_fm_is_trained_and_exported_per_domain(run):
+    spec_path, out = run
+    spec = load_spec(spec_path, [])
+    data = next((out / "cache").glob("data-*")) / "data"
+    gem_store = next((out / "cache").glob("store-*")) / "store"
+    cfg = teacher_config(spec, spec.teacher_days,
+                         {"config": "domain_fm", "max_seq_len": 32, "max_steps": 5})
+    schema = DatasetSchema.load(data)
+    counts = {d: 0 for d in schema.domains}
+    for day in schema.days:
+        dom = pq.read_table(day_path(data, day), columns=["domain"]).column("domain")
+        for k, name in enumerate(schema.domains):
+            counts[name] += int(pc.sum(pc.equal(dom, k)).as_py() or 0)
+    logs: list[str] = []
+    one = fit_domain_fms(cfg, data, {"k": 1}, gem_store, ["stories"], out / "fmcache", logs.append)
+    two = fit_domain_fms(cfg, data, {"k": 1}, gem_store, ["feed", "stories"], out / "fmcache",
+                         logs.append)
+    assert one != two  # the domain list is part of the step's key
+    s1, s2 = TeacherStore(one), TeacherStore(two)
+    assert s1.num_rows == counts["stories"]
+    assert s2.num_rows == counts["feed"] + counts["stories"]
+    assert "[stories]" in s1.manifest.teacher_name
+    assert sum("domain FM" in line for line in logs) == 3  # one FM per domain, per call
+    t1 = s1.read(None, ["example_id", "domain", *s1.logit_columns])
+    assert set(t1.column("domain").to_pylist()) == {schema.domains.index("stories")}
+    assert np.isfinite(s1.logits(t1)).all()
