@@ -70,6 +70,18 @@ class TeacherStore:
             raise StoreError(f"{self.path}: store has tasks {self.manifest.tasks}, student "
                              f"expects {list(tasks)}")
 
+    def check_teacher(self, version: str, source: str) -> None:
+        """Refuse a store exported from other weights than the teacher ``source`` names.
+
+        A store is found by path (e.g. a cached step directory); only the manifest's weights hash
+        proves which teacher wrote it, so a consumer that knows its teacher checks it here.
+        """
+        m = self.manifest
+        if m.teacher_version != version:
+            raise StoreError(f"{self.path}: exported from teacher {m.teacher_name!r} version "
+                             f"{m.teacher_version[:12]}, but {source} has weights "
+                             f"{version[:12]}; re-export the store from that teacher")
+
     # ---- verification ----------------------------------------------------------------------
     def _verify(self, verify_sha: bool) -> None:
         listed = {s.file for s in self.manifest.shards}
