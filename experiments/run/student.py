@@ -102,7 +102,7 @@ def train_student(spec, job: StudentJob, data: Path, stores: dict[str, Path | No
     curve = _Curve()
     trainer = pl.Trainer(max_epochs=1, logger=False, enable_checkpointing=False,
                          enable_progress_bar=False, enable_model_summary=False,
-                         accelerator="cpu", callbacks=[curve])
+                         accelerator="cpu", callbacks=[curve], num_sanity_val_steps=0)
     t0 = time.perf_counter()
     trainer.fit(module, datamodule=dm)
     seconds = time.perf_counter() - t0

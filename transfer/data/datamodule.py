@@ -52,11 +52,12 @@ class AdsDataModule(pl.LightningDataModule):
     def train_dataloader(self) -> DataLoader:
         return self._loader("train", shuffle=self.shuffle)
 
-    def val_dataloader(self) -> DataLoader:
-        return self._loader("val")
+    def val_dataloader(self) -> DataLoader | list:
+        # no val days means no validation, not every day of the dataset
+        return self._loader("val") if self.days["val"] is not None else []
 
-    def test_dataloader(self) -> DataLoader:
-        return self._loader("test")
+    def test_dataloader(self) -> DataLoader | list:
+        return self._loader("test") if self.days["test"] is not None else []
 
     def predict_dataloader(self) -> DataLoader:
         return self._loader("predict")

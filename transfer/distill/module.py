@@ -73,6 +73,8 @@ class DistillModule(RankingModule):
     # ------------------------------------------------------------------ forward
     def student_output(self, batch: Batch) -> StudentOutput:
         feats = self.features(batch) if self.features is not None else None
+        if feats is not None:  # feature lookups (code stores) answer on the host
+            feats = feats.to(batch.labels.device, non_blocking=True)
         out = self.model(batch, feats) if feats is not None else self.model(batch)
         if not isinstance(out, StudentOutput):
             raise TypeError(f"{type(self.model).__name__}.forward must return a StudentOutput, "
@@ -120,11 +122,12 @@ class DistillModule(RankingModule):
         opt.zero_grad()
         self.manual_backward(a_loss)
         opt.step()
-        self.log("train/adapter_loss", a_loss.detach(), batch_size=len(batch))
+        self._log_step("train/adapter_loss", a_loss, len(batch))
         with torch.no_grad():
             return self.adapter(t_logits, batch.domain, stale), found
 
     def training_step(self, batch: Batch, batch_idx: int) -> Tensor:
+        self._batch_idx = batch_idx
         target = self._kd_target(batch)
         out = self.student_output(batch)
         label_loss, _ = self.loss(out.logits, batch.labels, self.label_mask(batch))
@@ -145,11 +148,18 @@ class DistillModule(RankingModule):
                 kd = masked_mean(kd_fn(out.logits, t_logits, temperature=self.kd.temperature),
                                  found)
             loss = loss + self.kd.weight * kd
-            self.log("train/kd_loss", kd.detach(), batch_size=len(batch))
+            self._log_step("train/kd_loss", kd, len(batch))
         opt = self.optimizers()
         opt = opt[0] if isinstance(opt, list) else opt
         opt.zero_grad()
         self.manual_backward(loss)
         opt.step()
-        self.log("train/loss", loss.detach(), prog_bar=True, batch_size=len(batch))
+        self._log_step("train/loss", loss, len(batch), prog_bar=True)
         return loss
+
+    def _log_step(self, name: str, value: Tensor, n: int, prog_bar: bool = False) -> None:
+        """Log on the trainer's ``log_every_n_steps`` steps only: one ``self.log`` costs
+        ~1.5 ms in Lightning, a quarter of a small student's step."""
+        every = self.trainer.log_every_n_steps if self._trainer is not None else 1
+        if getattr(self, "_batch_idx", 0) % max(every, 1) == 0:
+            self.log(name, value.detach(), prog_bar=prog_bar, batch_size=n)
