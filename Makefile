@@ -28,9 +28,21 @@ test-slow: install
 test-gpu: install
 	$(BIN)/python -m pytest -q -m gpu
 
+# Every benchmark writes benchmarks/results/<name>.json; the last step renders docs/PERFORMANCE.md.
+# Smoke run: make bench BENCH_ARGS="--quick --threads 1". GPU machine: make bench BENCH_DEVICE=cuda.
+BENCH_ARGS ?=
+BENCH_DEVICE ?= cpu
+RESULTS := benchmarks/results
 bench: install
-	$(BIN)/python benchmarks/bench_data.py --json benchmarks/results/data.json
-	$(BIN)/python benchmarks/bench_jagged.py --json benchmarks/results/jagged.json
+	rm -f $(RESULTS)/*.json
+	$(BIN)/python benchmarks/bench_data.py --json $(RESULTS)/data.json $(BENCH_ARGS)
+	$(BIN)/python benchmarks/bench_jagged.py --json $(RESULTS)/jagged.json --device $(BENCH_DEVICE) $(BENCH_ARGS)
+	$(BIN)/python benchmarks/bench_store.py --json $(RESULTS)/store.json $(BENCH_ARGS)
+	$(BIN)/python benchmarks/bench_teacher.py --json $(RESULTS)/teacher.json --device $(BENCH_DEVICE) $(BENCH_ARGS)
+	$(BIN)/python benchmarks/bench_transfer.py --json $(RESULTS)/transfer.json --device $(BENCH_DEVICE) $(BENCH_ARGS)
+	$(BIN)/python benchmarks/bench_serving.py --json $(RESULTS)/serving.json --device $(BENCH_DEVICE) $(BENCH_ARGS)
+	$(BIN)/python benchmarks/render_performance.py --results $(RESULTS) --out docs/PERFORMANCE.md \
+		--command "make bench BENCH_ARGS='$(BENCH_ARGS)' BENCH_DEVICE=$(BENCH_DEVICE)"
 
 lint: install
 	$(BIN)/ruff check .

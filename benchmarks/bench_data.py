@@ -1,10 +1,11 @@
 """Data layer benchmark: synthetic generation time and reader rate vs a bare pyarrow scan.
 
-    python benchmarks/bench_data.py [--config experiments/data/base.yaml] [--json OUT]
+    python benchmarks/bench_data.py [--config experiments/data/base.yaml] [--json OUT] [--quick]
 
 Targets (issue 2): 1M examples at mean history 50 generated in <= 60 s; the reader delivers
 >= 0.5x the rate of a bare ``pyarrow.dataset`` scan of the same columns, and >= 200k
 examples/s with one worker (num_workers=0: batches are built in the consuming process).
+``--quick`` reads the tiny world (24k examples): the generation target is then not judged.
 """
 
 from __future__ import annotations
@@ -18,7 +19,14 @@ from pathlib import Path
 import pyarrow.dataset as ds
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from benchmarks.common import median_seconds, write_json  # noqa: E402
+from benchmarks.common import (  # noqa: E402
+    add_common_args,
+    apply_common_args,
+    figure,
+    interleaved,
+    print_figures,
+    write_json,
+)
 from transfer.config import load_dataclass  # noqa: E402
 from transfer.data.reader import DatasetReader  # noqa: E402
 from transfer.data.synth import SynthConfig, generate  # noqa: E402
@@ -26,13 +34,16 @@ from transfer.data.synth import SynthConfig, generate  # noqa: E402
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__)
-    p.add_argument("--config", default="experiments/data/base.yaml")
-    p.add_argument("--json", default=None)
-    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--config", default=None,
+                   help="world preset (default experiments/data/base.yaml; tiny with --quick)")
     p.add_argument("--batch-size", type=int, default=4096)
+    add_common_args(p)
     args = p.parse_args()
+    apply_common_args(p, args)
+    config = args.config or f"experiments/data/{'tiny' if args.quick else 'base'}.yaml"
 
-    cfg = load_dataclass(SynthConfig, args.config)
+    cfg = load_dataclass(SynthConfig, config)
+    t_start = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "data"
         t0 = time.perf_counter()
@@ -53,8 +64,8 @@ def main() -> None:
         n = schema.n_rows
         events = sum(int(b.seq_offsets[-1]) for b in reader)
         assert read_gemkd() == n == read_bare()
-        t_reader = median_seconds(read_gemkd, args.repeats)
-        t_bare = median_seconds(read_bare, args.repeats)
+        t = interleaved({"reader": read_gemkd, "bare": read_bare}, args.repeats)
+        t_reader, t_bare = t["reader"], t["bare"]
 
     results = {
         "examples": n,
@@ -65,14 +76,21 @@ def main() -> None:
         "reader_vs_bare": round(t_bare / t_reader, 3),
         "columns": len(columns),
         "mean_history": round(events / n, 1),
+        "total_seconds": round(time.perf_counter() - t_start, 1),
     }
-    print(f"generate {n:,} examples (mean history {events / n:.1f}): {gen_s:.1f} s "
-          f"(target <= 60 s)")
-    print(f"reader   {n / t_reader:>12,.0f} examples/s  (target >= 200,000)")
-    print(f"bare     {n / t_bare:>12,.0f} examples/s  pyarrow.dataset scan, same {len(columns)} "
-          "columns")
-    print(f"ratio    {t_bare / t_reader:.2f}x  (target >= 0.5x)")
-    write_json(args.json, {"bench": "data", **results})
+    big = n >= 1_000_000
+    figures = [
+        figure(f"generate {n:,} examples (mean history {events / n:.1f})", gen_s, "s",
+               "<= 60" if big else None, "" if big else "target is for >= 1M examples"),
+        figure(f"reader, one worker, all {len(columns)} columns, batch {args.batch_size}",
+               n / t_reader, "examples/s", ">= 200000"),
+        figure("reader vs bare pyarrow.dataset scan of the same columns", t_bare / t_reader,
+               "x", ">= 0.5"),
+    ]
+    print(f"data: {config}, median of {args.repeats} interleaved rounds after a warm-up")
+    print_figures(figures)
+    write_json(args.json, {"bench": "data", "quick": args.quick, "repeats": args.repeats,
+                           **results, "figures": figures})
 
 
 if __name__ == "__main__":

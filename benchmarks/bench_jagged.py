@@ -24,15 +24,15 @@ a model would, so padding is part of their cost. Time: median of ``--reps`` runs
 CPU runs are single-threaded by default (``--threads``): on a shared machine whose cores are busy,
 multi-threaded torch ops stall in OpenMP barriers and the timings measure the neighbours.
 
-On CUDA the jagged variants run with both kernels ("torch" and "triton"). Usage::
+On CUDA the jagged variants run with both kernels ("torch" and "triton"). ``--quick``: B=64,
+mean 50, max 500 (a smoke run, not the reference figures). Usage::
 
-    python benchmarks/bench_jagged.py [--json OUT] [--device cpu|cuda]
+    python benchmarks/bench_jagged.py [--json OUT] [--device cpu|cuda] [--quick]
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import statistics
 import subprocess
@@ -46,6 +46,7 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:  # run as a script from a checkout without installing
     sys.path.insert(0, str(REPO))
 
+from benchmarks.common import figure, print_figures, write_json  # noqa: E402
 from transfer import ops  # noqa: E402
 
 OPS = ("segment_mean", "target_attention")
@@ -257,13 +258,14 @@ def print_report(rep: dict) -> None:
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--json", type=Path, help="also write the figures to this JSON file")
-    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    p.add_argument("--quick", action="store_true", help="B=64, mean 50, max 500")
     p.add_argument("--b", type=int, default=512)
     p.add_argument("--d", type=int, default=64)
     p.add_argument("--mean-len", type=float, default=100.0)
     p.add_argument("--max-len", type=int, default=4000)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--reps", type=int, default=5)
+    p.add_argument("--reps", "--repeats", type=int, default=5)
     p.add_argument("--warmup", type=int, default=1)
     p.add_argument(
         "--threads",
@@ -279,11 +281,29 @@ def main(argv: list[str] | None = None) -> None:
         return
     if args.reps < 5:
         p.error("--reps must be at least 5")
+    if args.quick:
+        args.b, args.mean_len, args.max_len = 64, 50.0, 500
+    t0 = time.perf_counter()
     rep = run(args)
+    rep["total_seconds"] = round(time.perf_counter() - t0, 1)
     print_report(rep)
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(rep, indent=2) + "\n")
+    rep["figures"] = figures(rep)
+    print_figures(rep["figures"])
+    write_json(args.json, {"bench": "jagged", "quick": args.quick, **rep})
+
+
+def figures(rep: dict) -> list[dict]:
+    """Padded ÷ jagged time and memory for each op and kernel (no targets: context)."""
+    c = rep["config"]
+    where = f"B={c['B']}, D={c['D']}, mean {c['mean_len']:.0f}, max {c['max_len']}"
+    out = []
+    for key, v in rep["ratios"].items():
+        op, kernel = key.split("/")
+        for what, k in (("time", "time_padded_over_jagged"),
+                        ("peak memory", "memory_padded_over_jagged")):
+            out.append(figure(f"{op} fwd+bwd, padded ÷ jagged {what} ({rep['device']}, "
+                              f"{kernel} kernel; {where})", v[k]))
+    return out
 
 
 if __name__ == "__main__":

@@ -16,17 +16,20 @@ predict loop would.
    bare ``+emb`` variant joins to a row index and ``take``s the embeddings). For scale, the
    per-batch bare alternative (one ``Table.join`` per batch, timed on 4 batches and
    extrapolated). Ratio = bare time / store time; target >= 0.5.
-3. Bytes per row on disk for float16 vs int8 embeddings.
+3. Bytes per row on disk for float16 vs int8 embeddings. The teacher store has no int4; int4
+   exists for LoopFM codes, so the code store (``write_code_store``) is measured for int8 vs int4
+   alongside, for codes of the embedding's width (E=64, per-element comparable) and of the
+   quickstart's ``code_dim`` 8 (tanh codes of random values: incompressible, like real ones).
 
-Each figure is the median of ``--reps`` interleaved runs after a warm-up on 50k rows. Usage::
+Each figure is the median of ``--reps`` interleaved runs after a warm-up on 50k rows. ``--quick``
+uses 100k rows. Usage::
 
-    python benchmarks/bench_store.py [--json OUT] [--rows N] [--reps R]
+    python benchmarks/bench_store.py [--json OUT] [--rows N] [--reps R] [--quick]
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import shutil
 import statistics
 import sys
@@ -44,6 +47,8 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:  # run as a script from a checkout without installing
     sys.path.insert(0, str(REPO))
 
+from benchmarks.common import figure, print_figures, write_json  # noqa: E402
+from transfer.repr_features import quantize_codes, write_code_store  # noqa: E402
 from transfer.store import StoreWriter, TeacherJoin, TeacherStore  # noqa: E402
 from transfer.store.writer import parquet_options, store_schema  # noqa: E402
 
@@ -150,12 +155,33 @@ def bare_join_batches(path: Path, ids: np.ndarray, n_batches: int) -> None:
         pa.table({"example_id": ids[k * BATCH:(k + 1) * BATCH]}).join(table, "example_id")
 
 
+def code_store_bytes(data: dict, out: Path, code_dim: int, bits: int) -> tuple[float, float]:
+    """(total, code column) bytes per row of a code store of tanh codes, one per row."""
+    n = len(data["example_id"])
+    codes = np.tanh(np.random.default_rng(2).standard_normal((n, code_dim), dtype=np.float32))
+    write_code_store(out, data["example_id"], data["user_id"], data["ts"], data["day"],
+                     quantize_codes(codes, bits), bits, code_dim, {"teacher_version": "bench"})
+    f = out / "codes.parquet"
+    meta = pq.read_metadata(f)
+    code = sum(meta.row_group(rg).column(c).total_compressed_size
+               for rg in range(meta.num_row_groups) for c in range(meta.num_columns)
+               if meta.row_group(rg).column(c).path_in_schema == "code")
+    return f.stat().st_size / n, code / n
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--json", type=Path, help="also write the figures here")
-    ap.add_argument("--rows", type=int, default=1_000_000)
-    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--rows", type=int, default=None, help="default 1M (100k with --quick)")
+    ap.add_argument("--reps", "--repeats", type=int, default=5)
+    ap.add_argument("--quick", action="store_true", help="100k rows")
+    ap.add_argument("--threads", type=int, default=None, help="torch.set_num_threads")
     args = ap.parse_args()
+    if args.reps < 5:
+        ap.error("--reps must be at least 5")
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    args.rows = args.rows or (100_000 if args.quick else 1_000_000)
     data = make_data(args.rows)
     n = args.rows
     work = Path(tempfile.mkdtemp(prefix="bench_store-"))
@@ -191,6 +217,13 @@ def main() -> None:
                         if col.path_in_schema.startswith("emb"):
                             emb_bytes += col.total_compressed_size
             res[f"emb_bytes_per_row_{dtype}"] = emb_bytes / n
+
+        for code_dim in (E, 8):
+            for bits in (8, 4):
+                total, col = code_store_bytes(data, work / f"codes-{code_dim}-{bits}", code_dim,
+                                              bits)
+                res[f"code_store_bytes_per_row_d{code_dim}_int{bits}"] = total
+                res[f"code_bytes_per_row_d{code_dim}_int{bits}"] = col
 
         ids = np.random.default_rng(1).permutation(data["example_id"])
         s16, s8 = work / "store-float16", work / "store-int8"
@@ -241,9 +274,38 @@ def main() -> None:
     for d in ("float16", "int8"):
         print(f"{'bytes/row on disk, ' + d + ' emb (total / emb column)':58s} "
               f"{res[f'bytes_per_row_{d}']:8.1f} / {res[f'emb_bytes_per_row_{d}']:.1f}")
+    for d in (E, 8):
+        print(f"{'bytes/row on disk, code store code_dim ' + str(d) + ' int8 / int4 (total)':58s} "
+              f"{res[f'code_store_bytes_per_row_d{d}_int8']:8.1f} / "
+              f"{res[f'code_store_bytes_per_row_d{d}_int4']:.1f}")
     print(f"wall {res['wall_s']:.1f} s")
-    if args.json:
-        args.json.write_text(json.dumps(res, indent=2) + "\n")
+    figs = figures(res, rows, n)
+    print_figures(figs)
+    write_json(args.json, {"bench": "store", "quick": args.quick, "rows": n, "repeats": args.reps,
+                           **res, "figures": figs})
+
+
+def figures(res: dict, rows: list, n: int) -> list[dict]:
+    """Ratios (>1: the store path is faster) with their targets, rates, bytes per row."""
+    out = [figure(name, bare / ours, "x", None if t is None else f">= {t}")
+           for name, ours, bare, t in rows]
+    out.append(figure("store export rate, float16 emb (E=64)",
+                      n / res["export_store_float16_s"], "rows/s"))
+    out.append(figure("store join rate, logits only (sha verified, batches of 4096)",
+                      n / res["join_store_s"], "rows/s"))
+    for d in ("float16", "int8"):
+        out.append(figure(f"teacher store bytes/row, {d} emb (E=64, 3 logits, keys)",
+                          res[f"bytes_per_row_{d}"], "B"))
+        out.append(figure(f"teacher store bytes/row, {d} emb column alone (E=64)",
+                          res[f"emb_bytes_per_row_{d}"], "B"))
+    for bits in (8, 4):
+        out.append(figure(f"code store bytes/row, int{bits} code column alone (code_dim {E})",
+                          res[f"code_bytes_per_row_d{E}_int{bits}"], "B"))
+    for d in (E, 8):
+        for bits in (8, 4):
+            out.append(figure(f"code store bytes/row, int{bits} codes (code_dim {d}, keys)",
+                              res[f"code_store_bytes_per_row_d{d}_int{bits}"], "B"))
+    return out
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """GEM teacher benchmark: training-step rate, torch.compile, history-length scaling, memory, FLOPs.
 
-    python benchmarks/bench_teacher.py [--json OUT] [--quick]
+    python benchmarks/bench_teacher.py [--json OUT] [--quick] [--device cpu|cuda]
 
 One training step = GEM forward + per-task BCE + backward + AdamW step (the trainer's two
 parameter groups) on real ``Batch`` objects (B = 512) read by ``DatasetReader`` from synthetic
@@ -15,8 +15,10 @@ worlds generated in a temporary folder:
   model's ``max_history`` and the reader's ``max_seq_len`` go 128 → 4096 (``small`` otherwise).
 
 Timings that are compared are taken side by side: interleaved rounds (each candidate once per
-round) after a warm-up, medians. Target (issue): pyramid step time at 4096 events <= 3x the time
-at 128 (32x longer histories).
+round) after a warm-up, medians. Targets (issue): pyramid step time at 4096 events <= 3x the time
+at 128 (32x longer histories); one epoch of the small world's 200k training examples with the
+small GEM in <= 3 min (extrapolated from the step rate). ``--device cuda`` runs the models on the
+GPU (memory then is ``torch.cuda.max_memory_allocated`` growth, in process).
 """
 
 from __future__ import annotations
@@ -25,7 +27,6 @@ import argparse
 import json
 import os
 import resource
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -40,7 +41,7 @@ import yaml
 from torch.utils.flop_counter import FlopCounterMode
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from benchmarks.common import write_json  # noqa: E402
+from benchmarks.common import figure, interleaved, print_figures, sync, write_json  # noqa: E402
 from teachers import GEM  # noqa: E402
 from transfer.data.batch import Batch  # noqa: E402
 from transfer.data.reader import DatasetReader  # noqa: E402
@@ -51,6 +52,8 @@ ROOT = Path(__file__).resolve().parents[1]
 BATCH = 512
 CAPS = [128, 256, 512, 1024, 2048, 4096]
 MM_SHAPE = (512, 1024, 1024)  # [M, K] @ [K, N]: the B x mlp_width x mlp_width of `base`
+SMALL_WORLD_TRAIN = 200_000  # examples on the small world's teacher training days [0, 10)
+DEVICE = "cpu"  # set from --device in main()
 TYPICAL = dict(n_days=2, examples_per_day=2048, n_users=2000, n_ads=300, n_advertisers=40,
                n_content=600, n_topics=16, history_days=20, mean_history=50.0, max_history=4096)
 LONG = dict(n_days=1, examples_per_day=1536, n_users=600, n_ads=300, n_advertisers=40,
@@ -68,7 +71,7 @@ class Step:
 
     def __init__(self, schema, config: dict, compile_: bool = False, seed: int = 0):
         torch.manual_seed(seed)
-        self.model = GEM.from_config(schema, config)
+        self.model = GEM.from_config(schema, config).to(DEVICE)
         self.model.train()
         emb = embedding_parameters(self.model)
         ids = {id(p) for p in emb}
@@ -90,22 +93,6 @@ class Step:
         return float(loss.detach())
 
 
-def interleaved(fns: dict[str, Callable[[], object]], repeats: int, warmup: int = 1
-                ) -> dict[str, float]:
-    """Median seconds of each ``fn``, timed in rounds that run every ``fn`` once (after
-    ``warmup`` untimed rounds), so load from other processes hits all of them alike."""
-    for _ in range(warmup):
-        for fn in fns.values():
-            fn()
-    times: dict[str, list[float]] = {k: [] for k in fns}
-    for _ in range(repeats):
-        for k, fn in fns.items():
-            t0 = time.perf_counter()
-            fn()
-            times[k].append(time.perf_counter() - t0)
-    return {k: statistics.median(v) for k, v in times.items()}
-
-
 def cycler(step: Step, batches: list[Batch]) -> Callable[[], object]:
     state = {"i": 0}
 
@@ -119,7 +106,7 @@ def cycler(step: Step, batches: list[Batch]) -> Callable[[], object]:
 
 def matmul_fn() -> Callable[[], object]:
     m, k, n = MM_SHAPE
-    a, b = torch.randn(m, k), torch.randn(k, n)
+    a, b = torch.randn(m, k, device=DEVICE), torch.randn(k, n, device=DEVICE)
 
     def run() -> object:
         for _ in range(4):
@@ -146,7 +133,7 @@ def read_batches(root: Path, n: int, max_seq_len: int | None = None) -> list[Bat
     out = []
     for b in reader:
         if len(b) == BATCH:
-            out.append(b)
+            out.append(b.to(DEVICE))
         if len(out) == n:
             break
     return out
@@ -181,8 +168,27 @@ def memory_child(data: str, config_json: str, max_seq_len: int | None, steps: in
                       "how": how}))
 
 
+def cuda_memory(data: Path, config: dict, max_seq_len: int | None, steps: int = 3) -> dict:
+    """On the GPU: growth of ``max_memory_allocated`` over ``steps`` steps, in process."""
+    batch = read_batches(data, 1, max_seq_len)[0]
+    step = Step(DatasetReader(data, batch_size=1).schema, config)
+    sync(DEVICE)
+    base = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    for _ in range(steps):
+        step(batch)
+    sync(DEVICE)
+    peak = torch.cuda.max_memory_allocated()
+    del step, batch
+    torch.cuda.empty_cache()
+    return {"rss_before_mib": base / 2**20, "peak_delta_mib": (peak - base) / 2**20,
+            "how": "torch.cuda.max_memory_allocated growth"}
+
+
 def memory(data: Path, config: dict, max_seq_len: int | None, threads: int | None,
            steps: int = 3) -> dict:
+    if DEVICE == "cuda":
+        return cuda_memory(data, config, max_seq_len, steps)
     cmd = [sys.executable, __file__, "--_memory", str(data), "--_config", json.dumps(config),
            "--_steps", str(steps)]
     if threads:
@@ -204,6 +210,7 @@ def main() -> None:
     p.add_argument("--no-compile", action="store_true")
     p.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: "
                    "torch's); 1 is steadier on a machine shared with other jobs")
+    p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     p.add_argument("--only", choices=["eager", "compile", "scaling", "memory"], action="append",
                    help="run only these sections (repeatable)")
     p.add_argument("--_memory", default=None, help=argparse.SUPPRESS)
@@ -211,6 +218,12 @@ def main() -> None:
     p.add_argument("--_max-seq-len", type=int, default=None, help=argparse.SUPPRESS)
     p.add_argument("--_steps", type=int, default=3, help=argparse.SUPPRESS)
     args = p.parse_args()
+    global DEVICE
+    DEVICE = args.device
+    if DEVICE == "cuda" and not torch.cuda.is_available():
+        p.error("--device cuda: torch sees no CUDA device")
+    if args.repeats is not None and args.repeats < 5:
+        p.error("--repeats must be at least 5")
     if args.threads:
         torch.set_num_threads(args.threads)
     if args._memory:
@@ -222,8 +235,8 @@ def main() -> None:
     only = set(args.only or ["eager", "compile", "scaling", "memory"])
     repeats = args.repeats or (5 if quick else 7)
     caps = [128, 512, 4096] if quick else CAPS
-    results: dict = {"bench": "teacher", "batch_size": BATCH, "repeats": repeats,
-                     "threads": results_threads, "notes": []}
+    results: dict = {"bench": "teacher", "quick": quick, "device": DEVICE, "batch_size": BATCH,
+                     "repeats": repeats, "threads": results_threads, "notes": []}
     t_start = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
         typical_dir, long_dir = Path(tmp) / "typical", Path(tmp) / "long"
@@ -265,7 +278,38 @@ def main() -> None:
             results["memory"] = mem
     results["total_seconds"] = round(time.perf_counter() - t_start, 1)
     report(results)
+    results["figures"] = figures(results)
+    print_figures(results["figures"])
     write_json(args.json, results)
+
+
+def figures(r: dict) -> list[dict]:
+    """The table rows: rates, matmul share, compile speedup, scaling, memory."""
+    dev, out = r["device"], []
+    hist = r["typical_batches"]["mean_history"]
+    for name, e in r.get("eager", {}).items():
+        out.append(figure(f"GEM {name} training step, B={BATCH}, mean history {hist} ({dev})",
+                          e["examples_per_s"], "examples/s"))
+        out.append(figure(f"GEM {name}: achieved matmul GFLOP/s ÷ dense fp32 mm ({dev})",
+                          e["share_of_matmul"] * 100, "%"))
+    if "small" in r.get("eager", {}):
+        out.append(figure(f"GEM small: one epoch of the small world ({SMALL_WORLD_TRAIN:,} "
+                          f"examples), extrapolated ({dev})",
+                          SMALL_WORLD_TRAIN / r["eager"]["small"]["examples_per_s"], "s",
+                          "<= 180"))
+    c = r.get("compile", {})
+    if "speedup" in c:
+        out.append(figure(f"GEM small: torch.compile ÷ eager speed ({dev})", c["speedup"]))
+    s = r.get("scaling")
+    if s:
+        caps = list(s["caps"])
+        out.append(figure(f"GEM small step time, history {caps[-1]} ÷ {caps[0]} events ({dev})",
+                          s["ratio_last_first"], "x", "<= 3"))
+    for name, m in r.get("memory", {}).items():
+        if "peak_delta_mib" in m:
+            out.append(figure(f"GEM {name}: peak memory growth over 3 training steps ({dev})",
+                              m["peak_delta_mib"], "MiB"))
+    return out
 
 
 def eager_section(schema, batches: list[Batch], repeats: int) -> dict:
@@ -273,7 +317,7 @@ def eager_section(schema, batches: list[Batch], repeats: int) -> dict:
     steps = {name: Step(schema, model_config(name)) for name in ("small", "base")}
     fns = {name: cycler(s, batches) for name, s in steps.items()}
     fns["mm"] = matmul_fn()
-    t = interleaved(fns, repeats)
+    t = interleaved(fns, repeats, device=DEVICE)
     mm_gflops = MM_FLOPS / t["mm"] / 1e9
     eager = {}
     for name, s in steps.items():
@@ -303,7 +347,7 @@ def compile_section(schema, batches: list[Batch], repeats: int) -> dict:
     except Exception as e:  # noqa: BLE001 - report, don't crash the benchmark
         return {"skipped": f"torch.compile failed: {type(e).__name__}: {str(e)[:200]}"}
     t = interleaved({"eager": cycler(eager, batches), "compiled": cycler(compiled, batches)},
-                    repeats)
+                    repeats, device=DEVICE)
     return {
         "compile_seconds": round(compile_s, 1),
         "eager_examples_per_s": round(BATCH / t["eager"]),
@@ -324,7 +368,7 @@ def scaling_section(schema, root: Path, caps: list[int], repeats: int) -> dict:
             "at_cap": round((lengths == cap).float().mean().item(), 3),
             "tokens": step.model.pyramid.n_tokens(cap),
         }
-    t = interleaved(fns, repeats)
+    t = interleaved(fns, repeats, device=DEVICE)
     rows = {}
     for cap in caps:
         rows[str(cap)] = {**info[cap], "step_ms": round(t[cap] * 1e3, 1),

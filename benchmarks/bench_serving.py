@@ -1,0 +1,215 @@
+"""Serving-side cost of transfer: per-request latency of the student with representation
+features vs the plain student vs running the GEM teacher itself.
+
+    python benchmarks/bench_serving.py [--json OUT] [--quick] [--threads 1] [--device cpu|cuda]
+        [--candidates 100] [--requests 500]
+
+Why: LoopFM-style representation features move teacher knowledge into serving as a lookup; the
+question is what that lookup costs next to the student's own forward, and how far it is from
+serving the teacher instead. A request is one user at one time with N candidate ads (the rows
+of N impressions of the world's second half, their user-side fields and history replaced by the
+first row's user's, as a ranking call scores every (user, ad) pair). Three paths, each in
+``torch.inference_mode`` with models in eval mode, per request:
+
+* ``student``: the quickstart ``mlp`` student's forward (no representation features);
+* ``student+repr``: ``CodeFeatures`` (``AsOfCodes.lookup`` of the user's codes strictly before
+  the request, ``pool_mean``) then the same student built with ``repr_dim = code_dim``;
+* ``teacher``: ``GEM`` with ``experiments/teachers/small.yaml``'s model, its history capped at the
+  quickstart teacher's ``max_seq_len`` (256), repeated per candidate.
+
+Weights are untrained (latency does not depend on their values). The code store holds one int8
+code (``code_dim`` 8, the quickstart's ``repr``) per example of the world, written by
+``write_code_store`` from random tanh codes, as ``build_codes`` would from the teacher's. Each
+request's host→device copy counts (``--device cuda``). Requests run once each on every path,
+interleaved, after ``--warmup`` untimed requests; p50 and p99 over ``--requests``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import torch
+import yaml
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks.common import (  # noqa: E402
+    add_common_args,
+    apply_common_args,
+    figure,
+    print_figures,
+    sync,
+    write_json,
+)
+from experiments.run.spec import load_spec  # noqa: E402
+from experiments.run.student import CodeFeatures  # noqa: E402
+from students import build_student  # noqa: E402
+from teachers import GEM  # noqa: E402
+from transfer.config import load_dataclass  # noqa: E402
+from transfer.data.batch import Batch  # noqa: E402
+from transfer.data.reader import DatasetReader  # noqa: E402
+from transfer.data.synth import SynthConfig, generate  # noqa: E402
+from transfer.repr_features import quantize_codes, write_code_store  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+USER_FIELDS = ("user_id", "age_bucket", "country", "device")  # request-level categoricals
+PATHS = ("student", "student+repr", "teacher")
+
+
+def write_codes(data: Path, out: Path, code_dim: int, bits: int) -> None:
+    """One random tanh code per example of the world, through the real code-store writer."""
+    keys = {k: [] for k in ("example_id", "user_id", "ts", "day")}
+    reader = DatasetReader(data, batch_size=1 << 16, dense=[], sequence=[], oracle=False)
+    for b in reader:
+        for k in keys:
+            keys[k].append(getattr(b, k).numpy())
+    cols = {k: np.concatenate(v) for k, v in keys.items()}
+    rng = np.random.default_rng(0)
+    codes = np.tanh(rng.standard_normal((len(cols["example_id"]), code_dim), dtype=np.float32))
+    write_code_store(out, cols["example_id"], cols["user_id"], cols["ts"], cols["day"],
+                     quantize_codes(codes, bits), bits, code_dim, {"teacher_version": "bench"})
+
+
+def make_requests(data: Path, days: tuple[int, int], n_candidates: int, n_requests: int,
+                  max_seq_len: int) -> list[Batch]:
+    """Requests of one user (the first row's) and ``n_candidates`` ads, on the host."""
+    reader = DatasetReader(data, days=days, batch_size=n_candidates, max_seq_len=max_seq_len)
+    cat_names = [f.name for f in reader.schema.categorical]
+    user_cols = [cat_names.index(n) for n in USER_FIELDS if n in cat_names]
+    out = []
+    for b in reader:
+        if len(b) < n_candidates:
+            continue
+        n = len(b)
+        length = int(b.seq_offsets[1])
+        cat = b.categorical.clone()
+        cat[:, user_cols] = b.categorical[0, user_cols]
+        out.append(dataclasses.replace(
+            b, categorical=cat,
+            seq_values={k: v[:length].repeat(n) for k, v in b.seq_values.items()},
+            seq_offsets=torch.arange(n + 1, dtype=torch.int64) * length, seq_max_len=length,
+            **{k: _first(getattr(b, k), n) for k in ("user_id", "ts", "day", "domain")}))
+        if len(out) == n_requests:
+            break
+    return out
+
+
+def _first(x: torch.Tensor, n: int) -> torch.Tensor:
+    """Row 0 of ``x`` repeated ``n`` times."""
+    return x[:1].expand(n, *x.shape[1:]).contiguous()
+
+
+def percentile_ms(times: list[float], q: float) -> float:
+    return float(np.percentile(np.array(times) * 1e3, q))
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_common_args(p, device=True)
+    p.add_argument("--candidates", type=int, default=100, help="candidate ads per request")
+    p.add_argument("--requests", type=int, default=None, help="default 500 (50 with --quick)")
+    p.add_argument("--warmup", type=int, default=10, help="untimed requests first")
+    args = p.parse_args()
+    apply_common_args(p, args)
+    n_requests = args.requests or (50 if args.quick else 500)
+    dev = torch.device(args.device)
+    spec = load_spec(None)
+    preset = "tiny" if args.quick else spec.data.get("preset", "small")
+    code_dim, bits = int(spec.repr["code_dim"]), int(spec.repr["bits"])
+    teacher_cap = int(spec.teacher.get("max_seq_len") or 256)
+    t_start = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="bench_serving-") as tmp:
+        data, codes_dir = Path(tmp) / "data", Path(tmp) / "codes"
+        schema = generate(load_dataclass(SynthConfig, ROOT / "experiments/data" / f"{preset}.yaml"),
+                          data)
+        write_codes(data, codes_dir, code_dim, bits)
+        days = (schema.days[len(schema.days) // 2], schema.days[-1] + 1)  # long as-of histories
+        requests = make_requests(data, days, args.candidates, n_requests + args.warmup,
+                                 teacher_cap)
+        codes = CodeFeatures(codes_dir, int(spec.repr.get("max_events", 50)))
+        tasks = list(spec.student_tasks)
+        init = dict(spec.student.get("init_args") or {})
+        torch.manual_seed(0)
+        plain = build_student({"class_path": spec.student.get("class_path", "mlp"),
+                               "init_args": init}, schema, tasks).to(dev).eval()
+        with_repr = build_student({"class_path": spec.student.get("class_path", "mlp"),
+                                   "init_args": {**init, "repr_dim": codes.dim}},
+                                  schema, tasks).to(dev).eval()
+        gem_cfg = yaml.safe_load((ROOT / "experiments/teachers/small.yaml").read_text())["model"]
+        teacher = GEM.from_config(schema, gem_cfg).to(dev).eval()
+
+        def student(req: Batch) -> None:
+            plain(req.to(dev))
+
+        def student_repr(req: Batch) -> None:
+            feats = codes(req)  # host-side lookup on the request's user_id / ts
+            with_repr(req.to(dev), feats.to(dev))
+
+        def gem(req: Batch) -> None:
+            teacher(req.to(dev))
+
+        times = run_requests({"student": student, "student+repr": student_repr, "teacher": gem},
+                             requests, args.warmup, args.device)
+        lookup = run_requests({"lookup": lambda r: codes(r)}, requests, args.warmup, "cpu")
+        n_codes = [int(codes.asof.lookup(r.user_id[:1], r.ts[:1])[1][-1]) for r in requests]
+        hist = [r.seq_max_len for r in requests]
+    res = {
+        "candidates": args.candidates, "requests": len(requests) - args.warmup,
+        "threads": torch.get_num_threads(), "preset": preset, "teacher_history_cap": teacher_cap,
+        "mean_history": round(float(np.mean(hist)), 1),
+        "mean_codes_per_user": round(float(np.mean(n_codes)), 1),
+        "teacher_params_m": round(teacher.num_parameters() / 1e6, 2),
+        "student_params_k": round(sum(q.numel() for q in with_repr.parameters()) / 1e3, 1),
+        "latency_ms": {k: {"p50": percentile_ms(v, 50), "p99": percentile_ms(v, 99)}
+                       for k, v in {**times, **lookup}.items()},
+        "total_seconds": round(time.perf_counter() - t_start, 1),
+    }
+    figs = figures(res, args.device)
+    print(f"serving: {res['requests']} requests x {args.candidates} candidates ({preset} world, "
+          f"mean history {res['mean_history']}, mean {res['mean_codes_per_user']} as-of codes "
+          f"per request), {res['threads']} threads, {args.device}; total {res['total_seconds']} s")
+    print_figures(figs)
+    write_json(args.json, {"bench": "serving", "quick": args.quick, "device": args.device,
+                           **res, "figures": figs})
+
+
+@torch.inference_mode()
+def run_requests(paths: dict[str, Callable[[Batch], None]], requests: list[Batch], warmup: int,
+                 device: str) -> dict[str, list[float]]:
+    """Seconds per request on each path; every request visits every path in turn."""
+    times: dict[str, list[float]] = {k: [] for k in paths}
+    for i, req in enumerate(requests):
+        for name, fn in paths.items():
+            sync(device)
+            t0 = time.perf_counter()
+            fn(req)
+            sync(device)
+            if i >= warmup:
+                times[name].append(time.perf_counter() - t0)
+    return times
+
+
+def figures(r: dict, device: str) -> list[dict]:
+    lat, n = r["latency_ms"], r["candidates"]
+    out = []
+    for path in (*PATHS, "lookup"):
+        what = "code lookup + pooling alone" if path == "lookup" else path
+        for q in ("p50", "p99"):
+            out.append(figure(f"serving latency, {what}, 1 request x {n} ads, {q} ({device})",
+                              lat[path][q], "ms"))
+    for q in ("p50", "p99"):
+        out.append(figure(f"serving {q}: student+repr ÷ student (cost of repr features)",
+                          lat["student+repr"][q] / lat["student"][q]))
+        out.append(figure(f"serving {q}: GEM teacher ÷ student+repr",
+                          lat["teacher"][q] / lat["student+repr"][q]))
+    return out
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,283 @@
+"""KD overhead: one student epoch per `gemkd run` variant, side by side; input-pipeline headroom.
+
+    python benchmarks/bench_transfer.py [--json OUT] [--quick] [--threads 1] [--device cpu|cuda]
+
+Why: knowledge transfer is only worth shipping if it costs the student little. Each variant's
+epoch is run through ``experiments.run.student.train_student`` exactly as ``gemkd run`` runs it
+(``VARIANT_PARTS``, ``DistillModule``, ``StoreTeacher``/``TeacherJoin``, ``CodeFeatures`` =
+as-of code lookup + mean pooling), with the quickstart spec's student (``mlp``), tasks, domain,
+batch size and learning rate, over the quickstart's student days of the small world (``--quick``:
+the tiny world at 3x its impressions, days 3-4). The figure is the training epoch: wall time
+from the epoch's start to its last training batch (data loading included), read by a callback
+added to the ``Trainer`` ``train_student`` builds. ``train_student``'s own ``train_seconds``
+(all of ``trainer.fit``) is recorded too: it also holds Lightning's sanity check and a
+validation pass, which, as no ``val_days`` are given, reads every day of the dataset (see
+``AdsDataModule``); the test pass after ``fit`` is not timed.
+
+The store, the codes and the data come from the run's own cached steps (``experiments.run.steps``:
+``fit_teacher`` / ``export_teacher`` / ``build_codes``) in a temporary directory; to keep that
+cheap the teacher is the tiny GEM trained for ``--teacher-steps`` steps and the compressor
+trains for one epoch. Neither changes the timed path (same join, loss and lookups).
+
+Targets (issue 5), read cumulatively, ratio to the labels-only epoch (``baseline``):
+``kd`` (+ store join + KD loss) <= 1.15x; ``kd_aux_adapter`` (+ Student Adapter, with the
+auxiliary head the run's adapter variant has) <= 1.25x; ``full`` (+ representation features)
+<= 1.5x. ``kd_aux`` and ``kd_repr`` are shown for attribution. Input pipeline: the loader
+``train_student`` trains from (all columns) delivers >= 5x the labels-only training rate, so
+training is never input-bound; the loader projected to the student's columns is shown too.
+
+Every candidate (variants and loader passes) runs once per round, ``--repeats`` rounds after a
+warm-up round; medians. ``--device cuda`` overrides the one argument ``train_student`` pins
+(``accelerator="cpu"``) and synchronises after each batch; a variant that fails is reported with
+its error, not dropped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import logging
+import statistics
+import sys
+import tempfile
+import time
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+from unittest import mock
+
+import lightning.pytorch as pl
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks.common import (  # noqa: E402
+    add_common_args,
+    apply_common_args,
+    figure,
+    interleaved_times,
+    median_seconds,
+    print_figures,
+    sync,
+    write_json,
+)
+from experiments.run import steps  # noqa: E402
+from experiments.run.spec import RunSpec, load_spec  # noqa: E402
+from experiments.run.student import CodeFeatures, StudentJob, train_student  # noqa: E402
+from students import build_student  # noqa: E402
+from transfer.data.datamodule import AdsDataModule  # noqa: E402
+from transfer.data.schema import DatasetSchema  # noqa: E402
+from transfer.distill import StoreTeacher  # noqa: E402
+from transfer.store import TeacherStore  # noqa: E402
+from transfer.training import training_base_rates  # noqa: E402
+
+VARIANTS = ["baseline", "kd", "kd_aux", "kd_aux_adapter", "kd_repr", "full"]
+TARGETS = {"kd": "<= 1.15", "kd_aux_adapter": "<= 1.25", "full": "<= 1.5"}
+ADDS = {"kd": "+ store join + KD loss", "kd_aux": "+ join + KD on an auxiliary head",
+        "kd_aux_adapter": "+ Student Adapter (and aux head)",
+        "kd_repr": "+ join + KD + representation features",
+        "full": "+ adapter, aux head and representation features"}
+# tiny world at 3x its impressions: a student epoch of ~10k examples, long enough to time
+QUICK_SETS = ["data.preset=tiny", "data.examples_per_day=12000", "teacher_days=3",
+              "student_days=[3,5]", "eval_days=[5,6]"]
+
+
+def spec_for(quick: bool) -> RunSpec:
+    """The quickstart spec; eval shortened to one day (it is not timed, only paid for)."""
+    spec = load_spec(None, QUICK_SETS if quick else [])
+    spec.eval_days = [spec.eval_days[0], spec.eval_days[0] + 1]
+    return spec
+
+
+def build_inputs(spec: RunSpec, cache: Path, teacher_steps: int) -> tuple[Path, Path, Path]:
+    """Data, teacher store and code store through the run's own cached steps."""
+    def log(msg: str) -> None:
+        print(f"  [setup] {msg}", flush=True)
+
+    data, data_key = steps.prepare_data(spec, cache, log)
+    train_end = spec.teacher_days
+    which = {"config": "tiny", "max_seq_len": spec.teacher.get("max_seq_len"),
+             "max_steps": teacher_steps, "log_every_n_steps": 1}
+    run = steps.fit_teacher(steps.teacher_config(spec, train_end, which), data, data_key, cache,
+                            log)
+    store = steps.export_teacher(run, data, spec.repr.get("layer", "trunk"), cache, log)
+    codes = steps.build_codes(store, train_end, {**spec.repr, "epochs": 1}, spec.seeds[0], cache,
+                              log)
+    return data, store, codes
+
+
+class TrainClock(pl.Callback):
+    """Wall time from the training epoch's start to the end of its last training batch: the
+    epoch without the validation pass Lightning runs after it."""
+
+    def __init__(self, device: str) -> None:
+        self.device, self.t0, self.last, self.batches = device, 0.0, 0.0, 0
+
+    def on_train_epoch_start(self, trainer, pl_module) -> None:
+        sync(self.device)
+        self.t0 = self.last = time.perf_counter()
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        sync(self.device)
+        self.last = time.perf_counter()
+        self.batches += 1
+
+    @property
+    def seconds(self) -> float:
+        return self.last - self.t0
+
+
+@contextlib.contextmanager
+def instrumented(device: str, clocks: list[TrainClock]) -> Iterator[None]:
+    """Every ``pl.Trainer`` built inside gets a :class:`TrainClock` (appended to ``clocks``);
+    on CUDA its ``accelerator="cpu"`` (pinned by ``train_student``) becomes the GPU."""
+    real = pl.Trainer
+
+    def trainer(*args, **kwargs):
+        clocks.append(TrainClock(device))
+        kwargs["callbacks"] = [*(kwargs.get("callbacks") or []), clocks[-1]]
+        if device != "cpu":
+            kwargs.update(accelerator="gpu", devices=1)
+        return real(*args, **kwargs)
+
+    with mock.patch.object(pl, "Trainer", trainer):
+        yield
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_common_args(p, device=True)
+    p.add_argument("--variants", nargs="+", default=VARIANTS, choices=VARIANTS)
+    p.add_argument("--teacher-steps", type=int, default=20)
+    args = p.parse_args()
+    apply_common_args(p, args)
+    if args.variants[0] != "baseline":
+        p.error("--variants must start with baseline (the denominator)")
+    logging.getLogger("lightning.pytorch").setLevel(logging.ERROR)
+    warnings.filterwarnings("ignore")
+    t_start = time.perf_counter()
+    spec = spec_for(args.quick)
+    with tempfile.TemporaryDirectory(prefix="bench_transfer-") as tmp:
+        data, store, codes_dir = build_inputs(spec, Path(tmp) / "cache", args.teacher_steps)
+        setup_s = time.perf_counter() - t_start
+        res = measure(spec, args, data, store, codes_dir)
+    res["setup_seconds"] = round(setup_s, 1)
+    res["total_seconds"] = round(time.perf_counter() - t_start, 1)
+    figs = figures(res, args.device)
+    print(f"transfer: {res['examples']:,} examples per epoch (domain {spec.student_domain}, days "
+          f"{spec.student_days}), batch {spec.batch_size}, {res['threads']} threads, median of "
+          f"{args.repeats} interleaved rounds after a warm-up; total {res['total_seconds']} s")
+    print_figures(figs)
+    write_json(args.json, {"bench": "transfer", "quick": args.quick, "device": args.device,
+                           "repeats": args.repeats, **res, "figures": figs})
+
+
+def measure(spec: RunSpec, args: argparse.Namespace, data: Path, store: Path,
+            codes_dir: Path) -> dict:
+    tasks = list(spec.student_tasks)
+    only = [spec.student_domain] if spec.student_domain else None
+    days = tuple(spec.student_days)
+    base_rates = training_base_rates(data, days, tasks, only)
+    codes = CodeFeatures(codes_dir, int(spec.repr.get("max_events", 50)))
+    params = {"kd_weight": 1.0, "temperature": 1.0, "aux_beta": 0.5, "adapter_hidden": 16}
+    job = StudentJob("baseline", params, spec.seeds[0], days, tuple(spec.eval_days),
+                     spec.teacher_days - 1)
+    epoch: dict[str, list[float]] = {v: [] for v in args.variants}
+    fit: dict[str, list[float]] = {v: [] for v in args.variants}
+    errors: dict[str, str] = {}
+    examples = {}
+
+    def run_variant(variant: str):
+        def run() -> None:
+            if variant in errors:
+                return
+            clocks: list[TrainClock] = []
+            try:
+                with instrumented(args.device, clocks):
+                    r = train_student(spec, dataclasses.replace(job, variant=variant), data,
+                                      {"gem": store}, codes, base_rates)
+            except Exception as e:  # noqa: BLE001 - report it, keep measuring the others
+                errors[variant] = f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"
+                print(f"  {variant}: FAILED {errors[variant]}", flush=True)
+                return
+            epoch[variant].append(clocks[0].seconds)
+            fit[variant].append(r["train_seconds"])
+            examples[variant] = round(r["examples_per_second"] * r["train_seconds"])
+        return run
+
+    dm = AdsDataModule(data, train_days=days, batch_size=spec.batch_size, shuffle=False,
+                       tasks=tasks, domains=only)
+    schema = DatasetSchema.load(data)
+    student = build_student({"class_path": spec.student.get("class_path", "mlp"),
+                             "init_args": dict(spec.student.get("init_args") or {})},
+                            schema, tasks)
+    projected = AdsDataModule(data, train_days=days, batch_size=spec.batch_size, shuffle=False,
+                              tasks=tasks, domains=only, sequence=list(student.sequence),
+                              oracle=False)
+    rows: dict[str, int] = {}
+
+    def read(name: str, module: AdsDataModule):
+        def run() -> None:
+            rows[name] = sum(len(b) for b in module.train_dataloader())
+        return run
+
+    fns = {v: run_variant(v) for v in args.variants}
+    fns["loader"] = read("loader", dm)
+    fns["loader_projected"] = read("loader_projected", projected)
+    # train_student measures its own epoch; the loop's times are the whole call (+ evaluation)
+    wall = interleaved_times(fns, args.repeats, warmup=1, device=args.device, rotate=True)
+    epoch = {v: t[1:] for v, t in epoch.items()}  # the first call of each is the warm-up
+    fit = {v: t[1:] for v, t in fit.items()}
+    med = {v: statistics.median(t) for v, t in epoch.items() if len(t) >= args.repeats}
+    med_fit = {v: statistics.median(t) for v, t in fit.items() if len(t) >= args.repeats}
+    setup = {
+        "store_teacher_open_s": median_seconds(
+            lambda: StoreTeacher(TeacherStore(store), tasks, policy="mask"), args.repeats),
+        "code_features_open_s": median_seconds(
+            lambda: CodeFeatures(codes_dir, int(spec.repr.get("max_events", 50))), args.repeats),
+    }
+    n = examples.get("baseline") or rows["loader"]
+    return {
+        "examples": n, "threads": torch.get_num_threads(), "variants": args.variants,
+        "epoch_seconds": med, "epoch_seconds_all": epoch, "errors": errors,
+        "fit_seconds": med_fit, "fit_seconds_all": fit,
+        "call_seconds": {v: statistics.median(t) for v, t in wall.items()},
+        "loader_seconds": statistics.median(wall["loader"]),
+        "loader_projected_seconds": statistics.median(wall["loader_projected"]),
+        "loader_rows": rows, **setup,
+    }
+
+
+def figures(r: dict, device: str) -> list[dict]:
+    med, n = r["epoch_seconds"], r["examples"]
+    base = med.get("baseline")
+    fit = r["fit_seconds"].get("baseline")
+    out = [figure(f"labels-only student epoch (mlp, quickstart student; {n:,} examples, "
+                  f"{device})", base, "s"),
+           figure(f"labels-only student training rate ({device})",
+                  n / base if base else None, "examples/s"),
+           figure("train_student's train_seconds ÷ its training epoch (labels-only; fit adds "
+                  "a sanity check and a validation pass over every day)",
+                  fit / base if fit and base else None)]
+    for v in r["variants"][1:]:
+        ratio = med[v] / base if base and v in med else None
+        note = r["errors"].get(v, "")
+        out.append(figure(f"{v} epoch ÷ labels-only ({ADDS[v]}; {device})", ratio, "x",
+                          TARGETS.get(v), note))
+    rate = n / base if base else None
+    for key, what in (("loader", "all columns, as train_student reads"),
+                      ("loader_projected", "student's columns only")):
+        reader_rate = r["loader_rows"][key] / r[f"{key}_seconds"]
+        out.append(figure(f"student loader ({what})", reader_rate, "examples/s"))
+        out.append(figure(f"student loader ({what}) ÷ labels-only training rate",
+                          reader_rate / rate if rate else None, "x",
+                          ">= 5" if key == "loader" else None))
+    out.append(figure("per-run setup: open + verify teacher store, build join index",
+                      r["store_teacher_open_s"], "s"))
+    out.append(figure("per-run setup: open code store, build as-of index",
+                      r["code_features_open_s"], "s"))
+    return out
+
+
+if __name__ == "__main__":
+    main()
