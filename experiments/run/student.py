@@ -98,7 +98,8 @@ def train_student(spec, job: StudentJob, data: Path, stores: dict[str, Path | No
                            base_rates=base_rates)
     only = [spec.student_domain] if spec.student_domain else None
     dm = AdsDataModule(data, train_days=job.train_days, test_days=job.eval_days,
-                       batch_size=spec.batch_size, shuffle=False, tasks=tasks, domains=only)
+                       batch_size=spec.batch_size, shuffle=False, tasks=tasks, domains=only,
+                       **_projection(student))
     curve = _Curve()
     trainer = pl.Trainer(max_epochs=1, logger=False, enable_checkpointing=False,
                          enable_progress_bar=False, enable_model_summary=False,
@@ -116,6 +117,19 @@ def train_student(spec, job: StudentJob, data: Path, stores: dict[str, Path | No
     return {"metrics": module.last_metrics["test"], "train_seconds": seconds,
             "examples_per_second": curve.examples / seconds,
             "coverage": teacher.coverage if teacher else float("nan")}
+
+
+def _projection(student: torch.nn.Module) -> dict[str, Any]:
+    """Reader arguments that skip what the student never reads: the oracle columns always; for
+    a :class:`StudentBase` also the sequence fields it does not use and events beyond its
+    ``max_seq_len`` most recent (the reader keeps the most recent, as the student would).
+    A plug-in student that is not a StudentBase gets every column."""
+    from students.base import StudentBase
+
+    if not isinstance(student, StudentBase):
+        return {"oracle": False}
+    return {"oracle": False, "sequence": list(student.sequence),
+            "max_seq_len": student.max_seq_len}
 
 
 def _embedding_width(student: torch.nn.Module, data: Path, job: StudentJob) -> int:
