@@ -127,6 +127,9 @@ def build_run(cfg: TeacherTrainConfig, data: str | Path):
         batch_size=cfg.batch_size, num_workers=cfg.num_workers, seed=cfg.seed,
         max_seq_len=cfg.max_seq_len,
     )
+    for split in ("train", "val", "test"):  # open every file's footer and check its columns
+        if dm.days[split] is not None:       # now: bad data fails before RUN_DIR is written
+            dm.reader(split)
     model = build_model(cfg, schema)
     try:
         module = RankingModule(

@@ -211,6 +211,8 @@ class DatasetReader(IterableDataset):
         out: dict = {k: col(k) for k in KEY_COLUMNS}
         validate.check_non_negative(unit.path, "user_id", out["user_id"], unit.first_row)
         validate.check_non_negative(unit.path, "domain", out["domain"], unit.first_row)
+        validate.check_below(unit.path, "domain", out["domain"], len(self.schema.domains),
+                             "domains", unit.first_row)
         cats = []
         for name in p.categorical:
             values = out[name] if name in out else col(name)
@@ -232,6 +234,7 @@ class DatasetReader(IterableDataset):
         for name in p.sequence:
             arr = table.column(name).combine_chunks()
             o = arr.offsets.to_numpy().astype(np.int64)
+            validate.check_no_null_events(unit.path, name, arr.values, o, unit.first_row)
             v = arr.values.to_numpy()
             if offsets is None:
                 offsets = o

@@ -42,6 +42,31 @@ def check_no_nulls(path: Path, table: pa.Table, row0: int) -> None:
             raise DataError(f"{path}: column {name!r} row {row0 + row}: null value")
 
 
+def check_no_null_events(path: Path, name: str, values: pa.Array, offsets: np.ndarray,
+                         row0: int) -> None:
+    """No null inside a history list (``check_no_nulls`` sees only null lists); ``offsets``
+    index ``values`` and map a position back to its row."""
+    if not values.null_count:
+        return
+    null = values.is_null().to_numpy(zero_copy_only=False)
+    null[:offsets[0]] = False
+    null[offsets[-1]:] = False
+    if null.any():
+        pos = int(np.argmax(null))
+        row = int(np.searchsorted(offsets, pos, side="right") - 1)
+        raise DataError(f"{path}: column {name!r} row {row0 + row}: null value in the list")
+
+
+def check_below(path: Path, name: str, values: np.ndarray, limit: int, what: str,
+                row0: int) -> None:
+    """Indices into a list of ``limit`` entries (e.g. the schema's domains) must be < limit."""
+    if values.size == 0 or values.max() < limit:
+        return
+    row = int(np.argmax(values >= limit))
+    raise DataError(f"{path}: column {name!r} row {row0 + row}: {values[row]} is not one of "
+                    f"the {limit} {what} in schema.json")
+
+
 def check_binary(path: Path, name: str, values: np.ndarray, row0: int) -> None:
     bad = (values != 0) & (values != 1)
     if bad.any():

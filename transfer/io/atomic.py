@@ -1,15 +1,20 @@
 """Atomic outputs: nothing half-written is ever left under the name a user asked for.
 
 A directory is built under a hidden temporary sibling and renamed into place only when complete;
-on any exception the temporary directory is removed and the target is untouched.
+on any exception the temporary directory is removed and the target is untouched. Every writer has
+its own temporary directory, and the final rename never replaces a non-empty directory unless
+``overwrite`` is set, so two writers racing for one target never mix their files: without
+``overwrite`` the second to finish gets a clear error; with it, the last one wins whole.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import shutil
 import tempfile
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -31,16 +36,52 @@ def atomic_directory(target: str | Path, overwrite: bool = False) -> Iterator[Pa
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
     try:
         yield tmp
+        _commit(tmp, target, overwrite)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    old = None
-    if target.exists():
-        old = target.parent / f".{target.name}.old-{os.getpid()}"
-        os.replace(target, old)
-    os.replace(tmp, target)
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
+
+
+# rename(2) of a directory onto an existing one: ENOTEMPTY/EEXIST (non-empty dir), ENOTDIR (file)
+_TAKEN = (errno.ENOTEMPTY, errno.EEXIST, errno.ENOTDIR)
+
+
+def _commit(tmp: Path, target: Path, overwrite: bool) -> None:
+    """Rename ``tmp`` to ``target`` without ever replacing another writer's finished directory,
+    unless ``overwrite``: then the one in place is first moved aside under a name of its own
+    (retrying if a concurrent writer moved or replaced it in between) and deleted after."""
+    for _ in range(100):
+        try:
+            os.rename(tmp, target)  # replaces at most an empty directory
+            return
+        except OSError as e:
+            if e.errno not in _TAKEN:
+                raise
+        if not overwrite:
+            raise GemkdError(f"{target}: already exists (written by another process while this "
+                             "one ran); choose a new path or pass --overwrite")
+        old = target.parent / f".{target.name}.old-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        try:
+            os.rename(target, old)
+        except FileNotFoundError:  # another writer moved it first: try again
+            continue
+        try:
+            os.rename(tmp, target)
+        except OSError as e:
+            if e.errno not in _TAKEN:
+                raise
+            continue  # another writer's directory landed in between: move that one aside too
+        finally:
+            _remove(old)
+        return
+    raise GemkdError(f"{target}: could not be replaced (other writers kept replacing it)")
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        path.unlink(missing_ok=True)
 
 
 def atomic_write_bytes(path: str | Path, data: bytes) -> None:

@@ -359,7 +359,11 @@ class StoreWriter:
         except BaseException:
             self.abort()
             raise
-        self._commit.__exit__(None, None, None)
+        try:
+            self._commit.__exit__(None, None, None)  # the rename; on failure it removes staging
+        except BaseException:
+            self.state = "aborted"
+            raise
         self.state = "finalized"
         return manifest
 

@@ -1,0 +1,46 @@
+"""A bad ``gemkd run`` spec, in any section: one ``error:`` line naming the key or the class,
+exit code 2, and no run directory — checked before any data or teacher work starts.
+
+Top-level unknown keys and variants are covered in tests/experiments/test_run.py; these are the
+nested sections, which used to fail only once their step ran (after data generation, teacher
+training and export for the student), leaving a half-made run directory behind.
+"""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from tests.faults.conftest import SPEC, cli_error
+
+CASES = [
+    ("batch_size=big", "{spec}: key 'batch_size': expected an integer, got 'big'"),
+    ("teacher.max_stepz=3", "spec teacher (config tiny): unknown key 'max_stepz'; valid keys:"),
+    ("teacher.max_steps=many",
+     "spec teacher (config tiny): key 'max_steps': expected an integer, got 'many'"),
+    ("data.examples_per_dya=10", "spec data (preset tiny): unknown key 'examples_per_dya'"),
+    ("data.drift=strong", "spec data (preset tiny): key 'drift': expected a number, got "
+                          "'strong'"),
+    ("tuning.kd_wieght=[1.0]", "spec tuning: unknown key 'kd_wieght'; valid keys: adapter_hidden, "
+                               "aux_beta, kd_weight, temperature"),
+    ("tuning.kd_weight=1.0", "spec tuning: key 'kd_weight' must be a non-empty list"),
+    ("student.hidden=[8]", "spec student: unknown key 'hidden' (expected class_path, init_args)"),
+    ("student.class_path=my_studentz.tower.TwoTower",
+     "student class_path 'my_studentz.tower.TwoTower' could not be imported "
+     "(ModuleNotFoundError: No module named 'my_studentz')"),
+    ("student.class_path=students.mlp.Nope", "student class_path 'students.mlp.Nope' could not "
+                                             "be imported: module 'students.mlp' has no "
+                                             "attribute 'Nope'"),
+    ("student.init_args={hiden: [8]}", "student MLPStudent: unknown init_args.hiden"),
+    ("student.init_args={hidden: wide}", "student MLPStudent: init_args.hidden must be"),
+]
+
+
+@pytest.mark.parametrize("setting, message", CASES, ids=[setting for setting, _ in CASES])
+def test_bad_spec_fails_before_writing(tmp_path, capsys, setting, message):
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(yaml.safe_dump(SPEC))
+    out = tmp_path / "out"
+    err = cli_error(capsys, "run", str(spec), "--out", str(out), "--set", setting)
+    assert err.startswith("error: " + message.format(spec=spec)), err
+    assert not out.exists() and list(tmp_path.iterdir()) == [spec]
