@@ -9,10 +9,8 @@ as-of code lookup + mean pooling), with the quickstart spec's student (``mlp``),
 batch size and learning rate, over the quickstart's student days of the small world (``--quick``:
 the tiny world at 3x its impressions, days 3-4). The figure is the training epoch: wall time
 from the epoch's start to its last training batch (data loading included), read by a callback
-added to the ``Trainer`` ``train_student`` builds. ``train_student``'s own ``train_seconds``
-(all of ``trainer.fit``) is recorded too: it also holds Lightning's sanity check and a
-validation pass, which, as no ``val_days`` are given, reads every day of the dataset (see
-``AdsDataModule``); the test pass after ``fit`` is not timed.
+passed to ``train_student``. ``train_student``'s own ``train_seconds`` (all of ``trainer.fit``,
+Lightning's start-up included) is recorded too; the test pass after ``fit`` is not timed.
 
 The store, the codes and the data come from the run's own cached steps (``experiments.run.steps``:
 ``fit_teacher`` / ``export_teacher`` / ``build_codes``) in a temporary directory; to keep that
@@ -23,19 +21,18 @@ Targets (issue 5), read cumulatively, ratio to the labels-only epoch (``baseline
 ``kd`` (+ store join + KD loss) <= 1.15x; ``kd_aux_adapter`` (+ Student Adapter, with the
 auxiliary head the run's adapter variant has) <= 1.25x; ``full`` (+ representation features)
 <= 1.5x. ``kd_aux`` and ``kd_repr`` are shown for attribution. Input pipeline: the loader
-``train_student`` trains from (all columns) delivers >= 5x the labels-only training rate, so
-training is never input-bound; the loader projected to the student's columns is shown too.
+``train_student`` trains from (projected to the student's columns and ``max_seq_len``, as
+``experiments.run.student`` builds it) delivers >= 5x the labels-only training rate, so training
+is never input-bound; a loader of every column is shown too.
 
 Every candidate (variants and loader passes) runs once per round, ``--repeats`` rounds after a
-warm-up round; medians. ``--device cuda`` overrides the one argument ``train_student`` pins
-(``accelerator="cpu"``) and synchronises after each batch; a variant that fails is reported with
-its error, not dropped.
+warm-up round; medians. ``--device cuda`` sets the spec's ``accelerator: gpu`` and synchronises
+after each batch; a variant that fails is reported with its error, not dropped.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
 import logging
 import statistics
@@ -43,9 +40,7 @@ import sys
 import tempfile
 import time
 import warnings
-from collections.abc import Iterator
 from pathlib import Path
-from unittest import mock
 
 import lightning.pytorch as pl
 import torch
@@ -63,7 +58,12 @@ from benchmarks.common import (  # noqa: E402
 )
 from experiments.run import steps  # noqa: E402
 from experiments.run.spec import RunSpec, load_spec  # noqa: E402
-from experiments.run.student import CodeFeatures, StudentJob, train_student  # noqa: E402
+from experiments.run.student import (  # noqa: E402
+    CodeFeatures,
+    StudentJob,
+    student_projection,
+    train_student,
+)
 from students import build_student  # noqa: E402
 from transfer.data.datamodule import AdsDataModule  # noqa: E402
 from transfer.data.schema import DatasetSchema  # noqa: E402
@@ -127,23 +127,6 @@ class TrainClock(pl.Callback):
         return self.last - self.t0
 
 
-@contextlib.contextmanager
-def instrumented(device: str, clocks: list[TrainClock]) -> Iterator[None]:
-    """Every ``pl.Trainer`` built inside gets a :class:`TrainClock` (appended to ``clocks``);
-    on CUDA its ``accelerator="cpu"`` (pinned by ``train_student``) becomes the GPU."""
-    real = pl.Trainer
-
-    def trainer(*args, **kwargs):
-        clocks.append(TrainClock(device))
-        kwargs["callbacks"] = [*(kwargs.get("callbacks") or []), clocks[-1]]
-        if device != "cpu":
-            kwargs.update(accelerator="gpu", devices=1)
-        return real(*args, **kwargs)
-
-    with mock.patch.object(pl, "Trainer", trainer):
-        yield
-
-
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_common_args(p, device=True)
@@ -157,6 +140,8 @@ def main() -> None:
     warnings.filterwarnings("ignore")
     t_start = time.perf_counter()
     spec = spec_for(args.quick)
+    if args.device != "cpu":
+        spec.accelerator = "gpu"
     with tempfile.TemporaryDirectory(prefix="bench_transfer-") as tmp:
         data, store, codes_dir = build_inputs(spec, Path(tmp) / "cache", args.teacher_steps)
         setup_s = time.perf_counter() - t_start
@@ -193,9 +178,9 @@ def measure(spec: RunSpec, args: argparse.Namespace, data: Path, store: Path,
                 return
             clocks: list[TrainClock] = []
             try:
-                with instrumented(args.device, clocks):
-                    r = train_student(spec, dataclasses.replace(job, variant=variant), data,
-                                      {"gem": store}, codes, base_rates)
+                clocks.append(TrainClock(args.device))
+                r = train_student(spec, dataclasses.replace(job, variant=variant), data,
+                                  {"gem": store}, codes, base_rates, callbacks=clocks)
             except Exception as e:  # noqa: BLE001 - report it, keep measuring the others
                 errors[variant] = f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"
                 print(f"  {variant}: FAILED {errors[variant]}", flush=True)
@@ -212,8 +197,7 @@ def measure(spec: RunSpec, args: argparse.Namespace, data: Path, store: Path,
                              "init_args": dict(spec.student.get("init_args") or {})},
                             schema, tasks)
     projected = AdsDataModule(data, train_days=days, batch_size=spec.batch_size, shuffle=False,
-                              tasks=tasks, domains=only, sequence=list(student.sequence),
-                              oracle=False)
+                              tasks=tasks, domains=only, **student_projection(student))
     rows: dict[str, int] = {}
 
     def read(name: str, module: AdsDataModule):
@@ -257,7 +241,7 @@ def figures(r: dict, device: str) -> list[dict]:
            figure(f"labels-only student training rate ({device})",
                   n / base if base else None, "examples/s"),
            figure("train_student's train_seconds ÷ its training epoch (labels-only; fit adds "
-                  "a sanity check and a validation pass over every day)",
+                  "Lightning's start-up)",
                   fit / base if fit and base else None)]
     for v in r["variants"][1:]:
         ratio = med[v] / base if base and v in med else None
@@ -265,13 +249,13 @@ def figures(r: dict, device: str) -> list[dict]:
         out.append(figure(f"{v} epoch ÷ labels-only ({ADDS[v]}; {device})", ratio, "x",
                           TARGETS.get(v), note))
     rate = n / base if base else None
-    for key, what in (("loader", "all columns, as train_student reads"),
-                      ("loader_projected", "student's columns only")):
+    for key, what in (("loader_projected", "student's columns, as train_student reads"),
+                      ("loader", "every column")):
         reader_rate = r["loader_rows"][key] / r[f"{key}_seconds"]
         out.append(figure(f"student loader ({what})", reader_rate, "examples/s"))
         out.append(figure(f"student loader ({what}) ÷ labels-only training rate",
                           reader_rate / rate if rate else None, "x",
-                          ">= 5" if key == "loader" else None))
+                          ">= 5" if key == "loader_projected" else None))
     out.append(figure("per-run setup: open + verify teacher store, build join index",
                       r["store_teacher_open_s"], "s"))
     out.append(figure("per-run setup: open code store, build as-of index",

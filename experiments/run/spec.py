@@ -44,11 +44,14 @@ class RunSpec:
     repr: dict[str, Any] = field(default_factory=lambda: {
         "layer": "trunk", "code_dim": 8, "bits": 8, "max_events": 50, "epochs": 10})
     hierarchical: dict[str, Any] = field(default_factory=lambda: {"config": "domain_fm"})
+    accelerator: str = "cpu"  # the students' Lightning accelerator: small models, CPU default
 
     def __post_init__(self) -> None:
         unknown = [v for v in self.variants if v not in VARIANTS]
         if unknown:
             raise ValueError(f"unknown variant {unknown[0]!r}; variants are {', '.join(VARIANTS)}")
+        if self.accelerator not in ("cpu", "gpu", "cuda", "auto"):
+            raise ValueError(f"'accelerator' must be cpu, gpu or auto, got {self.accelerator!r}")
         if not self.seeds:
             raise ValueError("'seeds' must list at least one seed")
         for key in ("student_days", "eval_days"):

@@ -68,8 +68,10 @@ class _Curve(pl.Callback):
 
 def train_student(spec, job: StudentJob, data: Path, stores: dict[str, Path | None],
                   codes: CodeFeatures | None, base_rates: dict[str, float],
-                  curve_path: Path | None = None) -> dict[str, Any]:
-    """Returns ``{"metrics": {...}, "train_seconds", "examples_per_second", "coverage"}``."""
+                  curve_path: Path | None = None,
+                  callbacks: list[pl.Callback] | None = None) -> dict[str, Any]:
+    """Returns ``{"metrics": {...}, "train_seconds", "examples_per_second", "coverage"}``;
+    ``callbacks`` are added to the student's Trainer (e.g. a benchmark's clock)."""
     parts = VARIANT_PARTS[job.variant]
     pl.seed_everything(job.seed, verbose=False)
     schema = DatasetSchema.load(data)
@@ -99,11 +101,13 @@ def train_student(spec, job: StudentJob, data: Path, stores: dict[str, Path | No
     only = [spec.student_domain] if spec.student_domain else None
     dm = AdsDataModule(data, train_days=job.train_days, test_days=job.eval_days,
                        batch_size=spec.batch_size, shuffle=False, tasks=tasks, domains=only,
-                       **_projection(student))
+                       **student_projection(student))
     curve = _Curve()
     trainer = pl.Trainer(max_epochs=1, logger=False, enable_checkpointing=False,
                          enable_progress_bar=False, enable_model_summary=False,
-                         accelerator="cpu", callbacks=[curve], num_sanity_val_steps=0)
+                         accelerator=spec.accelerator, devices=1,
+                         callbacks=[curve, *(callbacks or [])], num_sanity_val_steps=0,
+                         limit_val_batches=0)
     t0 = time.perf_counter()
     trainer.fit(module, datamodule=dm)
     seconds = time.perf_counter() - t0
@@ -119,7 +123,7 @@ def train_student(spec, job: StudentJob, data: Path, stores: dict[str, Path | No
             "coverage": teacher.coverage if teacher else float("nan")}
 
 
-def _projection(student: torch.nn.Module) -> dict[str, Any]:
+def student_projection(student: torch.nn.Module) -> dict[str, Any]:
     """Reader arguments that skip what the student never reads: the oracle columns always; for
     a :class:`StudentBase` also the sequence fields it does not use and events beyond its
     ``max_seq_len`` most recent (the reader keeps the most recent, as the student would).

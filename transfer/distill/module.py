@@ -98,7 +98,8 @@ class DistillModule(RankingModule):
                                          "lr": self.lr, "weight_decay": 0.0})
         if self.adapter is None:
             return [student]
-        return [student, torch.optim.Adam(self.adapter.parameters(), lr=self.adapter_lr)]
+        return [student, torch.optim.Adam(self.adapter.parameters(), lr=self.adapter_lr,
+                                          foreach=True)]
 
     def _staleness(self, batch: Batch) -> Tensor | None:
         if self.trained_until_day is None:
@@ -119,9 +120,12 @@ class DistillModule(RankingModule):
         z = self.adapter(t_logits, batch.domain, stale)
         a_loss = masked_mean(F.binary_cross_entropy_with_logits(z, batch.labels,
                                                                 reduction="none"), found)
-        opt.zero_grad()
-        self.manual_backward(a_loss)
-        opt.step()
+        # the adapter is a tiny fp32 MLP: plain autograd and its raw optimizer, as Lightning's
+        # per-step wrappers (closure, hooks, precision plugin) cost more than the adapter itself
+        raw = getattr(opt, "optimizer", opt)
+        raw.zero_grad(set_to_none=True)
+        a_loss.backward()
+        raw.step()
         self._log_step("train/adapter_loss", a_loss, len(batch))
         with torch.no_grad():
             return self.adapter(t_logits, batch.domain, stale), found

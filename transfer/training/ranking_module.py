@@ -197,7 +197,9 @@ class RankingModule(pl.LightningModule):
              "lr": self.lr, "weight_decay": self.weight_decay},
         ]
         groups = [g for g in groups if g["params"]]
-        return torch.optim.AdamW(groups, lr=self.lr)
+        # foreach: one multi-tensor kernel per group, not a Python loop over parameters (torch
+        # picks it by default only on CUDA; on CPU the loop was ~20% of a small student's step)
+        return torch.optim.AdamW(groups, lr=self.lr, foreach=True)
 
     # ------------------------------------------------------------------ loss
     def label_mask(self, batch: Batch) -> Tensor | None:
