@@ -42,6 +42,7 @@ bench: install
 	$(BIN)/python benchmarks/bench_transfer.py --json $(RESULTS)/transfer.json --device $(BENCH_DEVICE) $(BENCH_ARGS)
 	$(BIN)/python benchmarks/bench_serving.py --json $(RESULTS)/serving.json --device $(BENCH_DEVICE) $(BENCH_ARGS)
 	$(BIN)/python benchmarks/render_performance.py --results $(RESULTS) --out docs/PERFORMANCE.md \
+		--gpu-results $(RESULTS)/gpu \
 		--command "make bench BENCH_ARGS='$(BENCH_ARGS)' BENCH_DEVICE=$(BENCH_DEVICE)"
 
 lint: install

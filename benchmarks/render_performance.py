@@ -62,6 +62,25 @@ def _met(f: dict) -> str:
     return "met" if f["met"] else "**missed**"
 
 
+def figures_table(runs: list[dict]) -> list[str]:
+    lines = ["| benchmark | figure | value | target | |", "|---|---|---:|---|---|"]
+    for d in runs:
+        for f in d["figures"]:
+            name = f["name"] + (f" — {f['note']}" if f.get("note") else "")
+            lines.append(f"| {TITLES.get(d['bench'], d['bench'])} | {_cell(name)} | "
+                         f"{fmt(f['value'], f['unit'])} | {_target(f['target'])} | {_met(f)} |")
+    return lines
+
+
+def gpu_section(runs: list[dict], source: Path) -> list[str]:
+    """The same benchmarks on a lent GPU (``benchmarks/gpu_checks.sh``): shown apart, never
+    mixed into the CPU figures or their met/missed count."""
+    return (["", "## On a GPU", "",
+             f"From `{source}` (written by `benchmarks/gpu_checks.sh` on a lent GPU machine; "
+             "its software is that machine's, not this project's pins).", ""]
+            + figures_table(runs) + ["", "### GPU machine", ""] + machine_table(runs))
+
+
 def render(runs: list[dict], command: str) -> str:
     quick = [d["bench"] for d in runs if d.get("quick")]
     figs = [(d, f) for d in runs for f in d["figures"]]
@@ -80,12 +99,7 @@ def render(runs: list[dict], command: str) -> str:
     if missed:
         lines.append("Missed: " + "; ".join(f"{f['name']} ({fmt(f['value'], f['unit'])}, target "
                                             f"{_target(f['target'])})" for _, f in missed) + ".")
-    lines += ["", "## Figures", "", "| benchmark | figure | value | target | |",
-              "|---|---|---:|---|---|"]
-    for d, f in figs:
-        name = f["name"] + (f" — {f['note']}" if f.get("note") else "")
-        lines.append(f"| {TITLES.get(d['bench'], d['bench'])} | {_cell(name)} | "
-                     f"{fmt(f['value'], f['unit'])} | {_target(f['target'])} | {_met(f)} |")
+    lines += ["", "## Figures", ""] + figures_table(runs)
     lines += ["", "## Machine", ""] + machine_table(runs)
     lines += ["", "## Commands", "", "All of it: `" + command + "`, which runs:", "", "```"]
     lines += [d.get("command", f"(unknown; {d['_file']})") for d in runs]
@@ -121,12 +135,19 @@ def main() -> None:
     p.add_argument("--out", type=Path, default=Path("docs/PERFORMANCE.md"))
     p.add_argument("--command", default="make bench",
                    help="the command that ran the suite (the Makefile passes its arguments)")
+    p.add_argument("--gpu-results", type=Path, default=None,
+                   help="a folder of the same JSONs from a GPU run, rendered as its own section")
     args = p.parse_args()
     runs = load(args.results)
     if not runs:
         p.error(f"no benchmark JSON with figures under {args.results}")
+    text = render(runs, args.command)
+    if args.gpu_results is not None and args.gpu_results.is_dir():
+        gpu = load(args.gpu_results)
+        if gpu:
+            text += "\n".join(gpu_section(gpu, args.gpu_results)) + "\n"
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(render(runs, args.command))
+    args.out.write_text(text)
     n = sum(len(d["figures"]) for d in runs)
     print(f"wrote {args.out}: {n} figures from {len(runs)} benchmarks")
 
