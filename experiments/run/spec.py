@@ -45,6 +45,7 @@ class RunSpec:
         "layer": "trunk", "code_dim": 8, "bits": 8, "max_events": 50, "epochs": 10})
     hierarchical: dict[str, Any] = field(default_factory=lambda: {"config": "domain_fm"})
     accelerator: str = "cpu"  # the students' Lightning accelerator: small models, CPU default
+    ema_decay: float | None = None  # evaluate an EMA of the student's weights (None: last step)
 
     def __post_init__(self) -> None:
         unknown = [v for v in self.variants if v not in VARIANTS]
@@ -52,6 +53,8 @@ class RunSpec:
             raise ValueError(f"unknown variant {unknown[0]!r}; variants are {', '.join(VARIANTS)}")
         if self.accelerator not in ("cpu", "gpu", "cuda", "auto"):
             raise ValueError(f"'accelerator' must be cpu, gpu or auto, got {self.accelerator!r}")
+        if self.ema_decay is not None and not 0 < self.ema_decay < 1:
+            raise ValueError(f"'ema_decay' must be in (0, 1) or null, got {self.ema_decay}")
         if not self.seeds:
             raise ValueError("'seeds' must list at least one seed")
         for key in ("student_days", "eval_days"):

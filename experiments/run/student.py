@@ -10,6 +10,7 @@ from typing import Any
 
 import lightning.pytorch as pl
 import torch
+from lightning.pytorch.callbacks import EMAWeightAveraging
 
 from adapters import AuxDistillHead, StudentAdapter
 from students import build_student
@@ -103,6 +104,8 @@ def train_student(spec, job: StudentJob, data: Path, stores: dict[str, Path | No
                        batch_size=spec.batch_size, shuffle=False, tasks=tasks, domains=only,
                        **student_projection(student))
     curve = _Curve()
+    if spec.ema_decay is not None:  # evaluate the stream's moving average of the weights
+        callbacks = [*(callbacks or []), EMAWeightAveraging(decay=spec.ema_decay)]
     trainer = pl.Trainer(max_epochs=1, logger=False, enable_checkpointing=False,
                          enable_progress_bar=False, enable_model_summary=False,
                          accelerator=spec.accelerator, devices=1,

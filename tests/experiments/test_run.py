@@ -114,7 +114,23 @@ def test_spec_sets_and_errors(tmp_path, capsys):
     assert "unknown variant 'boosted'" in capsys.readouterr().err
     assert main(["run", str(spec), "--out", str(out), "--set", "studnet=mlp"]) == 2
     assert "unknown key 'studnet'" in capsys.readouterr().err
+    assert main(["run", str(spec), "--out", str(out), "--set", "ema_decay=1.5"]) == 2
+    assert "'ema_decay' must be in (0, 1)" in capsys.readouterr().err
     assert not out.exists()
+
+
+def test_ema_evaluates_averaged_weights(run, tmp_path):
+    """With ema_decay the evaluated student is the moving average, not the last step: the same
+    seed gives different metrics; a rerun with the same decay gives the same ones."""
+    spec_path, out = run
+    base = pd.read_csv(out / "results.csv")
+    ema_out = tmp_path / "ema"
+    args = ["run", str(spec_path), "--out", str(ema_out), "--set", "ema_decay=0.9",
+            "--set", "variants=[baseline]"]
+    assert main(args) == 0
+    ema = pd.read_csv(ema_out / "results.csv")
+    key = (base.variant == "baseline") & (base.domain == "all")
+    assert not np.allclose(base[key].ne.to_numpy(), ema[ema.domain == "all"].ne.to_numpy())
 
 
 def test_per_domain_models_answer_each_row_with_its_domains_model():
