@@ -154,7 +154,8 @@ def run_experiment(spec: RunSpec, out: Path) -> pd.DataFrame:
                     log(f"[cached] {variant} seed {seed} (runs.jsonl)")
                 rows += _rows(variant, seed, lag, done[key], teacher_eval, oracle, tasks,
                               only or domains)
-    pd.DataFrame(tuning_rows).to_csv(out / "tuning.csv", index=False)
+    tuning_columns = ["variant", "teacher_lag_days", "param", "value", "chosen", "val_ne"]
+    pd.DataFrame(tuning_rows, columns=tuning_columns).to_csv(out / "tuning.csv", index=False)
     results = _derive(pd.DataFrame(rows))
     results.to_csv(out / "results.csv", index=False)
     log(f"wrote {out / 'results.csv'} ({len(results)} rows)")

@@ -130,7 +130,7 @@ def test_ema_evaluates_averaged_weights(run, tmp_path):
     assert main(args) == 0
     ema = pd.read_csv(ema_out / "results.csv")
     key = (base.variant == "baseline") & (base.domain == "all")
-    assert not np.allclose(base[key].ne.to_numpy(), ema[ema.domain == "all"].ne.to_numpy())
+    assert not np.allclose(base[key]["ne"].to_numpy(), ema[ema.domain == "all"]["ne"].to_numpy())
 
 
 def test_per_domain_models_answer_each_row_with_its_domains_model():
