@@ -39,7 +39,7 @@ class RunSpec:
     lr: float = 0.01
     kd_loss: str = "bce"
     tuning: dict[str, Any] = field(default_factory=lambda: {
-        "kd_weight": [0.5, 1.0, 2.0], "temperature": [1.0], "aux_beta": [0.5, 1.0],
+        "kd_weight": [0.5, 1.0, 2.0, 4.0, 8.0], "temperature": [1.0], "aux_beta": [0.5, 1.0],
         "adapter_hidden": [16]})
     repr: dict[str, Any] = field(default_factory=lambda: {
         "layer": "trunk", "code_dim": 8, "bits": 8, "max_events": 50, "epochs": 10})
