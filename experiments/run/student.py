@@ -10,7 +10,6 @@ from typing import Any
 
 import lightning.pytorch as pl
 import torch
-from lightning.pytorch.callbacks import EMAWeightAveraging
 
 from adapters import AuxDistillHead, StudentAdapter
 from students import build_student
@@ -19,6 +18,7 @@ from transfer.data.schema import DatasetSchema
 from transfer.distill import DistillModule, KDConfig, StoreTeacher
 from transfer.repr_features import AsOfCodes, CodeStore, pool_mean
 from transfer.store import TeacherStore
+from transfer.training.ema import StreamEMA
 
 # What each variant switches on. "teacher" picks the store: GEM's or the domain FM's.
 VARIANT_PARTS: dict[str, dict[str, Any]] = {
@@ -105,7 +105,7 @@ def train_student(spec, job: StudentJob, data: Path, stores: dict[str, Path | No
                        **student_projection(student))
     curve = _Curve()
     if spec.ema_decay is not None:  # evaluate the stream's moving average of the weights
-        callbacks = [*(callbacks or []), EMAWeightAveraging(decay=spec.ema_decay)]
+        callbacks = [*(callbacks or []), StreamEMA(spec.ema_decay)]
     trainer = pl.Trainer(max_epochs=1, logger=False, enable_checkpointing=False,
                          enable_progress_bar=False, enable_model_summary=False,
                          accelerator=spec.accelerator, devices=1,

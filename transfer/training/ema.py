@@ -1,0 +1,41 @@
+"""An exponential moving average of the weights for one streaming pass.
+
+Lightning's ``EMAWeightAveraging`` starts its average at the first step's weights and forgets
+them with a fixed decay: on a short stream (a student's few hundred steps) a fifth of the final
+average can still be near-initial weights. This uses the warm-up rule of TensorFlow's
+``ExponentialMovingAverage`` (``num_updates``): the decay at update ``n`` is
+``min(decay, (1 + n) / (10 + n))``, so early weights are forgotten fast and the configured decay
+holds once the stream is long enough. Everything else is Lightning's ``WeightAveraging`` (the
+averaged copy is swapped in at the end of fit, so test/predict use it).
+"""
+
+from __future__ import annotations
+
+import torch
+from lightning.pytorch.callbacks import WeightAveraging
+
+
+def warmup_ema_fn(decay: float):
+    """``avg_fn`` for ``torch.optim.swa_utils.AveragedModel`` with the warm-up rule."""
+    if not 0.0 < decay < 1.0:
+        raise ValueError(f"ema decay must be in (0, 1), got {decay}")
+
+    @torch.no_grad()
+    def update(avg: torch.Tensor, current: torch.Tensor, num_averaged: torch.Tensor):
+        n = num_averaged.to(avg.dtype) if torch.is_tensor(num_averaged) else float(num_averaged)
+        d = torch.clamp((1 + n) / (10 + n), max=decay) if torch.is_tensor(n) else \
+            min(decay, (1 + n) / (10 + n))
+        return avg + (current - avg) * (1 - d)
+
+    return update
+
+
+class StreamEMA(WeightAveraging):
+    """EMA of the weights, updated after every optimizer step, with the warm-up rule above."""
+
+    def __init__(self, decay: float) -> None:
+        super().__init__(avg_fn=warmup_ema_fn(decay), use_buffers=True)
+        self.decay = decay
+
+    def should_update(self, step_idx: int | None = None, epoch_idx: int | None = None) -> bool:
+        return step_idx is not None
