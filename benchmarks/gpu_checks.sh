@@ -23,7 +23,7 @@ log() { echo "== $(date +%T) $*"; }
   timeout 120 $PY benchmarks/bench_transfer.py --device cuda --json "$OUT/r/transfer.json"
   if [ "${1:-}" = "--ablation" ]; then
     log "teacher ablation (small, 3 seeds)"
-    timeout 300 $PY benchmarks/teacher_ablation.py --accelerator gpu --seeds 0 1 2 \
+    timeout 420 $PY benchmarks/teacher_ablation.py --accelerator gpu --seeds 0 1 2 \
       --json "$OUT/r/ablation_small_gpu.json"
   fi
   log "done"
