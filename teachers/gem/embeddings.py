@@ -124,10 +124,16 @@ class FeatureEmbeddings(nn.Module):
             raise ConfigError(f"max_rows must be >= 1, got {max_rows}")
         self.d = d
         self.cat_names = [f.name for f in schema.categorical]
-        self.tables = nn.ModuleDict(
-            {f.name: HashedEmbedding(min(f.cardinality, max_rows), d) for f in schema.categorical}
-        )
         self.shared = resolve_shared_tables(schema, shared_tables) if use_sequence else {}
+        # a table shared with sequence fields holds every id mapped onto it (e.g. ad_id's table
+        # also embeds hist_item_id, whose ids run past the ads into content items)
+        rows = {f.name: f.cardinality for f in schema.categorical}
+        seq_card = {f.name: f.cardinality for f in schema.sequence}
+        for seq_field, cat_name in self.shared.items():
+            rows[cat_name] = max(rows[cat_name], seq_card[seq_field])
+        self.tables = nn.ModuleDict(
+            {name: HashedEmbedding(min(n, max_rows), d) for name, n in rows.items()}
+        )
         self.seq_names = [f.name for f in schema.sequence] if use_sequence else []
         self.seq_tables = nn.ModuleDict(
             {

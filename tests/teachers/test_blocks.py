@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -18,6 +19,7 @@ from teachers.gem.pyramid import (
 )
 from teachers.gem.wukong import FactorizationMachineBlock, TokenMix, WukongLayer
 from tests.teachers.helpers import random_batch, tiny_schema
+from transfer.data.schema import Feature
 from transfer.errors import ConfigError
 
 
@@ -305,3 +307,18 @@ def test_pyramid_understated_max_len_never_leaks_across_examples():
     assert short.shape[1] < honest.shape[1]
     torch.testing.assert_close(short[1], honest[1, -short.shape[1] :])
     assert torch.isfinite(short).all() and mask[0].all()
+
+
+def test_shared_table_holds_every_id_mapped_onto_it():
+    """hist_item_id's ids run past the ads (content items): the shared ad_id table is sized by
+    the larger cardinality, so an item id and an ad id never land on one row by the modulo."""
+    base = tiny_schema()
+    seq = [Feature(f.name, 700) if f.name == "hist_item_id" else f for f in base.sequence]
+    schema = dataclasses.replace(base, sequence=seq)
+    emb = FeatureEmbeddings(schema, d=4)
+    assert emb.tables["ad_id"].num_embeddings == 700
+    assert emb.table_for("hist_item_id") is emb.tables["ad_id"]
+    t = emb.tables["ad_id"]
+    assert not torch.equal(t(torch.tensor([50]))[0], t(torch.tensor([350]))[0])
+    assert FeatureEmbeddings(schema, d=4, max_rows=500).tables["ad_id"].num_embeddings == 500
+    assert FeatureEmbeddings(schema, d=4, shared_tables={}).tables["ad_id"].num_embeddings == 300
