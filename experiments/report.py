@@ -306,17 +306,20 @@ class _Run:
 
     def rows(self, *, lag: Any = None, domain: str | None = None,
              task: str | None = None) -> pd.DataFrame:
-        s = self.summary
-        s = s[s["teacher_lag_days"] == (self.lag if lag is None else lag)]
-        s = s[s["domain"] == (domain or self.domain)]
-        return s[s["task"] == (task or self.task)]
+        """Summary rows (one per variant) of a lag × domain × task slice (default: the main)."""
+        return self._slice(self.summary, lag, domain, task)
 
     def cell(self, *, lag: Any = None, domain: str | None = None,
              task: str | None = None) -> pd.DataFrame:
-        r = self.raw
-        r = r[r["teacher_lag_days"] == (self.lag if lag is None else lag)]
-        r = r[r["domain"] == (domain or self.domain)]
-        return r[r["task"] == (task or self.task)]
+        """Per-seed result rows of the same slice."""
+        return self._slice(self.raw, lag, domain, task)
+
+    def _slice(self, frame: pd.DataFrame, lag: Any, domain: str | None,
+               task: str | None) -> pd.DataFrame:
+        keep = ((frame["teacher_lag_days"] == (self.lag if lag is None else lag))
+                & (frame["domain"] == (domain or self.domain))
+                & (frame["task"] == (task or self.task)))
+        return frame[keep]
 
     def reference(self, **where: Any) -> dict[str, tuple[float, float]]:
         """Baseline, teacher and oracle NE (mean, std over seeds) on this evaluation slice."""

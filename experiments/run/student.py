@@ -109,8 +109,8 @@ def train_student(spec, job: StudentJob, data: Path, stores: dict[str, Path | No
     trainer = pl.Trainer(max_epochs=1, logger=False, enable_checkpointing=False,
                          enable_progress_bar=False, enable_model_summary=False,
                          accelerator=spec.accelerator, devices=1,
-                         callbacks=[curve, *(callbacks or [])], num_sanity_val_steps=0,
-                         limit_val_batches=0)
+                         callbacks=[curve, *(callbacks or [])],
+                         limit_val_batches=0)  # no sanity check, no validation
     t0 = time.perf_counter()
     trainer.fit(module, datamodule=dm)
     seconds = time.perf_counter() - t0

@@ -22,9 +22,8 @@ def warmup_ema_fn(decay: float):
 
     @torch.no_grad()
     def update(avg: torch.Tensor, current: torch.Tensor, num_averaged: torch.Tensor):
-        n = num_averaged.to(avg.dtype) if torch.is_tensor(num_averaged) else float(num_averaged)
-        d = torch.clamp((1 + n) / (10 + n), max=decay) if torch.is_tensor(n) else \
-            min(decay, (1 + n) / (10 + n))
+        n = torch.as_tensor(num_averaged, dtype=avg.dtype, device=avg.device)
+        d = torch.clamp((1 + n) / (10 + n), max=decay)
         return avg + (current - avg) * (1 - d)
 
     return update
