@@ -12,8 +12,9 @@ first row's user's, as a ranking call scores every (user, ad) pair). Three paths
 ``torch.inference_mode`` with models in eval mode, per request:
 
 * ``student``: the quickstart ``mlp`` student's forward (no representation features);
-* ``student+repr``: ``CodeFeatures`` (``AsOfCodes.lookup`` of the user's codes strictly before
-  the request, ``pool_mean``) then the same student built with ``repr_dim = code_dim``;
+* ``student+repr``: the repr method's features (``AsOfCodes.lookup`` of the user's codes
+  strictly before the request, ``pool_mean``) then the same student built with
+  ``repr_dim = code_dim``;
 * ``teacher``: ``GEM`` with ``experiments/teachers/small.yaml``'s model, its history capped at the
   quickstart teacher's ``max_seq_len`` (256), repeated per candidate.
 
@@ -47,15 +48,20 @@ from benchmarks.common import (  # noqa: E402
     sync,
     write_json,
 )
-from experiments.run.spec import load_spec  # noqa: E402
-from experiments.run.student import CodeFeatures  # noqa: E402
+from experiments.spec import load_spec  # noqa: E402
 from students import build_student  # noqa: E402
 from teachers import GEM  # noqa: E402
 from transfer.config import load_dataclass  # noqa: E402
 from transfer.data.batch import Batch  # noqa: E402
 from transfer.data.reader import DatasetReader  # noqa: E402
 from transfer.data.synth import SynthConfig, generate  # noqa: E402
-from transfer.repr_features import quantize_codes, write_code_store  # noqa: E402
+from transfer.repr_features import (  # noqa: E402
+    AsOfCodes,
+    CodeStore,
+    pool_mean,
+    quantize_codes,
+    write_code_store,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 USER_FIELDS = ("user_id", "age_bucket", "country", "device")  # request-level categoricals
@@ -120,9 +126,9 @@ def main() -> None:
     n_requests = args.requests or (50 if args.quick else 500)
     dev = torch.device(args.device)
     spec = load_spec(None)
-    preset = "tiny" if args.quick else spec.data.get("preset", "small")
-    code_dim, bits = int(spec.repr["code_dim"]), int(spec.repr["bits"])
-    teacher_cap = int(spec.teacher.get("max_seq_len") or 256)
+    preset = "tiny" if args.quick else (spec.data.preset or "small")
+    code_dim, bits = spec.repr.code_dim, spec.repr.bits
+    teacher_cap = int(spec.teacher.overrides.get("max_seq_len") or 256)
     t_start = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="bench_serving-") as tmp:
         data, codes_dir = Path(tmp) / "data", Path(tmp) / "codes"
@@ -132,14 +138,18 @@ def main() -> None:
         days = (schema.days[len(schema.days) // 2], schema.days[-1] + 1)  # long as-of histories
         requests = make_requests(data, days, args.candidates, n_requests + args.warmup,
                                  teacher_cap)
-        codes = CodeFeatures(codes_dir, int(spec.repr.get("max_events", 50)))
+        asof = AsOfCodes(CodeStore(codes_dir), spec.repr.max_events)
+
+        def codes(req: Batch) -> torch.Tensor:  # what the repr method feeds a student
+            return pool_mean(*asof.lookup(req.user_id, req.ts))
+
         tasks = list(spec.student_tasks)
-        init = dict(spec.student.get("init_args") or {})
+        init = dict(spec.student.init_args)
         torch.manual_seed(0)
-        plain = build_student({"class_path": spec.student.get("class_path", "mlp"),
-                               "init_args": init}, schema, tasks).to(dev).eval()
-        with_repr = build_student({"class_path": spec.student.get("class_path", "mlp"),
-                                   "init_args": {**init, "repr_dim": codes.dim}},
+        plain = build_student({"class_path": spec.student.class_path, "init_args": init},
+                              schema, tasks).to(dev).eval()
+        with_repr = build_student({"class_path": spec.student.class_path,
+                                   "init_args": {**init, "repr_dim": asof.code_dim}},
                                   schema, tasks).to(dev).eval()
         gem_cfg = yaml.safe_load((ROOT / "experiments/teachers/small.yaml").read_text())["model"]
         teacher = GEM.from_config(schema, gem_cfg).to(dev).eval()
@@ -157,7 +167,7 @@ def main() -> None:
         times = run_requests({"student": student, "student+repr": student_repr, "teacher": gem},
                              requests, args.warmup, args.device)
         lookup = run_requests({"lookup": lambda r: codes(r)}, requests, args.warmup, "cpu")
-        n_codes = [int(codes.asof.lookup(r.user_id[:1], r.ts[:1])[1][-1]) for r in requests]
+        n_codes = [int(asof.lookup(r.user_id[:1], r.ts[:1])[1][-1]) for r in requests]
         hist = [r.seq_max_len for r in requests]
     res = {
         "candidates": args.candidates, "requests": len(requests) - args.warmup,

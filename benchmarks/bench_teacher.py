@@ -82,7 +82,7 @@ class Step:
         self.forward = torch.compile(self.model) if compile_ else self.model
 
     def loss(self, batch: Batch) -> torch.Tensor:
-        logits = self.forward(batch)["logits"]
+        logits = self.forward(batch).logits
         return F.binary_cross_entropy_with_logits(logits, batch.labels)
 
     def __call__(self, batch: Batch) -> float:
@@ -123,7 +123,7 @@ def step_flops(step: Step, batch: Batch) -> int:
     bmm, addmm, convolutions and SDPA, not elementwise ops, embedding bags or the optimizer)."""
     step.opt.zero_grad(set_to_none=True)
     with FlopCounterMode(display=False) as counter:
-        step.model(batch)["logits"].float().sum().backward()
+        step.model(batch).logits.float().sum().backward()
     step.opt.zero_grad(set_to_none=True)
     return int(counter.get_total_flops())
 

@@ -4,7 +4,7 @@
 
 Why: knowledge transfer is only worth shipping if it costs the student little. Each variant's
 epoch is run through ``experiments.run.student.train_student`` exactly as ``gemkd run`` runs it
-(``VARIANT_PARTS``, ``DistillModule``, ``StoreTeacher``/``TeacherJoin``, ``CodeFeatures`` =
+(the variants' methods, ``DistillModule``, ``StoreTeacher``/``TeacherJoin``, ``AsOfCodes`` =
 as-of code lookup + mean pooling), with the quickstart spec's student (``mlp``), tasks, domain,
 batch size and learning rate, over the quickstart's student days of the small world (``--quick``:
 the tiny world at 3x its impressions, days 3-4). The figure is the training epoch: wall time
@@ -57,17 +57,18 @@ from benchmarks.common import (  # noqa: E402
     write_json,
 )
 from experiments.run import steps  # noqa: E402
-from experiments.run.spec import RunSpec, load_spec  # noqa: E402
 from experiments.run.student import (  # noqa: E402
-    CodeFeatures,
+    Inputs,
     StudentJob,
     student_projection,
     train_student,
 )
+from experiments.spec import RunSpec, TeacherSpec, load_spec  # noqa: E402
 from students import build_student  # noqa: E402
 from transfer.data.datamodule import AdsDataModule  # noqa: E402
 from transfer.data.schema import DatasetSchema  # noqa: E402
 from transfer.distill import StoreTeacher  # noqa: E402
+from transfer.repr_features import AsOfCodes, CodeStore  # noqa: E402
 from transfer.store import TeacherStore  # noqa: E402
 from transfer.training import training_base_rates  # noqa: E402
 
@@ -96,13 +97,13 @@ def build_inputs(spec: RunSpec, cache: Path, teacher_steps: int) -> tuple[Path, 
 
     data, data_key = steps.prepare_data(spec, cache, log)
     train_end = spec.teacher_days
-    which = {"config": "tiny", "max_seq_len": spec.teacher.get("max_seq_len"),
-             "max_steps": teacher_steps, "log_every_n_steps": 1}
+    which = TeacherSpec("tiny", overrides={"max_seq_len": spec.teacher.overrides.get("max_seq_len"),
+                                           "max_steps": teacher_steps, "log_every_n_steps": 1})
     run = steps.fit_teacher(steps.teacher_config(spec, train_end, which), data, data_key, cache,
                             log)
-    store = steps.export_teacher(run, data, spec.repr.get("layer", "trunk"), cache, log)
-    codes = steps.build_codes(store, train_end, {**spec.repr, "epochs": 1}, spec.seeds[0], cache,
-                              log)
+    store = steps.export_teacher(run, data, spec.repr.layer, cache, log)
+    codes = steps.build_codes(store, train_end, dataclasses.replace(spec.repr, epochs=1),
+                              spec.seeds[0], cache, log)
     return data, store, codes
 
 
@@ -163,10 +164,10 @@ def measure(spec: RunSpec, args: argparse.Namespace, data: Path, store: Path,
     only = [spec.student_domain] if spec.student_domain else None
     days = tuple(spec.student_days)
     base_rates = training_base_rates(data, days, tasks, only)
-    codes = CodeFeatures(codes_dir, int(spec.repr.get("max_events", 50)))
+    inputs = Inputs({"gem": store}, AsOfCodes(CodeStore(codes_dir), spec.repr.max_events))
     params = {"kd_weight": 1.0, "temperature": 1.0, "aux_beta": 0.5, "adapter_hidden": 16}
-    job = StudentJob("baseline", params, spec.seeds[0], days, tuple(spec.eval_days),
-                     spec.teacher_days - 1)
+    job = StudentJob(spec.variant("baseline"), params, spec.seeds[0], days,
+                     tuple(spec.eval_days), spec.teacher_days - 1)
     epoch: dict[str, list[float]] = {v: [] for v in args.variants}
     fit: dict[str, list[float]] = {v: [] for v in args.variants}
     errors: dict[str, str] = {}
@@ -179,8 +180,8 @@ def measure(spec: RunSpec, args: argparse.Namespace, data: Path, store: Path,
             clocks: list[TrainClock] = []
             try:
                 clocks.append(TrainClock(args.device))
-                r = train_student(spec, dataclasses.replace(job, variant=variant), data,
-                                  {"gem": store}, codes, base_rates, callbacks=clocks)
+                r = train_student(spec, dataclasses.replace(job, variant=spec.variant(variant)),
+                                  data, inputs, base_rates, callbacks=clocks)
             except Exception as e:  # noqa: BLE001 - report it, keep measuring the others
                 errors[variant] = f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"
                 print(f"  {variant}: FAILED {errors[variant]}", flush=True)
@@ -193,9 +194,8 @@ def measure(spec: RunSpec, args: argparse.Namespace, data: Path, store: Path,
     dm = AdsDataModule(data, train_days=days, batch_size=spec.batch_size, shuffle=False,
                        tasks=tasks, domains=only)
     schema = DatasetSchema.load(data)
-    student = build_student({"class_path": spec.student.get("class_path", "mlp"),
-                             "init_args": dict(spec.student.get("init_args") or {})},
-                            schema, tasks)
+    student = build_student({"class_path": spec.student.class_path,
+                             "init_args": dict(spec.student.init_args)}, schema, tasks)
     projected = AdsDataModule(data, train_days=days, batch_size=spec.batch_size, shuffle=False,
                               tasks=tasks, domains=only, **student_projection(student))
     rows: dict[str, int] = {}
@@ -218,7 +218,7 @@ def measure(spec: RunSpec, args: argparse.Namespace, data: Path, store: Path,
         "store_teacher_open_s": median_seconds(
             lambda: StoreTeacher(TeacherStore(store), tasks, policy="mask"), args.repeats),
         "code_features_open_s": median_seconds(
-            lambda: CodeFeatures(codes_dir, int(spec.repr.get("max_events", 50))), args.repeats),
+            lambda: AsOfCodes(CodeStore(codes_dir), spec.repr.max_events), args.repeats),
     }
     n = examples.get("baseline") or rows["loader"]
     return {

@@ -76,7 +76,7 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks.common import write_json  # noqa: E402
-from experiments.teacher_cli import (  # noqa: E402
+from experiments.teacher_config import (  # noqa: E402
     TeacherTrainConfig,
     build_run,
     load_teacher_config,

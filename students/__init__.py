@@ -9,7 +9,7 @@ from students.dcn import DCNStudent
 from students.mlp import MLPStudent
 from students.registry import BUILTIN_STUDENTS, build_student
 from students.seq_pool import SeqPoolStudent
-from transfer.distill.student import StudentOutput
+from transfer.models import StudentOutput
 
 __all__ = [
     "BUILTIN_STUDENTS",

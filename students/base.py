@@ -21,8 +21,8 @@ from torch import Tensor, nn
 from students.embeddings import SHARED_TABLES, HashedEmbedding, recent_index
 from transfer.data.batch import Batch
 from transfer.data.schema import DatasetSchema
-from transfer.distill.student import StudentOutput
 from transfer.errors import ConfigError
+from transfer.models import StudentOutput
 from transfer.ops import segment_mean
 
 
@@ -109,6 +109,11 @@ class StudentBase(nn.Module):
         self.repr_norm = nn.LayerNorm(repr_dim) if repr_dim else None
         self.repr_proj: nn.Linear | None = None
         self.head: nn.Linear | None = None
+
+    def embedding_tables(self) -> dict[str, nn.Embedding]:
+        """Feature or event-field name → its table (a shared table under its feature's name):
+        what parameter sharing copies a teacher's tables into."""
+        return {**dict(self.tables.items()), **dict(self.seq_tables.items())}
 
     # ---- building blocks for subclasses ----------------------------------------------------
     @property

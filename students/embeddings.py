@@ -1,31 +1,14 @@
-"""Hashed embedding tables and on-device history truncation for students (DESIGN §2.2, §2.5).
-
-Students may not import ``teachers`` (DESIGN §1), so the small hashing table lives here too.
-"""
+"""On-device history truncation for students (DESIGN §2.2, §2.5); the hashed tables are
+:mod:`transfer.layers`' (one class for teachers and students)."""
 
 from __future__ import annotations
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
-# Sequence field -> categorical feature whose table it shares when the student uses both, so a
-# history event and the candidate ad live in one space (what target attention compares).
-SHARED_TABLES: dict[str, str] = {
-    "hist_item_id": "ad_id",
-    "hist_category": "ad_category",
-}
+from transfer.layers import SHARED_TABLES, HashedEmbedding
 
-
-class HashedEmbedding(nn.Embedding):
-    """An embedding table that hashes ids modulo its row count (negative ids included), so a
-    student can cap its tables at ``max_rows`` and still accept any id."""
-
-    def __init__(self, num_embeddings: int, embedding_dim: int) -> None:
-        super().__init__(num_embeddings, embedding_dim)
-        nn.init.normal_(self.weight, std=embedding_dim**-0.5)
-
-    def forward(self, ids: Tensor) -> Tensor:
-        return super().forward(torch.remainder(ids, self.num_embeddings))
+__all__ = ["SHARED_TABLES", "HashedEmbedding", "recent_index"]
 
 
 def recent_index(offsets: Tensor, k: int) -> tuple[Tensor, Tensor]:

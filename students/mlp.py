@@ -9,8 +9,8 @@ from torch import Tensor, nn
 from students.base import StudentBase, mlp
 from transfer.data.batch import Batch
 from transfer.data.schema import DatasetSchema
-from transfer.distill.student import StudentOutput
 from transfer.errors import ConfigError
+from transfer.models import StudentOutput
 
 
 class MLPStudent(StudentBase):

@@ -14,8 +14,8 @@ from torch import Tensor, nn
 from students.base import StudentBase, mlp
 from transfer.data.batch import Batch
 from transfer.data.schema import DatasetSchema
-from transfer.distill.student import StudentOutput
 from transfer.errors import ConfigError
+from transfer.models import StudentOutput
 from transfer.ops import jagged_target_attention
 
 

@@ -21,13 +21,14 @@ from teachers.gem.pyramid import keep_most_recent
 from transfer.data.batch import Batch
 from transfer.data.schema import DatasetSchema
 from transfer.errors import ConfigError
+from transfer.models import TeacherOutput
 
 
 class MLPRanker(ConfigurableTeacher):
     """A 2-hidden-layer MLP over GEM's embedded features, one logit per task.
 
-    ``forward(batch)`` returns ``{"logits": [B, n_tasks] float32, "repr": {"trunk": [B,
-    hidden]}}`` (``trunk`` = the second hidden layer's activations).
+    ``forward(batch)`` returns a :class:`~transfer.models.TeacherOutput`: ``logits [B,
+    n_tasks]`` float32 and ``repr {"trunk": [B, hidden]}`` (the second hidden layer).
 
     Hyper-parameters (all keyword): ``d`` embedding width; ``hidden`` width of both hidden
     layers; ``max_history`` (most recent events pooled; None = the schema's); ``max_rows``
@@ -117,10 +118,10 @@ class MLPRanker(ConfigurableTeacher):
         )
         return self.embeddings.events(batch.seq_values, index, bag_offsets=offsets)
 
-    def forward(self, batch: Batch) -> dict[str, Any]:
+    def forward(self, batch: Batch) -> TeacherOutput:
         x = self.embeddings.tokens(batch).flatten(1)
         if self.use_sequence:
             x = torch.cat([x, self.pooled_history(batch)], dim=1)
         trunk = self.mlp(x)
         logits = self.out(trunk).float()
-        return {"logits": logits, "repr": {"trunk": trunk}}
+        return TeacherOutput(logits=logits, repr={"trunk": trunk})

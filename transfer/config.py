@@ -38,7 +38,11 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
 
 
 def build_dataclass(cls: type[T], values: dict[str, Any], source: str = "config") -> T:
-    """Instantiate ``cls`` from a flat mapping, checking keys and scalar types strictly."""
+    """Instantiate ``cls`` from a mapping, checking keys and types strictly; a field whose type
+    is a dataclass is built from a nested mapping the same way (or by the class's
+    ``from_mapping(values, source)`` when it has one: a section with open keys)."""
+    if not isinstance(values, dict):
+        raise ConfigError(f"{source}: expected a mapping, got {values!r}")
     known = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
     unknown = sorted(set(values) - set(known))
     if unknown:
@@ -81,6 +85,13 @@ def _check_type(value: Any, hint: Any, where: str) -> Any:
         return value
     if hint is Any:
         return value
+    if dataclasses.is_dataclass(hint) and isinstance(hint, type):
+        if isinstance(value, hint):
+            return value
+        build = getattr(hint, "from_mapping", None)
+        if build is not None:
+            return build(value, where)
+        return build_dataclass(hint, value, where)
     if hint is float:
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise ConfigError(f"{where}: expected a number, got {value!r}")

@@ -14,7 +14,8 @@ from pathlib import Path
 import torch
 
 from experiments.run.cache import cached_step
-from experiments.teacher_cli import TeacherTrainConfig
+from experiments.teacher_config import TeacherTrainConfig
+from transfer.models import TeacherOutput
 
 
 class PerDomainModels(torch.nn.Module):
@@ -28,17 +29,17 @@ class PerDomainModels(torch.nn.Module):
         self.domain_ids = sorted(models)
         self.models = torch.nn.ModuleDict({str(d): models[d] for d in self.domain_ids})
 
-    def forward(self, batch) -> dict:
+    def forward(self, batch) -> TeacherOutput:
         outs = {d: self.models[str(d)](batch) for d in self.domain_ids}
         first = outs[self.domain_ids[0]]
-        logits = first["logits"].clone()
-        reprs = {k: v.clone() for k, v in first["repr"].items()}
+        logits = first.logits.clone()
+        reprs = {k: v.clone() for k, v in first.repr.items()}
         for d in self.domain_ids[1:]:
             rows = batch.domain == d
-            logits[rows] = outs[d]["logits"][rows]
+            logits[rows] = outs[d].logits[rows]
             for k in reprs:
-                reprs[k][rows] = outs[d]["repr"][k][rows]
-        return {"logits": logits, "repr": reprs}
+                reprs[k][rows] = outs[d].repr[k][rows]
+        return TeacherOutput(logits=logits, repr=reprs)
 
     def representation_dims(self) -> dict[str, int]:
         return self.models[str(self.domain_ids[0])].representation_dims()
@@ -50,10 +51,11 @@ def fit_domain_fms(cfg: TeacherTrainConfig, data: Path, data_key: dict, gem_stor
     ``gem_store``), export them over those domains' rows of every day; return the store path."""
     import lightning.pytorch as pl
 
-    from experiments.teacher_cli import build_model
+    from experiments.teacher_config import build_model
     from transfer.data.datamodule import AdsDataModule
     from transfer.data.schema import DatasetSchema
-    from transfer.distill import DistillModule, KDConfig, StoreTeacher
+    from transfer.distill import DistillModule, StoreTeacher
+    from transfer.methods import KD
     from transfer.store import StoreCallback, TeacherStore, weights_hash
     from transfer.training import RankingModule, training_base_rates
 
@@ -67,7 +69,7 @@ def fit_domain_fms(cfg: TeacherTrainConfig, data: Path, data_key: dict, gem_stor
         tasks, train = schema.tasks, tuple(cfg.train_days)
         model = build_model(cfg, schema)
         module = DistillModule(
-            _DictModelAsStudent(model), tasks, schema.domains, kd=KDConfig(weight=1.0),
+            model, tasks, schema.domains, methods=[KD(kd_weight=1.0)],
             teacher=StoreTeacher(TeacherStore(gem_store), tasks), lr=cfg.lr,
             embedding_lr=cfg.embedding_lr,
             base_rates=training_base_rates(data, train, tasks, [domain]), compute_auc=False)
@@ -96,16 +98,3 @@ def fit_domain_fms(cfg: TeacherTrainConfig, data: Path, data_key: dict, gem_stor
 
     return cached_step(cache, "domain_fm", key, run, log) / "store"
 
-
-class _DictModelAsStudent(torch.nn.Module):
-    """Adapts a teacher-style model (``{"logits", "repr"}``) to the Student protocol."""
-
-    def __init__(self, model: torch.nn.Module) -> None:
-        super().__init__()
-        self.model = model
-
-    def forward(self, batch, features=None):
-        from transfer.distill import StudentOutput
-
-        out = self.model(batch)
-        return StudentOutput(logits=out["logits"], embedding=out["repr"].get("trunk"))

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 from collections.abc import Callable
 from pathlib import Path
@@ -11,9 +10,12 @@ from typing import Any
 import torch
 
 from experiments.run.cache import cached_step
-from experiments.run.spec import EXPERIMENTS, RunSpec
-from experiments.teacher_cli import TeacherTrainConfig, teacher_fit
-from experiments.teacher_export import model_weights, teacher_export
+from experiments.spec.model import RunSpec, TeacherSpec
+from experiments.teacher_config import (
+    EXPERIMENTS,
+    TeacherTrainConfig,
+    find_config,
+)
 from transfer.config import build_dataclass, load_yaml
 from transfer.errors import ConfigError
 
@@ -23,24 +25,27 @@ DEFAULT_MOVIELENS = EXPERIMENTS.parents[1] / "shared" / "data" / "movielens_late
 def data_plan(spec: RunSpec) -> tuple[dict, Callable[[Path], Any]]:
     """The data step's cache key and its builder ``make(out_dir)``; a bad ``data:`` section is a
     ConfigError here, before anything is written."""
-    d = dict(spec.data)
-    source = d.pop("source", "synthetic")
+    d, source = spec.data, spec.data.source
     if source == "synthetic":
         from transfer.data.synth import SynthConfig, generate
 
-        preset = d.pop("preset", "small")
-        values = load_yaml(EXPERIMENTS / "data" / f"{preset}.yaml")
-        values.update(d)
+        if d.src is not None:
+            raise ConfigError("spec data.src: not used by source synthetic (use preset)")
+        preset = d.preset or "small"
+        values = load_yaml(find_config(preset, "data", spec.source_dir))
+        values.update(d.overrides)
         cfg = build_dataclass(SynthConfig, values, source=f"spec data (preset {preset})")
         key = {"source": source, **dataclasses.asdict(cfg)}
         return key, lambda out: generate(cfg, out, overwrite=True)
     if source == "movielens":
         from transfer.data.movielens import convert_movielens
 
-        src = Path(d.pop("src", DEFAULT_MOVIELENS))
-        args = {"n_days": d.pop("n_days", 20), "max_history": d.pop("max_history", 1024)}
-        if d:
-            raise ConfigError(f"spec data: unknown key {sorted(d)[0]!r} for source movielens "
+        src = Path(d.src) if d.src else DEFAULT_MOVIELENS
+        extra = dict(d.overrides)
+        args = {"n_days": extra.pop("n_days", 20), "max_history": extra.pop("max_history", 1024)}
+        if extra or d.preset is not None:
+            bad = sorted(extra)[0] if extra else "preset"
+            raise ConfigError(f"spec data: unknown key {bad!r} for source movielens "
                               "(keys: src, n_days, max_history)")
         key = {"source": source, "src": str(src.resolve()), **args}
         return key, lambda out: convert_movielens(src, out, overwrite=True, **args)
@@ -48,32 +53,28 @@ def data_plan(spec: RunSpec) -> tuple[dict, Callable[[Path], Any]]:
 
 
 def prepare_data(spec: RunSpec, cache: Path, log) -> tuple[Path, dict]:
-    """Generate (synthetic) or convert (movielens) the dataset; returns its dir and cache key."""
+    """Generate (synthetic) or convert (real data) the dataset; returns its dir and cache key."""
     key, make = data_plan(spec)
     step = cached_step(cache, "data", key, lambda out: make(out / "data"), log)
     return step / "data", key
 
 
-def teacher_config(spec: RunSpec, train_end: int, which: dict[str, Any]) -> TeacherTrainConfig:
-    values = dict(which)
-    name = values.pop("config", "small")
-    base = load_yaml(EXPERIMENTS / "teachers" / f"{name}.yaml")
-    base.update(values)
+def teacher_config(spec: RunSpec, train_end: int, which: TeacherSpec) -> TeacherTrainConfig:
+    """The teacher config ``which`` names, with its overrides, training on ``[0, train_end)``."""
+    base = load_yaml(find_config(which.config, "teachers", spec.source_dir))
+    base.update(which.overrides)
     base.update(train_days=[0, train_end], val_days=None, test_days=None)
-    return build_dataclass(TeacherTrainConfig, base, source=f"spec teacher (config {name})")
+    return build_dataclass(TeacherTrainConfig, base, source=f"spec teacher (config "
+                                                             f"{which.config})")
 
 
 def fit_teacher(cfg: TeacherTrainConfig, data: Path, data_key: dict, cache: Path, log,
                 name: str = "teacher") -> Path:
     """Train (resuming a killed fit from its checkpoint); returns the run dir."""
-    import yaml
+    from experiments.teacher_fit import fit_teacher as fit
 
     def run(step: Path) -> None:
-        config = step / "teacher.yaml"
-        config.write_text(yaml.safe_dump(dataclasses.asdict(cfg), sort_keys=False))
-        teacher_fit(argparse.Namespace(config=str(config), data=str(data), out=str(step / "run"),
-                                       strategy=None, devices=None, resume=True,
-                                       no_progress=True))
+        fit(cfg, data, step / "run", resume=True, progress=False)
 
     step = cached_step(cache, name, {"data": data_key, "teacher": dataclasses.asdict(cfg)}, run,
                        log)
@@ -82,25 +83,24 @@ def fit_teacher(cfg: TeacherTrainConfig, data: Path, data_key: dict, cache: Path
 
 def export_teacher(run_dir: Path, data: Path, layer: str, cache: Path, log,
                    name: str = "store") -> Path:
+    from experiments.teacher_export import export_teacher as export
+    from experiments.teacher_export import model_weights
+    from transfer.store import TeacherStore, weights_hash
+
     ckpt = run_dir / "checkpoints" / "last.ckpt"
     key = {"teacher": run_dir.parent.name, "layer": layer}  # step names carry upstream hashes
 
     def run(step: Path) -> None:
-        teacher_export(argparse.Namespace(
-            ckpt=str(ckpt), data=str(data), out=str(step / "store"), days=None, layer=layer,
-            emb_dtype="float16", config=None, batch_size=4096, devices=1, overwrite=True,
-            no_progress=True))
+        export(ckpt, data, step / "store", layer=layer, overwrite=True, progress=False)
 
     store = cached_step(cache, name, key, run, log) / "store"
-    from transfer.store import TeacherStore, weights_hash
-
     # the step is found by path: prove the store holds this checkpoint's outputs
     TeacherStore(store, verify_sha=False).check_teacher(weights_hash(model_weights(ckpt)),
                                                         f"the teacher checkpoint {ckpt}")
     return store
 
 
-def build_codes(store: Path, train_end: int, repr_cfg: dict, seed: int, cache: Path,
+def build_codes(store: Path, train_end: int, repr_cfg, seed: int, cache: Path,
                 log) -> Path:
     """LoopFM codes: a compressor fitted on the teacher's training-day embeddings encodes every
     stored row; codes are quantised into a code store."""
@@ -108,8 +108,7 @@ def build_codes(store: Path, train_end: int, repr_cfg: dict, seed: int, cache: P
     from transfer.repr_features import quantize_codes, write_code_store
     from transfer.store import TeacherStore
 
-    code_dim, bits = int(repr_cfg.get("code_dim", 8)), int(repr_cfg.get("bits", 8))
-    epochs = int(repr_cfg.get("epochs", 10))
+    code_dim, bits, epochs = repr_cfg.code_dim, repr_cfg.bits, repr_cfg.epochs
     key = {"store": store.parent.name, "train_end": train_end, "code_dim": code_dim, "bits": bits,
            "epochs": epochs, "seed": seed}
 
@@ -156,7 +155,7 @@ def store_logits(store: Path, tasks: list[str]):
     from transfer.store import TeacherStore
 
     teacher = StoreTeacher(TeacherStore(store), tasks, policy="error")
-    return lambda batch: teacher(batch)[0]
+    return lambda batch: teacher(batch).logits
 
 
 def has_oracle(data: Path) -> bool:

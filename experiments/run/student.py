@@ -11,48 +11,36 @@ from typing import Any
 import lightning.pytorch as pl
 import torch
 
-from adapters import AuxDistillHead, StudentAdapter
+from experiments.run.methods import build_methods, variant_needs
+from experiments.spec.model import RunSpec, VariantSpec
 from students import build_student
 from transfer.data.datamodule import AdsDataModule
 from transfer.data.schema import DatasetSchema
-from transfer.distill import DistillModule, KDConfig, StoreTeacher
-from transfer.repr_features import AsOfCodes, CodeStore, pool_mean
+from transfer.distill import DistillModule, StoreTeacher
+from transfer.methods import MethodContext
 from transfer.store import TeacherStore
 from transfer.training.ema import StreamEMA
-
-# What each variant switches on. "teacher" picks the store: GEM's or the domain FM's.
-VARIANT_PARTS: dict[str, dict[str, Any]] = {
-    "baseline": {"teacher": None},
-    "kd": {"teacher": "gem"},
-    "kd_aux": {"teacher": "gem", "aux": True},
-    "kd_aux_adapter": {"teacher": "gem", "aux": True, "adapter": True},
-    "kd_repr": {"teacher": "gem", "repr": True},
-    "hierarchical": {"teacher": "fm"},
-    "full": {"teacher": "gem", "aux": True, "adapter": True, "repr": True},
-}
 
 
 @dataclass
 class StudentJob:
-    variant: str
-    params: dict[str, float]
+    variant: VariantSpec
+    params: dict[str, Any]
     seed: int
     train_days: tuple[int, int]
     eval_days: tuple[int, int]
     trained_until_day: int
 
 
-class CodeFeatures:
-    """batch → mean of the user's LoopFM codes strictly before the example, ``[B, code_dim]``."""
+@dataclass
+class Inputs:
+    """What the lag's upstream steps made: the teacher sources' stores (``gem``, ``domain_fm``),
+    the LoopFM codes (an ``AsOfCodes``, shared by every student of the lag) and a loader of the
+    GEM teacher's weights (None for an imported store)."""
 
-    def __init__(self, codes: Path, max_events: int) -> None:
-        self.path = Path(codes)
-        self.asof = AsOfCodes(CodeStore(codes), max_events=max_events)
-        self.dim = self.asof.code_dim
-
-    def __call__(self, batch) -> torch.Tensor:
-        values, offsets = self.asof.lookup(batch.user_id, batch.ts)
-        return pool_mean(values, offsets)
+    stores: dict[str, Path]
+    codes: Any = None
+    teacher_weights: Any = None
 
 
 class _Curve(pl.Callback):
@@ -67,42 +55,47 @@ class _Curve(pl.Callback):
             self.rows.append((trainer.global_step, float(loss)))
 
 
-def train_student(spec, job: StudentJob, data: Path, stores: dict[str, Path | None],
-                  codes: CodeFeatures | None, base_rates: dict[str, float],
-                  curve_path: Path | None = None,
+def build_module(spec: RunSpec, job: StudentJob, data: Path, inputs: Inputs,
+                 base_rates: dict[str, float]) -> tuple[DistillModule, StoreTeacher | None]:
+    """The student, its methods (set up in the variant's order) and the training module."""
+    schema = DatasetSchema.load(data)
+    tasks = list(spec.student_tasks)
+    methods = build_methods(spec, job.variant, job.params)
+    needs = variant_needs(job.variant)
+    teacher = None
+    ctx = MethodContext(schema=schema, tasks=tasks, domains=schema.domains, lr=spec.lr,
+                        codes=inputs.codes, trained_until_day=job.trained_until_day,
+                        teacher_weights=inputs.teacher_weights,
+                        sample_batch=lambda: _sample_batch(data, job))
+    feature_dim = sum(m.feature_dim(ctx) for m in methods)
+    init_args = dict(spec.student.init_args)
+    if feature_dim:
+        init_args["repr_dim"] = feature_dim
+    student = build_student({"class_path": spec.student.class_path, "init_args": init_args},
+                            schema, tasks)
+    if needs & {"teacher", "teacher_emb"}:
+        teacher = StoreTeacher(TeacherStore(inputs.stores[job.variant.teacher]), tasks,
+                               policy="mask", with_emb="teacher_emb" in needs)
+    ctx.student, ctx.teacher = student, teacher
+    for m in methods:
+        m.setup(ctx)
+    module = DistillModule(student, tasks, schema.domains, methods=methods, teacher=teacher,
+                           trained_until_day=job.trained_until_day, lr=spec.lr,
+                           base_rates=base_rates)
+    return module, teacher
+
+
+def train_student(spec: RunSpec, job: StudentJob, data: Path, inputs: Inputs,
+                  base_rates: dict[str, float], curve_path: Path | None = None,
                   callbacks: list[pl.Callback] | None = None) -> dict[str, Any]:
     """Returns ``{"metrics": {...}, "train_seconds", "examples_per_second", "coverage"}``;
     ``callbacks`` are added to the student's Trainer (e.g. a benchmark's clock)."""
-    parts = VARIANT_PARTS[job.variant]
     pl.seed_everything(job.seed, verbose=False)
-    schema = DatasetSchema.load(data)
-    tasks = list(spec.student_tasks)
-    student_spec = {"class_path": spec.student.get("class_path", "mlp"),
-                    "init_args": dict(spec.student.get("init_args") or {})}
-    use_repr = bool(parts.get("repr"))
-    if use_repr:
-        student_spec["init_args"]["repr_dim"] = codes.dim
-    student = build_student(student_spec, schema, tasks)
-    teacher = None
-    if parts["teacher"] is not None:
-        teacher = StoreTeacher(TeacherStore(stores[parts["teacher"]]), tasks, policy="mask")
-    aux = adapter = None
-    if parts.get("aux"):
-        aux = AuxDistillHead(_embedding_width(student, data, job), len(tasks),
-                             beta=job.params["aux_beta"])
-    if parts.get("adapter"):
-        adapter = StudentAdapter(len(tasks), len(schema.domains),
-                                 hidden=int(job.params["adapter_hidden"]))
-    kd = KDConfig(weight=job.params.get("kd_weight", 0.0) if teacher else 0.0,
-                  temperature=job.params.get("temperature", 1.0), loss=spec.kd_loss)
-    module = DistillModule(student, tasks, schema.domains, kd=kd, teacher=teacher,
-                           aux_head=aux, adapter=adapter, features=codes if use_repr else None,
-                           trained_until_day=job.trained_until_day, lr=spec.lr,
-                           base_rates=base_rates)
+    module, teacher = build_module(spec, job, data, inputs, base_rates)
     only = [spec.student_domain] if spec.student_domain else None
     dm = AdsDataModule(data, train_days=job.train_days, test_days=job.eval_days,
-                       batch_size=spec.batch_size, shuffle=False, tasks=tasks, domains=only,
-                       **student_projection(student))
+                       batch_size=spec.batch_size, shuffle=False, tasks=list(spec.student_tasks),
+                       domains=only, **student_projection(module.model))
     curve = _Curve()
     if spec.ema_decay is not None:  # evaluate the stream's moving average of the weights
         callbacks = [*(callbacks or []), StreamEMA(spec.ema_decay)]
@@ -139,14 +132,7 @@ def student_projection(student: torch.nn.Module) -> dict[str, Any]:
             "max_seq_len": student.max_seq_len}
 
 
-def _embedding_width(student: torch.nn.Module, data: Path, job: StudentJob) -> int:
-    """The trunk width a student returns, read off one forward pass."""
+def _sample_batch(data: Path, job: StudentJob):
     from transfer.data.reader import DatasetReader
 
-    batch = next(iter(DatasetReader(data, days=job.train_days, batch_size=8)))
-    with torch.no_grad():
-        out = student(batch)
-    if out.embedding is None:
-        raise ValueError(f"{type(student).__name__} returns no embedding: the auxiliary head "
-                         "needs StudentOutput.embedding")
-    return int(out.embedding.shape[-1])
+    return next(iter(DatasetReader(data, days=job.train_days, batch_size=8)))

@@ -25,14 +25,16 @@ from teachers.gem.wukong import WukongLayer
 from transfer.data.batch import Batch
 from transfer.data.schema import DatasetSchema
 from transfer.errors import ConfigError
+from transfer.models import TeacherOutput
 from transfer.ops import KERNELS
 
 
 class GEM(ConfigurableTeacher):
     """GEM teacher built from a :class:`DatasetSchema` and scalar hyper-parameters.
 
-    ``forward(batch)`` returns ``{"logits": [B, n_tasks] float32, "repr": {name: [B, dim]}}``
-    with the representations named by :meth:`representation_names`, in that order:
+    ``forward(batch)`` returns a :class:`~transfer.models.TeacherOutput`: ``logits [B,
+    n_tasks]`` float32 and ``repr {name: [B, dim]}`` with the representations named by
+    :meth:`representation_names`, in that order:
     ``cross.<i>`` = [CLS tokens ‖ masked mean of the sequence tokens] after cross layer ``i``,
     ``wukong.<i>`` = the flattened tokens of Wukong layer ``i``, ``sequence`` = the final
     sequence summary (flattened ``S_sum``), ``trunk`` = the shared trunk the heads read.
@@ -251,7 +253,7 @@ class GEM(ConfigurableTeacher):
     def _head_domain(self, batch: Batch) -> Tensor:
         return batch.domain
 
-    def forward(self, batch: Batch) -> dict[str, Any]:
+    def forward(self, batch: Batch) -> TeacherOutput:
         x = self.embeddings.tokens(batch)
         b = x.shape[0]
         reprs: dict[str, Tensor] = {}
@@ -288,4 +290,4 @@ class GEM(ConfigurableTeacher):
         trunk = self.trunk(torch.cat(parts, dim=1))
         reprs["trunk"] = trunk
         logits = self.heads(trunk, self._head_domain(batch)).float()
-        return {"logits": logits, "repr": reprs}
+        return TeacherOutput(logits=logits, repr=reprs)

@@ -14,13 +14,17 @@ import pytest
 import torch
 from torch import nn
 
-from adapters import AuxDistillHead, StudentAdapter, scale_grad
+from adapters import StudentAdapter, scale_grad
+from adapters.methods import Adapter, AuxHead
 from transfer.data.batch import Batch
 from transfer.data.datamodule import AdsDataModule
 from transfer.data.reader import DatasetReader
 from transfer.data.schema import DatasetSchema
-from transfer.distill import DistillModule, KDConfig, StoreTeacher, StudentOutput, kd_bce
+from transfer.distill import DistillModule, StoreTeacher
 from transfer.errors import StoreError
+from transfer.methods import KD, MethodContext
+from transfer.methods.losses import kd_bce
+from transfer.models import StudentOutput
 from transfer.store import StoreWriter, TeacherStore
 
 TASKS = ["click", "conversion", "engage"]
@@ -70,19 +74,24 @@ class TinyStudent(nn.Module):
         return StudentOutput(logits=self.head(h), embedding=h)
 
 
-def _run(data: Path, teacher=None, kd: KDConfig | None = None, aux=False, adapter=False,
+def _run(data: Path, teacher=None, kd: float | None = None, aux=False, adapter=False,
          seed: int = 0, tasks=("click",)) -> DistillModule:
+    """A student trained with plain KD of weight ``kd`` (None: labels only), optionally an
+    auxiliary head and a Student Adapter, built as the experiment runner builds them."""
     pl.seed_everything(seed, verbose=False)
     schema = DatasetSchema.load(data)
     tasks = list(tasks)
     student = TinyStudent(schema, len(tasks))
-    module = DistillModule(
-        student, tasks, schema.domains, kd=kd, lr=LR, compute_auc=False,
-        teacher=StoreTeacher(TeacherStore(teacher), tasks) if teacher else None,
-        aux_head=AuxDistillHead(16, len(tasks), beta=1.0) if aux else None,
-        adapter=StudentAdapter(len(tasks), len(schema.domains)) if adapter else None,
-        trained_until_day=1,
-    )
+    methods = ([KD(kd_weight=kd)] if kd is not None else []) + ([AuxHead()] if aux else []) \
+        + ([Adapter()] if adapter else [])
+    store = StoreTeacher(TeacherStore(teacher), tasks) if teacher else None
+    ctx = MethodContext(schema=schema, tasks=tasks, domains=schema.domains, lr=LR,
+                        student=student, teacher=store, trained_until_day=1,
+                        sample_batch=lambda: next(iter(DatasetReader(data, batch_size=8))))
+    for m in methods:
+        m.setup(ctx)
+    module = DistillModule(student, tasks, schema.domains, methods=methods, teacher=store,
+                           lr=LR, compute_auc=False, trained_until_day=1)
     dm = AdsDataModule(data, train_days=(0, 4), test_days=(4, 6), batch_size=128,
                        shuffle=False, tasks=tasks, max_seq_len=20)
     trainer = pl.Trainer(max_epochs=EPOCHS, logger=False, enable_checkpointing=False,
@@ -111,20 +120,21 @@ def baseline(tiny_data):
 
 
 def test_plain_kd_from_a_knowing_teacher_beats_labels_only(tiny_data, stores, baseline):
-    kd = _ne(_run(tiny_data, stores["oracle"], KDConfig(weight=1.0)))
+    kd = _ne(_run(tiny_data, stores["oracle"], 1.0))
     assert kd < baseline - 0.01, (kd, baseline)
 
 
 def test_no_teacher_rows_means_labels_only(tiny_data, stores, baseline, tmp_path):
     """KD weight 0 with a teacher attached trains exactly like the baseline."""
-    same = _ne(_run(tiny_data, stores["oracle"], KDConfig(weight=0.0)))
+    same = _ne(_run(tiny_data, stores["oracle"], 0.0))
     assert same == pytest.approx(baseline, abs=1e-9)
 
 
 def test_masked_rows_get_no_kd(tiny_data, stores):
     teacher = StoreTeacher(TeacherStore(stores["holes"]), ["click"])
     b = next(iter(DatasetReader(tiny_data, batch_size=30)))
-    logits, found = teacher(b)
+    t = teacher(b)
+    logits, found = t.logits, t.found
     assert found.tolist() == [i % 3 != 0 for i in range(30)]
     assert torch.all(logits[~found] == 0)
     assert teacher.coverage == pytest.approx(20 / 30)
@@ -136,7 +146,7 @@ def test_auxiliary_head_transfers_and_scales_gradients(tiny_data, stores, baseli
     x = torch.ones(3, requires_grad=True)
     (scale_grad(x, 0.25) * 2).sum().backward()
     assert torch.allclose(x.grad, torch.full((3,), 0.5))
-    aux = _ne(_run(tiny_data, stores["oracle"], KDConfig(weight=1.0), aux=True))
+    aux = _ne(_run(tiny_data, stores["oracle"], 1.0, aux=True))
     assert aux < baseline - 0.005, (aux, baseline)
 
 
@@ -145,9 +155,9 @@ def test_student_adapter_starts_as_identity_and_fixes_a_miscalibrated_teacher(
     adapter = StudentAdapter(1, 3)
     z = torch.randn(5, 1)
     assert torch.equal(adapter(z, torch.zeros(5, dtype=torch.long)), z)
-    kd_cfg = KDConfig(weight=1.0)
-    plain = _ne(_run(tiny_data, stores["shifted"], kd_cfg))
-    adapted = _run(tiny_data, stores["shifted"], kd_cfg, adapter=True)
+    kd_weight = 1.0
+    plain = _ne(_run(tiny_data, stores["shifted"], kd_weight))
+    adapted = _run(tiny_data, stores["shifted"], kd_weight, adapter=True)
     # the adapter learned to undo the -1.5 logit shift, so KD through it beats plain KD
     assert _ne(adapted) < plain - 0.005, (_ne(adapted), plain)
     # and on the evaluation days the adapter's own predictions beat the teacher it adapts
@@ -155,8 +165,8 @@ def test_student_adapter_starts_as_identity_and_fixes_a_miscalibrated_teacher(
     loss = {"teacher": 0.0, "adapter": 0.0}
     with torch.no_grad():
         for b in DatasetReader(tiny_data, days=(4, 6), batch_size=4000, tasks=["click"]):
-            z, _ = teacher(b)
-            za = adapted.adapter(z, b.domain, (b.day - 1).float())
+            z = teacher(b).logits
+            za = adapted.methods[-1].adapter(z, b.domain, (b.day - 1).float())
             for name, logits in (("teacher", z), ("adapter", za)):
                 loss[name] += nn.functional.binary_cross_entropy_with_logits(
                     logits, b.labels, reduction="sum").item()

@@ -14,12 +14,13 @@ import yaml
 
 from experiments.cli import main
 from experiments.run.domain_fm import PerDomainModels, fit_domain_fms
-from experiments.run.runner import RESULT_COLUMNS, _derive
-from experiments.run.spec import apply_sets, load_spec, parse_set
+from experiments.run.results import RESULT_COLUMNS, derive
 from experiments.run.steps import teacher_config
+from experiments.spec import TeacherSpec, apply_sets, load_spec, parse_set
 from transfer.data.schema import DatasetSchema
 from transfer.data.writer import day_path
 from transfer.errors import ConfigError
+from transfer.models import TeacherOutput
 from transfer.store import TeacherStore
 
 SPEC = {
@@ -80,7 +81,7 @@ def test_efficiency_is_undefined_where_kd_does_not_gain():
                          "teacher_lag_days": 0, "ne": ne, "auc": 0.7, "calibration": 1.0,
                          "ne_teacher": 0.8, "ne_oracle": 0.7, "train_seconds": 1.0,
                          "examples_per_second": 1.0})
-    df = _derive(pd.DataFrame(rows)).set_index(["variant", "seed"])
+    df = derive(pd.DataFrame(rows)).set_index(["variant", "seed"])
     assert df.loc[("full", 0), "efficiency_vs_kd"] == pytest.approx(0.07 / 0.05)
     assert df.loc[("kd", 0), "efficiency_vs_kd"] == pytest.approx(1.0)
     assert pd.isna(df.loc[("full", 1), "efficiency_vs_kd"])
@@ -104,7 +105,7 @@ def test_spec_sets_and_errors(tmp_path, capsys):
     spec.write_text(yaml.safe_dump(SPEC))
     loaded = load_spec(spec, ["data.seed=7", "data.drift=0.5", "seeds=[1,2,3]"])
     assert loaded.seeds == [1, 2, 3]
-    assert loaded.data["seed"] == 7 and loaded.data["drift"] == 0.5
+    assert loaded.data.overrides["seed"] == 7 and loaded.data.overrides["drift"] == 0.5
     assert apply_sets({"a": {"b": 1}}, parse_set(["a.c=[1, 2]"]), "x") == {
         "a": {"b": 1, "c": [1, 2]}}
     with pytest.raises(ConfigError, match="expected key=value"):
@@ -141,13 +142,13 @@ def test_per_domain_models_answer_each_row_with_its_domains_model():
 
         def forward(self, batch):
             n = len(batch.domain)
-            return {"logits": torch.full((n, 2), self.value),
-                    "repr": {"trunk": torch.full((n, 3), -self.value)}}
+            return TeacherOutput(logits=torch.full((n, 2), self.value),
+                                 repr={"trunk": torch.full((n, 3), -self.value)})
 
     model = PerDomainModels({0: Const(1.0), 2: Const(5.0)})
     out = model(SimpleNamespace(domain=torch.tensor([2, 0, 2, 0])))
-    assert out["logits"][:, 0].tolist() == [5.0, 1.0, 5.0, 1.0]
-    assert out["repr"]["trunk"][:, 2].tolist() == [-5.0, -1.0, -5.0, -1.0]
+    assert out.logits[:, 0].tolist() == [5.0, 1.0, 5.0, 1.0]
+    assert out.repr["trunk"][:, 2].tolist() == [-5.0, -1.0, -5.0, -1.0]
 
 
 def test_domain_fm_is_trained_and_exported_per_domain(run):
@@ -155,8 +156,8 @@ def test_domain_fm_is_trained_and_exported_per_domain(run):
     spec = load_spec(spec_path, [])
     data = next((out / "cache").glob("data-*")) / "data"
     gem_store = next((out / "cache").glob("store-*")) / "store"
-    cfg = teacher_config(spec, spec.teacher_days,
-                         {"config": "domain_fm", "max_seq_len": 32, "max_steps": 5})
+    cfg = teacher_config(spec, spec.teacher_days, TeacherSpec.from_mapping(
+        {"config": "domain_fm", "max_seq_len": 32, "max_steps": 5}, "test"))
     schema = DatasetSchema.load(data)
     counts = {d: 0 for d in schema.domains}
     for day in schema.days:

@@ -146,7 +146,7 @@ def _arm(pause: str | None, sentinel: Path, barrier: tuple[Path, int] | None) ->
     elif pause == "export.finalized":
         _after(writer.StoreWriter, "finalize", stop)
     elif pause == "run.first_student":
-        _after(runner, "_record", stop)
+        _after(runner, "record", stop)
     if barrier is not None:
         directory, n = barrier
         finalize = writer.StoreWriter.finalize

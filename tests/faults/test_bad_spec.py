@@ -21,10 +21,11 @@ CASES = [
     ("data.examples_per_dya=10", "spec data (preset tiny): unknown key 'examples_per_dya'"),
     ("data.drift=strong", "spec data (preset tiny): key 'drift': expected a number, got "
                           "'strong'"),
-    ("tuning.kd_wieght=[1.0]", "spec tuning: unknown key 'kd_wieght'; valid keys: adapter_hidden, "
-                               "aux_beta, kd_weight, temperature"),
-    ("tuning.kd_weight=1.0", "spec tuning: key 'kd_weight' must be a non-empty list"),
-    ("student.hidden=[8]", "spec student: unknown key 'hidden' (expected class_path, init_args)"),
+    ("tuning.kd_wieght=[1.0]", "spec tuning: unknown key 'kd_wieght'; the methods tune: "
+                               "adapter_hidden, aux_beta, kd_weight, temperature"),
+    ("tuning.kd_weight=1.0", "{spec}: tuning: key 'kd_weight' must be a non-empty list"),
+    ("student.hidden=[8]", "{spec}: key 'student': unknown key 'hidden'; valid keys: class_path, "
+                           "init_args"),
     ("student.class_path=my_studentz.tower.TwoTower",
      "student class_path 'my_studentz.tower.TwoTower' could not be imported "
      "(ModuleNotFoundError: No module named 'my_studentz')"),

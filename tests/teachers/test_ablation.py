@@ -12,6 +12,7 @@ from teachers import MLPRanker
 from teachers.gem.embeddings import HashedEmbedding
 from tests.teachers.helpers import random_batch, tiny_schema
 from transfer.errors import ConfigError
+from transfer.models import TeacherOutput
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIGS = ROOT / "experiments" / "teachers"
@@ -26,12 +27,12 @@ def test_mlp_ranker_contract_and_gradients():
     batch = random_batch(schema, b=64, seed=0)
     assert batch.seq_max_len > 1000 and (batch.seq_lengths == 0).any()
     out = model(batch)
-    assert set(out) == {"logits", "repr"}
-    assert out["logits"].shape == (64, 3) and out["logits"].dtype == torch.float32
-    assert torch.isfinite(out["logits"]).all()
-    assert model.representation_names() == ["trunk"] == list(out["repr"])
-    assert out["repr"]["trunk"].shape == (64, model.representation_dims()["trunk"]) == (64, 32)
-    torch.nn.functional.binary_cross_entropy_with_logits(out["logits"], batch.labels).backward()
+    assert isinstance(out, TeacherOutput)
+    assert out.logits.shape == (64, 3) and out.logits.dtype == torch.float32
+    assert torch.isfinite(out.logits).all()
+    assert model.representation_names() == ["trunk"] == list(out.repr)
+    assert out.repr["trunk"].shape == (64, model.representation_dims()["trunk"]) == (64, 32)
+    torch.nn.functional.binary_cross_entropy_with_logits(out.logits, batch.labels).backward()
     dead = [n for n, p in model.named_parameters() if p.grad is None or p.grad.abs().sum() == 0]
     assert not dead, dead
     # history items share the candidate ad's table; every table is one FSDP unit
@@ -40,7 +41,7 @@ def test_mlp_ranker_contract_and_gradients():
     assert len({id(m) for m in units}) == len(units)
     assert model.embeddings.table_for("hist_item_id") is model.embeddings.tables["ad_id"]
     # the full-size config builds too
-    assert MLPRanker.from_config(schema, cfg["model"]).eval()(batch)["logits"].shape == (64, 3)
+    assert MLPRanker.from_config(schema, cfg["model"]).eval()(batch).logits.shape == (64, 3)
     with pytest.raises(ConfigError, match="unknown model key"):
         MLPRanker.from_config(schema, {"hidden": 32, "n_layers": 3})
     with pytest.raises(ConfigError, match="hidden"):

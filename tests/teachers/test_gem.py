@@ -21,6 +21,7 @@ from tests.teachers.helpers import (
     tiny_schema,
 )
 from transfer.errors import ConfigError
+from transfer.models import TeacherOutput
 
 CONFIGS = Path(__file__).resolve().parents[2] / "experiments" / "teachers"
 ATOL = dict(atol=1e-5, rtol=1e-5)
@@ -43,20 +44,20 @@ def build(schema, cls=GEM, seed=0, **overrides):
 
 def logits(model, batch):
     with torch.no_grad():
-        return model(batch)["logits"]
+        return model(batch).logits
 
 
 def test_forward_contract(schema, batch):
     model = build(schema)
     out = model(batch)
-    assert set(out) == {"logits", "repr"}
-    assert out["logits"].shape == (64, 3) and out["logits"].dtype == torch.float32
-    assert torch.isfinite(out["logits"]).all()
+    assert isinstance(out, TeacherOutput)
+    assert out.logits.shape == (64, 3) and out.logits.dtype == torch.float32
+    assert torch.isfinite(out.logits).all()
     names = model.representation_names()
     assert names == ["cross.0", "wukong.0", "cross.1", "wukong.1", "sequence", "trunk"]
-    assert list(out["repr"]) == names
+    assert list(out.repr) == names
     dims = model.representation_dims()
-    for name, r in out["repr"].items():
+    for name, r in out.repr.items():
         assert r.shape == (64, dims[name]), name
         assert r.dtype == torch.float32 and torch.isfinite(r).all(), name
     assert dims["wukong.0"] == (TINY["n_F"] + TINY["n_L"]) * TINY["d"]
@@ -67,7 +68,7 @@ def test_gradients_reach_every_parameter(schema, batch, head_type):
     model = build(schema, head_type=head_type).train()
     assert batch.seq_max_len > 1000 and (batch.seq_lengths == 0).any()
     out = model(batch)
-    torch.nn.functional.binary_cross_entropy_with_logits(out["logits"], batch.labels).backward()
+    torch.nn.functional.binary_cross_entropy_with_logits(out.logits, batch.labels).backward()
     dead = [n for n, p in model.named_parameters() if p.grad is None or p.grad.abs().sum() == 0]
     assert not dead, dead
 
@@ -86,10 +87,10 @@ def test_ablations_remove_an_arm(schema, batch):
     for model in (wukong_only, seq_only):
         model.train()
         out = model(batch)
-        assert out["logits"].shape == (64, 3) and torch.isfinite(out["logits"]).all()
+        assert out.logits.shape == (64, 3) and torch.isfinite(out.logits).all()
         dims = model.representation_dims()
-        assert {k: v.shape[1] for k, v in out["repr"].items()} == dims
-        out["logits"].sum().backward()
+        assert {k: v.shape[1] for k, v in out.repr.items()} == dims
+        out.logits.sum().backward()
         dead = [n for n, p in model.named_parameters() if p.grad is None]
         assert not dead, dead
     # Wukong-only ignores the histories entirely
@@ -161,9 +162,9 @@ def test_all_histories_empty(schema):
     empty = batch_from_lengths(schema, torch.zeros(16, dtype=torch.long), seed=1)
     assert empty.seq_values["hist_item_id"].numel() == 0 and empty.seq_max_len == 0
     out = model(empty)
-    assert out["logits"].shape == (16, 3) and torch.isfinite(out["logits"]).all()
-    assert all(torch.isfinite(r).all() for r in out["repr"].values())
-    out["logits"].sum().backward()
+    assert out.logits.shape == (16, 3) and torch.isfinite(out.logits).all()
+    assert all(torch.isfinite(r).all() for r in out.repr.values())
+    out.logits.sum().backward()
 
 
 def test_deterministic_under_fixed_seed(schema, batch):
@@ -173,9 +174,9 @@ def test_deterministic_under_fixed_seed(schema, batch):
     assert torch.equal(logits(a, batch), logits(b, batch))
     a.train(), b.train()
     torch.manual_seed(1)
-    out_a = a(batch)["logits"]
+    out_a = a(batch).logits
     torch.manual_seed(1)
-    out_b = b(batch)["logits"]
+    out_b = b(batch).logits
     assert torch.equal(out_a, out_b)
     assert not torch.equal(build(schema, seed=8).state_dict()["cls"], a.state_dict()["cls"])
 
@@ -197,7 +198,7 @@ def test_bf16_autocast(schema, batch):
     model = build(schema)
     with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
         out = model(batch)
-    assert out["logits"].dtype == torch.float32 and torch.isfinite(out["logits"]).all()
+    assert out.logits.dtype == torch.float32 and torch.isfinite(out.logits).all()
 
 
 @pytest.mark.parametrize("name", ["tiny", "small", "base", "domain_fm"])
@@ -238,8 +239,8 @@ def test_domain_fm_contract(schema, batch):
     gem = GEM(schema)
     assert fm.num_parameters() < gem.num_parameters()
     out = fm.eval()(batch)
-    assert out["logits"].shape == (64, 3)
-    assert {k: v.shape[1] for k, v in out["repr"].items()} == fm.representation_dims()
+    assert out.logits.shape == (64, 3)
+    assert {k: v.shape[1] for k, v in out.repr.items()} == fm.representation_dims()
     assert "trunk" in fm.representation_names() and "sequence" in fm.representation_names()
     # specialised to one domain: every example is scored by that domain's heads
     one = build(schema, cls=DomainFM, domain=1)

@@ -20,7 +20,7 @@ def _run(kernel: str, fused_lookup: bool) -> tuple[torch.Tensor, dict[str, torch
     torch.manual_seed(0)
     model = GEM(schema, **{**TINY, "kernel": kernel, "fused_lookup": fused_lookup}).cuda()
     batch = random_batch(schema, b=256, seed=3, long_len=3000).to("cuda")
-    logits = model(batch)["logits"]
+    logits = model(batch).logits
     logits.float().square().mean().backward()
     grads = {n: p.grad.detach().clone() for n, p in model.named_parameters()
              if p.grad is not None}
@@ -43,7 +43,7 @@ def test_bf16_autocast_on_cuda_is_finite():
     model = GEM(schema, **{**TINY, "kernel": "auto"}).cuda()
     batch = random_batch(schema, b=128, seed=4).to("cuda")
     with torch.autocast("cuda", dtype=torch.bfloat16):
-        out = model(batch)["logits"]
+        out = model(batch).logits
     out.float().mean().backward()
     assert torch.isfinite(out.float()).all()
     assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)

@@ -13,7 +13,7 @@ import torch
 import yaml
 
 from experiments.cli import main
-from experiments.teacher_cli import build_model, load_teacher_config
+from experiments.teacher_config import build_model, load_teacher_config
 from experiments.teacher_export import model_weights
 from transfer.data.reader import DatasetReader
 from transfer.data.schema import DatasetSchema
@@ -70,8 +70,8 @@ def test_export_matches_the_model(fitted, tiny_data, tmp_path, capsys):
             out_ = model(b)
             got = join(b)
             assert np.asarray(got.found).all()
-            np.testing.assert_allclose(got.logits, out_["logits"].numpy(), atol=1e-5, rtol=1e-5)
-            np.testing.assert_allclose(got.emb, out_["repr"]["wukong.0"].numpy(), atol=2e-3,
+            np.testing.assert_allclose(got.logits, out_.logits.numpy(), atol=1e-5, rtol=1e-5)
+            np.testing.assert_allclose(got.emb, out_.repr["wukong.0"].numpy(), atol=2e-3,
                                        rtol=1e-3)
 
 

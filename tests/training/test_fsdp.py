@@ -29,7 +29,7 @@ import lightning.pytorch as pl
 import torch
 from torch.distributed.tensor import DTensor
 
-from experiments.teacher_cli import build_run, load_teacher_config
+from experiments.teacher_config import build_run, load_teacher_config
 from transfer.training import build_trainer, fit
 
 config, data, out, max_steps, resume = sys.argv[1:6]

@@ -12,7 +12,7 @@ import yaml
 from torch import nn
 
 from experiments.cli import main
-from experiments.teacher_cli import build_run, load_teacher_config
+from experiments.teacher_config import build_run, load_teacher_config
 from transfer.training import build_trainer, fit
 from transfer.training.ranking_module import PREDICT_KEYS
 

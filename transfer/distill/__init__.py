@@ -1,16 +1,7 @@
-"""Knowledge transfer from a teacher store into students (DESIGN §5)."""
+"""Knowledge transfer from a teacher store into students (DESIGN §5): the training module and
+the store-backed teacher; the methods themselves are :mod:`transfer.methods`."""
 
-from transfer.distill.losses import kd_bce, kd_mse, masked_mean
-from transfer.distill.module import DistillModule, KDConfig
-from transfer.distill.student import StudentOutput
+from transfer.distill.module import DistillModule
 from transfer.distill.teacher import StoreTeacher
 
-__all__ = [
-    "DistillModule",
-    "KDConfig",
-    "StoreTeacher",
-    "StudentOutput",
-    "kd_bce",
-    "kd_mse",
-    "masked_mean",
-]
+__all__ = ["DistillModule", "StoreTeacher"]

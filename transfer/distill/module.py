@@ -1,85 +1,71 @@
-"""Lightning module that trains a student from labels and a teacher store (DESIGN §5).
+"""Lightning module that trains a student with any list of transfer methods (DESIGN §5.1).
 
-One step, in order: (1) look up the teacher's logits for the batch (rows without a teacher row
-get no KD loss); (2) with a Student Adapter, update it on the batch's fresh labels and take
-``stopgrad(z_SA)`` as the KD target; (3) update the student on ``α·BCE(serving, y)`` plus the KD
-loss on the serving head (plain KD) or on a distillation head (auxiliary head, whose gradient
-into the trunk is scaled by β inside the head). Students stream once through time-ordered days.
-Evaluation is inherited from ``RankingModule``: only the serving head is measured.
+One step, in order: each method's ``before_student`` (the Student Adapter updates itself on the
+batch's fresh labels and realigns the KD target); the student's forward, with the
+representation features the methods feed; each method's ``after_forward`` (an auxiliary head
+computes its logits); the student's loss ``label_weight · BCE(serving, y)`` plus every method's
+loss terms; one optimiser step over the student and the methods' parameter groups. The module
+knows no method by name. Students stream once through time-ordered days. Evaluation is
+inherited from ``RankingModule``: only the serving head is measured.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Sequence
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from transfer.data.batch import Batch
-from transfer.distill.losses import KD_LOSSES, masked_mean
-from transfer.distill.student import StudentOutput
+from transfer.methods.base import NEEDS, StepState, TeacherFn, TransferMethod
+from transfer.models import StudentOutput, as_student_output
 from transfer.training.ranking_module import RankingModule
-
-# batch -> (teacher logits [B, T] in the student's task order, found [B] bool)
-TeacherFn = Callable[[Batch], tuple[Tensor, Tensor]]
-
-
-@dataclass
-class KDConfig:
-    """``weight`` λ (0 = labels only), ``temperature`` T, ``loss`` bce|mse, ``label_weight`` α
-    (scale of the serving head's label loss), ``aux_weight`` w (scale of the auxiliary head's KD
-    loss, on top of λ)."""
-
-    weight: float = 0.0
-    temperature: float = 1.0
-    loss: str = "bce"
-    label_weight: float = 1.0
-    aux_weight: float = 1.0
-
-    def __post_init__(self) -> None:
-        if self.loss not in KD_LOSSES:
-            raise ValueError(f"kd loss {self.loss!r}: expected one of {sorted(KD_LOSSES)}")
-        if self.temperature <= 0 or self.weight < 0:
-            raise ValueError("kd temperature must be > 0 and weight >= 0")
 
 
 class DistillModule(RankingModule):
-    """``student`` follows the Student protocol; ``teacher``, ``aux_head``, ``adapter`` and
-    ``features`` are optional objects built by the pipeline (``features`` maps a batch to
-    ``[B, F]`` representation features; an ``nn.Module`` there is trained with the student)."""
+    """``student`` follows the Student protocol (a model returning a ``TeacherOutput`` is
+    trained as one: a domain FM); ``methods`` are set-up :class:`TransferMethod`\\ s; ``teacher``
+    answers batches for the methods that need it; ``trained_until_day`` gives the staleness
+    ``batch.day - trained_until_day`` a method may read."""
 
-    hparams_ignore = ("model", "student", "teacher", "aux_head", "adapter", "features")
+    hparams_ignore = ("model", "student", "teacher", "methods")
 
     def __init__(self, student: nn.Module, tasks: list[str], domains: list[str], *,
-                 kd: KDConfig | None = None, teacher: TeacherFn | None = None,
-                 aux_head: nn.Module | None = None, adapter: nn.Module | None = None,
-                 adapter_lr: float = 1e-2, features: Callable[[Batch], Tensor] | None = None,
+                 methods: Sequence[TransferMethod] = (), teacher: TeacherFn | None = None,
                  trained_until_day: int | None = None, **ranking_args: Any) -> None:
         super().__init__(student, tasks, domains, **ranking_args)
-        self.kd = kd or KDConfig()
-        if (aux_head is not None or adapter is not None) and teacher is None:
-            raise ValueError("an auxiliary head or a Student Adapter needs a teacher")
+        for m in methods:
+            if not isinstance(m, TransferMethod):
+                raise TypeError(f"{type(m).__name__} is not a TransferMethod")
+            unknown = sorted(set(m.needs) - set(NEEDS))
+            if unknown:
+                raise ValueError(f"method {m.name} needs unknown input {unknown[0]!r}; "
+                                 f"inputs are {', '.join(NEEDS)}")
+            if "teacher" in m.needs and teacher is None:
+                raise ValueError(f"method {m.name} needs a teacher, and this run has none")
+        self.methods = nn.ModuleList(methods)
         self.teacher = teacher
-        self.aux_head = aux_head
-        self.adapter = adapter
-        self.adapter_lr = adapter_lr
-        self.features = features
         self.trained_until_day = trained_until_day
         self.automatic_optimization = False
 
     # ------------------------------------------------------------------ forward
+    def features(self, batch: Batch) -> Tensor | None:
+        """The representation features the methods feed (concatenated), on the batch's device."""
+        parts = [f for m in self.methods if (f := m.features(batch)) is not None]
+        if not parts:
+            return None
+        feats = parts[0] if len(parts) == 1 else torch.cat(parts, dim=1)
+        return feats.to(batch.labels.device, non_blocking=True)  # code lookups answer on host
+
     def student_output(self, batch: Batch) -> StudentOutput:
-        feats = self.features(batch) if self.features is not None else None
-        if feats is not None:  # feature lookups (code stores) answer on the host
-            feats = feats.to(batch.labels.device, non_blocking=True)
+        feats = self.features(batch)
         out = self.model(batch, feats) if feats is not None else self.model(batch)
-        if not isinstance(out, StudentOutput):
+        try:
+            return as_student_output(out)
+        except TypeError:
             raise TypeError(f"{type(self.model).__name__}.forward must return a StudentOutput, "
-                            f"got {type(out).__name__}")
-        return out
+                            f"got {type(out).__name__}") from None
 
     def serving_logits(self, batch: Batch) -> Tensor:
         return self.student_output(batch).logits
@@ -90,75 +76,41 @@ class DistillModule(RankingModule):
     # ------------------------------------------------------------------ optimisation
     def configure_optimizers(self) -> list[torch.optim.Optimizer]:
         student = super().configure_optimizers()
-        extra = [m for m in (self.aux_head, self.features) if isinstance(m, nn.Module)]
-        for m in extra:
-            params = [p for p in m.parameters() if p.requires_grad]
-            if params:
-                student.add_param_group({"name": type(m).__name__, "params": params,
-                                         "lr": self.lr, "weight_decay": 0.0})
-        if self.adapter is None:
-            return [student]
-        return [student, torch.optim.Adam(self.adapter.parameters(), lr=self.adapter_lr,
-                                          foreach=True)]
+        own: list[torch.optim.Optimizer] = []
+        for m in self.methods:
+            for group in m.param_groups(self.lr):
+                student.add_param_group(group)
+            own += m.configure_optimizers()
+        return [student, *own]
 
     def _staleness(self, batch: Batch) -> Tensor | None:
         if self.trained_until_day is None:
             return None
         return (batch.day - self.trained_until_day).float()
 
-    def _kd_target(self, batch: Batch) -> tuple[Tensor, Tensor] | None:
-        """Teacher (or adapter) logits as KD targets, and which rows have them."""
-        if self.teacher is None or (self.kd.weight == 0 and self.adapter is None):
-            return None
-        t_logits, found = self.teacher(batch)
-        t_logits = t_logits.to(self.device, torch.float32)
-        found = found.to(self.device)
-        if self.adapter is None:
-            return t_logits, found
-        opt = self.optimizers()[1]
-        stale = self._staleness(batch)
-        z = self.adapter(t_logits, batch.domain, stale)
-        a_loss = masked_mean(F.binary_cross_entropy_with_logits(z, batch.labels,
-                                                                reduction="none"), found)
-        # the adapter is a tiny fp32 MLP: plain autograd and its raw optimizer, as Lightning's
-        # per-step wrappers (closure, hooks, precision plugin) cost more than the adapter itself
-        raw = getattr(opt, "optimizer", opt)
-        raw.zero_grad(set_to_none=True)
-        a_loss.backward()
-        raw.step()
-        self._log_step("train/adapter_loss", a_loss, len(batch))
-        with torch.no_grad():
-            return self.adapter(t_logits, batch.domain, stale), found
-
     def training_step(self, batch: Batch, batch_idx: int) -> Tensor:
         self._batch_idx = batch_idx
-        target = self._kd_target(batch)
+        n = len(batch)
+        step = StepState(batch, self.teacher, self.device, self._staleness(batch),
+                         log=lambda name, value: self._log_step(name, value, n))
+        for m in self.methods:
+            m.before_student(step)
         out = self.student_output(batch)
+        if out.distill_logits is not None:  # the student's own distillation head
+            step.distill_logits = out.distill_logits
+        for m in self.methods:
+            m.after_forward(step, out)
         label_loss, _ = self.loss(out.logits, batch.labels, self.label_mask(batch))
-        loss = self.kd.label_weight * label_loss
-        if target is not None and self.kd.weight > 0:
-            t_logits, found = target
-            kd_fn = KD_LOSSES[self.kd.loss]
-            if self.aux_head is not None or out.distill_logits is not None:
-                head = out.distill_logits
-                if head is None:
-                    if out.embedding is None:
-                        raise ValueError("the auxiliary head needs StudentOutput.embedding")
-                    head = self.aux_head(out.embedding)
-                kd = self.kd.aux_weight * masked_mean(kd_fn(head, t_logits,
-                                                            temperature=self.kd.temperature),
-                                                      found)
-            else:
-                kd = masked_mean(kd_fn(out.logits, t_logits, temperature=self.kd.temperature),
-                                 found)
-            loss = loss + self.kd.weight * kd
-            self._log_step("train/kd_loss", kd, len(batch))
+        loss = step.label_weight * label_loss
+        for m in self.methods:
+            for term in m.loss(step, out).values():
+                loss = loss + term
         opt = self.optimizers()
         opt = opt[0] if isinstance(opt, list) else opt
         opt.zero_grad()
         self.manual_backward(loss)
         opt.step()
-        self._log_step("train/loss", loss, len(batch), prog_bar=True)
+        self._log_step("train/loss", loss, n, prog_bar=True)
         return loss
 
     def _log_step(self, name: str, value: Tensor, n: int, prog_bar: bool = False) -> None:

@@ -1,36 +1,44 @@
-"""Teacher targets for a student: the store joined to each batch, in the student's task order."""
+"""Teacher targets for a student: a store joined to each batch, in the student's task order."""
 
 from __future__ import annotations
 
 import torch
-from torch import Tensor
 
 from transfer.data.batch import Batch
 from transfer.errors import StoreError
+from transfer.methods.base import TeacherTargets
 from transfer.store import TeacherJoin, TeacherStore
 
 
 class StoreTeacher:
-    """Callable ``batch -> (logits [B, T], found [B])`` over a ``TeacherStore``.
+    """Callable ``batch -> TeacherTargets`` over a ``TeacherStore`` (host tensors).
 
     ``tasks`` are the student's tasks; each must be one of the store's (a student may learn a
     subset). ``policy`` is the store join's: ``"error"`` or ``"mask"`` (no KD on missing rows).
+    ``with_emb`` also returns the stored representation (a method that needs ``teacher_emb``).
     """
 
     def __init__(self, store: TeacherStore, tasks: list[str],
-                 days: tuple[int, int] | None = None, policy: str = "mask") -> None:
+                 days: tuple[int, int] | None = None, policy: str = "mask",
+                 with_emb: bool = False) -> None:
         missing = [t for t in tasks if t not in store.tasks]
         if missing:
             raise StoreError(f"{store.path}: store has tasks {store.tasks}, student expects "
                              f"{tasks} ({missing[0]!r} missing)")
-        self.join = TeacherJoin(store, days=days, policy=policy)
+        self.store = store
+        self.join = TeacherJoin(store, days=days, policy=policy, with_emb=with_emb)
         self.columns = [store.tasks.index(t) for t in tasks]
 
     @property
     def coverage(self) -> float:
         return self.join.coverage
 
-    def __call__(self, batch: Batch) -> tuple[Tensor, Tensor]:
+    @property
+    def emb_dim(self) -> int:
+        return self.store.emb_dim
+
+    def __call__(self, batch: Batch) -> TeacherTargets:
         res = self.join(batch.example_id)
-        logits = torch.from_numpy(res.logits[:, self.columns])
-        return logits, torch.from_numpy(res.found)
+        emb = None if res.emb is None else torch.from_numpy(res.emb)
+        return TeacherTargets(torch.from_numpy(res.logits[:, self.columns]),
+                              torch.from_numpy(res.found), emb)

@@ -1,7 +1,7 @@
 """``RankingModule``: the LightningModule that trains any multi-task ranking model.
 
-The wrapped model is any ``nn.Module`` whose ``forward(batch)`` returns
-``{"logits": [B, n_tasks], "repr": {name: [B, dim]}}`` (the GEM teacher now, students later).
+The wrapped model is any teacher (:mod:`transfer.models`): ``forward(batch)`` returns a
+``TeacherOutput`` (``logits [B, n_tasks]``, ``repr {name: [B, dim]}``).
 The module owns the loss (per-task BCE-with-logits, weighted, optional label mask), the two
 AdamW parameter groups (embedding tables vs dense weights), evaluation metrics
 (:class:`transfer.metrics.RankingMetrics`), the prediction rows a teacher-output store writer
@@ -22,6 +22,7 @@ from torch import Tensor, nn
 
 from transfer.data.batch import Batch
 from transfer.metrics import RankingMetrics
+from transfer.models import TeacherOutput
 
 PREDICT_KEYS = ("example_id", "day", "domain", "user_id", "ts", "logits", "emb")
 
@@ -224,12 +225,12 @@ class RankingModule(pl.LightningModule):
         total = (per_task * self.task_weight.to(per_task.dtype)).sum()
         return total, per_task
 
-    def forward(self, batch: Batch) -> dict[str, Any]:
+    def forward(self, batch: Batch) -> TeacherOutput:
         return self.model(batch)
 
     def training_step(self, batch: Batch, batch_idx: int) -> Tensor:
         out = self.model(batch)
-        total, per_task = self.loss(out["logits"], batch.labels, self.label_mask(batch))
+        total, per_task = self.loss(out.logits, batch.labels, self.label_mask(batch))
         n = len(batch)
         self.log("train/loss", total, prog_bar=True, batch_size=n)
         for t, name in enumerate(self.tasks):
@@ -239,7 +240,7 @@ class RankingModule(pl.LightningModule):
     # ------------------------------------------------------------------ evaluation
     def serving_logits(self, batch: Batch) -> Tensor:
         """The logits that are evaluated (and served); subclasses with other models override."""
-        return self.model(batch)["logits"]
+        return self.model(batch).logits
 
     def _eval_step(self, batch: Batch, metrics: RankingMetrics, split: str) -> None:
         logits = self.serving_logits(batch)
@@ -279,13 +280,13 @@ class RankingModule(pl.LightningModule):
         """Rows for a teacher-output store writer: ids, keys, ``logits [B, T]`` and
         ``emb [B, dim]`` (the ``repr_layer`` representation), detached."""
         out = self.model(batch)
-        reprs = out.get("repr", {})
+        reprs = out.repr
         if self.repr_layer not in reprs:
             raise KeyError(f"repr_layer {self.repr_layer!r} not in the model's representations "
                            f"{sorted(reprs)}")
         return {
             "example_id": batch.example_id, "day": batch.day, "domain": batch.domain,
             "user_id": batch.user_id, "ts": batch.ts,
-            "logits": out["logits"].detach().float(),
+            "logits": out.logits.detach().float(),
             "emb": reprs[self.repr_layer].detach().float(),
         }

@@ -16,7 +16,7 @@ from torch import Tensor, nn
 
 from transfer.data.batch import Batch
 from transfer.data.schema import DatasetSchema
-from transfer.distill.student import StudentOutput
+from transfer.models import StudentOutput
 from transfer.ops import segment_sum
 
 USER_SIDE = ["age_bucket", "country", "device"]

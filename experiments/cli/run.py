@@ -1,4 +1,5 @@
-"""``gemkd run`` and ``gemkd report``."""
+"""``gemkd run`` and ``gemkd report``: argument parsing over
+:func:`experiments.run.runner.run_experiment` and :mod:`experiments.report`."""
 
 from __future__ import annotations
 
@@ -6,9 +7,10 @@ import argparse
 from pathlib import Path
 
 
-def run_command(args: argparse.Namespace) -> None:
+def _run(args: argparse.Namespace) -> None:
+    from experiments.report import report_command
     from experiments.run.runner import run_experiment
-    from experiments.run.spec import load_spec
+    from experiments.spec import load_spec
 
     _quiet_lightning()
     if args.threads:
@@ -18,7 +20,7 @@ def run_command(args: argparse.Namespace) -> None:
     spec = load_spec(args.spec, args.set)
     out = Path(args.out) if args.out else Path("runs") / spec.name
     run_experiment(spec, out)
-    _report(out)
+    print(report_command(out))
 
 
 def _quiet_lightning() -> None:
@@ -32,24 +34,13 @@ def _quiet_lightning() -> None:
     warnings.filterwarnings("ignore", message=".*Couldn't infer the batch indices.*")
 
 
-def report_command(args: argparse.Namespace) -> None:
-    _report(Path(args.run_dir))
+def _report(args: argparse.Namespace) -> None:
+    from experiments.report import report_command
+
+    print(report_command(args.run_dir))
 
 
-def _report(run_dir: Path) -> None:
-    try:
-        from experiments.report import report_command as render
-    except ImportError:  # report module not installed yet: print the raw table
-        import pandas as pd
-
-        df = pd.read_csv(run_dir / "results.csv")
-        print(df[df.domain == "all"].groupby(["teacher_lag_days", "variant", "task"])["ne"]
-              .agg(["mean", "std"]).round(4).to_string())
-        return
-    print(render(run_dir))
-
-
-def add_run_parsers(sub) -> None:
+def add_parser(sub) -> None:
     r = sub.add_parser("run", help="the transfer experiment: teacher, store, every variant")
     r.add_argument("spec", nargs="?", default=None,
                    help="experiment YAML (default: experiments/quickstart.yaml)")
@@ -59,7 +50,7 @@ def add_run_parsers(sub) -> None:
     r.add_argument("--threads", type=int, default=None,
                    help="torch CPU threads for this process (default: torch's own choice); "
                         "use 1 when two jobs share the cores")
-    r.set_defaults(func=run_command)
+    r.set_defaults(func=_run)
     p = sub.add_parser("report", help="re-render report.md and plots of a run directory")
     p.add_argument("run_dir", help="a directory written by gemkd run")
-    p.set_defaults(func=report_command)
+    p.set_defaults(func=_report)

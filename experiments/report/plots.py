@@ -12,7 +12,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from experiments.report import CURVE_METRICS, _f4, _lag_str, _Run, _variant_order, load_curves
+from experiments.report.load import CURVE_METRICS, load_curves
+from experiments.report.summary import RunView, f4, lag_str, variant_order
 from transfer.io.atomic import atomic_write_bytes
 
 _REF_STYLE = {
@@ -40,7 +41,7 @@ def _colors(variants: Sequence[str]) -> dict[str, Any]:
     return {v: cmap(i % 10) for i, v in enumerate(variants)}
 
 
-def write_run_plots(run: _Run) -> list[Path]:
+def write_run_plots(run: RunView) -> list[Path]:
     """Write the run's PNGs under ``run.dir/plots/`` (atomically); return the paths written.
 
     ``ne_vs_lag.png`` only with more than one lag, ``training_curves.png`` only with
@@ -72,7 +73,7 @@ def _task_axes(fig: Any, n: int) -> list[Any]:
     return list(fig.subplots(1, n, squeeze=False)[0])
 
 
-def _plot_ne_by_variant(run: _Run, Figure: Any, colors: dict, path: Path) -> Path:
+def _plot_ne_by_variant(run: RunView, Figure: Any, colors: dict, path: Path) -> Path:
     fig = Figure(figsize=(4.8 * len(run.tasks), 4.2), layout="constrained")
     for ax, task in zip(_task_axes(fig, len(run.tasks)), run.tasks, strict=True):
         rows = run.rows(task=task)
@@ -85,7 +86,7 @@ def _plot_ne_by_variant(run: _Run, Figure: Any, colors: dict, path: Path) -> Pat
             if math.isfinite(mean):
                 label, color, style = _REF_STYLE[col]
                 ax.axhline(mean, color=color, linestyle=style, linewidth=1.2,
-                           label=f"{label} {_f4(mean)}")
+                           label=f"{label} {f4(mean)}")
                 levels.append(mean)
         levels = [x for x in levels if math.isfinite(x)]
         if levels:
@@ -94,13 +95,13 @@ def _plot_ne_by_variant(run: _Run, Figure: Any, colors: dict, path: Path) -> Pat
             ax.set_ylim(lo - pad, hi + pad)
         ax.set_xticks(range(len(names)), names, rotation=35, ha="right")
         ax.set_ylabel("NE (lower is better; y axis zoomed)")
-        ax.set_title(f"{task}: domain {run.domain}, lag {_lag_str(run.lag)}")
+        ax.set_title(f"{task}: domain {run.domain}, lag {lag_str(run.lag)}")
         ax.legend(fontsize=8)
     fig.suptitle(f"{run.name}: NE by variant (mean ± std over seeds)")
     return _save(fig, path)
 
 
-def _plot_transfer_ratio(run: _Run, Figure: Any, colors: dict, path: Path) -> Path:
+def _plot_transfer_ratio(run: RunView, Figure: Any, colors: dict, path: Path) -> Path:
     fig = Figure(figsize=(4.8 * len(run.tasks), 4.2), layout="constrained")
     for ax, task in zip(_task_axes(fig, len(run.tasks)), run.tasks, strict=True):
         rows = run.rows(task=task)
@@ -115,13 +116,13 @@ def _plot_transfer_ratio(run: _Run, Figure: Any, colors: dict, path: Path) -> Pa
         ax.axhline(0.0, color="tab:gray", linewidth=0.8)
         ax.set_xticks(range(len(names)), names, rotation=35, ha="right")
         ax.set_ylabel("transfer ratio ΔNE_VM / ΔNE_FM")
-        ax.set_title(f"{task}: domain {run.domain}, lag {_lag_str(run.lag)}")
+        ax.set_title(f"{task}: domain {run.domain}, lag {lag_str(run.lag)}")
         ax.legend(fontsize=8)
     fig.suptitle(f"{run.name}: transfer ratio (mean ± std over seeds)")
     return _save(fig, path)
 
 
-def _plot_ne_vs_lag(run: _Run, Figure: Any, colors: dict, path: Path) -> Path:
+def _plot_ne_vs_lag(run: RunView, Figure: Any, colors: dict, path: Path) -> Path:
     fig = Figure(figsize=(4.8 * len(run.tasks), 4.2), layout="constrained")
     s = run.summary[run.summary["domain"] == run.domain]
     for ax, task in zip(_task_axes(fig, len(run.tasks)), run.tasks, strict=True):
@@ -141,14 +142,14 @@ def _plot_ne_vs_lag(run: _Run, Figure: Any, colors: dict, path: Path) -> Path:
     return _save(fig, path)
 
 
-def _plot_curves(run: _Run, curves: pd.DataFrame, Figure: Any, colors: dict,
+def _plot_curves(run: RunView, curves: pd.DataFrame, Figure: Any, colors: dict,
                  path: Path) -> Path:
     lag = run.lag if (curves["teacher_lag_days"] == run.lag).any() else \
         sorted(curves["teacher_lag_days"].unique())[0]
     c = curves[curves["teacher_lag_days"] == lag]
     metrics = [m for m in CURVE_METRICS if m in c.columns and c[m].notna().any()]
     fig = Figure(figsize=(4.8 * len(metrics), 4.0), layout="constrained")
-    variants = _variant_order(c["variant"])
+    variants = variant_order(c["variant"], run.order)
     for ax, metric in zip(_task_axes(fig, len(metrics)), metrics, strict=True):
         for v in variants:
             mean = c[c["variant"] == v].groupby("step")[metric].mean().dropna()
@@ -158,5 +159,5 @@ def _plot_curves(run: _Run, curves: pd.DataFrame, Figure: Any, colors: dict,
         ax.set_ylabel(metric)
         ax.set_title(f"{metric} (mean over seeds)")
         ax.legend(fontsize=7)
-    fig.suptitle(f"{run.name}: training curves, teacher lag {_lag_str(lag)}")
+    fig.suptitle(f"{run.name}: training curves, teacher lag {lag_str(lag)}")
     return _save(fig, path)

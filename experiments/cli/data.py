@@ -1,16 +1,11 @@
-"""The ``gemkd`` command line. Every user error is one ``error: ...`` line and exit code 2."""
+"""``gemkd data ...``: generate, convert, inspect and validate datasets."""
 
 from __future__ import annotations
 
 import argparse
-import logging
-import sys
-from collections.abc import Sequence
-
-from transfer.errors import GemkdError
 
 
-def _data_synth(args: argparse.Namespace) -> None:
+def _synth(args: argparse.Namespace) -> None:
     from transfer.config import load_dataclass
     from transfer.data.summary import summarize
     from transfer.data.synth import SynthConfig, generate
@@ -20,10 +15,10 @@ def _data_synth(args: argparse.Namespace) -> None:
     schema = generate(cfg, args.out, overwrite=args.overwrite)
     print(f"wrote {schema.n_rows} examples over {len(schema.days)} days to {args.out}")
     if args.summary:
-        _print_table(summarize(args.out))
+        print_table(summarize(args.out))
 
 
-def _data_movielens(args: argparse.Namespace) -> None:
+def _movielens(args: argparse.Namespace) -> None:
     from transfer.data.movielens import convert_movielens
 
     schema = convert_movielens(args.src, args.out, n_days=args.n_days,
@@ -32,13 +27,13 @@ def _data_movielens(args: argparse.Namespace) -> None:
           f"domains {schema.domains}, to {args.out}")
 
 
-def _data_summary(args: argparse.Namespace) -> None:
+def _summary(args: argparse.Namespace) -> None:
     from transfer.data.summary import summarize
 
-    _print_table(summarize(args.data))
+    print_table(summarize(args.data))
 
 
-def _data_validate(args: argparse.Namespace) -> None:
+def _validate(args: argparse.Namespace) -> None:
     from transfer.data.reader import DatasetReader
 
     reader = DatasetReader(args.data, batch_size=65536)
@@ -46,7 +41,7 @@ def _data_validate(args: argparse.Namespace) -> None:
     print(f"ok: {n} rows in {len(reader.units)} row groups match {args.data}/schema.json")
 
 
-def _print_table(frame) -> None:
+def print_table(frame) -> None:
     import pandas as pd
 
     with pd.option_context("display.max_columns", None, "display.width", 200,
@@ -54,11 +49,7 @@ def _print_table(frame) -> None:
         print(frame.to_string(index=False))
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="gemkd", description=__doc__)
-    p.add_argument("-v", "--verbose", action="store_true", help="log progress to stderr")
-    sub = p.add_subparsers(dest="command", required=True)
-
+def add_parser(sub) -> None:
     data = sub.add_parser("data", help="generate, convert, inspect datasets")
     dsub = data.add_subparsers(dest="data_command", required=True)
 
@@ -69,7 +60,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--seed", type=int, default=None, help="override the config's seed")
     s.add_argument("--overwrite", action="store_true", help="replace an existing --out")
     s.add_argument("--summary", action="store_true", help="print the per-day summary after")
-    s.set_defaults(func=_data_synth)
+    s.set_defaults(func=_synth)
 
     m = dsub.add_parser("movielens", help="convert MovieLens ratings.csv (+ movies.csv)")
     m.add_argument("--src", required=True, help="directory with ratings.csv [movies.csv]")
@@ -77,41 +68,12 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--n-days", type=int, default=20, help="time buckets of equal size")
     m.add_argument("--max-history", type=int, default=1024, help="most recent events kept")
     m.add_argument("--overwrite", action="store_true", help="replace an existing --out")
-    m.set_defaults(func=_data_movielens)
+    m.set_defaults(func=_movielens)
 
     su = dsub.add_parser("summary", help="per-day table: rates, oracle NE, history lengths")
     su.add_argument("data", help="dataset directory")
-    su.set_defaults(func=_data_summary)
+    su.set_defaults(func=_summary)
 
     v = dsub.add_parser("validate", help="read every row and check it against schema.json")
     v.add_argument("data", help="dataset directory")
-    v.set_defaults(func=_data_validate)
-
-    from experiments.teacher_cli import add_teacher_parser
-
-    add_teacher_parser(sub)
-
-    from experiments.run_cli import add_run_parsers
-
-    add_run_parsers(sub)
-    return p
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
-                        format="%(asctime)s %(name)s: %(message)s", stream=sys.stderr)
-    try:
-        args.func(args)
-    except GemkdError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("error: interrupted", file=sys.stderr)
-        return 130
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    v.set_defaults(func=_validate)

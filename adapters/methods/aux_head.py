@@ -1,0 +1,45 @@
+"""The auxiliary distillation head as a transfer method (ExFM, DESIGN §5)."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from adapters.aux_head import AuxDistillHead
+from transfer.methods import MethodContext, StepState, TransferMethod
+from transfer.models import StudentOutput
+
+
+class AuxHead(TransferMethod):
+    """A separate head ``ŷ_D`` on the student's embedding takes the distillation loss, so the
+    serving head ``ŷ_S`` trains on labels only. ``aux_beta`` β scales the head's gradient into
+    the student's trunk (identity forward, ×β backward); ``aux_weight`` w scales the
+    distillation loss on the head; ``label_weight`` α scales the serving head's label loss;
+    ``hidden`` > 0 gives the head a hidden layer. Only ``ŷ_S`` is evaluated and served."""
+
+    requires = frozenset({"kd_loss"})
+    tunable: ClassVar[dict[str, list]] = {"aux_beta": [0.5, 1.0]}
+
+    def __init__(self, aux_beta: float = 1.0, aux_weight: float = 1.0,
+                 label_weight: float = 1.0, hidden: int = 0) -> None:
+        super().__init__()
+        if aux_beta < 0 or aux_weight < 0 or label_weight < 0 or hidden < 0:
+            raise ValueError("aux_beta, aux_weight, label_weight and hidden must be >= 0")
+        self.aux_beta, self.aux_weight, self.label_weight = aux_beta, aux_weight, label_weight
+        self.hidden = hidden
+        self.head: AuxDistillHead | None = None
+
+    def setup(self, ctx: MethodContext) -> None:
+        self.head = AuxDistillHead(ctx.embedding_width(), len(ctx.tasks), beta=self.aux_beta,
+                                   hidden=self.hidden)
+
+    def before_student(self, step: StepState) -> None:
+        step.label_weight = self.label_weight
+
+    def after_forward(self, step: StepState, out: StudentOutput) -> None:
+        if out.distill_logits is not None:  # the student brings its own distillation head
+            step.distill_weight = self.aux_weight
+            return
+        if out.embedding is None:
+            raise ValueError("the auxiliary head needs StudentOutput.embedding")
+        step.distill_logits = self.head(out.embedding)
+        step.distill_weight = self.aux_weight

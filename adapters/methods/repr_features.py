@@ -1,0 +1,66 @@
+"""LoopFM representation features as a transfer method (DESIGN §5): the user's stored teacher
+codes strictly before each example, pooled, fed to the student as an input."""
+
+from __future__ import annotations
+
+from torch import Tensor
+
+from adapters.code_attention import CodeAttentionPool
+from transfer.data.batch import Batch
+from transfer.errors import ConfigError
+from transfer.layers import HashedEmbedding
+from transfer.methods import MethodContext, TransferMethod
+from transfer.repr_features import AsOfCodes, pool_mean
+
+POOLINGS = ("mean", "attention")
+ITEM_FEATURES = ("ad_id", "item_id", "video_id", "movie_id")
+
+
+class Repr(TransferMethod):
+    """``pooling`` ``mean`` (the average of the as-of codes; no parameters) or ``attention``
+    (target attention: a learned query from the candidate's ``query_feature`` embedding, width
+    ``query_dim``, weighs the user's codes; it starts as the mean). The student receives
+    ``[B, code_dim]`` through its zero-initialised representation path (``repr_dim``).
+    ``query_feature`` defaults to the schema's item id (ad_id, item_id, video_id, movie_id)."""
+
+    needs = frozenset({"codes"})
+
+    def __init__(self, pooling: str = "mean", query_feature: str | None = None,
+                 query_dim: int = 8, max_rows: int = 100_000) -> None:
+        super().__init__()
+        if pooling not in POOLINGS:
+            raise ValueError(f"pooling {pooling!r}: expected one of {', '.join(POOLINGS)}")
+        self.pooling, self.query_feature, self.query_dim = pooling, query_feature, query_dim
+        self.max_rows = max_rows
+        self.asof: AsOfCodes | None = None
+        self.query_col = -1
+        self.query: HashedEmbedding | None = None
+        self.pool: CodeAttentionPool | None = None
+
+    def feature_dim(self, ctx: MethodContext) -> int:
+        if not isinstance(ctx.codes, AsOfCodes):
+            raise ConfigError(f"method {self.name} needs the LoopFM codes of the teacher")
+        return ctx.codes.code_dim
+
+    def setup(self, ctx: MethodContext) -> None:
+        self.asof = ctx.codes
+        if self.pooling == "mean":
+            return
+        names = [f.name for f in ctx.schema.categorical]
+        feature = self.query_feature or next((n for n in ITEM_FEATURES if n in names), None)
+        if feature not in names:
+            raise ConfigError(f"method {self.name}: query_feature {feature!r} is not a "
+                              f"categorical feature of the dataset ({', '.join(names)})")
+        self.query_col = names.index(feature)
+        card = ctx.schema.categorical[self.query_col].cardinality
+        self.query = HashedEmbedding(min(card, self.max_rows), self.query_dim)
+        self.pool = CodeAttentionPool(self.asof.code_dim, self.query_dim)
+
+    def features(self, batch: Batch) -> Tensor:
+        values, offsets = self.asof.lookup(batch.user_id, batch.ts)
+        if self.pool is None:
+            return pool_mean(values, offsets)
+        device = batch.categorical.device
+        q = self.query(batch.categorical[:, self.query_col])
+        return self.pool(q, values.to(device, non_blocking=True),
+                         offsets.to(device, non_blocking=True))

@@ -1,0 +1,161 @@
+"""``report.md`` of a run directory, and ``gemkd report``'s text."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from experiments.report.load import PLOT_NAMES, load_tuning
+from experiments.report.plots import write_run_plots
+from experiments.report.summary import RunView, f4, lag_str, md_table, pm, seed_stats, variant_order
+from experiments.report.text import METRIC_HEADER, main_table, metric_row, reference_line, sentences
+from transfer.io.atomic import atomic_write_bytes
+
+
+def render_report(run_dir: str | Path) -> str:
+    """The Markdown text of ``report.md`` for a run directory (nothing is written)."""
+    return render(RunView(run_dir))
+
+
+def render(run: RunView) -> str:
+    out: list[str] = [f"# gemkd report: {run.name}", ""]
+    where = f"domain {run.domain}, task {run.task}, teacher lag {lag_str(run.lag)} days"
+    out += [
+        f"Run directory `{run.dir}`. Every number is mean ± std over seeds (sample std); "
+        "ΔNE = NE(baseline) − NE(variant), TR = ΔNE / (NE(baseline) − NE(teacher)), "
+        "efficiency vs KD = ΔNE / ΔNE(plain KD), gap closed = ΔNE / (NE(baseline) − NE(oracle)).",
+        "",
+    ]
+    few = run.summary[run.summary["n_seeds"] < 3]
+    if not few.empty:
+        out += [f"**Warning:** {len(few)} cell(s) have fewer than 3 seeds (min "
+                f"{int(few['n_seeds'].min())}); DESIGN §6 asks for ≥ 3.", ""]
+
+    out += [f"## Main result ({where})", "", main_table(run), "",
+            f"Same evaluation data: {reference_line(run, run.task)}.", ""]
+
+    out += ["## What it means", "", " ".join(sentences(run)), ""]
+    kd_gain = run.cell()
+    kd_gain = kd_gain[kd_gain["variant"] == "kd"]["delta_ne"]
+    if len(kd_gain) and not (kd_gain > 0).all():
+        out += ["**Efficiency vs KD is not defined here** (shown as —): plain KD did not lower "
+                f"NE on {int((kd_gain <= 0).sum())} of {len(kd_gain)} seeds, and a ratio to a "
+                "gain that is not a gain means nothing; compare the ΔNE column instead.", ""]
+
+    out += [f"## Every task (domain {run.domain}, teacher lag {lag_str(run.lag)} days)", ""]
+    rows = []
+    for task in run.tasks:
+        for _, r in run.rows(task=task).iterrows():
+            rows.append([task, r["variant"], *metric_row(r)])
+    out += [md_table(("task", "variant", *METRIC_HEADER), rows, left=2), ""]
+    out += [f"- {task}: {reference_line(run, task)}" for task in run.tasks] + [""]
+
+    if len(run.domains) > 1:
+        out += [f"## ΔNE vs baseline by domain (task {run.task}, teacher lag "
+                f"{lag_str(run.lag)} days)", ""]
+        s = run.summary[(run.summary["teacher_lag_days"] == run.lag)
+                        & (run.summary["task"] == run.task)]
+        rows = []
+        for v in run.variants:
+            sv = s[s["variant"] == v].set_index("domain")
+            rows.append([v] + [pm(sv.at[d, "delta_ne_mean"], sv.at[d, "delta_ne_std"])
+                               if d in sv.index else "—" for d in run.domains])
+        out += [md_table(("variant", *run.domains), rows), ""]
+
+    if len(run.lags) > 1:
+        out += _lag_section(run)
+
+    out += _tuning_section(run)
+    out += _setup_section(run)
+
+    present = [n for n in PLOT_NAMES if (run.dir / "plots" / n).is_file()]
+    if present:
+        out += ["## Plots", ""] + [f"![{n[:-4]}](plots/{n})" for n in present] + [""]
+    return "\n".join(out).rstrip() + "\n"
+
+
+def _lag_section(run: RunView) -> list[str]:
+    out = [f"## ΔNE vs teacher lag (domain {run.domain}, task {run.task})", "",
+           "Rows are variants, columns the teacher's age in days; the last row is the teacher's "
+           "own advantage ΔNE_FM = NE(baseline) − NE(teacher) on the same data.", ""]
+    s = run.summary[(run.summary["domain"] == run.domain) & (run.summary["task"] == run.task)]
+    rows = []
+    for v in run.variants:
+        sv = s[s["variant"] == v].set_index("teacher_lag_days")
+        rows.append([v] + [pm(sv.at[lag, "delta_ne_mean"], sv.at[lag, "delta_ne_std"])
+                           if lag in sv.index else "—" for lag in run.lags])
+    fm = []
+    for lag in run.lags:
+        c = run.cell(lag=lag).groupby("seed")[["ne_baseline", "ne_teacher"]].mean()
+        fm.append(pm(*seed_stats(c["ne_baseline"] - c["ne_teacher"])))
+    rows.append(["teacher (ΔNE_FM)", *fm])
+    out += [md_table(("variant", *(f"lag {lag_str(lag)}" for lag in run.lags)), rows), ""]
+    return out
+
+
+def _tuning_section(run: RunView) -> list[str]:
+    out = ["## Tuning (validation day)", ""]
+    tuning = load_tuning(run.dir)
+    if tuning is None:
+        return out + ["No `tuning.csv` in this run: every variant used the spec's values.", ""]
+    rows = []
+    for v in variant_order(tuning["variant"], run.order):
+        tv = tuning[tuning["variant"] == v]
+        for param in dict.fromkeys(tv["param"]):
+            tp = tv[tv["param"] == param]
+            tried = ", ".join(str(x) for x in dict.fromkeys(tp["value"]))
+            chosen = tp[tp["chosen"]]
+            value = ", ".join(str(x) for x in dict.fromkeys(chosen["value"])) or "—"
+            val_ne = f4(float(chosen["val_ne"].min())) if not chosen.empty else "—"
+            rows.append([v, param, tried, value, val_ne])
+    out += ["Every variant gets the same budget; efficiency is against the tuned plain KD.", "",
+            md_table(("variant", "param", "tried", "chosen", "val NE (chosen)"), rows, left=4), ""]
+    return out
+
+
+def _knob(value: Any) -> str:
+    if isinstance(value, dict):
+        return ", ".join(f"{k}={_knob(v)}" for k, v in value.items()) or "{}"
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(_knob(v) for v in value) + "]"
+    return str(value)
+
+
+def _setup_section(run: RunView) -> list[str]:
+    out = ["## Setup (spec.yaml)", ""]
+    if run.spec is None:
+        return out + ["No `spec.yaml` in this run directory.", ""]
+    for key, label in (("data", "data"), ("student", "student"), ("seeds", "seeds"),
+                       ("teacher_lag_days", "teacher lags (days)"), ("variants", "variants")):
+        if key in run.spec:
+            out.append(f"- {label}: `{_knob(run.spec[key])}`")
+    return out + [""]
+
+
+def write_plots(run_dir: str | Path) -> list[Path]:
+    """Write the run's PNGs under ``run_dir/plots/`` (see :mod:`experiments.report.plots`)."""
+    return write_run_plots(RunView(run_dir))
+
+
+def write_report(run_dir: str | Path) -> Path:
+    """Render and write ``run_dir/report.md`` atomically; return its path."""
+    return write_report_for(RunView(run_dir))
+
+
+def write_report_for(run: RunView) -> Path:
+    path = run.dir / "report.md"
+    atomic_write_bytes(path, render(run).encode("utf-8"))
+    return path
+
+
+
+
+def report_command(run_dir: str | Path) -> str:
+    """``gemkd report RUN_DIR``: write the plots and report.md; return the text to print."""
+    run = RunView(run_dir)
+    plots = write_run_plots(run)
+    report = write_report_for(run)
+    where = (f"domain {run.domain}, task {run.task}, teacher lag {lag_str(run.lag)} days")
+    lines = [f"{run.name}: {where}", main_table(run), "", " ".join(sentences(run)), "",
+             f"wrote {report}"] + [f"wrote {p}" for p in plots]
+    return "\n".join(lines)

@@ -1,0 +1,167 @@
+"""Mean ± std over seeds per (lag, variant, domain, task), the orders tables use, the number
+formats, and :class:`RunView` (a run directory loaded once)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from experiments.report.load import (
+    ALL,
+    FIRST_TASK,
+    KEYS,
+    METRICS,
+    VARIANTS,
+    load_results,
+    load_spec,
+    validate_results,
+)
+
+
+def summarize(results: pd.DataFrame, order: Sequence[str] | None = None) -> pd.DataFrame:
+    """Mean and std over seeds per (teacher_lag_days, variant, domain, task).
+
+    Columns: the four keys, ``n_seeds``, then ``<m>_mean`` and ``<m>_std`` for every metric in
+    :data:`METRICS` — ``gap_closed = (ne_baseline - ne) / (ne_baseline - ne_oracle)`` per row,
+    NaN where the oracle is unknown. Rows: lag ascending, variants in canonical order, domain
+    ``all`` first, task ``click`` first.
+    """
+    df = validate_results(results, "results")
+    df["gap_closed"] = gap_closed(df)
+    vals = df[[*KEYS, "seed", *METRICS]].copy()
+    vals[list(METRICS)] = vals[list(METRICS)].replace([np.inf, -np.inf], np.nan)
+    groups = vals.groupby(list(KEYS), sort=False)
+    agg = groups[list(METRICS)].agg(["mean", "std"])
+    agg.columns = [f"{m}_{s}" for m, s in agg.columns]
+    # efficiency is undefined on a seed where plain KD did not gain: then for the whole cell,
+    # rather than a mean over the seeds that happen to be defined
+    undefined = vals["efficiency_vs_kd"].isna().groupby([vals[k] for k in KEYS],
+                                                         sort=False).any()
+    agg.loc[undefined[undefined].index, ["efficiency_vs_kd_mean", "efficiency_vs_kd_std"]] = \
+        np.nan
+    n = groups["seed"].nunique().rename("n_seeds")
+    out = pd.concat([n, agg], axis=1).reset_index()
+    return sort_summary(out, task_order(df), order)
+
+
+def gap_closed(df: pd.DataFrame) -> pd.Series:
+    denom = df["ne_baseline"] - df["ne_oracle"]
+    ok = df["ne_oracle"].notna() & (denom.abs() > 1e-12)
+    gap = (df["ne_baseline"] - df["ne"]) / denom.where(ok)
+    return gap.where(ok)
+
+
+def variant_order(names: Sequence[str], order: Sequence[str] | None = None) -> list[str]:
+    """``names`` in ``order`` (a spec's variants), else the built-ins' canonical order; others
+    follow, sorted by name."""
+    order = list(order or VARIANTS)
+    return sorted(set(names), key=lambda n: (order.index(n), "") if n in order
+                  else (len(order), n))
+
+
+def domain_order(names: Sequence[str]) -> list[str]:
+    return sorted(set(names), key=lambda d: (d != ALL, d))
+
+
+def task_order(df: pd.DataFrame) -> list[str]:
+    tasks = list(dict.fromkeys(df["task"]))
+    if FIRST_TASK in tasks:
+        tasks.remove(FIRST_TASK)
+        tasks.insert(0, FIRST_TASK)
+    return tasks
+
+
+def sort_summary(summary: pd.DataFrame, tasks: list[str],
+                 order: Sequence[str] | None = None) -> pd.DataFrame:
+    v = {name: i for i, name in enumerate(variant_order(summary["variant"], order))}
+    d = {name: i for i, name in enumerate(domain_order(summary["domain"]))}
+    t = {name: i for i, name in enumerate(tasks)}
+    ranks = pd.DataFrame({
+        "lag": summary["teacher_lag_days"],
+        "d": summary["domain"].map(d),
+        "t": summary["task"].map(t),
+        "v": summary["variant"].map(v),
+    })
+    order = ranks.sort_values(["lag", "d", "t", "v"], kind="stable").index
+    return summary.loc[order].reset_index(drop=True)
+
+
+def f4(x: float) -> str:
+    if x is None or not math.isfinite(x):
+        return "—"
+    r = round(float(x), 4)
+    return f"{0.0 if r == 0 else r:.4f}"
+
+
+def pm(mean: float, std: float) -> str:
+    if mean is None or not math.isfinite(mean):
+        return "—"
+    return f"{f4(mean)} ± {f4(std) if std is not None and math.isfinite(std) else 'n/a'}"
+
+
+def lag_str(lag: Any) -> str:
+    return f"{lag:g}" if isinstance(lag, float) else str(lag)
+
+
+def md_table(header: Sequence[str], rows: Sequence[Sequence[str]], left: int = 1) -> str:
+    """A Markdown table; the first ``left`` columns are labels (left-aligned), numbers right."""
+    lines = ["| " + " | ".join(header) + " |",
+             "|" + "|".join("---" if i < left else "---:" for i in range(len(header))) + "|"]
+    lines += ["| " + " | ".join(r) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def seed_stats(values: pd.Series) -> tuple[float, float]:
+    v = values.replace([np.inf, -np.inf], np.nan).dropna()
+    if v.empty:
+        return math.nan, math.nan
+    return float(v.mean()), float(v.std()) if len(v) > 1 else math.nan
+
+
+class RunView:
+    """Everything a report needs, loaded once from a run directory."""
+
+    def __init__(self, run_dir: str | Path):
+        self.dir = Path(run_dir)
+        self.raw = load_results(self.dir)
+        self.spec = load_spec(self.dir)
+        variants = (self.spec or {}).get("variants")
+        self.order = list(variants) if isinstance(variants, dict | list) else None
+        self.summary = summarize(self.raw, self.order)
+        self.tasks = task_order(self.raw)
+        self.lags = sorted(self.raw["teacher_lag_days"].unique().tolist())
+        self.lag = self.lags[0]
+        self.domains = domain_order(self.raw["domain"])
+        self.domain = ALL if ALL in self.domains else self.domains[0]
+        self.task = self.tasks[0]
+        self.variants = variant_order(self.raw["variant"], self.order)
+        name = (self.spec or {}).get("name")
+        self.name = str(name) if name else self.dir.resolve().name
+
+    def rows(self, *, lag: Any = None, domain: str | None = None,
+             task: str | None = None) -> pd.DataFrame:
+        """Summary rows (one per variant) of a lag × domain × task slice (default: the main)."""
+        return self._slice(self.summary, lag, domain, task)
+
+    def cell(self, *, lag: Any = None, domain: str | None = None,
+             task: str | None = None) -> pd.DataFrame:
+        """Per-seed result rows of the same slice."""
+        return self._slice(self.raw, lag, domain, task)
+
+    def _slice(self, frame: pd.DataFrame, lag: Any, domain: str | None,
+               task: str | None) -> pd.DataFrame:
+        keep = ((frame["teacher_lag_days"] == (self.lag if lag is None else lag))
+                & (frame["domain"] == (domain or self.domain))
+                & (frame["task"] == (task or self.task)))
+        return frame[keep]
+
+    def reference(self, **where: Any) -> dict[str, tuple[float, float]]:
+        """Baseline, teacher and oracle NE (mean, std over seeds) on this evaluation slice."""
+        per_seed = self.cell(**where).groupby("seed")[["ne_baseline", "ne_teacher", "ne_oracle"]]
+        per_seed = per_seed.mean()
+        return {c: seed_stats(per_seed[c]) for c in per_seed.columns}

@@ -1,0 +1,131 @@
+"""The report's tables and its generated "what it means" sentences (never canned)."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pandas as pd
+
+from experiments.report.summary import RunView, f4, lag_str, md_table, pm, seed_stats
+
+
+def metric_row(r: pd.Series) -> list[str]:
+    return [
+        pm(r["ne_mean"], r["ne_std"]),
+        pm(r["delta_ne_mean"], r["delta_ne_std"]),
+        pm(r["transfer_ratio_mean"], r["transfer_ratio_std"]),
+        pm(r["efficiency_vs_kd_mean"], r["efficiency_vs_kd_std"]),
+        pm(r["gap_closed_mean"], r["gap_closed_std"]),
+        str(int(r["n_seeds"])),
+    ]
+
+
+METRIC_HEADER = ("NE (mean ± std)", "ΔNE vs baseline", "TR", "efficiency vs KD",
+                 "gap closed to oracle", "seeds")
+
+
+def main_table(run: RunView) -> str:
+    rows = [[r["variant"], *metric_row(r)] for _, r in run.rows().iterrows()]
+    return md_table(("variant", *METRIC_HEADER), rows)
+
+
+def reference_line(run: RunView, task: str) -> str:
+    ref = run.reference(task=task)
+    oracle = ref["ne_oracle"]
+    o = pm(*oracle) if math.isfinite(oracle[0]) else "unknown (real data)"
+    return (f"baseline NE {pm(*ref['ne_baseline'])}, teacher NE {pm(*ref['ne_teacher'])}, "
+            f"oracle NE {o}")
+
+
+
+
+def paired_diff(cell: pd.DataFrame, a: str, b: str, col: str = "ne") -> tuple[float, float]:
+    """Mean and std over seeds of ``a - b`` in ``col``, paired on seed when ≥ 2 seeds match."""
+    sa = cell[cell["variant"] == a].set_index("seed")[col]
+    sb = cell[cell["variant"] == b].set_index("seed")[col]
+    common = sa.index.intersection(sb.index)
+    if len(common) >= 2:
+        return seed_stats(sa.loc[common] - sb.loc[common])
+    ma, va = float(sa.mean()), float(sa.var()) if len(sa) > 1 else math.nan
+    mb, vb = float(sb.mean()), float(sb.var()) if len(sb) > 1 else math.nan
+    return ma - mb, math.sqrt(va + vb)
+
+
+def vs_2std(mean: float, std: float) -> tuple[bool | None, str]:
+    """(exceeds 2 std?, phrase) for a difference; None when the spread is unknown."""
+    if not math.isfinite(std):
+        return None, "with a spread that one seed cannot estimate"
+    exceeds = abs(mean) > 2 * std
+    return exceeds, f"{'more than' if exceeds else 'within'} 2 std ({f4(2 * std)})"
+
+
+def what_it_means(run_dir: str | Path) -> list[str]:
+    """The two sentences of the report's "what it means" section, built from the numbers."""
+    return sentences(RunView(run_dir))
+
+
+def sentences(run: RunView) -> list[str]:
+    rows = run.rows().set_index("variant")
+    cell = run.cell()
+    where = f"on {run.task} at domain {run.domain} (teacher lag {lag_str(run.lag)} days)"
+    methods = [v for v in rows.index if v != "baseline" and math.isfinite(rows.at[v, "ne_mean"])]
+    methods.sort(key=lambda v: rows.at[v, "ne_mean"])
+    has_kd = "kd" in rows.index and math.isfinite(rows.at["kd", "ne_mean"])
+
+    def ne(v: str) -> str:
+        return pm(rows.at[v, "ne_mean"], rows.at[v, "ne_std"])
+
+    if not methods:
+        first = (f"Only the labels-only baseline ran {where}, so there is no transfer method to "
+                 f"rank.")
+    elif not has_kd:
+        best = methods[0]
+        d, s = seed_stats(cell[cell["variant"] == best]["delta_ne"])
+        _, phrase = vs_2std(d, s)
+        first = (f"The best variant {where} is {best} with NE {ne(best)}, {f4(d)} below the "
+                 f"baseline ({phrase}), but plain KD is not in this run so its efficiency "
+                 f"against KD cannot be judged.")
+    elif methods[0] != "kd":
+        best = methods[0]
+        d, s = paired_diff(cell, "kd", best)
+        exceeds, phrase = vs_2std(d, s)
+        verdict = {True: "so it is a real gain over plain KD",
+                   False: "so it is not distinguishable from seed noise",
+                   None: "so its significance is unknown"}[exceeds]
+        first = (f"The best variant {where} is {best} with NE {ne(best)}, {f4(d)} ± {f4(s)} "
+                 f"below plain KD ({ne('kd')}), {phrase} of the per-seed difference, {verdict}.")
+    elif len(methods) == 1:
+        first = (f"Plain KD is the only transfer method {where} (NE {ne('kd')}), so there is "
+                 f"nothing richer to rank it against.")
+    else:
+        runner = methods[1]
+        d, s = paired_diff(cell, runner, "kd")
+        exceeds, phrase = vs_2std(d, s)
+        verdict = {True: "so plain KD's lead is real",
+                   False: "so plain KD's lead is within seed noise",
+                   None: "so its significance is unknown"}[exceeds]
+        first = (f"Plain KD is the best variant {where} with NE {ne('kd')}, and the runner-up "
+                 f"{runner} is {f4(d)} ± {f4(s)} worse, {phrase} of the per-seed difference, "
+                 f"{verdict}.")
+
+    if not has_kd:
+        second = ("Plain KD is not in this run, so it cannot be said whether KD beats the "
+                  "labels-only baseline.")
+    else:
+        kd = cell[cell["variant"] == "kd"]
+        d, s = seed_stats(kd["delta_ne"])
+        tr = pm(*seed_stats(kd["transfer_ratio"]))
+        exceeds, phrase = vs_2std(d, s)
+        verb = f"lowers NE by {f4(d)}" if d >= 0 else f"raises NE by {f4(-d)}"
+        if exceeds is None:
+            verdict = "so whether KD beats the baseline is unknown"
+        elif not exceeds:
+            verdict = "so KD's effect over labels alone is not distinguishable from seed noise"
+        elif d > 0:
+            verdict = "so KD beats the baseline and the teacher's knowledge reaches the student"
+        else:
+            verdict = "so KD hurts this student"
+        second = (f"Plain KD {verb} ± {f4(s)} against the labels-only baseline (TR {tr}), "
+                  f"{phrase}, {verdict}.")
+    return [first, second]

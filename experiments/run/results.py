@@ -1,0 +1,64 @@
+"""The rows of ``results.csv`` and the run's ledger ``runs.jsonl`` (finished student runs)."""
+
+from __future__ import annotations
+
+import itertools
+import json
+from pathlib import Path
+
+import pandas as pd
+
+RESULT_COLUMNS = ["variant", "seed", "domain", "task", "teacher_lag_days", "ne", "auc",
+                  "calibration", "ne_baseline", "ne_teacher", "ne_oracle", "delta_ne",
+                  "transfer_ratio", "efficiency_vs_kd", "train_seconds", "examples_per_second"]
+BASELINE, KD = "baseline", "kd"
+
+
+def rows_of(variant: str, seed: int, lag: int, res: dict, teacher: dict, oracle: dict,
+            tasks: list[str], domains: list[str]) -> list[dict]:
+    rows = []
+    for task, domain in itertools.product(tasks, [*domains, "all"]):
+        m = res["metrics"]
+        rows.append({
+            "variant": variant, "seed": seed, "domain": domain, "task": task,
+            "teacher_lag_days": lag, "ne": m[f"ne/{task}/{domain}"],
+            "auc": m.get(f"auc/{task}/{domain}", float("nan")),
+            "calibration": m[f"calibration/{task}/{domain}"],
+            "ne_teacher": teacher[f"ne/{task}/{domain}"],
+            "ne_oracle": oracle.get(f"ne/{task}/{domain}", float("nan")),
+            "train_seconds": res["train_seconds"],
+            "examples_per_second": res["examples_per_second"],
+        })
+    return rows
+
+
+def derive(df: pd.DataFrame) -> pd.DataFrame:
+    """ne_baseline, ΔNE, TR and efficiency vs KD, matched on seed, domain, task and lag."""
+    keys = ["seed", "domain", "task", "teacher_lag_days"]
+    base = df[df.variant == BASELINE][keys + ["ne"]].rename(columns={"ne": "ne_baseline"})
+    df = df.merge(base, on=keys, how="left")
+    df["delta_ne"] = df["ne_baseline"] - df["ne"]
+    df["transfer_ratio"] = df["delta_ne"] / (df["ne_baseline"] - df["ne_teacher"])
+    kd = df[df.variant == KD][keys + ["delta_ne"]].rename(columns={"delta_ne": "delta_kd"})
+    df = df.merge(kd, on=keys, how="left")
+    # a ratio to a KD gain that is not a gain means nothing: left empty (the report says so)
+    df["efficiency_vs_kd"] = (df["delta_ne"] / df["delta_kd"]).where(df["delta_kd"] > 0)
+    return df[RESULT_COLUMNS]
+
+
+def record(path: Path, key: str, res: dict) -> dict:
+    with open(path, "a") as f:
+        f.write(json.dumps({"key": key, **res}) + "\n")
+    return res
+
+
+def load_done(path: Path) -> dict[str, dict]:
+    done = {}
+    if path.is_file():
+        for line in path.read_text().splitlines():
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError:  # a line torn by a kill: that run is redone
+                continue
+            done[rec.pop("key")] = rec
+    return done

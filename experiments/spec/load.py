@@ -1,0 +1,61 @@
+"""Load a spec: one YAML file plus ``--set key=value`` overrides (``data.seed=7``)."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from experiments.spec.model import RunSpec
+from transfer.config import build_dataclass, load_yaml
+from transfer.errors import ConfigError
+
+EXPERIMENTS = Path(__file__).resolve().parents[1]
+DEFAULT_SPEC = EXPERIMENTS / "quickstart.yaml"
+
+
+def parse_set(items: list[str]) -> dict[str, Any]:
+    """``["data.seed=7", "seeds=[1,2,3]"]`` → ``{"data.seed": 7, "seeds": [1, 2, 3]}``."""
+    out = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"--set {item!r}: expected key=value")
+        try:
+            out[key] = yaml.safe_load(value)
+        except yaml.YAMLError:
+            raise ConfigError(f"--set {item!r}: value is not valid YAML") from None
+    return out
+
+
+def apply_sets(values: dict[str, Any], sets: dict[str, Any], source: str) -> dict[str, Any]:
+    """Apply ``section.key`` / ``key`` overrides to a spec mapping (one level of nesting)."""
+    values = copy.deepcopy(values)
+    for key, value in sets.items():
+        parts = key.split(".")
+        if len(parts) > 2:
+            raise ConfigError(f"--set {key}: at most one level of nesting (e.g. data.seed)")
+        if len(parts) == 2:
+            outer = values.setdefault(parts[0], {})
+            if not isinstance(outer, dict):
+                raise ConfigError(f"--set {key}: {parts[0]!r} in {source} is not a mapping")
+            outer[parts[1]] = value
+        else:
+            values[key] = value
+    return values
+
+
+def spec_from_mapping(values: dict[str, Any], source: str = "spec") -> RunSpec:
+    return build_dataclass(RunSpec, values, source=source)
+
+
+def load_spec(path: str | Path | None = None, sets: list[str] | None = None) -> RunSpec:
+    """The spec at ``path`` (default: the quickstart) with ``sets`` applied, validated for
+    keys and types (the deeper checks are :func:`experiments.spec.validate.check_spec`)."""
+    path = Path(path) if path else DEFAULT_SPEC
+    values = apply_sets(load_yaml(path), parse_set(sets or []), str(path))
+    spec = spec_from_mapping(values, source=str(path))
+    spec.source_dir = path.resolve().parent  # relative config paths are looked up here too
+    return spec

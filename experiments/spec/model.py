@@ -1,0 +1,256 @@
+"""The experiment spec as typed, nested dataclasses (one YAML file, DESIGN §6.1).
+
+Every section is a dataclass; :func:`transfer.config.build_dataclass` is the one validator that
+builds them from YAML (unknown keys and wrong types are errors naming the key). Sections that
+point at another config (``data:``, ``teacher:``, ``hierarchical:``) keep their extra keys as
+``overrides`` of that config, checked against it by :mod:`experiments.spec.validate` before any
+work starts. README "Experiment spec keys" documents every key.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any, ClassVar
+
+from transfer.errors import ConfigError
+
+BUILTIN_VARIANTS: dict[str, Any] = {
+    "baseline": [],
+    "kd": ["kd"],
+    "kd_aux": ["kd", "aux_head"],
+    "kd_aux_adapter": ["kd", "aux_head", "adapter"],
+    "kd_repr": ["kd", "repr"],
+    "hierarchical": {"teacher": "domain_fm", "methods": ["kd"]},
+    "full": ["kd", "aux_head", "adapter", "repr"],
+}
+TEACHER_SOURCES = ("gem", "domain_fm")
+
+
+def _open_section(cls, values: Any, where: str, fixed: tuple[str, ...]):
+    """A section with a few named keys; every other key is kept in ``overrides``."""
+    if not isinstance(values, dict):
+        raise ConfigError(f"{where}: expected a mapping, got {values!r}")
+    from transfer.config import build_dataclass
+
+    named = {k: v for k, v in values.items() if k in fixed}
+    obj = build_dataclass(cls, named, where)
+    obj.overrides = {k: v for k, v in values.items() if k not in fixed}
+    return obj
+
+
+@dataclass
+class DataSpec:
+    """``source`` synthetic | movielens | kuairand | import; ``preset`` (synthetic: a name in
+    experiments/data or a YAML path); ``src`` (real data: the source directory or file);
+    every other key overrides the source's own config (e.g. ``examples_per_day``)."""
+
+    source: str = "synthetic"
+    preset: str | None = None
+    src: str | None = None
+    overrides: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_mapping(cls, values: Any, where: str) -> DataSpec:
+        return _open_section(cls, values, where, ("source", "preset", "src"))
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"source": self.source}
+        if self.preset is not None:
+            out["preset"] = self.preset
+        if self.src is not None:
+            out["src"] = self.src
+        return {**out, **self.overrides}
+
+
+@dataclass
+class TeacherSpec:
+    """``config`` a teacher config (a name in experiments/teachers or a YAML path); ``store``
+    a verified teacher-output store to use instead of training one (``gemkd store import``);
+    every other key overrides a key of the teacher config (e.g. ``max_seq_len``)."""
+
+    config: str = "small"
+    store: str | None = None
+    overrides: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_mapping(cls, values: Any, where: str) -> TeacherSpec:
+        return _open_section(cls, values, where, ("config", "store"))
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"config": self.config}
+        if self.store is not None:
+            out["store"] = self.store
+        return {**out, **self.overrides}
+
+
+@dataclass
+class PluginSpec:
+    """``class_path`` (a built-in name or a dotted import path) and its ``init_args``."""
+
+    class_path: str
+    init_args: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_mapping(cls, values: Any, where: str) -> PluginSpec:
+        if isinstance(values, str):
+            return cls(values)
+        from transfer.config import build_dataclass
+
+        return build_dataclass(cls, values, where)
+
+    def to_dict(self) -> Any:
+        return {"class_path": self.class_path, "init_args": dict(self.init_args)} \
+            if self.init_args else self.class_path
+
+
+@dataclass
+class VariantSpec:
+    """A variant: its transfer ``methods`` (in the order they run) and the ``teacher`` source
+    they learn from (``gem``, or ``domain_fm`` for hierarchical transfer)."""
+
+    name: str
+    methods: list[PluginSpec] = field(default_factory=list)
+    teacher: str = "gem"
+
+    @classmethod
+    def parse(cls, name: str, value: Any, where: str) -> VariantSpec:
+        if isinstance(value, list):
+            value = {"methods": value}
+        if not isinstance(value, dict):
+            raise ConfigError(f"{where}: variant {name!r} must be a list of methods or a "
+                              f"mapping with methods (and teacher), got {value!r}")
+        unknown = sorted(set(value) - {"methods", "teacher"})
+        if unknown:
+            raise ConfigError(f"{where}: variant {name!r}: unknown key {unknown[0]!r} "
+                              "(keys: methods, teacher)")
+        methods = value.get("methods") or []
+        if not isinstance(methods, list):
+            raise ConfigError(f"{where}: variant {name!r}: methods must be a list")
+        teacher = value.get("teacher", "gem")
+        if teacher not in TEACHER_SOURCES:
+            raise ConfigError(f"{where}: variant {name!r}: teacher {teacher!r}; expected one of "
+                              f"{', '.join(TEACHER_SOURCES)}")
+        return cls(name, [PluginSpec.from_mapping(m, f"{where}.{name}[{i}]")
+                          for i, m in enumerate(methods)], teacher)
+
+    def to_value(self) -> Any:
+        methods = [m.to_dict() for m in self.methods]
+        return methods if self.teacher == "gem" else {"teacher": self.teacher,
+                                                       "methods": methods}
+
+
+def parse_variants(value: Any, where: str = "spec variants") -> list[VariantSpec]:
+    """A list of built-in variant names, or a mapping name → methods (or {teacher, methods})."""
+    if isinstance(value, list):
+        unknown = [v for v in value if not isinstance(v, str) or v not in BUILTIN_VARIANTS]
+        if unknown:
+            raise ConfigError(f"{where}: unknown variant {unknown[0]!r}; built-in variants are "
+                              f"{', '.join(BUILTIN_VARIANTS)} (define your own as a mapping "
+                              "name: [methods])")
+        value = {v: BUILTIN_VARIANTS[v] for v in value}
+    if not isinstance(value, dict) or not value:
+        raise ConfigError(f"{where}: expected a non-empty list of variant names or a mapping "
+                          f"name: [methods], got {value!r}")
+    return [VariantSpec.parse(str(k), v, where) for k, v in value.items()]
+
+
+@dataclass
+class ReprSpec:
+    """How the LoopFM codes are made and read: the teacher ``layer`` compressed, ``code_dim``,
+    ``bits`` (8 or 4), the compressor's ``epochs``, and the ``max_events`` most recent codes a
+    student example reads."""
+
+    layer: str = "trunk"
+    code_dim: int = 8
+    bits: int = 8
+    max_events: int = 50
+    epochs: int = 10
+
+
+@dataclass
+class RunSpec:
+    name: str = "experiment"
+    seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
+    data: DataSpec = field(default_factory=lambda: DataSpec(preset="small"))
+    teacher: TeacherSpec = field(default_factory=TeacherSpec)
+    teacher_days: int = 9
+    student_days: list[int] = field(default_factory=lambda: [9, 12])
+    eval_days: list[int] = field(default_factory=lambda: [12, 14])
+    teacher_lag_days: int | list[int] = 0
+    student: PluginSpec = field(default_factory=lambda: PluginSpec("mlp"))
+    student_tasks: list[str] = field(default_factory=lambda: ["click", "conversion"])
+    student_domain: str | None = None
+    variants: Any = field(default_factory=lambda: list(BUILTIN_VARIANTS))
+    batch_size: int = 256
+    lr: float = 0.01
+    kd_loss: str = "bce"
+    tuning: dict[str, list[Any]] = field(default_factory=dict)
+    repr: ReprSpec = field(default_factory=ReprSpec)
+    hierarchical: TeacherSpec = field(default_factory=lambda: TeacherSpec("domain_fm"))
+    accelerator: str = "cpu"  # the students' Lightning accelerator: small models, CPU default
+    ema_decay: float | None = None  # evaluate an EMA of the student's weights (None: last step)
+    #: the spec file's folder: relative config paths in the spec are also looked up there
+    source_dir: ClassVar[Path | None] = None
+
+    def __post_init__(self) -> None:
+        self.variants = (self.variants if _parsed(self.variants)
+                         else parse_variants(self.variants))
+        if self.accelerator not in ("cpu", "gpu", "cuda", "auto"):
+            raise ValueError(f"'accelerator' must be cpu, gpu or auto, got {self.accelerator!r}")
+        if self.ema_decay is not None and not 0 < self.ema_decay < 1:
+            raise ValueError(f"'ema_decay' must be in (0, 1) or null, got {self.ema_decay}")
+        if not self.seeds:
+            raise ValueError("'seeds' must list at least one seed")
+        if len(set(self.seeds)) != len(self.seeds):
+            raise ValueError(f"'seeds' lists a seed twice: {self.seeds}")
+        for key in ("student_days", "eval_days"):
+            days = getattr(self, key)
+            if len(days) != 2 or days[0] >= days[1]:
+                raise ValueError(f"{key!r} must be a half-open range [first, end), got {days}")
+        if self.student_days[0] < self.teacher_days or self.eval_days[0] < self.student_days[1]:
+            raise ValueError("days must be ordered: teacher [0, teacher_days) <= student_days "
+                             "<= eval_days")
+        for lag in self.lags:
+            if not 0 <= lag < self.teacher_days:
+                raise ValueError(f"teacher_lag_days {lag} must be in [0, teacher_days)")
+        if self.batch_size < 1 or self.lr <= 0:
+            raise ValueError("'batch_size' must be >= 1 and 'lr' > 0")
+        for key, values in self.tuning.items():
+            if not isinstance(values, list) or not values:
+                raise ValueError(f"tuning: key {key!r} must be a non-empty list of values to "
+                                 f"try, got {values!r}")
+
+    @property
+    def lags(self) -> list[int]:
+        lags = self.teacher_lag_days
+        return list(lags) if isinstance(lags, list) else [lags]
+
+    def variant(self, name: str) -> VariantSpec:
+        for v in self.variants:
+            if v.name == name:
+                return v
+        raise KeyError(name)
+
+    @property
+    def variant_names(self) -> list[str]:
+        return [v.name for v in self.variants]
+
+    def to_dict(self) -> dict[str, Any]:
+        """The spec as its YAML mapping (what ``spec.yaml`` of a run holds)."""
+        out: dict[str, Any] = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.name == "variants":
+                value = {v.name: v.to_value() for v in value}
+            elif hasattr(value, "to_dict"):
+                value = value.to_dict()
+            elif f.name == "repr":
+                value = dict(vars(value))
+            out[f.name] = value
+        return out
+
+
+def _parsed(value: Any) -> bool:
+    return isinstance(value, list) and bool(value) and all(isinstance(v, VariantSpec)
+                                                           for v in value)

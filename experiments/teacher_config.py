@@ -1,0 +1,143 @@
+"""A teacher's training config: one flat YAML (``experiments/teachers/*.yaml``).
+
+``model:`` holds the model class's keyword hyper-parameters; every other top-level key is a
+:class:`TeacherTrainConfig` field (README "Teacher config keys"). Configs are named (a file in
+``experiments/teachers``) or given as a path to any YAML file.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from transfer.config import build_dataclass, load_yaml
+from transfer.errors import ConfigError
+
+EXPERIMENTS = Path(__file__).resolve().parent
+
+
+@dataclass
+class TeacherTrainConfig:
+    """Top-level keys of a teacher config (``model:`` = the model's hyper-parameters)."""
+
+    name: str = "teacher"
+    class_path: str = "teachers.GEM"
+    model: dict[str, Any] = field(default_factory=dict)
+    train_days: list[int] = field(default_factory=lambda: [0, 1])
+    val_days: list[int] | None = None
+    test_days: list[int] | None = None
+    batch_size: int = 512
+    max_epochs: int = 1
+    max_steps: int = -1
+    lr: float = 0.002
+    embedding_lr: float | None = None  # None: 10 x lr
+    weight_decay: float = 0.0
+    grad_clip: float | None = 1.0
+    task_weights: dict[str, float] | None = None
+    max_seq_len: int | None = None
+    seed: int = 0
+    precision: str = "32-true"
+    compile: bool = False
+    strategy: str = "auto"
+    devices: int = 1
+    num_nodes: int = 1
+    accelerator: str = "auto"
+    num_workers: int = 0
+    log_every_n_steps: int = 50
+    checkpoint_every_n_steps: int | None = None
+    repr_layer: str = "trunk"
+    fsdp_replicate: int = 1  # > 1: hybrid sharding (replicate groups x shard) under fsdp
+
+    def __post_init__(self) -> None:
+        for key in ("train_days", "val_days", "test_days"):
+            days = getattr(self, key)
+            if days is not None and (len(days) != 2 or days[0] >= days[1] or days[0] < 0):
+                raise ValueError(f"key {key!r} must be a half-open range [first, end) with "
+                                 f"0 <= first < end, got {days}")
+        for key in ("batch_size", "max_epochs", "devices", "num_nodes", "log_every_n_steps"):
+            if getattr(self, key) < 1:
+                raise ValueError(f"key {key!r} must be >= 1, got {getattr(self, key)}")
+        if self.max_steps < -1 or self.max_steps == 0:
+            raise ValueError(f"key 'max_steps' must be -1 (no limit) or >= 1, got {self.max_steps}")
+        if self.lr <= 0 or (self.embedding_lr is not None and self.embedding_lr <= 0):
+            raise ValueError("keys 'lr' and 'embedding_lr' must be > 0")
+        if self.strategy not in ("auto", "ddp", "fsdp"):
+            raise ValueError(f"key 'strategy' must be auto, ddp or fsdp, got {self.strategy!r}")
+        if self.checkpoint_every_n_steps is not None and self.checkpoint_every_n_steps < 1:
+            raise ValueError("key 'checkpoint_every_n_steps' must be >= 1")
+        if self.max_seq_len is not None and self.max_seq_len < 0:
+            raise ValueError(f"key 'max_seq_len' must be >= 0, got {self.max_seq_len}")
+
+
+def find_config(name: str, folder: str, base: Path | None = None) -> Path:
+    """A config named ``name`` in ``experiments/<folder>`` (``small`` → ``small.yaml``), or
+    ``name`` as a path to a YAML file (absolute, relative to the working directory, or relative
+    to ``base``, e.g. the spec's folder)."""
+    named = EXPERIMENTS / folder / f"{name}.yaml"
+    if "/" not in name and not name.endswith((".yaml", ".yml")):
+        if named.is_file():
+            return named
+        known = sorted(p.stem for p in (EXPERIMENTS / folder).glob("*.yaml"))
+        raise ConfigError(f"{folder} config {name!r}: no such config (named configs: "
+                          f"{', '.join(known)}; or give a path to a YAML file)")
+    for candidate in (Path(name), *(() if base is None else (base / name,))):
+        if candidate.is_file():
+            return candidate
+    raise ConfigError(f"{folder} config {name!r}: file not found")
+
+
+def load_teacher_config(path: str | Path, overrides: dict[str, Any] | None = None
+                        ) -> TeacherTrainConfig:
+    values = load_yaml(path)
+    values.update({k: v for k, v in (overrides or {}).items() if v is not None})
+    return build_dataclass(TeacherTrainConfig, values, source=str(path))
+
+
+def build_model(cfg: TeacherTrainConfig, schema):
+    """The config's teacher model for ``schema``."""
+    from teachers.registry import build_teacher
+
+    try:
+        return build_teacher(cfg.class_path, schema, cfg.model)
+    except TypeError as e:
+        raise ConfigError(f"model: {e}") from None
+
+
+def build_run(cfg: TeacherTrainConfig, data: str | Path):
+    """``(datamodule, module)`` for ``cfg`` on the dataset ``data``; every split's files are
+    opened (footers, columns) here, so bad data fails before a run directory is written."""
+    import lightning.pytorch as pl
+
+    from transfer.data.datamodule import AdsDataModule
+    from transfer.data.schema import DatasetSchema
+    from transfer.training import RankingModule, training_base_rates
+
+    pl.seed_everything(cfg.seed, workers=True, verbose=False)
+    schema = DatasetSchema.load(data)
+    for key in ("train_days", "val_days", "test_days"):
+        days = getattr(cfg, key)
+        if days is not None and not any(days[0] <= d < days[1] for d in schema.days):
+            raise ConfigError(f"{key} {days}: no such days in {data} (it has days "
+                              f"{min(schema.days)}..{max(schema.days)})")
+    dm = AdsDataModule(
+        data, train_days=tuple(cfg.train_days),
+        val_days=tuple(cfg.val_days) if cfg.val_days else None,
+        test_days=tuple(cfg.test_days) if cfg.test_days else None,
+        batch_size=cfg.batch_size, num_workers=cfg.num_workers, seed=cfg.seed,
+        max_seq_len=cfg.max_seq_len,
+    )
+    for split in ("train", "val", "test"):
+        if dm.days[split] is not None:
+            dm.reader(split)
+    model = build_model(cfg, schema)
+    try:
+        module = RankingModule(
+            model, schema.tasks, schema.domains, lr=cfg.lr, embedding_lr=cfg.embedding_lr,
+            weight_decay=cfg.weight_decay, task_weights=cfg.task_weights,
+            base_rates=training_base_rates(data, cfg.train_days, schema.tasks),
+            repr_layer=cfg.repr_layer, compile=cfg.compile, fsdp_replicate=cfg.fsdp_replicate,
+        )
+    except ValueError as e:
+        raise ConfigError(f"config {cfg.name!r}: {e}") from None
+    return dm, module

@@ -1,0 +1,60 @@
+"""``fit_teacher``: train a teacher with Lightning (the library function under ``gemkd teacher
+fit``). The run directory gets ``config.yaml`` (resolved), ``metrics.csv``,
+``checkpoints/last.ckpt`` (a directory under fsdp) and ``val_metrics.json``."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from experiments.teacher_config import TeacherTrainConfig, build_run, load_teacher_config
+
+
+def fit_teacher(config: TeacherTrainConfig | str | Path, data: str | Path, out: str | Path, *,
+                strategy: str | None = None, devices: int | None = None,
+                num_nodes: int | None = None, resume: bool = False,
+                progress: bool = True) -> dict[str, Any]:
+    """Train ``config`` (a config object or a YAML path) on ``data`` into ``out``; ``strategy``,
+    ``devices`` and ``num_nodes`` override the config's. ``resume`` continues from
+    ``out/checkpoints/last.ckpt`` when it exists. Returns the summary written to
+    ``val_metrics.json`` (global step, examples/s, final validation metrics)."""
+    from transfer.training import build_trainer, fit
+    from transfer.training.trainer import throughput
+
+    overrides = {"strategy": strategy, "devices": devices, "num_nodes": num_nodes}
+    if isinstance(config, TeacherTrainConfig):
+        cfg = dataclasses.replace(config, **{k: v for k, v in overrides.items() if v is not None})
+    else:
+        cfg = load_teacher_config(config, overrides)
+    out = Path(out)
+    dm, module = build_run(cfg, data)
+    trainer = build_trainer(
+        out, strategy=cfg.strategy, devices=cfg.devices, num_nodes=cfg.num_nodes,
+        max_epochs=cfg.max_epochs, precision=cfg.precision, accelerator=cfg.accelerator,
+        log_every_n_steps=cfg.log_every_n_steps, max_steps=cfg.max_steps,
+        checkpoint_every_n_steps=cfg.checkpoint_every_n_steps, grad_clip=cfg.grad_clip,
+        progress_bar=progress,
+    )
+    if trainer.is_global_zero:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "config.yaml").write_text(yaml.safe_dump(dataclasses.asdict(cfg), sort_keys=False))
+    resumed = fit(module, dm, trainer, resume=resume)
+    if cfg.val_days is not None:  # final validation, also when max_steps stopped mid-epoch
+        trainer.validate(module, datamodule=dm, verbose=False)
+    tp = throughput(trainer)
+    summary: dict[str, Any] = {
+        "global_step": trainer.global_step,
+        "resumed_from": str(resumed) if resumed else None,
+        "examples_per_s": (tp.examples_per_s * trainer.world_size) if tp else None,
+        "name": cfg.name,
+        "is_global_zero": trainer.is_global_zero,
+    }
+    if "val" in module.last_metrics:
+        summary["val"] = module.last_metrics["val"]
+    if trainer.is_global_zero:
+        (out / "val_metrics.json").write_text(json.dumps(summary, indent=2))
+    return summary

@@ -1,0 +1,19 @@
+"""Transfer methods as plug-ins (DESIGN §5.1): the protocol, and plain KD (the core method).
+
+The other built-ins build modules of ``adapters`` and live there (``adapters.methods``); a
+user's own method is a :class:`TransferMethod` subclass in the user's package, named by its
+import path in a spec.
+"""
+
+from transfer.methods.base import (
+    NEEDS,
+    MethodContext,
+    StepState,
+    TeacherFn,
+    TeacherTargets,
+    TransferMethod,
+)
+from transfer.methods.kd import KD
+
+__all__ = ["KD", "NEEDS", "MethodContext", "StepState", "TeacherFn", "TeacherTargets",
+           "TransferMethod"]

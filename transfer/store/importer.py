@@ -1,0 +1,145 @@
+"""Turn predictions logged by a model outside gemkd into a verified teacher-output store
+(``gemkd store import``, DESIGN §5.1): a production FM's scores become a teacher any experiment
+can distil from, with the same integrity guarantees as an export (shards, sha256, manifest last).
+
+The source is a Parquet file or directory with ``example_id``, one float logit column per task
+(``logit_<task>`` unless mapped) and optionally an embedding column (a fixed-size or plain list
+of floats). The key columns ``day, domain, user_id, ts`` come from the source when it has them,
+else from the dataset (``data``) by example_id. Without an embedding the store holds a
+1-wide zero representation under the layer name ``none`` (methods that need the teacher's
+representation refuse such a store).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.dataset as ds
+
+from transfer.errors import DataError, StoreError
+from transfer.store.manifest import Manifest
+from transfer.store.writer import StoreWriter
+
+KEYS = ("day", "domain", "user_id", "ts")
+NO_LAYER = "none"
+
+
+def _open(src: Path) -> ds.Dataset:
+    if not src.exists():
+        raise DataError(f"{src}: no such file or directory")
+    try:
+        return ds.dataset(src, format="parquet")
+    except (pa.ArrowInvalid, OSError) as e:
+        raise DataError(f"{src}: not a readable Parquet file or directory "
+                        f"({str(e).splitlines()[0]})") from None
+
+
+def _source_hash(src: Path) -> str:
+    files = sorted(p for p in ([src] if src.is_file() else src.rglob("*.parquet")))
+    h = hashlib.sha256()
+    for p in files:
+        h.update(p.name.encode())
+        with open(p, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                h.update(block)
+    return "import-" + h.hexdigest()
+
+
+def _float_column(table: pa.Table, name: str, src: Path) -> np.ndarray:
+    col = table.column(name)
+    if not (pa.types.is_floating(col.type) or pa.types.is_integer(col.type)):
+        raise DataError(f"{src}: column {name!r} is {col.type}, expected float logits")
+    return col.to_numpy(zero_copy_only=False).astype(np.float32)
+
+
+def _dataset_keys(data: Path) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """example_id (sorted) and the key columns of every row of a gemkd dataset."""
+    from transfer.data.schema import DatasetSchema
+    from transfer.data.writer import day_path
+
+    schema = DatasetSchema.load(data)
+    paths = [str(day_path(data, d)) for d in schema.days]
+    table = ds.dataset(paths, format="parquet").to_table(columns=["example_id", *KEYS])
+    ids = table.column("example_id").to_numpy()
+    order = np.argsort(ids, kind="stable")
+    return ids[order], {k: table.column(k).to_numpy()[order] for k in KEYS}
+
+
+def import_store(src: str | Path, out: str | Path, tasks: list[str], *,
+                 trained_until_day: int, data: str | Path | None = None,
+                 logit_columns: Mapping[str, str] | None = None, emb_column: str | None = "emb",
+                 teacher_name: str = "external", emb_dtype: str = "float16",
+                 overwrite: bool = False, batch_rows: int = 1 << 16) -> Manifest:
+    """Write the store ``out`` from the Parquet ``src``; returns its manifest. Every problem is
+    one DataError/StoreError naming the file, column or example_id, with nothing written."""
+    src, out = Path(src), Path(out)
+    if not tasks or len(set(tasks)) != len(tasks):
+        raise DataError(f"--tasks must name distinct tasks, got {tasks!r}")
+    dataset = _open(src)
+    names = set(dataset.schema.names)
+    logit_cols = {t: (logit_columns or {}).get(t, f"logit_{t}") for t in tasks}
+    need = ["example_id", *logit_cols.values()]
+    missing = [c for c in need if c not in names]
+    if missing:
+        raise DataError(f"{src}: column {missing[0]!r} missing (columns: "
+                        f"{', '.join(sorted(names))})")
+    has_emb = emb_column is not None and emb_column in names
+    own_keys = all(k in names for k in KEYS)
+    if not own_keys and data is None:
+        absent = [k for k in KEYS if k not in names]
+        raise DataError(f"{src}: no {absent[0]!r} column; pass --data DATASET to take day, "
+                        "domain, user_id and ts from the dataset by example_id")
+    cols = need + ([emb_column] if has_emb else []) + (list(KEYS) if own_keys else [])
+    table = dataset.to_table(columns=cols)
+    ids = table.column("example_id")
+    if not pa.types.is_integer(ids.type) or ids.null_count:
+        raise DataError(f"{src}: column 'example_id' must be non-null integers, got {ids.type}")
+    ids = ids.to_numpy().astype(np.int64)
+    uniq, counts = np.unique(ids, return_counts=True)
+    if (counts > 1).any():
+        raise DataError(f"{src}: example_id {int(uniq[np.argmax(counts > 1)])} appears "
+                        f"{int(counts.max())} times; one prediction per example")
+    logits = np.stack([_float_column(table, logit_cols[t], src) for t in tasks], axis=1)
+    if own_keys:
+        keys = {k: table.column(k).to_numpy(zero_copy_only=False) for k in KEYS}
+    else:
+        known, all_keys = _dataset_keys(Path(data))
+        pos = np.minimum(np.searchsorted(known, ids), max(len(known) - 1, 0))
+        found = (known[pos] == ids) if len(known) else np.zeros(len(ids), bool)
+        if not found.all():
+            raise DataError(f"{src}: example_id {int(ids[np.argmin(found)])} is not in the "
+                            f"dataset {data}")
+        keys = {k: v[pos] for k, v in all_keys.items()}
+    if has_emb:
+        emb_col = table.column(emb_column).combine_chunks()
+        if not pa.types.is_list(emb_col.type) and not pa.types.is_fixed_size_list(emb_col.type):
+            raise DataError(f"{src}: column {emb_column!r} is {emb_col.type}, expected a list "
+                            "of floats per row")
+        lengths = pc.list_value_length(emb_col).to_numpy(zero_copy_only=False)
+        if len(lengths) and (lengths.min() != lengths.max() or lengths.min() < 1):
+            bad = int(np.argmax(lengths != lengths.max())) if lengths.min() >= 1 else \
+                int(np.argmin(lengths))
+            raise DataError(f"{src}: column {emb_column!r}: example_id {int(ids[bad])} has "
+                            f"{int(lengths[bad])} values, others {int(lengths.max())}")
+        emb = pc.list_flatten(emb_col).to_numpy(zero_copy_only=False).astype(np.float32)
+        emb = emb.reshape(len(ids), int(lengths.max()) if len(lengths) else 1)
+    else:
+        emb = np.zeros((len(ids), 1), dtype=np.float32)
+    order = np.argsort(ids, kind="stable")
+    try:
+        with StoreWriter(out, tasks, emb_column if has_emb else NO_LAYER, emb.shape[1],
+                         emb_dtype, teacher_name=teacher_name, teacher_version=_source_hash(src),
+                         trained_until_day=trained_until_day, overwrite=overwrite,
+                         extra={"imported_from": str(src)}) as writer:
+            for i in range(0, len(ids), batch_rows):
+                sel = order[i:i + batch_rows]
+                writer.write(ids[sel], keys["day"][sel], keys["domain"][sel],
+                             keys["user_id"][sel], keys["ts"][sel], logits[sel], emb[sel])
+    except StoreError as e:
+        raise StoreError(f"{src}: {e}") from None
+    return Manifest.load(out)
