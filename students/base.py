@@ -18,10 +18,11 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor, nn
 
-from students.embeddings import SHARED_TABLES, HashedEmbedding, recent_index
+from students.embeddings import HashedEmbedding, recent_index
 from transfer.data.batch import Batch
 from transfer.data.schema import DatasetSchema
 from transfer.errors import ConfigError
+from transfer.layers import default_shared_tables
 from transfer.models import StudentOutput
 from transfer.ops import segment_mean
 
@@ -92,8 +93,7 @@ class StudentBase(nn.Module):
 
         card = {f.name: f.cardinality for f in [*schema.categorical, *schema.sequence]}
         # a shared table must hold both id ranges (e.g. ad ids and organic content ids)
-        self.shared = {s: c for s, c in SHARED_TABLES.items()
-                       if s in self.sequence and c in self.features}
+        self.shared = default_shared_tables(self.sequence, self.features)
         rows = {n: card[n] for n in self.features}
         for s, c in self.shared.items():
             rows[c] = max(rows[c], card[s])

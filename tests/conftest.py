@@ -1,4 +1,5 @@
-"""Shared fixtures: small generated datasets and the real MovieLens data from ../shared."""
+"""Shared fixtures: small generated datasets and the real MovieLens / KuaiRand data from
+../shared."""
 
 from __future__ import annotations
 
@@ -13,6 +14,9 @@ from transfer.data.synth import SynthConfig, generate
 ROOT = Path(__file__).resolve().parents[1]
 MOVIELENS = Path(os.environ.get(
     "GEMKD_MOVIELENS", ROOT.parent / "shared" / "data" / "movielens_latest_small"))
+KUAIRAND = Path(os.environ.get(
+    "GEMKD_KUAIRAND", ROOT.parent / "shared" / "data" / "kuairand_pure_slice"))
+KUAIRAND_MAPPING = ROOT / "experiments" / "data" / "mappings" / "kuairand.yaml"
 
 
 def tiny_config(**overrides) -> SynthConfig:
@@ -31,3 +35,22 @@ def movielens_src() -> Path:
     if not (MOVIELENS / "ratings.csv").is_file():
         pytest.skip(f"MovieLens not found at {MOVIELENS} (set GEMKD_MOVIELENS)")
     return MOVIELENS
+
+
+@pytest.fixture(scope="session")
+def kuairand_src() -> Path:
+    if not any(KUAIRAND.glob("log_standard*.csv")):
+        pytest.skip(f"KuaiRand not found at {KUAIRAND} (set GEMKD_KUAIRAND)")
+    return KUAIRAND
+
+
+def dataset_table(root: Path):
+    """Every row of a gemkd dataset as one Arrow table, days in numeric order."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from transfer.data.schema import DatasetSchema
+    from transfer.data.writer import day_path
+
+    schema = DatasetSchema.load(root)
+    return pa.concat_tables([pq.read_table(day_path(root, d)) for d in schema.days])

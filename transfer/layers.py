@@ -10,12 +10,24 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-# Sequence field -> categorical feature whose table it shares when a model uses both, so a
-# history event and the candidate ad live in one space (what target attention compares).
-SHARED_TABLES: dict[str, str] = {
-    "hist_item_id": "ad_id",
-    "hist_category": "ad_category",
+# Sequence field -> the categorical features whose table it shares when a model uses both (the
+# first present), so a history event and the candidate item live in one space (what target
+# attention compares): ads in the synthetic world, items in MovieLens and KuaiRand.
+SHARED_TABLES: dict[str, tuple[str, ...]] = {
+    "hist_item_id": ("ad_id", "item_id"),
+    "hist_category": ("ad_category",),
 }
+
+
+def default_shared_tables(sequence: list[str], categorical: list[str]) -> dict[str, str]:
+    """The sharing map for these field names: each sequence field of :data:`SHARED_TABLES` onto
+    the first of its categorical features that is present."""
+    out = {}
+    for seq, cats in SHARED_TABLES.items():
+        cat = next((c for c in cats if c in categorical), None)
+        if seq in sequence and cat is not None:
+            out[seq] = cat
+    return out
 
 
 class _MeanBags(torch.autograd.Function):

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
+
+MAPPINGS = Path(__file__).resolve().parents[1] / "data" / "mappings"  # shipped importer presets
 
 
 def _synth(args: argparse.Namespace) -> None:
@@ -27,10 +30,42 @@ def _movielens(args: argparse.Namespace) -> None:
           f"domains {schema.domains}, to {args.out}")
 
 
+def _kuairand(args: argparse.Namespace) -> None:
+    from transfer.data.importer import load_mapping
+    from transfer.data.kuairand import convert_kuairand
+
+    tasks = None if args.tasks is None else [t.strip() for t in args.tasks.split(",")]
+    result = convert_kuairand(args.src, args.out, load_mapping(MAPPINGS / "kuairand.yaml"),
+                              tasks=tasks, min_domain_share=args.min_domain_share,
+                              max_history=args.max_history, overwrite=args.overwrite)
+    _print_imported(result, args.out)
+
+
+def _import(args: argparse.Namespace) -> None:
+    from transfer.data.importer import import_logs, load_mapping
+
+    result = import_logs(args.src, load_mapping(args.mapping), args.out,
+                         overwrite=args.overwrite)
+    _print_imported(result, args.out)
+
+
+def _print_imported(result, out: str) -> None:
+    for note in result.notes:
+        print(f"note: {note}")
+    s = result.schema
+    print(f"wrote {s.n_rows} examples over {len(s.days)} days, tasks {s.tasks}, "
+          f"domains {s.domains}, to {out}")
+
+
 def _summary(args: argparse.Namespace) -> None:
     from transfer.data.summary import summarize
 
     print_table(summarize(args.data))
+    if args.drift:
+        from transfer.data.drift import base_rate_drift
+
+        print()
+        print_table(base_rate_drift(args.data))
 
 
 def _validate(args: argparse.Namespace) -> None:
@@ -70,8 +105,30 @@ def add_parser(sub) -> None:
     m.add_argument("--overwrite", action="store_true", help="replace an existing --out")
     m.set_defaults(func=_movielens)
 
+    k = dsub.add_parser("kuairand", help="convert KuaiRand logs (+ user/video features)")
+    k.add_argument("--src", required=True, help="directory with log_standard*.csv / "
+                   "log_random*.csv [user_features*.csv, video_features_basic*.csv], or one log")
+    k.add_argument("--out", required=True, help="output dataset directory")
+    k.add_argument("--tasks", default=None, help="comma-separated, default click,long_view,like "
+                   "(also: follow, comment, forward, hate, profile_enter)")
+    k.add_argument("--min-domain-share", type=float, default=0.01,
+                   help="tabs with a smaller share of rows are grouped into domain 'other'")
+    k.add_argument("--max-history", type=int, default=1024, help="most recent events kept")
+    k.add_argument("--overwrite", action="store_true", help="replace an existing --out")
+    k.set_defaults(func=_kuairand)
+
+    im = dsub.add_parser("import", help="convert any event log with a mapping file "
+                         "(docs/your_data.md)")
+    im.add_argument("--src", required=True, help="a CSV/Parquet log, or a directory of them")
+    im.add_argument("--mapping", required=True, help="YAML mapping of log columns to the schema")
+    im.add_argument("--out", required=True, help="output dataset directory")
+    im.add_argument("--overwrite", action="store_true", help="replace an existing --out")
+    im.set_defaults(func=_import)
+
     su = dsub.add_parser("summary", help="per-day table: rates, oracle NE, history lengths")
     su.add_argument("data", help="dataset directory")
+    su.add_argument("--drift", action="store_true", help="also print the day-to-day movement "
+                    "of each domain's base rates")
     su.set_defaults(func=_summary)
 
     v = dsub.add_parser("validate", help="read every row and check it against schema.json")

@@ -19,7 +19,22 @@ from experiments.teacher_config import (
 from transfer.config import build_dataclass, load_yaml
 from transfer.errors import ConfigError
 
-DEFAULT_MOVIELENS = EXPERIMENTS.parents[1] / "shared" / "data" / "movielens_latest_small"
+SHARED_DATA = EXPERIMENTS.parents[1] / "shared" / "data"
+DEFAULT_MOVIELENS = SHARED_DATA / "movielens_latest_small"
+DEFAULT_KUAIRAND = SHARED_DATA / "kuairand_pure_slice"
+MAPPINGS = EXPERIMENTS / "data" / "mappings"
+
+
+def _options(d, source: str, known: dict[str, Any]) -> dict[str, Any]:
+    """The section's extra keys, checked against ``known`` (name → default)."""
+    extra = dict(d.overrides)
+    if d.preset is not None:
+        extra["preset"] = d.preset
+    unknown = sorted(set(extra) - set(known))
+    if unknown:
+        raise ConfigError(f"spec data: unknown key {unknown[0]!r} for source {source} (keys: "
+                          f"src, {', '.join(known)})")
+    return {k: extra.get(k, v) for k, v in known.items()}
 
 
 def data_plan(spec: RunSpec) -> tuple[dict, Callable[[Path], Any]]:
@@ -41,15 +56,33 @@ def data_plan(spec: RunSpec) -> tuple[dict, Callable[[Path], Any]]:
         from transfer.data.movielens import convert_movielens
 
         src = Path(d.src) if d.src else DEFAULT_MOVIELENS
-        extra = dict(d.overrides)
-        args = {"n_days": extra.pop("n_days", 20), "max_history": extra.pop("max_history", 1024)}
-        if extra or d.preset is not None:
-            bad = sorted(extra)[0] if extra else "preset"
-            raise ConfigError(f"spec data: unknown key {bad!r} for source movielens "
-                              "(keys: src, n_days, max_history)")
+        args = _options(d, source, {"n_days": 20, "max_history": 1024})
         key = {"source": source, "src": str(src.resolve()), **args}
         return key, lambda out: convert_movielens(src, out, overwrite=True, **args)
-    raise ConfigError(f"spec data.source {source!r}: expected synthetic or movielens")
+    if source == "kuairand":
+        from transfer.data.importer import load_mapping
+        from transfer.data.kuairand import convert_kuairand
+
+        src = Path(d.src) if d.src else DEFAULT_KUAIRAND
+        args = _options(d, source, {"tasks": None, "min_domain_share": 0.01,
+                                    "max_history": 1024})
+        mapping = load_mapping(MAPPINGS / "kuairand.yaml")
+        key = {"source": source, "src": str(src.resolve()), **args}
+        return key, lambda out: convert_kuairand(src, out, mapping, overwrite=True, **args)
+    if source == "import":
+        from transfer.data.importer import import_logs, load_mapping
+
+        args = _options(d, source, {"mapping": None})
+        if d.src is None or args["mapping"] is None:
+            raise ConfigError("spec data: source import needs src (the log) and mapping (its "
+                              "YAML mapping, docs/your_data.md)")
+        mapping_path = find_config(args["mapping"], "data/mappings", spec.source_dir)
+        mapping = load_mapping(mapping_path)
+        key = {"source": source, "src": str(Path(d.src).resolve()),
+               "mapping": load_yaml(mapping_path)}
+        return key, lambda out: import_logs(d.src, mapping, out, overwrite=True)
+    raise ConfigError(f"spec data.source {source!r}: expected synthetic, movielens, kuairand "
+                      "or import")
 
 
 def prepare_data(spec: RunSpec, cache: Path, log) -> tuple[Path, dict]:

@@ -15,7 +15,7 @@ from torch import Tensor, nn
 from transfer.data.batch import Batch
 from transfer.data.schema import DatasetSchema
 from transfer.errors import ConfigError
-from transfer.layers import SHARED_TABLES, HashedEmbedding
+from transfer.layers import SHARED_TABLES, HashedEmbedding, default_shared_tables
 
 __all__ = ["SHARED_TABLES", "FeatureEmbeddings", "HashedEmbedding", "resolve_shared_tables"]
 
@@ -31,7 +31,7 @@ def resolve_shared_tables(
     cat = {f.name for f in schema.categorical}
     seq = {f.name for f in schema.sequence}
     if shared_tables is None:
-        return {s: c for s, c in SHARED_TABLES.items() if s in seq and c in cat}
+        return default_shared_tables(sorted(seq), sorted(cat))
     for s, c in shared_tables.items():
         if s not in seq:
             raise ConfigError(

@@ -16,7 +16,13 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from transfer.data.ranges import N_AGE_BUCKETS, age_buckets, gather_ranges
+from transfer.data.ranges import (
+    N_AGE_BUCKETS,
+    age_buckets,
+    equal_count_days,
+    gather_ranges,
+    history_ranges,
+)
 from transfer.data.schema import DatasetSchema, Feature
 from transfer.data.writer import write_day
 from transfer.errors import DataError
@@ -101,20 +107,6 @@ def _read_movies(path: Path) -> pd.DataFrame:
     })
 
 
-def _histories(df: pd.DataFrame, max_history: int) -> tuple[np.ndarray, np.ndarray]:
-    """Per row (df sorted by user, time): start/end positions of its strictly-earlier history."""
-    user = df["userId"].to_numpy()
-    ts = df["timestamp"].to_numpy()
-    n = len(df)
-    pos = np.arange(n)
-    new_user = np.r_[True, user[1:] != user[:-1]]
-    user_start = np.maximum.accumulate(np.where(new_user, pos, 0))
-    new_ts = new_user | np.r_[True, ts[1:] != ts[:-1]]
-    end = np.maximum.accumulate(np.where(new_ts, pos, 0))  # first row of this (user, ts)
-    start = np.maximum(user_start, end - max_history)
-    return start, end
-
-
 def convert_movielens(src: str | Path, out: str | Path, n_days: int = 20,
                       max_history: int = 1024, overwrite: bool = False) -> DatasetSchema:
     """Write ``src``'s ratings as a gemkd dataset at ``out`` (atomically)."""
@@ -138,12 +130,11 @@ def convert_movielens(src: str | Path, out: str | Path, n_days: int = 20,
 
     # Histories need (user, time) order; examples are written in global time order.
     df = df.sort_values(["userId", "timestamp", "movieId"], kind="stable").reset_index(drop=True)
-    start, end = _histories(df, max_history)
+    start, end = history_ranges(df["userId"].to_numpy(), df["timestamp"].to_numpy(), max_history)
     order = np.lexsort((df["movieId"].to_numpy(), df["userId"].to_numpy(),
                         df["timestamp"].to_numpy()))
     ts = df["timestamp"].to_numpy()
-    edges = np.quantile(ts, np.linspace(0, 1, n_days + 1)[1:-1])
-    day = np.searchsorted(edges, ts, side="right").astype(np.int32)
+    day = equal_count_days(ts, n_days)
     example_id = np.empty(len(df), dtype=np.int64)
     example_id[order] = np.arange(len(df))
 
@@ -175,7 +166,6 @@ def convert_movielens(src: str | Path, out: str | Path, n_days: int = 20,
             schema.rows_per_day[str(d)] = table.num_rows
         schema.save(tmp)
     return schema
-
 
 
 def _day_table(df: pd.DataFrame, rows: np.ndarray, start: np.ndarray, end: np.ndarray,

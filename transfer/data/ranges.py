@@ -19,3 +19,26 @@ def age_buckets(row_ts: np.ndarray, lengths: np.ndarray, event_ts: np.ndarray) -
     """Log-bucketed age in hours of each event relative to its row's timestamp."""
     hours = (np.repeat(row_ts, lengths) - event_ts) / 3600.0
     return np.minimum(np.log2(1.0 + hours).astype(np.int32), N_AGE_BUCKETS - 1)
+
+
+def history_ranges(user: np.ndarray, t: np.ndarray, max_history: int
+                   ) -> tuple[np.ndarray, np.ndarray]:
+    """Per row of arrays sorted by (user, time): the half-open range of its history.
+
+    The history is the user's rows strictly before the row's time (rows at the same time are
+    excluded, so nothing simultaneous can leak), capped at the ``max_history`` most recent.
+    """
+    n = len(user)
+    pos = np.arange(n)
+    new_user = np.r_[True, user[1:] != user[:-1]]
+    user_start = np.maximum.accumulate(np.where(new_user, pos, 0))
+    new_t = new_user | np.r_[True, t[1:] != t[:-1]]
+    end = np.maximum.accumulate(np.where(new_t, pos, 0))  # first row of this (user, time)
+    start = np.maximum(user_start, end - max_history)
+    return start, end
+
+
+def equal_count_days(ts: np.ndarray, n_days: int) -> np.ndarray:
+    """Day index of each timestamp: ``n_days`` time buckets holding about equal row counts."""
+    edges = np.quantile(ts, np.linspace(0, 1, n_days + 1)[1:-1])
+    return np.searchsorted(edges, ts, side="right").astype(np.int32)

@@ -92,7 +92,7 @@ class DatasetSchema:
         if not path.is_file():
             raise DataError(
                 f"{path}: missing; a gemkd dataset is Parquet files plus schema.json "
-                "(written by `gemkd data synth` or `gemkd data movielens`)"
+                "(written by `gemkd data synth`, `movielens`, `kuairand` or `import`)"
             )
         try:
             raw = json.loads(path.read_text())

@@ -1,0 +1,221 @@
+"""``gemkd data import``: any time-stamped event log + a mapping → the gemkd dataset schema.
+
+One example per log row. Rows are sorted by time (stable: ties keep file order, files in name
+order), numbered densely in that order, and split into days (calendar dates in a timezone, or
+equal-count time buckets). A user's history is their rows strictly before the row's time (ties
+excluded), so an event is in a history only once it has happened and its feedback is known.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from transfer.data.importer import encode, sides, source
+from transfer.data.importer.mapping import Mapping
+from transfer.data.importer.write import Events, write_dataset
+from transfer.data.ranges import N_AGE_BUCKETS, equal_count_days
+from transfer.data.schema import DatasetSchema, Feature
+from transfer.errors import ConfigError, DataError
+from transfer.io.atomic import atomic_directory
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class ImportResult:
+    """The schema written and what was left out on the way (missing optional inputs)."""
+
+    schema: DatasetSchema
+    notes: list[str] = field(default_factory=list)
+
+
+def import_logs(src: str | Path, mapping: Mapping, out: str | Path,
+                overwrite: bool = False, notes: list[str] | None = None) -> ImportResult:
+    """Write the log(s) at ``src`` (a file, or a directory searched with ``mapping.files``) as a
+    gemkd dataset at ``out``, atomically. Side-table paths are relative to that directory."""
+    src = Path(src)
+    notes = list(notes or [])
+    base = src if src.is_dir() else src.parent
+    started = time.perf_counter()
+    with atomic_directory(out, overwrite=overwrite) as tmp:
+        side = sides.resolve(mapping, base, notes)
+        files = source.find_files(src, mapping.files, {p.resolve() for _, p in side})
+        raw = _read_logs(files, mapping)
+        n = len(raw["t"])
+        order = np.argsort(raw["t"], kind="stable")
+        rows = {k: (v.iloc[order].reset_index(drop=True) if isinstance(v, pd.Series)
+                    else v[order]) for k, v in raw.items()}
+        schema, columns, events = _assemble(rows, mapping, side, notes)
+        schema.generator = {"mapping": mapping.to_dict(), "files": [str(f) for f in files],
+                            "side_tables": [str(p) for _, p in side]}
+        write_dataset(schema, columns, events, tmp)
+        schema.save(tmp)
+    log.info("imported %d rows from %d file(s) in %.1f s", n, len(files),
+             time.perf_counter() - started)
+    return ImportResult(schema, notes)
+
+
+def log_columns(m: Mapping) -> dict[str, str]:
+    """Every log column the mapping reads → the first mapping key that names it."""
+    cols: dict[str, str] = {}
+    refs = [(m.time.column, "time.column")]
+    if m.days.date_column is not None:
+        refs.append((m.days.date_column, "days.date_column"))
+    refs += [(i.column, f"{i.key}.column") for i in (m.user, m.item) if i is not None]
+    if m.domain is not None:
+        refs.append((m.domain.column, "domain.column"))
+    refs += [(lab.column, f"{lab.key}.column") for lab in m.labels]
+    refs += [(c.column, f"{c.key}.column") for c in (*m.categorical, *m.dense)]
+    for f in m.history.fields if m.history else ():
+        refs += [(c, f.key) for level in f.levels for c in level]
+    refs += [(s.on, f"{s.where}.on") for s in m.side_tables]
+    for col, key in refs:
+        cols.setdefault(col, key)
+    return cols
+
+
+def _read_logs(files: list[Path], m: Mapping) -> dict[str, np.ndarray | pd.Series]:
+    wanted = log_columns(m)
+    parts = []
+    for path in files:
+        have = source.header(path)
+        for col, key in wanted.items():
+            if col not in have:
+                raise ConfigError(f"{m.path}: key {key!r}: column {col!r} is not in {path} "
+                                  f"(its columns: {', '.join(have[:30])})")
+        df = source.read(path, list(wanted))
+        if len(df):
+            parts.append(_extract(df, path, m))
+        log.info("%s: %d rows", path, len(df))
+    if not parts:
+        raise DataError(f"{', '.join(str(f) for f in files)}: no rows")
+    return {k: (pd.concat([p[k] for p in parts], ignore_index=True)
+                if isinstance(parts[0][k], pd.Series) else np.concatenate([p[k] for p in parts]))
+            for k in parts[0]}
+
+
+def _extract(df: pd.DataFrame, path: Path, m: Mapping) -> dict[str, np.ndarray | pd.Series]:
+    """Check and convert one file's columns (so every error names this file)."""
+    out: dict[str, np.ndarray | pd.Series] = {"t": source.time_ns(df[m.time.column], path,
+                                                                   m.time)}
+    if m.days.date_column is not None:
+        out["date"] = source.dates(df[m.days.date_column], path, "days.date_column")
+    for role, ids in (("user", m.user), ("item", m.item)):
+        if ids is None:
+            continue
+        s = df[ids.column]
+        if ids.codes:
+            if s.isna().any():
+                i = int(np.argmax(s.isna().to_numpy()))
+                raise DataError(f"{path}: column {ids.column!r} {source.place(path, i)}: "
+                                f"empty id (mapping key {role!r})")
+            out[role] = s
+        else:
+            out[role] = source.numbers(s, path, role, integer=True, non_negative=True)
+    if m.domain is not None:
+        out["domain"] = df[m.domain.column]
+    for lab in m.labels:
+        out[f"label:{lab.name}"] = source.label(df[lab.column], path, lab)
+    for c in m.categorical:
+        s = df[c.column]
+        out[f"cat:{c.name}"] = (source.numbers(s, path, c.key, missing_ok=True) if c.bucket
+                                else encode.first_item(s, c.split) if c.split else s)
+    for c in m.dense:
+        out[f"dense:{c.name}"] = sides.dense_values(df[c.column], path, c)
+    for f in m.history.fields if m.history else ():
+        if f.kind == "levels":
+            level = np.zeros(len(df), dtype=np.int32)
+            for i, cols in enumerate(f.levels):
+                hit = np.zeros(len(df), dtype=bool)
+                for col in cols:
+                    hit |= source.binary(df[col], path, f.key).astype(bool)
+                level[hit] = i + 1
+            out[f"level:{f.name}"] = level
+    for s in m.side_tables:
+        out[f"on:{s.on}"] = df[s.on]
+    return out
+
+
+def _ids(values: np.ndarray | pd.Series, codes: bool) -> tuple[np.ndarray, int]:
+    if codes:
+        return encode.codes(values)
+    return values, int(values.max()) + 1
+
+
+def _assemble(rows: dict, m: Mapping, side: list, notes: list[str]
+              ) -> tuple[DatasetSchema, dict[str, np.ndarray], Events]:
+    """Rows in time order → the schema, the flat columns and the history's event fields."""
+    t = rows["t"]
+    n = len(t)
+    cols: dict[str, np.ndarray] = {"example_id": np.arange(n, dtype=np.int64),
+                                   "ts": t // 10**9}
+    if m.days.calendar is not None:
+        first = int(rows["date"].min()) if "date" in rows else None
+        cols["day"] = encode.calendar_days(t, m.days.calendar, first)
+    else:
+        cols["day"] = equal_count_days(cols["ts"], m.days.buckets)
+    if m.domain is not None:
+        where = f"{m.path}: key 'domain' (column {m.domain.column!r})"
+        cols["domain"], domains = encode.group_domains(rows["domain"], m.domain.min_share,
+                                                       m.domain.prefix, where)
+    else:
+        cols["domain"], domains = np.zeros(n, dtype=np.int16), ["all"]
+    categorical: list[Feature] = []
+    if m.user is not None:
+        cols["user_id"], card = _ids(rows["user"], m.user.codes)
+        categorical.append(Feature("user_id", card))
+    else:
+        cols["user_id"] = np.zeros(n, dtype=np.int64)
+    if m.item is not None:
+        cols["item_id"], card = _ids(rows["item"], m.item.codes)
+        categorical.append(Feature("item_id", card))
+    for c in m.categorical:
+        v = rows[f"cat:{c.name}"]
+        cols[c.name], card = encode.log2_buckets(v) if c.bucket else encode.codes(v)
+        categorical.append(Feature(c.name, card))
+    dense = [c.name for c in m.dense]
+    cols.update({c.name: rows[f"dense:{c.name}"] for c in m.dense})
+    for s, path in side:
+        joined = sides.join(m, s, path, rows[f"on:{s.on}"])
+        if joined.matched == 0:
+            notes.append(f"side table {path}: no log row matched its key {s.key!r} "
+                         f"(log column {s.on!r}); its features are all 0")
+        for name, (codes, card) in joined.categorical.items():
+            cols[name] = codes
+            categorical.append(Feature(name, card))
+        cols.update(joined.dense)
+        dense += list(joined.dense)
+    tasks = [lab.name for lab in m.labels]
+    cols.update({lab.name: rows[f"label:{lab.name}"] for lab in m.labels})
+    cards = {f.name: f.cardinality for f in categorical}
+    sequence, fields = [], {}
+    for f in m.history.fields if m.history else ():
+        name = f"hist_{f.name}"
+        if f.kind == "age":
+            values, card = None, N_AGE_BUCKETS  # relative to the reading row: computed later
+        elif f.kind == "item":
+            values, card = cols["item_id"], cards["item_id"]
+        elif f.kind == "domain":
+            values, card = cols["domain"], len(domains)
+        elif f.kind == "label":
+            values, card = cols[f.ref], 2
+        elif f.kind == "feature":
+            values, card = cols[f.ref], cards[f.ref]
+        else:  # levels
+            values, card = rows[f"level:{f.name}"], len(f.levels) + 1
+        fields[name] = values
+        sequence.append(Feature(name, card))
+    schema = DatasetSchema(
+        source=m.source, categorical=categorical, dense=dense, sequence=sequence, tasks=tasks,
+        domains=domains, days=sorted(int(d) for d in np.unique(cols["day"])),
+        max_history=m.history.max_events if m.history else 0)
+    events = Events(user=cols["user_id"], t=t, fields=fields,
+                    max_events=m.history.max_events if m.history else 0)
+    return schema, cols, events
+

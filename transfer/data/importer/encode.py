@@ -1,0 +1,86 @@
+"""Turning raw column values into what the schema stores: dense codes, buckets, domains, days."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from transfer.errors import DataError
+
+OTHER = "other"
+MAX_DOMAINS = np.iinfo(np.int16).max
+
+
+def codes(values: pd.Series) -> tuple[np.ndarray, int]:
+    """Dense codes ``1..K`` in sorted value order, ``0`` for a missing value; and ``K + 1``.
+
+    Sorted order keeps ordered categories (buckets, small integers) in order; 0 is reserved so
+    an unknown or missing value (e.g. an item absent from its side table) has an id of its own.
+    """
+    c, uniq = _factorize(values)
+    return c, len(uniq) + 1
+
+
+def _factorize(values: pd.Series) -> tuple[np.ndarray, pd.Index]:
+    try:
+        c, uniq = pd.factorize(values, sort=True)
+    except TypeError:  # numbers from one file, text from another: compare as text
+        c, uniq = pd.factorize(values.astype("string"), sort=True)
+    return (c + 1).astype(np.int64), pd.Index(uniq)
+
+
+def first_item(values: pd.Series, sep: str) -> pd.Series:
+    """The first item of a delimited list ("20,43" → "20"); empty → missing."""
+    first = values.astype("string").str.split(sep, n=1).str[0].str.strip()
+    return first.mask(first == "")
+
+
+def log2_buckets(values: np.ndarray) -> tuple[np.ndarray, int]:
+    """``1 + floor(log2(1 + x))`` for x >= 0, 0 for a missing or negative value; and the
+    cardinality. Log buckets keep a heavy-tailed quantity (a duration) to ~20 ids."""
+    ok = ~np.isnan(values) & (values >= 0)
+    b = np.zeros(len(values), dtype=np.int64)
+    b[ok] = np.floor(np.log2(1.0 + values[ok])).astype(np.int64) + 1
+    return b, int(b.max(initial=0)) + 1
+
+
+def value_name(v: object) -> str:
+    """A value as a name: integral floats without ``.0`` (a column read with gaps is float)."""
+    if isinstance(v, float | np.floating) and float(v).is_integer():
+        return str(int(v))
+    return str(v)
+
+
+def group_domains(values: pd.Series, min_share: float, prefix: str, where: str
+                  ) -> tuple[np.ndarray, list[str]]:
+    """Domain ids (int16) and names: one domain per value with at least ``min_share`` of the rows,
+    named ``prefix + value`` and ordered by descending share (ties: value order); the rarer
+    values and missing ones form ``other``, always last."""
+    raw, uniq = _factorize(values)  # 0 = missing
+    counts = np.bincount(raw, minlength=len(uniq) + 1)
+    order = np.lexsort((np.arange(len(uniq)), -counts[1:])) + 1  # codes, by descending count
+    names = [prefix + value_name(uniq[c - 1]) for c in order]
+    kept = [(c, nm) for c, nm in zip(order, names, strict=True)
+            if counts[c] / max(len(values), 1) >= min_share and nm != OTHER]
+    if len(kept) >= MAX_DOMAINS:
+        raise DataError(f"{where}: {len(kept)} domains, more than the int16 domain column "
+                        "holds; raise min_share")
+    table = np.full(len(uniq) + 1, len(kept), dtype=np.int16)  # default: other
+    for i, (c, _) in enumerate(kept):
+        table[c] = i
+    domains = [nm for _, nm in kept]
+    if len(kept) < len(order) or counts[0]:
+        domains.append(OTHER)
+    return table[raw], domains
+
+
+def calendar_days(t_ns: np.ndarray, timezone: str, first: int | None = None) -> np.ndarray:
+    """Day index: the local calendar date in ``timezone``, counted from the first date.
+
+    ``first`` (days since 1970-01-01) overrides day 0: a log cut by its own date column can hold
+    a few rows that the clock puts on the day before its first date (KuaiRand dates a row by a
+    rounded hour); they join day 0 rather than form a tiny day of their own.
+    """
+    local = pd.to_datetime(t_ns, utc=True).tz_convert(timezone).tz_localize(None)
+    date = local.to_numpy().astype("datetime64[D]").astype(np.int64)
+    return np.maximum(date - (date.min() if first is None else first), 0).astype(np.int32)

@@ -1,0 +1,193 @@
+"""Reading logs and side tables (CSV or Parquet) into typed columns.
+
+Every conversion is vectorised and every failure is one ``DataError`` naming the file, the column,
+the place (``line N`` of a CSV, counting the header as line 1; ``row N`` of a Parquet file, from
+0) and, where a mapping key asked for the column, that key.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from transfer.data.importer.mapping import TIME_UNITS, Label, Time
+from transfer.errors import DataError
+
+CSV_SUFFIXES = (".csv", ".csv.gz")
+PARQUET_SUFFIXES = (".parquet", ".pq")
+_OFFSET = r"(?:[zZ]|[+-]\d\d(?::?\d\d)?)\s*$"  # an ISO datetime that names its UTC offset
+
+
+def is_csv(path: Path) -> bool:
+    return path.name.lower().endswith(CSV_SUFFIXES)
+
+
+def place(path: Path, i: int) -> str:
+    """Where row ``i`` (0-based, in file order) is, in words a user can look up."""
+    return f"line {i + 2}" if is_csv(path) else f"row {i}"
+
+
+def find_files(src: Path, patterns: tuple[str, ...], exclude: set[Path]) -> list[Path]:
+    """``src`` itself, or the files of directory ``src`` matching ``patterns`` (name order)."""
+    if src.is_file():
+        return [src]
+    if not src.is_dir():
+        raise DataError(f"{src}: no such file or directory")
+    found = sorted({p for pat in patterns for p in src.glob(pat)
+                    if p.is_file() and p.resolve() not in exclude})
+    if not found:
+        raise DataError(f"{src}: no log files (looked for {', '.join(patterns)})")
+    return found
+
+
+def _unreadable(path: Path, e: BaseException) -> DataError:
+    first = str(e).splitlines()[0] if str(e) else type(e).__name__
+    kind = "CSV" if is_csv(path) else "Parquet file"
+    return DataError(f"{path}: not a readable {kind} ({first})")
+
+
+def header(path: Path) -> list[str]:
+    """The column names of a CSV or Parquet file."""
+    if not (is_csv(path) or path.name.lower().endswith(PARQUET_SUFFIXES)):
+        raise DataError(f"{path}: unsupported file type (expected .csv, .csv.gz or .parquet)")
+    try:
+        if is_csv(path):
+            return [str(c) for c in pd.read_csv(path, nrows=0).columns]
+        return list(pq.read_schema(path).names)
+    except pd.errors.EmptyDataError:
+        raise DataError(f"{path}: empty file (expected a header line)") from None
+    except (OSError, UnicodeDecodeError, pd.errors.ParserError, pa.ArrowException) as e:
+        raise _unreadable(path, e) from None
+
+
+def read(path: Path, columns: list[str]) -> pd.DataFrame:
+    """The named columns of a file (each must exist: check ``header`` first)."""
+    try:
+        if is_csv(path):
+            return pd.read_csv(path, usecols=columns, low_memory=False)
+        return pq.read_table(path, columns=columns).to_pandas()
+    except (OSError, UnicodeDecodeError, pd.errors.ParserError, pa.ArrowException,
+            ValueError) as e:
+        raise _unreadable(path, e) from None
+
+
+def show(v: object) -> str:
+    """A cell value as a user wrote it: 0.5, 'x' (not np.float64(0.5))."""
+    return repr(v.item() if isinstance(v, np.generic) else v)
+
+
+def _fail(path: Path, column: str, i: int, what: str, key: str) -> DataError:
+    by = f" (mapping key {key!r})" if key else ""
+    return DataError(f"{path}: column {column!r} {place(path, i)}: {what}{by}")
+
+
+def numbers(s: pd.Series, path: Path, key: str = "", integer: bool = False,
+            missing_ok: bool = False, non_negative: bool = False) -> np.ndarray:
+    """A numeric column as float64 (NaN where empty and ``missing_ok``) or int64 if ``integer``."""
+    col = str(s.name)
+    if pd.api.types.is_bool_dtype(s):
+        s = s.astype(np.int64)
+    v = pd.to_numeric(s, errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
+    bad = np.isnan(v) & s.notna().to_numpy()
+    if bad.any():
+        i = int(np.argmax(bad))
+        raise _fail(path, col, i, f"{show(s.iloc[i])} is not a number", key)
+    if not missing_ok and np.isnan(v).any():
+        raise _fail(path, col, int(np.argmax(np.isnan(v))), "empty value", key)
+    if integer:
+        frac = ~np.isnan(v) & (v % 1 != 0)
+        if frac.any():
+            i = int(np.argmax(frac))
+            raise _fail(path, col, i, f"{show(s.iloc[i])} is not an integer", key)
+    if non_negative and (v < 0).any():
+        i = int(np.argmax(v < 0))
+        raise _fail(path, col, i, f"negative id {s.iloc[i]}", key)
+    if integer and not missing_ok:
+        exact = pd.api.types.is_integer_dtype(s)
+        return s.to_numpy(dtype=np.int64) if exact else v.astype(np.int64)
+    return v
+
+
+def binary(s: pd.Series, path: Path, key: str, hint: str = "") -> np.ndarray:
+    """A 0/1 column as int8."""
+    v = numbers(s, path, key)
+    bad = (v != 0) & (v != 1)
+    if bad.any():
+        i = int(np.argmax(bad))
+        raise _fail(path, str(s.name), i, f"{show(s.iloc[i])} is not 0 or 1{hint}", key)
+    return v.astype(np.int8)
+
+
+def label(s: pd.Series, path: Path, lab: Label) -> np.ndarray:
+    """A task label: the 0/1 column itself, or ``column <op> value``."""
+    if lab.op is None:
+        return binary(s, path, lab.key, "; add op and value to threshold it")
+    if isinstance(lab.value, str):
+        if s.isna().any():
+            raise _fail(path, lab.column, int(np.argmax(s.isna().to_numpy())), "empty value",
+                        lab.key)
+        v, ref = s.astype(str).to_numpy(), lab.value
+    else:
+        v, ref = numbers(s, path, lab.key), lab.value
+    ops = {">=": np.greater_equal, ">": np.greater, "<=": np.less_equal, "<": np.less,
+           "==": np.equal, "!=": np.not_equal}
+    return ops[lab.op](v, ref).astype(np.int8)
+
+
+def time_ns(s: pd.Series, path: Path, t: Time) -> np.ndarray:
+    """Event times as int64 nanoseconds since the epoch (UTC)."""
+    if pd.api.types.is_datetime64_any_dtype(s):  # a Parquet timestamp: the unit is in the type
+        s = s if s.dt.tz is not None else s.dt.tz_localize(t.timezone)
+        if s.isna().any():
+            raise _fail(path, t.column, int(np.argmax(s.isna().to_numpy())), "empty value",
+                        "time")
+        return s.dt.tz_convert(None).dt.as_unit("ns").to_numpy().view(np.int64)
+    if t.unit != "iso":
+        scale = TIME_UNITS[t.unit]
+        if pd.api.types.is_integer_dtype(s):
+            v = s.to_numpy(dtype=np.int64)
+            big = np.abs(v) > np.iinfo(np.int64).max // scale
+            if big.any():
+                i = int(np.argmax(big))
+                raise _fail(path, t.column, i, f"{v[i]} is out of range for unit {t.unit}",
+                            "time")
+            return v * scale
+        return np.rint(numbers(s, path, "time") * scale).astype(np.int64)
+    text = s.astype("string")
+    has_offset = text.str.contains(_OFFSET, regex=True).fillna(False).to_numpy(dtype=bool)
+    aware = pd.to_datetime(text.where(has_offset), format="ISO8601", utc=True, errors="coerce")
+    naive = pd.to_datetime(text.where(~has_offset), format="ISO8601", errors="coerce")
+    try:
+        naive = naive.dt.tz_localize(t.timezone, ambiguous="NaT", nonexistent="NaT")
+    except (TypeError, ValueError):  # an offset the pattern missed: not a plain ISO datetime
+        naive = pd.Series(pd.NaT, index=s.index, dtype="datetime64[ns, UTC]")
+    both = aware.where(has_offset, naive.dt.tz_convert("UTC")).dt.tz_convert(None)
+    bad = both.isna().to_numpy()
+    if bad.any():
+        i = int(np.argmax(bad))
+        what = ("empty value" if pd.isna(s.iloc[i]) else
+                f"{show(s.iloc[i])} is not an ISO datetime (or not a valid local time in "
+                f"{t.timezone})")
+        raise _fail(path, t.column, i, what, "time")
+    return both.dt.as_unit("ns").to_numpy().view(np.int64)
+
+
+def dates(s: pd.Series, path: Path, key: str) -> np.ndarray:
+    """A date column (yyyymmdd integers or ISO dates) as days since 1970-01-01."""
+    if pd.api.types.is_numeric_dtype(s):
+        v = numbers(s, path, key, integer=True)
+        parsed = pd.to_datetime(pd.Series(v).astype(str), format="%Y%m%d", errors="coerce")
+    else:
+        parsed = pd.to_datetime(s.astype("string"), format="ISO8601", errors="coerce")
+    bad = parsed.isna().to_numpy()
+    if bad.any():
+        i = int(np.argmax(bad))
+        raise _fail(path, str(s.name), i, f"{show(s.iloc[i])} is not a date (yyyymmdd or ISO)",
+                    key)
+    if parsed.dt.tz is not None:
+        parsed = parsed.dt.tz_localize(None)
+    return parsed.to_numpy().astype("datetime64[D]").astype(np.int64)

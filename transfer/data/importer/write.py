@@ -1,0 +1,62 @@
+"""Writing imported rows: day partitions with histories gathered from the same rows."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+
+from transfer.data.ranges import age_buckets, gather_ranges, history_ranges
+from transfer.data.schema import DatasetSchema
+from transfer.data.writer import write_day
+
+
+@dataclass
+class Events:
+    """What a history is made of: every row is an event of its user.
+
+    ``user`` and ``t`` (nanoseconds) are per row in time order; ``fields`` maps each history
+    column to its per-row event value, or to None for ``hist_age`` (relative to the reading row).
+    """
+
+    user: np.ndarray
+    t: np.ndarray
+    fields: dict[str, np.ndarray | None]
+    max_events: int
+
+
+def write_dataset(schema: DatasetSchema, cols: dict[str, np.ndarray], events: Events,
+                  root: Path) -> None:
+    """Write ``cols`` (rows in time order, ``day`` non-decreasing) as day partitions under
+    ``root`` and fill ``schema.rows_per_day``."""
+    arrow = schema.arrow_schema()
+    day = cols["day"]
+    n = len(day)
+    if np.any(np.diff(day) < 0):
+        raise AssertionError("days must not decrease in time order")
+    ts = cols["ts"]
+    if events.fields:
+        # History ranges live in (user, time) order; perm maps that order back to example ids.
+        perm = np.lexsort((np.arange(n), events.t, events.user))
+        start, end = history_ranges(events.user[perm], events.t[perm], events.max_events)
+        pos_of = np.empty(n, dtype=np.int64)
+        pos_of[perm] = np.arange(n)
+    for d in schema.days:
+        lo, hi = int(np.searchsorted(day, d, "left")), int(np.searchsorted(day, d, "right"))
+        arrays = {f.name: pa.array(cols[f.name][lo:hi], type=f.type)
+                  for f in arrow if f.name in cols}
+        if events.fields:
+            pos = pos_of[lo:hi]
+            lengths = end[pos] - start[pos]
+            offsets, idx = gather_ranges(start[pos], lengths)
+            ev = perm[idx]  # example ids of the events, oldest first per row
+            o = pa.array(offsets.astype(np.int32))
+            for name, values in events.fields.items():
+                v = age_buckets(ts[lo:hi], lengths, ts[ev]) if values is None else values[ev]
+                typ = arrow.field(name).type
+                arrays[name] = pa.ListArray.from_arrays(o, pa.array(v, type=typ.value_type))
+        table = pa.Table.from_arrays([arrays[f.name] for f in arrow], schema=arrow)
+        write_day(table, root, d)
+        schema.rows_per_day[str(d)] = hi - lo
