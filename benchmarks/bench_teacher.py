@@ -32,26 +32,30 @@ import sys
 import tempfile
 import time
 import warnings
-from collections.abc import Callable
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 import yaml
-from torch.utils.flop_counter import FlopCounterMode
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks import teacher_steps  # noqa: E402
 from benchmarks.common import figure, interleaved, print_figures, sync, write_json  # noqa: E402
-from teachers import GEM  # noqa: E402
+from benchmarks.teacher_steps import (  # noqa: E402
+    BATCH,
+    MM_FLOPS,
+    MM_SHAPE,
+    Step,
+    cycler,
+    matmul_fn,
+    read_batches,
+    step_flops,
+)
 from transfer.data.batch import Batch  # noqa: E402
 from transfer.data.reader import DatasetReader  # noqa: E402
 from transfer.data.synth import SynthConfig, generate  # noqa: E402
-from transfer.training.ranking_module import embedding_parameters  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-BATCH = 512
 CAPS = [128, 256, 512, 1024, 2048, 4096]
-MM_SHAPE = (512, 1024, 1024)  # [M, K] @ [K, N]: the B x mlp_width x mlp_width of `base`
 SMALL_WORLD_TRAIN = 200_000  # examples on the small world's teacher training days [0, 10)
 DEVICE = "cpu"  # set from --device in main()
 TYPICAL = dict(n_days=2, examples_per_day=2048, n_users=2000, n_ads=300, n_advertisers=40,
@@ -64,79 +68,6 @@ LONG = dict(n_days=1, examples_per_day=1536, n_users=600, n_ads=300, n_advertise
 def model_config(name: str, **overrides) -> dict:
     cfg = yaml.safe_load((ROOT / "experiments" / "teachers" / f"{name}.yaml").read_text())
     return {**cfg["model"], **overrides}
-
-
-class Step:
-    """One training step of a fresh GEM (seeded) with the trainer's AdamW groups."""
-
-    def __init__(self, schema, config: dict, compile_: bool = False, seed: int = 0):
-        torch.manual_seed(seed)
-        self.model = GEM.from_config(schema, config).to(DEVICE)
-        self.model.train()
-        emb = embedding_parameters(self.model)
-        ids = {id(p) for p in emb}
-        dense = [p for p in self.model.parameters() if id(p) not in ids]
-        self.opt = torch.optim.AdamW(
-            [{"params": emb, "lr": 0.01, "weight_decay": 0.0}, {"params": dense}], lr=1e-3
-        )
-        self.forward = torch.compile(self.model) if compile_ else self.model
-
-    def loss(self, batch: Batch) -> torch.Tensor:
-        logits = self.forward(batch).logits
-        return F.binary_cross_entropy_with_logits(logits, batch.labels)
-
-    def __call__(self, batch: Batch) -> float:
-        self.opt.zero_grad(set_to_none=True)
-        loss = self.loss(batch)
-        loss.backward()
-        self.opt.step()
-        return float(loss.detach())
-
-
-def cycler(step: Step, batches: list[Batch]) -> Callable[[], object]:
-    state = {"i": 0}
-
-    def run() -> object:
-        b = batches[state["i"] % len(batches)]
-        state["i"] += 1
-        return step(b)
-
-    return run
-
-
-def matmul_fn() -> Callable[[], object]:
-    m, k, n = MM_SHAPE
-    a, b = torch.randn(m, k, device=DEVICE), torch.randn(k, n, device=DEVICE)
-
-    def run() -> object:
-        for _ in range(4):
-            torch.mm(a, b)
-
-    return run
-
-
-MM_FLOPS = 4 * 2 * MM_SHAPE[0] * MM_SHAPE[1] * MM_SHAPE[2]  # four mms per call
-
-
-def step_flops(step: Step, batch: Batch) -> int:
-    """Matmul/attention FLOPs of one forward + backward (``FlopCounterMode``: it counts mm,
-    bmm, addmm, convolutions and SDPA, not elementwise ops, embedding bags or the optimizer)."""
-    step.opt.zero_grad(set_to_none=True)
-    with FlopCounterMode(display=False) as counter:
-        step.model(batch).logits.float().sum().backward()
-    step.opt.zero_grad(set_to_none=True)
-    return int(counter.get_total_flops())
-
-
-def read_batches(root: Path, n: int, max_seq_len: int | None = None) -> list[Batch]:
-    reader = DatasetReader(root, batch_size=BATCH, max_seq_len=max_seq_len)
-    out = []
-    for b in reader:
-        if len(b) == BATCH:
-            out.append(b.to(DEVICE))
-        if len(out) == n:
-            break
-    return out
 
 
 # ---------------------------------------------------------------------------- memory (child)
@@ -219,7 +150,7 @@ def main() -> None:
     p.add_argument("--_steps", type=int, default=3, help=argparse.SUPPRESS)
     args = p.parse_args()
     global DEVICE
-    DEVICE = args.device
+    DEVICE = teacher_steps.DEVICE = args.device
     if DEVICE == "cuda" and not torch.cuda.is_available():
         p.error("--device cuda: torch sees no CUDA device")
     if args.repeats is not None and args.repeats < 5:

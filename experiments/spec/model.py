@@ -93,11 +93,9 @@ class PluginSpec:
 
     @classmethod
     def from_mapping(cls, values: Any, where: str) -> PluginSpec:
-        if isinstance(values, str):
-            return cls(values)
-        from transfer.config import build_dataclass
+        from transfer.plugins import parse_plugin
 
-        return build_dataclass(cls, values, where)
+        return cls(*parse_plugin(values, where, {}))
 
     def to_dict(self) -> Any:
         return {"class_path": self.class_path, "init_args": dict(self.init_args)} \

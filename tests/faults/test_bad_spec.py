@@ -24,8 +24,8 @@ CASES = [
     ("tuning.kd_wieght=[1.0]", "spec tuning: unknown key 'kd_wieght'; the methods tune: "
                                "adapter_hidden, aux_beta, kd_weight, temperature"),
     ("tuning.kd_weight=1.0", "{spec}: tuning: key 'kd_weight' must be a non-empty list"),
-    ("student.hidden=[8]", "{spec}: key 'student': unknown key 'hidden'; valid keys: class_path, "
-                           "init_args"),
+    ("student.hidden=[8]", "{spec}: key 'student': unknown key 'hidden' (expected class_path, "
+                           "init_args)"),
     ("student.class_path=my_studentz.tower.TwoTower",
      "student class_path 'my_studentz.tower.TwoTower' could not be imported "
      "(ModuleNotFoundError: No module named 'my_studentz')"),

@@ -19,7 +19,8 @@ import torch
 
 from experiments.cli import main
 from tests.faults.conftest import TinyRun, cli_error, snapshot
-from transfer.store.writer import _sha256, parquet_options
+from transfer.io.integrity import sha256_file as _sha256
+from transfer.store.writer import parquet_options
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ import pytest
 
 from tests.faults.conftest import ROOT, assert_same_store, error_line, export_argv
 from tests.faults.forked import fork_gemkd
-from tests.store.test_store import feed, make_rows, writer_args
+from tests.store.helpers import feed, make_rows, writer_args
 from transfer.errors import GemkdError
 from transfer.store import StoreWriter, TeacherStore
 

@@ -29,7 +29,7 @@ import torch
 pytest.importorskip("triton", reason="triton is not installed")
 
 from transfer import ops  # noqa: E402
-from transfer.ops import triton_kernels  # noqa: E402
+from transfer.ops import triton_attention, triton_kernels  # noqa: E402
 
 WORKER_ENV = "GEMKD_TRITON_WORKER"
 IN_WORKER = os.environ.get(WORKER_ENV) == "1"
@@ -175,7 +175,8 @@ def test_kernels_compile_for_sm90(dtype, acc, monkeypatch):
     monkeypatch.setenv("TRITON_DEFAULT_FP_FUSION", "1")  # silence a triton 3.9 deprecation warning
     target = GPUTarget("cuda", 90, 32)
     for name, (sig, constexprs) in _signatures(f"*{dtype}", acc).items():
-        kernel = getattr(triton_kernels, name)
+        module = triton_attention if name.startswith("_attn") else triton_kernels
+        kernel = getattr(module, name)
         fn = kernel if isinstance(kernel, JITFunction) else JITFunction(kernel.fn)
         sig = {**sig, **dict.fromkeys(constexprs, "constexpr")}
         with warnings.catch_warnings():

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.store.test_store import make_rows, write_store
+from tests.store.helpers import make_rows, write_store
 from transfer.store import TeacherJoin, TeacherStore
 
 

@@ -14,7 +14,6 @@ itself and may not import the model packages; ``adapters.compressor`` re-exports
 
 from __future__ import annotations
 
-import hashlib
 import json
 from pathlib import Path
 from typing import Any
@@ -26,6 +25,7 @@ import torch
 
 from transfer.errors import StoreError
 from transfer.io.atomic import atomic_directory
+from transfer.io.integrity import int_ids, read_json_object, sha256_file
 
 CODES_JSON = "codes.json"
 CODES_FILE = "codes.parquet"
@@ -103,23 +103,6 @@ def code_schema(nbytes: int) -> pa.Schema:
     ])
 
 
-def _sha256(path: Path) -> str:
-    with open(path, "rb") as f:
-        return hashlib.file_digest(f, "sha256").hexdigest()
-
-
-def _ints(name: str, a: Any, rows: int | None, out: Path) -> np.ndarray:
-    if isinstance(a, torch.Tensor):
-        a = a.detach().cpu().numpy()
-    a = np.asarray(a)
-    if a.ndim != 1 or a.dtype.kind not in "iu":
-        raise StoreError(f"{out}: {name} must be an integer array [M], got {a.dtype}"
-                         f"{list(a.shape)}")
-    if rows is not None and len(a) != rows:
-        raise StoreError(f"{out}: {name} has {len(a)} rows, example_id has {rows}")
-    return a.astype(np.int64, copy=False)
-
-
 def write_code_store(out: str | Path, example_id: Any, user_id: Any, ts: Any, day: Any,
                      codes_q: np.ndarray, bits: int, code_dim: int, meta: dict[str, Any],
                      overwrite: bool = False) -> Path:
@@ -137,9 +120,10 @@ def write_code_store(out: str | Path, example_id: Any, user_id: Any, ts: Any, da
     if not isinstance(meta, dict) or not isinstance(meta.get("teacher_version"), str) \
             or not meta["teacher_version"]:
         raise StoreError(f"{out}: meta must be a dict with a non-empty 'teacher_version'")
-    eid = _ints("example_id", example_id, None, out)
+    eid = int_ids("example_id", example_id, str(out))
     m = len(eid)
-    uid, t, d = (_ints(n, a, m, out) for n, a in (("user_id", user_id), ("ts", ts), ("day", day)))
+    uid, t, d = (int_ids(n, a, str(out), m)
+                 for n, a in (("user_id", user_id), ("ts", ts), ("day", day)))
     if m and (d.min() < np.iinfo(np.int32).min or d.max() > np.iinfo(np.int32).max):
         raise StoreError(f"{out}: day values do not fit int32")
     q = np.asarray(codes_q)
@@ -163,7 +147,7 @@ def write_code_store(out: str | Path, example_id: Any, user_id: Any, ts: Any, da
         pq.write_table(table, tmp / CODES_FILE, row_group_size=1 << 20,
                        use_dictionary=["day"], write_statistics=["user_id", "ts", "day"])
         info = {"format_version": FORMAT_VERSION, "bits": bits, "code_dim": code_dim,
-                "rows": m, "file": CODES_FILE, "sha256": _sha256(tmp / CODES_FILE),
+                "rows": m, "file": CODES_FILE, "sha256": sha256_file(tmp / CODES_FILE),
                 "meta": meta}
         (tmp / CODES_JSON).write_text(json.dumps(info, indent=2, sort_keys=True) + "\n")
     return out
@@ -181,14 +165,8 @@ class CodeStore:
         jpath = self.path / CODES_JSON
         if not self.path.is_dir():
             raise StoreError(f"{self.path}: no such code store directory")
-        if not jpath.is_file():
-            raise StoreError(f"{self.path}: no {CODES_JSON} — the code export did not finish")
-        try:
-            info = json.loads(jpath.read_text())
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-            raise StoreError(f"{jpath}: unreadable ({e})") from None
-        if not isinstance(info, dict):
-            raise StoreError(f"{jpath}: expected a JSON object")
+        info = read_json_object(jpath, f"{self.path}: no {CODES_JSON} — the code export did "
+                                       "not finish")
         for key, typ in (("format_version", int), ("bits", int), ("code_dim", int),
                          ("rows", int), ("file", str), ("sha256", str), ("meta", dict)):
             if not isinstance(info.get(key), typ) or isinstance(info.get(key), bool):
@@ -204,7 +182,7 @@ class CodeStore:
         self.file = self.path / CODES_FILE
         if not self.file.is_file():
             raise StoreError(f"{self.file}: listed in {CODES_JSON} but missing")
-        if verify_sha and _sha256(self.file) != info["sha256"]:
+        if verify_sha and sha256_file(self.file) != info["sha256"]:
             raise StoreError(f"{self.file}: sha256 does not match {CODES_JSON} (file changed "
                              f"after export)")
         try:

@@ -18,6 +18,7 @@ import torch
 
 from transfer.data.batch import Batch
 from transfer.errors import StoreError
+from transfer.io.integrity import int_ids
 from transfer.store.reader import TeacherStore
 
 Policy = Literal["error", "mask"]
@@ -120,13 +121,7 @@ class TeacherJoin:
         """Look up a Batch (by its ``example_id``) or an int64 example_id array ``[B]``."""
         if isinstance(rows, Batch):
             rows = rows.example_id
-        if isinstance(rows, torch.Tensor):
-            rows = rows.detach().cpu().numpy()
-        q = np.asarray(rows)
-        if q.ndim != 1 or q.dtype.kind not in "iu":
-            raise StoreError(f"{self._where()}: example_id must be an integer array [B], got "
-                             f"{q.dtype}{list(q.shape)}")
-        q = q.astype(np.int64, copy=False)
+        q = int_ids("example_id", rows, self._where())
         rows, found = self._rows_of(q)
         n_found = int(found.sum())
         self.requested += len(q)

@@ -19,6 +19,7 @@ from typing import Any
 import torch
 
 from transfer.errors import StoreError
+from transfer.io.integrity import read_json_object
 
 SCHEMA_VERSION = 1
 MANIFEST_NAME = "manifest.json"
@@ -86,12 +87,8 @@ class Manifest:
     def load(cls, store: str | Path) -> Manifest:
         """Read and validate ``<store>/manifest.json``; every problem is a one-line StoreError."""
         path = Path(store) / MANIFEST_NAME
-        if not path.is_file():
-            raise StoreError(f"{Path(store)}: no {MANIFEST_NAME} — the export did not finish")
-        try:
-            data = json.loads(path.read_text())
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-            raise StoreError(f"{path}: unreadable ({e})") from None
+        data = read_json_object(path, f"{Path(store)}: no {MANIFEST_NAME} — the export did not "
+                                      "finish")
         return cls.from_dict(data, str(path))
 
     @classmethod

@@ -19,8 +19,9 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
 from transfer.errors import StoreError
+from transfer.io.integrity import sha256_file
+from transfer.store.format import logit_column, store_schema
 from transfer.store.manifest import Manifest, ShardInfo
-from transfer.store.writer import _sha256, logit_column, store_schema
 
 
 class TeacherStore:
@@ -111,7 +112,7 @@ class TeacherStore:
             shards = self.manifest.shards
             # hashlib releases the GIL on large reads: shards hash in parallel
             with ThreadPoolExecutor(max_workers=min(len(shards), os.cpu_count() or 1) or 1) as ex:
-                digests = list(ex.map(lambda s: _sha256(self.path / s.file), shards))
+                digests = list(ex.map(lambda s: sha256_file(self.path / s.file), shards))
             for s, digest in zip(shards, digests, strict=True):
                 if digest != s.sha256:
                     raise StoreError(f"{self.path / s.file}: sha256 differs from manifest.json "

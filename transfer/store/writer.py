@@ -21,7 +21,6 @@ by one row group (``row_group_rows``), never by the size of the export.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from dataclasses import asdict
@@ -29,111 +28,28 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
-import torch
 
 from transfer.errors import StoreError
 from transfer.io.atomic import atomic_directory, atomic_write_bytes
+from transfer.io.integrity import sha256_file
+from transfer.store.dedupe import dedupe_shards
+from transfer.store.format import (
+    KEY_COLUMNS,
+    ROW_ARRAYS,
+    parquet_options,
+    quantize_int8,
+    rank_marker,
+    shard_name,
+    store_schema,
+    to_float16,
+    to_numpy,
+)
 from transfer.store.manifest import EMB_DTYPES, MANIFEST_NAME, Manifest, ShardInfo
 
-KEY_COLUMNS: dict[str, pa.DataType] = {
-    "example_id": pa.int64(),
-    "day": pa.int32(),
-    "domain": pa.int16(),
-    "user_id": pa.int64(),
-    "ts": pa.int64(),
-}
-_ROW_ARRAYS = ("example_id", "day", "domain", "user_id", "ts")
-
-
-def parquet_options(emb_dtype: str) -> dict[str, Any]:
-    """Writer options for a shard.
-
-    Dictionary-encoding or collecting statistics on float columns costs more than the write
-    itself (every value is distinct), so only the small key columns that filters and pruning use
-    get them. int8 codes are dictionary-encoded: Parquet has no 8-bit physical type, so plain
-    encoding stores each code as a 4-byte INT32 (measured: 140 B/row for E=64 after snappy, more
-    than float16's 128); with a <= 255-entry dictionary a code takes one byte (68 B/row).
-    """
-    dictionary = ["day", "domain"]
-    if emb_dtype == "int8":
-        dictionary.append("emb.list.element")
-    return {"compression": "snappy", "use_dictionary": dictionary,
-            "write_statistics": ["example_id", "day", "domain", "ts"]}
-
-
-def shard_name(rank: int, k: int) -> str:
-    return f"part-r{rank:03d}-{k:05d}.parquet"
-
-
-def rank_marker(rank: int) -> str:
-    return f"_rank-r{rank:03d}.json"
-
-
-def logit_column(task: str) -> str:
-    return f"logit_{task}"
-
-
-def store_schema(tasks: list[str], emb_dim: int, emb_dtype: str) -> pa.Schema:
-    """The Arrow schema of every shard (``emb_scale`` only for int8 embeddings)."""
-    value = pa.float16() if emb_dtype == "float16" else pa.int8()
-    fields = [pa.field(k, t) for k, t in KEY_COLUMNS.items()]
-    fields += [pa.field(logit_column(t), pa.float32()) for t in tasks]
-    fields.append(pa.field("emb", pa.list_(value, emb_dim)))
-    if emb_dtype == "int8":
-        fields.append(pa.field("emb_scale", pa.float32()))
-    return pa.schema(fields)
-
-
-def quantize_int8(emb: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Symmetric per-row int8: ``scale = max|x| / 127``, ``q = round(x / scale)``.
-
-    Error per value is at most ``scale / 2``. Rows with ``max|x| < 1e-30`` (all-zero rows among
-    them) get codes 0 — their error is below 1e-30, and ``127 / max|x|`` would overflow float32.
-    numpy, not torch: as fast here, and it never contends for intra-op threads.
-    """
-    x = np.asarray(emb, dtype=np.float32)
-    amax = np.maximum(x.max(axis=1), -x.min(axis=1))
-    inv = np.divide(np.float32(127.0), amax, out=np.zeros_like(amax), where=amax >= 1e-30)
-    y = x * inv[:, None]
-    np.rint(y, out=y)  # |y| <= 127 by construction
-    return y.astype(np.int8), amax / np.float32(127.0)
-
-
-def to_float16(emb: np.ndarray) -> np.ndarray:
-    """float32 → float16 (torch's vectorised cast; bit-identical to numpy's, several times
-    faster on large arrays — call it on row groups, not on small batches)."""
-    if emb.dtype == np.float16:
-        return emb
-    return torch.from_numpy(np.ascontiguousarray(emb, dtype=np.float32)).half().numpy()
-
-
-def _to_numpy(x: Any) -> np.ndarray:
-    if isinstance(x, torch.Tensor):
-        x = x.detach()
-        if x.dtype == torch.bfloat16:
-            x = x.float()
-        return x.cpu().numpy()
-    return np.asarray(x)
-
-
-def _sha256(path: Path) -> str:
-    with open(path, "rb") as f:
-        return hashlib.file_digest(f, "sha256").hexdigest()
-
-
-def write_shard_file(table: pa.Table, path: Path, options: dict[str, Any]) -> None:
-    """Write ``table`` to a hidden temporary name next to ``path`` and rename it into place."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    try:
-        pq.write_table(table, tmp, row_group_size=max(table.num_rows, 1), **options)
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-
+__all__ = ["StoreWriter", "dedupe_shards", "parquet_options", "quantize_int8", "store_schema",
+           "to_float16"]
 
 class StoreWriter:
     """Accept per-batch teacher outputs of one rank and write them as Parquet shards.
@@ -204,10 +120,10 @@ class StoreWriter:
         if self.state != "open":
             raise StoreError(f"{self.staging_dir}: rank {self.rank} writer is {self.state}")
         where = f"{self.out_dir}: rank {self.rank} batch {self._batches}"
-        cols = {k: _to_numpy(v) for k, v in zip(
-            _ROW_ARRAYS, (example_id, day, domain, user_id, ts), strict=True)}
-        lg = _to_numpy(logits)
-        em = _to_numpy(emb)
+        cols = {k: to_numpy(v) for k, v in zip(
+            ROW_ARRAYS, (example_id, day, domain, user_id, ts), strict=True)}
+        lg = to_numpy(logits)
+        em = to_numpy(emb)
         b = cols["example_id"].shape[0] if cols["example_id"].ndim == 1 else -1
         for name, a in cols.items():
             if a.shape != (b,) or a.dtype.kind not in "iu":
@@ -311,7 +227,7 @@ class StoreWriter:
         name = shard_name(self.rank, self._shard_k)
         os.replace(self._tmp_path(), self.staging_dir / name)
         self.shards.append(ShardInfo(file=name, rows=self._shard_rows,
-                                     sha256=_sha256(self.staging_dir / name),
+                                     sha256=sha256_file(self.staging_dir / name),
                                      days=sorted(int(d) for d in self._shard_days)))
         self.rows_written += self._shard_rows
         self._shard_k += 1
@@ -416,43 +332,3 @@ class StoreWriter:
             self.finalize()
         else:
             self.close()
-
-
-def dedupe_shards(root: Path, shards: list[ShardInfo],
-                  options: dict[str, Any]) -> tuple[list[ShardInfo], int]:
-    """Keep the first row (in shard order) of every example_id; rewrite only affected shards.
-
-    Keyed by example_id, never by batch position: a DistributedSampler that pads ranks repeats
-    whole examples on another rank, at a different batch index.
-    """
-    if not shards:
-        return shards, 0
-    ids = [pq.read_table(root / s.file, columns=["example_id"]).column(0).to_numpy()
-           for s in shards]
-    for s, shard_ids in zip(shards, ids, strict=True):
-        if len(shard_ids) != s.rows:
-            raise StoreError(f"{root / s.file}: has {len(shard_ids)} rows, its rank's marker "
-                             f"says {s.rows}")
-    # a hash table (pandas' khash), not a sort: ~4x faster than argsort on 1M ids; ``keep=
-    # "first"`` keeps the earliest copy in shard order (rank 0 before rank 1)
-    drop = pd.Index(np.concatenate(ids)).duplicated(keep="first")
-    if not drop.any():
-        return shards, 0
-    out: list[ShardInfo] = []
-    start = 0
-    for s, shard_ids in zip(shards, ids, strict=True):
-        mine = drop[start:start + len(shard_ids)]
-        start += len(shard_ids)
-        if not mine.any():
-            out.append(s)
-            continue
-        path = root / s.file
-        if mine.all():
-            path.unlink()
-            continue
-        table = pq.read_table(path).filter(pa.array(~mine))
-        write_shard_file(table, path, options)
-        days = np.unique(table.column("day").to_numpy()).tolist()
-        out.append(ShardInfo(file=s.file, rows=table.num_rows, sha256=_sha256(path),
-                             days=[int(d) for d in days]))
-    return out, int(drop.sum())

@@ -1,0 +1,93 @@
+"""The timed units of bench_teacher: one GEM training step, a dense matmul of the same rounds
+(the machine's own GFLOP/s), FLOP counts and batches read once."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch.utils.flop_counter import FlopCounterMode
+
+from teachers import GEM
+from transfer.data.batch import Batch
+from transfer.data.reader import DatasetReader
+from transfer.training.ranking_module import embedding_parameters
+
+BATCH = 512
+MM_SHAPE = (512, 1024, 1024)  # [M, K] @ [K, N]: the B x mlp_width x mlp_width of `base`
+DEVICE = "cpu"  # set by bench_teacher's main() from --device
+
+
+class Step:
+    """One training step of a fresh GEM (seeded) with the trainer's AdamW groups."""
+
+    def __init__(self, schema, config: dict, compile_: bool = False, seed: int = 0):
+        torch.manual_seed(seed)
+        self.model = GEM.from_config(schema, config).to(DEVICE)
+        self.model.train()
+        emb = embedding_parameters(self.model)
+        ids = {id(p) for p in emb}
+        dense = [p for p in self.model.parameters() if id(p) not in ids]
+        self.opt = torch.optim.AdamW(
+            [{"params": emb, "lr": 0.01, "weight_decay": 0.0}, {"params": dense}], lr=1e-3
+        )
+        self.forward = torch.compile(self.model) if compile_ else self.model
+
+    def loss(self, batch: Batch) -> torch.Tensor:
+        logits = self.forward(batch).logits
+        return F.binary_cross_entropy_with_logits(logits, batch.labels)
+
+    def __call__(self, batch: Batch) -> float:
+        self.opt.zero_grad(set_to_none=True)
+        loss = self.loss(batch)
+        loss.backward()
+        self.opt.step()
+        return float(loss.detach())
+
+
+def cycler(step: Step, batches: list[Batch]) -> Callable[[], object]:
+    state = {"i": 0}
+
+    def run() -> object:
+        b = batches[state["i"] % len(batches)]
+        state["i"] += 1
+        return step(b)
+
+    return run
+
+
+def matmul_fn() -> Callable[[], object]:
+    m, k, n = MM_SHAPE
+    a, b = torch.randn(m, k, device=DEVICE), torch.randn(k, n, device=DEVICE)
+
+    def run() -> object:
+        for _ in range(4):
+            torch.mm(a, b)
+
+    return run
+
+
+MM_FLOPS = 4 * 2 * MM_SHAPE[0] * MM_SHAPE[1] * MM_SHAPE[2]  # four mms per call
+
+
+def step_flops(step: Step, batch: Batch) -> int:
+    """Matmul/attention FLOPs of one forward + backward (``FlopCounterMode``: it counts mm,
+    bmm, addmm, convolutions and SDPA, not elementwise ops, embedding bags or the optimizer)."""
+    step.opt.zero_grad(set_to_none=True)
+    with FlopCounterMode(display=False) as counter:
+        step.model(batch).logits.float().sum().backward()
+    step.opt.zero_grad(set_to_none=True)
+    return int(counter.get_total_flops())
+
+
+def read_batches(root: Path, n: int, max_seq_len: int | None = None) -> list[Batch]:
+    reader = DatasetReader(root, batch_size=BATCH, max_seq_len=max_seq_len)
+    out = []
+    for b in reader:
+        if len(b) == BATCH:
+            out.append(b.to(DEVICE))
+        if len(out) == n:
+            break
+    return out
