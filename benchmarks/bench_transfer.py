@@ -101,7 +101,7 @@ def build_inputs(spec: RunSpec, cache: Path, teacher_steps: int) -> tuple[Path, 
                                            "max_steps": teacher_steps, "log_every_n_steps": 1})
     run = steps.fit_teacher(steps.teacher_config(spec, train_end, which), data, data_key, cache,
                             log)
-    store = steps.export_teacher(run, data, spec.repr.layer, cache, log)
+    store = steps.export_teacher(run, data, spec.repr.layer or "trunk", cache, log)
     codes = steps.build_codes(store, train_end, dataclasses.replace(spec.repr, epochs=1),
                               spec.seeds[0], cache, log)
     return data, store, codes

@@ -116,7 +116,8 @@ def lag_inputs(spec: RunSpec, train_end: int, data: Path, data_key: dict, fm_dom
     else:
         gem_cfg = steps.teacher_config(spec, train_end, spec.teacher)
         gem_run = steps.fit_teacher(gem_cfg, data, data_key, cache, log)
-        stores = {"gem": steps.export_teacher(gem_run, data, spec.repr.layer, cache, log)}
+        layer = spec.repr.layer or gem_cfg.repr_layer
+        stores = {"gem": steps.export_teacher(gem_run, data, layer, cache, log)}
         ckpt = gem_run / "checkpoints" / "last.ckpt"
         weights = lambda: model_weights(ckpt)  # noqa: E731 - loaded only by param sharing
     if any(v.teacher == "domain_fm" for v in spec.variants):

@@ -155,11 +155,12 @@ def parse_variants(value: Any, where: str = "spec variants") -> list[VariantSpec
 
 @dataclass
 class ReprSpec:
-    """How the LoopFM codes are made and read: the teacher ``layer`` compressed, ``code_dim``,
-    ``bits`` (8 or 4), the compressor's ``epochs``, and the ``max_events`` most recent codes a
-    student example reads."""
+    """How the LoopFM codes are made and read: the teacher ``layer`` the store keeps and the
+    compressor reads (None: the teacher config's ``repr_layer``), ``code_dim``, ``bits`` (8 or
+    4), the compressor's ``epochs``, and the ``max_events`` most recent codes a student example
+    reads."""
 
-    layer: str = "trunk"
+    layer: str | None = None
     code_dim: int = 8
     bits: int = 8
     max_events: int = 50

@@ -1,0 +1,130 @@
+"""Plug-ins from outside the packages, end to end (DESIGN §5.1): a transfer method, a teacher
+and an imported teacher store, each named in a spec and run by ``gemkd run`` on a tiny world."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import torch
+import yaml
+
+from experiments.cli import main
+from transfer.store import TeacherStore
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = ROOT / "docs" / "examples"
+BASE = {
+    "name": "plugins", "seeds": [0],
+    "data": {"source": "synthetic", "preset": "tiny", "examples_per_day": 1500, "n_users": 500,
+             "history_days": 5},
+    "teacher": {"config": "tiny", "max_seq_len": 16, "max_steps": 10},
+    "teacher_days": 3, "student_days": [3, 5], "eval_days": [5, 6], "teacher_lag_days": 0,
+    "student": {"class_path": "mlp", "init_args": {"hidden": [8]}},
+    "student_tasks": ["click"], "batch_size": 128,
+    "tuning": {"kd_weight": [1.0]},
+}
+
+
+@pytest.fixture(autouse=True)
+def _examples_on_path(monkeypatch):
+    monkeypatch.syspath_prepend(str(EXAMPLES))
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+def run(tmp_path: Path, **spec) -> Path:
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    path = tmp_path / "spec.yaml"
+    path.write_text(yaml.safe_dump({**BASE, **spec}))
+    out = tmp_path / "out"
+    assert main(["run", str(path), "--out", str(out), "--threads", "1"]) == 0
+    return out
+
+
+def click_all(out: Path) -> pd.Series:
+    df = pd.read_csv(out / "results.csv")
+    return df[(df.domain == "all") & (df.task == "click")].set_index("variant")["ne"]
+
+
+def test_a_method_from_outside_the_packages(tmp_path):
+    """docs/examples/my_methods/embedding_kd.py named by its import path, composed with kd."""
+    out = run(tmp_path, variants={
+        "baseline": [], "kd": ["kd"],
+        "mine": ["kd", "my_methods.embedding_kd.EmbeddingKD"]},
+        tuning={"kd_weight": [1.0], "emb_weight": [0.5, 2.0]})
+    ne = click_all(out)
+    assert list(ne.index) == ["baseline", "kd", "mine"] and np.isfinite(ne).all()
+    assert ne["mine"] != ne["kd"]  # the embedding loss changed the student
+    tuning = pd.read_csv(out / "tuning.csv")
+    mine = tuning[tuning.variant == "mine"]
+    assert set(mine.param) == {"emb_weight", "kd_weight", "temperature"}
+    assert sorted(mine[mine.param == "emb_weight"].value) == [0.5, 2.0]
+    assert mine[mine.param == "emb_weight"].chosen.sum() == 1
+    spec = yaml.safe_load((out / "spec.yaml").read_text())
+    assert spec["variants"]["mine"] == ["kd", "my_methods.embedding_kd.EmbeddingKD"]
+    assert "| mine " in (out / "report.md").read_text()
+
+
+def test_a_teacher_from_outside_the_packages(tmp_path):
+    """docs/examples/my_teachers/deep_tower.yaml (a YAML path): fit, export, codes, students."""
+    config = EXAMPLES / "my_teachers" / "deep_tower.yaml"
+    out = run(tmp_path, teacher={"config": str(config), "max_steps": 10},
+              variants=["baseline", "kd", "kd_repr"],
+              repr={"code_dim": 4, "max_events": 10, "epochs": 1})
+    (store_step,) = (out / "cache").glob("store-*")
+    store = TeacherStore(store_step / "store")
+    assert store.manifest.teacher_name == "deep-tower" and store.manifest.layer == "tower"
+    assert store.emb_dim == 64
+    ne = click_all(out)
+    assert set(ne.index) == {"baseline", "kd", "kd_repr"} and np.isfinite(ne).all()
+
+
+def test_an_imported_store_is_a_teacher(tmp_path):
+    """Predictions logged outside gemkd → `gemkd store import` → `teacher: {store: ...}`."""
+    first = run(tmp_path / "a", variants=["baseline"])
+    data = next((first / "cache").glob("data-*")) / "data"
+    ids, logits = [], []
+    for day in range(6):  # an "external model": the world's own probabilities, as logits
+        t = pq.read_table(data / f"day={day}" / "part-0.parquet",
+                          columns=["example_id", "p_click", "p_conversion"])
+        ids.append(t["example_id"].to_numpy())
+        p = np.clip(t["p_click"].to_numpy(), 1e-6, 1 - 1e-6)
+        logits.append(np.log(p) - np.log1p(-p))
+    src = tmp_path / "scores.parquet"
+    pq.write_table(pa.table({"example_id": np.concatenate(ids),
+                             "score": np.concatenate(logits).astype(np.float32)}), src)
+    store = tmp_path / "store"
+    assert main(["store", "import", "--src", str(src), "--out", str(store), "--tasks", "click",
+                 "--logit-column", "click=score", "--data", str(data),
+                 "--trained-until-day", "2"]) == 0
+    imported = TeacherStore(store)
+    assert imported.num_rows == sum(len(i) for i in ids) and imported.manifest.layer == "none"
+    out = run(tmp_path / "b", teacher={"store": str(store)}, variants=["baseline", "kd"])
+    ne = click_all(out)
+    assert ne["kd"] < ne["baseline"]  # a teacher that knows the truth helps
+    assert not list((out / "cache").glob("teacher-*"))  # nothing trained
+
+
+def test_store_import_errors(tmp_path, capsys):
+    src = tmp_path / "scores.parquet"
+    pq.write_table(pa.table({"example_id": [1, 2, 2], "logit_click": [0.1, 0.2, 0.3]}), src)
+    args = ["store", "import", "--src", str(src), "--out", str(tmp_path / "s"), "--tasks",
+            "click", "--trained-until-day", "0"]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert "missing" not in err and "'day'" in err and "--data" in err  # keys: no columns, no data
+    pq.write_table(pa.table({"example_id": [1, 2, 2], "logit_click": [0.1, 0.2, 0.3],
+                             "day": [0, 0, 0], "domain": [0, 0, 0], "user_id": [1, 1, 1],
+                             "ts": [5, 6, 7]}), src)
+    assert main(args) == 2
+    assert "example_id 2 appears 2 times" in capsys.readouterr().err
+    assert main([*args[:-3], "conversion", "--trained-until-day", "0"]) == 2
+    assert "column 'logit_conversion' missing" in capsys.readouterr().err
+    assert not (tmp_path / "s").exists()
