@@ -6,7 +6,9 @@ README; an unknown key or a value of the wrong type is rejected before any work 
 
 from __future__ import annotations
 
+import collections.abc
 import dataclasses
+import inspect
 import types
 import typing
 from pathlib import Path
@@ -52,14 +54,17 @@ def build_dataclass(cls: type[T], values: dict[str, Any], source: str = "config"
     hints = typing.get_type_hints(cls)
     checked = {}
     for key, value in values.items():
-        checked[key] = _check_type(value, hints[key], f"{source}: key {key!r}")
+        checked[key] = check_value(value, hints[key], f"{source}: key {key!r}")
     try:
         return cls(**checked)
     except ValueError as e:
         raise ConfigError(f"{source}: {e}") from None
 
 
-def _check_type(value: Any, hint: Any, where: str) -> Any:
+def check_value(value: Any, hint: Any, where: str) -> Any:
+    """``value`` checked against the annotation ``hint`` (and ints turned into floats where a
+    float is expected); a mismatch is a ConfigError naming ``where``. The one type checker of
+    configs, specs and plug-in ``init_args``; unknown annotations pass."""
     origin = typing.get_origin(hint)
     if origin in (typing.Union, types.UnionType):
         args = typing.get_args(hint)
@@ -70,20 +75,30 @@ def _check_type(value: Any, hint: Any, where: str) -> Any:
             if arg is type(None):
                 continue
             try:
-                return _check_type(value, arg, where)
+                return check_value(value, arg, where)
             except ConfigError as e:
                 errors.append(str(e))
         raise ConfigError(errors[0] if errors else f"{where}: got {value!r}")
-    if origin is list:
-        (item,) = typing.get_args(hint) or (Any,)
-        if not isinstance(value, list):
+    if origin is typing.Literal:
+        if value not in typing.get_args(hint):
+            raise ConfigError(f"{where}: expected one of {list(typing.get_args(hint))}, got "
+                              f"{value!r}")
+        return value
+    if origin in (list, tuple, collections.abc.Sequence):
+        args = typing.get_args(hint)
+        item = args[0] if args and origin is not tuple else Any
+        if not isinstance(value, list | tuple):
             raise ConfigError(f"{where}: expected a list, got {value!r}")
-        return [_check_type(v, item, f"{where}[{i}]") for i, v in enumerate(value)]
-    if origin is dict:
+        return [check_value(v, item, f"{where}[{i}]") for i, v in enumerate(value)]
+    if origin in (dict, collections.abc.Mapping):
         if not isinstance(value, dict):
             raise ConfigError(f"{where}: expected a mapping, got {value!r}")
         return value
-    if hint is Any:
+    if hint is Any or hint is inspect.Parameter.empty:
+        return value
+    if hint is type(None):
+        if value is not None:
+            raise ConfigError(f"{where}: expected null, got {value!r}")
         return value
     if dataclasses.is_dataclass(hint) and isinstance(hint, type):
         if isinstance(value, hint):
@@ -108,6 +123,8 @@ def _check_type(value: Any, hint: Any, where: str) -> Any:
         if not isinstance(value, str):
             raise ConfigError(f"{where}: expected a string, got {value!r}")
         return value
+    if isinstance(hint, type) and not isinstance(value, hint):
+        raise ConfigError(f"{where}: expected {hint.__name__}, got {value!r}")
     return value
 
 

@@ -10,14 +10,13 @@ built-in name tables live with their packages (students, adapters, experiments).
 
 from __future__ import annotations
 
-import collections.abc
 import importlib
 import inspect
-import types
 import typing
 from collections.abc import Mapping
 from typing import Any
 
+from transfer.config import check_value
 from transfer.errors import ConfigError
 
 
@@ -121,38 +120,6 @@ def type_name(hint: Any) -> str:
     return hint.__name__ if isinstance(hint, type) else str(hint).replace("typing.", "")
 
 
-def matches(value: Any, hint: Any) -> bool:
-    """A shallow check of JSON/YAML-like values against common annotations; unknown → True."""
-    if hint is Any or hint is inspect.Parameter.empty:
-        return True
-    origin, args = typing.get_origin(hint), typing.get_args(hint)
-    if origin in (typing.Union, types.UnionType):
-        return any(matches(value, a) for a in args)
-    if origin is typing.Literal:
-        return value in args
-    if hint is type(None):
-        return value is None
-    if hint is bool:
-        return isinstance(value, bool)
-    if hint is int:
-        return isinstance(value, int) and not isinstance(value, bool)
-    if hint is float:
-        return isinstance(value, int | float) and not isinstance(value, bool)
-    if origin in (list, tuple, collections.abc.Sequence):
-        if not isinstance(value, list | tuple):
-            return False
-        item = args[0] if args and origin is not tuple else Any
-        return all(matches(v, item) for v in value)
-    if origin in (dict, collections.abc.Mapping):
-        if not isinstance(value, Mapping):
-            return False
-        kt, vt = args if len(args) == 2 else (Any, Any)
-        return all(matches(k, kt) and matches(v, vt) for k, v in value.items())
-    if isinstance(hint, type):
-        return isinstance(value, hint)
-    return True
-
-
 def check_init_args(cls: type, init_args: Mapping[str, Any], kind: str,
                     passed: tuple[str, ...] = (), stop: tuple[type, ...] = (object,)) -> None:
     """Raise a ``ConfigError`` naming ``kind``, ``cls`` and the argument when
@@ -180,9 +147,13 @@ def check_init_args(cls: type, init_args: Mapping[str, Any], kind: str,
             raise ConfigError(f"{kind} {name}: init_args.{p.name} is required")
     for key, value in init_args.items():
         hint = hints.get(key, inspect.Parameter.empty)
-        if key in names and not matches(value, hint):
+        if key not in names:
+            continue
+        try:
+            check_value(value, hint, key)
+        except ConfigError:
             raise ConfigError(f"{kind} {name}: init_args.{key} must be {type_name(hint)}, "
-                              f"got {value!r}")
+                              f"got {value!r}") from None
 
 
 def instantiate(cls: type, kind: str, args: tuple, init_args: Mapping[str, Any]) -> Any:
