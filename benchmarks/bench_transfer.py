@@ -96,14 +96,13 @@ def build_inputs(spec: RunSpec, cache: Path, teacher_steps: int) -> tuple[Path, 
         print(f"  [setup] {msg}", flush=True)
 
     data, data_key = steps.prepare_data(spec, cache, log)
-    train_end = spec.teacher_days
     which = TeacherSpec("tiny", overrides={"max_seq_len": spec.teacher.overrides.get("max_seq_len"),
                                            "max_steps": teacher_steps, "log_every_n_steps": 1})
-    run = steps.fit_teacher(steps.teacher_config(spec, train_end, which), data, data_key, cache,
+    run = steps.fit_teacher(steps.teacher_config(spec, 0, which), data, data_key, cache,
                             log)
     store = steps.export_teacher(run, data, spec.repr.layer or "trunk", cache, log)
-    codes = steps.build_codes(store, train_end, dataclasses.replace(spec.repr, epochs=1),
-                              spec.seeds[0], cache, log)
+    codes = steps.build_codes(store, spec.teacher_window(0),
+                              dataclasses.replace(spec.repr, epochs=1), spec.seeds[0], cache, log)
     return data, store, codes
 
 

@@ -33,6 +33,9 @@ class TeacherTrainConfig:
     lr: float = 0.002
     embedding_lr: float | None = None  # None: 10 x lr
     weight_decay: float = 0.0
+    embedding_weight_decay: float = 0.0  # AdamW decay of the ID tables (regularises them)
+    select: str = "last"  # last | best: keep the epoch with the lowest validation loss
+    patience: int | None = None  # stop after this many epochs without a better validation loss
     grad_clip: float | None = 1.0
     task_weights: dict[str, float] | None = None
     max_seq_len: int | None = None
@@ -62,6 +65,15 @@ class TeacherTrainConfig:
             raise ValueError(f"key 'max_steps' must be -1 (no limit) or >= 1, got {self.max_steps}")
         if self.lr <= 0 or (self.embedding_lr is not None and self.embedding_lr <= 0):
             raise ValueError("keys 'lr' and 'embedding_lr' must be > 0")
+        if self.select not in ("last", "best"):
+            raise ValueError(f"key 'select' must be last or best, got {self.select!r}")
+        if (self.select == "best" or self.patience is not None) and self.val_days is None:
+            raise ValueError("keys 'select: best' and 'patience' need 'val_days' (the epoch is "
+                             "chosen on validation days)")
+        if self.patience is not None and self.patience < 1:
+            raise ValueError(f"key 'patience' must be >= 1, got {self.patience}")
+        if self.weight_decay < 0 or self.embedding_weight_decay < 0:
+            raise ValueError("keys 'weight_decay' and 'embedding_weight_decay' must be >= 0")
         if self.strategy not in ("auto", "ddp", "fsdp"):
             raise ValueError(f"key 'strategy' must be auto, ddp or fsdp, got {self.strategy!r}")
         if self.checkpoint_every_n_steps is not None and self.checkpoint_every_n_steps < 1:
@@ -134,7 +146,8 @@ def build_run(cfg: TeacherTrainConfig, data: str | Path):
     try:
         module = RankingModule(
             model, schema.tasks, schema.domains, lr=cfg.lr, embedding_lr=cfg.embedding_lr,
-            weight_decay=cfg.weight_decay, task_weights=cfg.task_weights,
+            weight_decay=cfg.weight_decay, embedding_weight_decay=cfg.embedding_weight_decay,
+            task_weights=cfg.task_weights,
             base_rates=training_base_rates(data, cfg.train_days, schema.tasks),
             repr_layer=cfg.repr_layer, compile=cfg.compile, fsdp_replicate=cfg.fsdp_replicate,
         )

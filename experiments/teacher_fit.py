@@ -13,6 +13,9 @@ import yaml
 
 from experiments.teacher_config import TeacherTrainConfig, build_run, load_teacher_config
 
+#: what ``select: best`` minimises: the training objective (Σ_t w_t · BCE_t) on validation days
+SELECT_METRIC = "val/loss"
+
 
 def fit_teacher(config: TeacherTrainConfig | str | Path, data: str | Path, out: str | Path, *,
                 strategy: str | None = None, devices: int | None = None,
@@ -23,7 +26,7 @@ def fit_teacher(config: TeacherTrainConfig | str | Path, data: str | Path, out: 
     ``out/checkpoints/last.ckpt`` when it exists. Returns the summary written to
     ``val_metrics.json`` (global step, examples/s, final validation metrics)."""
     from transfer.training import build_trainer, fit
-    from transfer.training.trainer import throughput
+    from transfer.training.trainer import best_or_last, throughput
 
     overrides = {"strategy": strategy, "devices": devices, "num_nodes": num_nodes}
     if isinstance(config, TeacherTrainConfig):
@@ -37,20 +40,25 @@ def fit_teacher(config: TeacherTrainConfig | str | Path, data: str | Path, out: 
         max_epochs=cfg.max_epochs, precision=cfg.precision, accelerator=cfg.accelerator,
         log_every_n_steps=cfg.log_every_n_steps, max_steps=cfg.max_steps,
         checkpoint_every_n_steps=cfg.checkpoint_every_n_steps, grad_clip=cfg.grad_clip,
+        select_best=SELECT_METRIC if cfg.select == "best" else None, patience=cfg.patience,
         progress_bar=progress,
     )
     if trainer.is_global_zero:
         out.mkdir(parents=True, exist_ok=True)
         (out / "config.yaml").write_text(yaml.safe_dump(dataclasses.asdict(cfg), sort_keys=False))
     resumed = fit(module, dm, trainer, resume=resume)
-    if cfg.val_days is not None:  # final validation, also when max_steps stopped mid-epoch
-        trainer.validate(module, datamodule=dm, verbose=False)
+    used = best_or_last(out) if cfg.select == "best" else None
+    if cfg.val_days is not None:  # final validation (of the kept epoch), also when max_steps
+        trainer.validate(module, datamodule=dm, verbose=False,  # stopped mid-epoch
+                         ckpt_path=str(used) if used is not None else None)
     tp = throughput(trainer)
     summary: dict[str, Any] = {
         "global_step": trainer.global_step,
         "resumed_from": str(resumed) if resumed else None,
         "examples_per_s": (tp.examples_per_s * trainer.world_size) if tp else None,
         "name": cfg.name,
+        "checkpoint": str(used if used is not None else out / "checkpoints" / "last.ckpt"),
+        "epochs": trainer.current_epoch,
         "is_global_zero": trainer.is_global_zero,
     }
     if "val" in module.last_metrics:

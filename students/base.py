@@ -135,6 +135,13 @@ class StudentBase(nn.Module):
         """One logit per task from the last hidden layer."""
         self.head = nn.Linear(width, len(self.tasks))
 
+    @torch.no_grad()
+    def init_output_bias(self, logit: Tensor) -> None:
+        """Start the serving head at ``logit [n_tasks]`` (the training base rate's logit): on a
+        short stream a 1 % task would otherwise spend its first hundreds of steps calibrating."""
+        if self.head is not None:
+            self.head.bias.copy_(logit.to(self.head.bias))
+
     def check_batch(self, batch: Batch) -> None:
         """Shape checks only (no device sync), so a misfed batch fails with a readable error."""
         name = type(self).__name__

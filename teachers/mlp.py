@@ -118,6 +118,11 @@ class MLPRanker(ConfigurableTeacher):
         )
         return self.embeddings.events(batch.seq_values, index, bag_offsets=offsets)
 
+    @torch.no_grad()
+    def init_output_bias(self, logit: Tensor) -> None:
+        """Start the output at ``logit [n_tasks]`` (the training base rate's logit)."""
+        self.out.bias.copy_(logit.to(self.out.bias))
+
     def forward(self, batch: Batch) -> TeacherOutput:
         x = self.embeddings.tokens(batch).flatten(1)
         if self.use_sequence:

@@ -68,9 +68,9 @@ def run_experiment(spec: RunSpec, out: str | Path) -> pd.DataFrame:
     tuning_rows: list[dict] = []
     rows: list[dict] = []
     for lag in spec.lags:
-        train_end = spec.teacher_days - lag
-        log(f"== teacher lag {lag}: teacher trains on days [0, {train_end})")
-        inputs = lag_inputs(spec, train_end, data, data_key, only or domains, cache, log)
+        first, train_end = spec.teacher_window(lag)
+        log(f"== teacher lag {lag}: teacher learns from days [{first}, {train_end})")
+        inputs = lag_inputs(spec, lag, data, data_key, only or domains, cache, log)
         teacher_eval = steps.eval_metrics(data, eval_days, tasks, domains, base_rates,
                                           steps.store_logits(inputs.stores["gem"], tasks), only)
         log(f"  teacher NE on evaluation days: "
@@ -102,11 +102,12 @@ def run_experiment(spec: RunSpec, out: str | Path) -> pd.DataFrame:
     return results
 
 
-def lag_inputs(spec: RunSpec, train_end: int, data: Path, data_key: dict, fm_domains: list[str],
+def lag_inputs(spec: RunSpec, lag: int, data: Path, data_key: dict, fm_domains: list[str],
                cache: Path, log) -> Inputs:
     """The teacher sources, codes and teacher weights the lag's students use."""
     from experiments.teacher_export import model_weights
     from transfer.repr_features import AsOfCodes, CodeStore
+    from transfer.training.trainer import best_or_last
 
     needs = set().union(*(variant_needs(v) for v in spec.variants))
     weights = None
@@ -114,20 +115,20 @@ def lag_inputs(spec: RunSpec, train_end: int, data: Path, data_key: dict, fm_dom
         stores = {"gem": Path(spec.teacher.store)}
         log(f"  teacher: the imported store {stores['gem']}")
     else:
-        gem_cfg = steps.teacher_config(spec, train_end, spec.teacher)
+        gem_cfg = steps.teacher_config(spec, lag, spec.teacher)
         gem_run = steps.fit_teacher(gem_cfg, data, data_key, cache, log)
         layer = spec.repr.layer or gem_cfg.repr_layer
         stores = {"gem": steps.export_teacher(gem_run, data, layer, cache, log)}
-        ckpt = gem_run / "checkpoints" / "last.ckpt"
+        ckpt = best_or_last(gem_run)
         weights = lambda: model_weights(ckpt)  # noqa: E731 - loaded only by param sharing
     if any(v.teacher == "domain_fm" for v in spec.variants):
-        fm_cfg = steps.teacher_config(spec, train_end, spec.hierarchical)
+        fm_cfg = steps.teacher_config(spec, lag, spec.hierarchical)
         stores["domain_fm"] = fit_domain_fms(fm_cfg, data, data_key, stores["gem"], fm_domains,
                                              cache, log)
     codes = None
     if "codes" in needs:
-        codes_dir = steps.build_codes(stores["gem"], train_end, spec.repr, spec.seeds[0], cache,
-                                      log)
+        codes_dir = steps.build_codes(stores["gem"], spec.teacher_window(lag), spec.repr,
+                                      spec.seeds[0], cache, log)
         codes = AsOfCodes(CodeStore(codes_dir), max_events=spec.repr.max_events)
     return Inputs(stores, codes, weights)
 

@@ -92,11 +92,15 @@ def prepare_data(spec: RunSpec, cache: Path, log) -> tuple[Path, dict]:
     return step / "data", key
 
 
-def teacher_config(spec: RunSpec, train_end: int, which: TeacherSpec) -> TeacherTrainConfig:
-    """The teacher config ``which`` names, with its overrides, training on ``[0, train_end)``."""
+def teacher_config(spec: RunSpec, lag: int, which: TeacherSpec) -> TeacherTrainConfig:
+    """The teacher config ``which`` names, with its overrides, on the lag's window
+    (:meth:`RunSpec.teacher_window`): training days, then ``teacher_val_days`` validation days."""
     base = load_yaml(find_config(which.config, "teachers", spec.source_dir))
     base.update(which.overrides)
-    base.update(train_days=[0, train_end], val_days=None, test_days=None)
+    first, end = spec.teacher_window(lag)
+    v = spec.teacher_val_days
+    base.update(train_days=[first, end - v], val_days=[end - v, end] if v else None,
+                test_days=None)
     return build_dataclass(TeacherTrainConfig, base, source=f"spec teacher (config "
                                                              f"{which.config})")
 
@@ -119,9 +123,11 @@ def export_teacher(run_dir: Path, data: Path, layer: str, cache: Path, log,
     from experiments.teacher_export import export_teacher as export
     from experiments.teacher_export import model_weights
     from transfer.store import TeacherStore, weights_hash
+    from transfer.training.trainer import best_or_last
 
-    ckpt = run_dir / "checkpoints" / "last.ckpt"
-    key = {"teacher": run_dir.parent.name, "layer": layer}  # step names carry upstream hashes
+    ckpt = best_or_last(run_dir)
+    # step names carry upstream hashes
+    key = {"teacher": run_dir.parent.name, "layer": layer, "checkpoint": ckpt.name}
 
     def run(step: Path) -> None:
         export(ckpt, data, step / "store", layer=layer, overwrite=True, progress=False)
@@ -133,21 +139,21 @@ def export_teacher(run_dir: Path, data: Path, layer: str, cache: Path, log,
     return store
 
 
-def build_codes(store: Path, train_end: int, repr_cfg, seed: int, cache: Path,
+def build_codes(store: Path, window: tuple[int, int], repr_cfg, seed: int, cache: Path,
                 log) -> Path:
-    """LoopFM codes: a compressor fitted on the teacher's training-day embeddings encodes every
-    stored row; codes are quantised into a code store."""
+    """LoopFM codes: a compressor fitted on the teacher's embeddings of its own window's days
+    encodes every stored row; codes are quantised into a code store."""
     from adapters.compressor import fit_compressor
     from transfer.repr_features import quantize_codes, write_code_store
     from transfer.store import TeacherStore
 
     code_dim, bits, epochs = repr_cfg.code_dim, repr_cfg.bits, repr_cfg.epochs
-    key = {"store": store.parent.name, "train_end": train_end, "code_dim": code_dim, "bits": bits,
-           "epochs": epochs, "seed": seed}
+    key = {"store": store.parent.name, "window": list(window), "code_dim": code_dim,
+           "bits": bits, "epochs": epochs, "seed": seed}
 
     def run(step: Path) -> None:
         ts = TeacherStore(store)
-        fit_table = ts.read(days=(0, train_end))
+        fit_table = ts.read(days=tuple(window))
         model, info = fit_compressor(ts.embeddings(fit_table), code_dim=code_dim,
                                      epochs=epochs, seed=seed)
         log(f"  compressor R² by prefix: "

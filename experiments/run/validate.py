@@ -18,9 +18,9 @@ def check_spec(spec: RunSpec) -> None:
     steps.data_plan(spec)
     for lag in spec.lags:
         if spec.teacher.store is None:
-            steps.teacher_config(spec, spec.teacher_days - lag, spec.teacher)
+            steps.teacher_config(spec, lag, spec.teacher)
         if any(v.teacher == "domain_fm" for v in spec.variants):
-            steps.teacher_config(spec, spec.teacher_days - lag, spec.hierarchical)
+            steps.teacher_config(spec, lag, spec.hierarchical)
     if spec.teacher.store is not None:
         if spec.teacher.overrides or len(spec.lags) > 1:
             raise ConfigError("spec teacher.store: an imported store is one fixed teacher; "

@@ -174,6 +174,8 @@ class RunSpec:
     data: DataSpec = field(default_factory=lambda: DataSpec(preset="small"))
     teacher: TeacherSpec = field(default_factory=TeacherSpec)
     teacher_days: int = 9
+    teacher_window_days: int | None = None
+    teacher_val_days: int = 0
     student_days: list[int] = field(default_factory=lambda: [9, 12])
     eval_days: list[int] = field(default_factory=lambda: [12, 14])
     teacher_lag_days: int | list[int] = 0
@@ -213,12 +215,28 @@ class RunSpec:
         for lag in self.lags:
             if not 0 <= lag < self.teacher_days:
                 raise ValueError(f"teacher_lag_days {lag} must be in [0, teacher_days)")
+            first, end = self.teacher_window(lag)
+            if first < 0 or end - self.teacher_val_days <= first:
+                raise ValueError(
+                    f"teacher_lag_days {lag}: the teacher's window [{first}, {end}) with "
+                    f"teacher_window_days {self.teacher_window_days} and teacher_val_days "
+                    f"{self.teacher_val_days} must start at day 0 or later and keep a training "
+                    "day")
+        if self.teacher_val_days < 0:
+            raise ValueError(f"'teacher_val_days' must be >= 0, got {self.teacher_val_days}")
         if self.batch_size < 1 or self.lr <= 0:
             raise ValueError("'batch_size' must be >= 1 and 'lr' > 0")
         for key, values in self.tuning.items():
             if not isinstance(values, list) or not values:
                 raise ValueError(f"tuning: key {key!r} must be a non-empty list of values to "
                                  f"try, got {values!r}")
+
+    def teacher_window(self, lag: int) -> tuple[int, int]:
+        """The half-open days a lag-``lag`` teacher learns from (DESIGN §6.1): a window of
+        ``teacher_window_days`` ending at ``teacher_days - lag`` (all days before it when the
+        window is unset); its last ``teacher_val_days`` days choose the epoch."""
+        end = self.teacher_days - lag
+        return (0 if self.teacher_window_days is None else end - self.teacher_window_days), end
 
     @property
     def lags(self) -> list[int]:

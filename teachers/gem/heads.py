@@ -31,6 +31,12 @@ class DomainTaskHeads(nn.Module):
         self.w2 = _uniform(self.n_heads, hidden, fan_in=hidden)
         self.b2 = _uniform(self.n_heads, fan_in=hidden)
 
+    @torch.no_grad()
+    def set_output_bias(self, logit: Tensor) -> None:
+        """Every (domain, task) head's output bias to ``logit [n_tasks]``."""
+        self.b2.view(self.n_domains, self.n_tasks).copy_(logit.to(self.b2).expand(
+            self.n_domains, -1))
+
     def forward(self, x: Tensor, domain: Tensor) -> Tensor:
         z = F.gelu(self.fc1(x)).view(-1, self.n_heads, self.hidden)
         logits = (z * self.w2).sum(-1) + self.b2  # [B, H]
@@ -51,6 +57,12 @@ class DomainGatedHeads(nn.Module):
         self.logit_bias = nn.Embedding(n_domains, n_tasks)
         nn.init.zeros_(self.gate_bias.weight)
         nn.init.zeros_(self.logit_bias.weight)
+
+    @torch.no_grad()
+    def set_output_bias(self, logit: Tensor) -> None:
+        """Every domain's per-task logit bias to ``logit [n_tasks]``."""
+        w = self.logit_bias.weight
+        w.copy_(logit.to(w).expand(w.shape[0], -1))
 
     def forward(self, x: Tensor, domain: Tensor) -> Tensor:
         b = x.shape[0]

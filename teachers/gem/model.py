@@ -250,6 +250,11 @@ class GEM(ConfigurableTeacher):
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())
 
+    def init_output_bias(self, logit: Tensor) -> None:
+        """Start every head's output at ``logit [n_tasks]`` (the base rate's logit: a 1 % task
+        then starts calibrated instead of at p = 0.5)."""
+        self.heads.set_output_bias(logit)
+
     def _head_domain(self, batch: Batch) -> Tensor:
         return batch.domain
 

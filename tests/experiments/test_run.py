@@ -156,7 +156,7 @@ def test_domain_fm_is_trained_and_exported_per_domain(run):
     spec = load_spec(spec_path, [])
     data = next((out / "cache").glob("data-*")) / "data"
     gem_store = next((out / "cache").glob("store-*")) / "store"
-    cfg = teacher_config(spec, spec.teacher_days, TeacherSpec.from_mapping(
+    cfg = teacher_config(spec, 0, TeacherSpec.from_mapping(
         {"config": "domain_fm", "max_seq_len": 32, "max_steps": 5}, "test"))
     schema = DatasetSchema.load(data)
     counts = {d: 0 for d in schema.domains}

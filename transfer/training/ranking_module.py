@@ -97,12 +97,14 @@ class RankingModule(pl.LightningModule):
     * Label mask: ``batch.meta["label_mask"]`` ([B, T] bool) when given; with
       ``mask_nan_labels=True`` non-finite labels count as missing too.
     * Optimiser: AdamW with two groups, ``embedding`` (every ``nn.Embedding`` parameter,
-      ``embedding_lr`` (default ``10 * lr``), no weight decay) and ``dense`` (the rest, ``lr``,
-      ``weight_decay``).
+      ``embedding_lr`` (default ``10 * lr``), ``embedding_weight_decay`` (default 0)) and
+      ``dense`` (the rest, ``lr``, ``weight_decay``).
     * ``base_rates``: ``{task: training positive rate}`` for NE (computed once by the caller, e.g.
       :func:`transfer.training.training_base_rates`).
     * ``repr_layer``: the named representation returned as ``emb`` by ``predict_step``.
     * ``compile``: ``torch.compile`` the model in place in ``configure_model``.
+    * ``init_output_bias``: start a model that has ``init_output_bias(logit)`` at the logit of
+      each task's base rate (``base_rates``), as every fresh fit should.
     * ``fsdp_replicate``: under ``ModelParallelStrategy``, ``> 1`` = hybrid sharding (HSDP): the
       data-parallel ranks form a ``(replicate, shard)`` mesh of shape
       ``(fsdp_replicate, dp / fsdp_replicate)``; parameters are sharded within a group and
@@ -121,6 +123,7 @@ class RankingModule(pl.LightningModule):
         lr: float = 1e-3,
         embedding_lr: float | None = None,
         weight_decay: float = 0.0,
+        embedding_weight_decay: float = 0.0,
         task_weights: Mapping[str, float] | None = None,
         base_rates: Mapping[str, float] | None = None,
         repr_layer: str = "trunk",
@@ -128,6 +131,7 @@ class RankingModule(pl.LightningModule):
         mask_nan_labels: bool = False,
         compute_auc: bool = True,
         fsdp_replicate: int = 1,
+        init_output_bias: bool = True,
     ) -> None:
         super().__init__()
         tasks, domains = list(tasks), list(domains)
@@ -141,6 +145,7 @@ class RankingModule(pl.LightningModule):
         self.lr = lr
         self.embedding_lr = 10 * lr if embedding_lr is None else embedding_lr
         self.weight_decay = weight_decay
+        self.embedding_weight_decay = embedding_weight_decay
         self.register_buffer(
             "task_weight", torch.tensor([float(task_weights.get(t, 1.0)) for t in tasks]),
             persistent=False,
@@ -154,11 +159,23 @@ class RankingModule(pl.LightningModule):
         self.fsdp_replicate = fsdp_replicate
         metric_args = dict(tasks=tasks, n_domains=len(domains), domain_names=domains,
                            base_rates=self.base_rates, compute_auc=compute_auc)
+        if init_output_bias:
+            self._init_output_bias()
         self.val_metrics = RankingMetrics(**metric_args)
         self.test_metrics = RankingMetrics(**metric_args)
         #: The latest computed metrics per split, keys ``{metric}/{task}/{domain}``.
         self.last_metrics: dict[str, dict[str, float]] = {}
         self._configured = False
+
+    def _init_output_bias(self) -> None:
+        """A fresh model's output biases at the logit of each task's training base rate, when
+        the model has ``init_output_bias(logit [n_tasks])`` and every task has a base rate (a
+        resumed fit then loads its own weights over them)."""
+        init = getattr(self.model, "init_output_bias", None)
+        if init is None or any(t not in self.base_rates for t in self.tasks):
+            return
+        p = torch.tensor([min(max(self.base_rates[t], 1e-6), 1 - 1e-6) for t in self.tasks])
+        init(torch.log(p) - torch.log1p(-p))
 
     # ------------------------------------------------------------------ model set-up
     def configure_model(self) -> None:
@@ -193,7 +210,7 @@ class RankingModule(pl.LightningModule):
         dense = [p for p in self.model.parameters() if id(p) not in emb_ids]
         groups = [
             {"name": "embedding", "params": [p for p in emb if p.requires_grad],
-             "lr": self.embedding_lr, "weight_decay": 0.0},
+             "lr": self.embedding_lr, "weight_decay": self.embedding_weight_decay},
             {"name": "dense", "params": [p for p in dense if p.requires_grad],
              "lr": self.lr, "weight_decay": self.weight_decay},
         ]

@@ -17,7 +17,7 @@ from typing import Any
 import lightning.pytorch as pl
 import numpy as np
 import torch
-from lightning.pytorch.callbacks import Callback, ModelCheckpoint, TQDMProgressBar
+from lightning.pytorch.callbacks import Callback, EarlyStopping, ModelCheckpoint, TQDMProgressBar
 from lightning.pytorch.loggers import CSVLogger
 from lightning.pytorch.strategies import DDPStrategy, ModelParallelStrategy
 
@@ -26,6 +26,7 @@ from transfer.data.reader import DatasetReader
 from transfer.errors import ConfigError
 
 STRATEGIES = ("auto", "ddp", "fsdp")
+BEST = "best"  # checkpoints/best.ckpt: the epoch with the best validation metric
 
 
 class Throughput(Callback):
@@ -135,6 +136,9 @@ def build_trainer(
     max_steps: int = -1,
     checkpoint_every_n_steps: int | None = None,
     grad_clip: float | None = None,
+    num_nodes: int = 1,
+    select_best: str | None = None,
+    patience: int | None = None,
     progress_bar: bool = True,
     callbacks: list[Callback] | None = None,
     **trainer_kwargs: Any,
@@ -143,7 +147,10 @@ def build_trainer(
 
     ``checkpoint_every_n_steps`` (default: epoch ends only) sets ``ModelCheckpoint``'s
     ``every_n_train_steps``. ``grad_clip`` is the gradient-norm clip (DTensor gradients
-    included under ``"fsdp"``). Extra keyword arguments go to ``Trainer``.
+    included under ``"fsdp"``). ``select_best`` names a validation metric (e.g. ``val/loss``):
+    the epoch with its lowest value is also kept as ``checkpoints/best.ckpt``; ``patience``
+    stops training after that many validation rounds without improvement (Lightning's
+    ``EarlyStopping``). Extra keyword arguments go to ``Trainer``.
     """
     out_dir = Path(out_dir)
     if devices < 1:
@@ -153,6 +160,14 @@ def build_trainer(
     ckpt = ModelCheckpoint(dirpath=out_dir / "checkpoints", save_last=True,
                            every_n_train_steps=checkpoint_every_n_steps, save_top_k=1)
     cbs: list[Callback] = [ckpt, Throughput()]
+    if select_best is not None:
+        cbs.append(ModelCheckpoint(dirpath=out_dir / "checkpoints", filename=BEST,
+                                   monitor=select_best, mode="min", save_top_k=1,
+                                   enable_version_counter=False))
+    if patience is not None:
+        if select_best is None:
+            raise ConfigError("patience needs a validation metric to watch (select_best)")
+        cbs.append(EarlyStopping(monitor=select_best, mode="min", patience=patience))
     if progress_bar:
         cbs.append(TQDMProgressBar(refresh_rate=max(1, log_every_n_steps)))
     cbs += list(callbacks or [])
@@ -160,7 +175,8 @@ def build_trainer(
         default_root_dir=out_dir,
         accelerator=accelerator,
         devices=devices,
-        strategy=_strategy(strategy, devices, accelerator),
+        num_nodes=num_nodes,
+        strategy=_strategy(strategy, devices * num_nodes, accelerator),
         max_epochs=max_epochs,
         max_steps=max_steps,
         precision=precision,
@@ -176,6 +192,13 @@ def build_trainer(
 
 def throughput(trainer: pl.Trainer) -> Throughput | None:
     return next((c for c in trainer.callbacks if isinstance(c, Throughput)), None)
+
+
+def best_or_last(out_dir: str | Path) -> Path:
+    """The checkpoint a run's teacher is used from: ``best.ckpt`` when the run kept its best
+    validation epoch, else ``last.ckpt``."""
+    best = Path(out_dir) / "checkpoints" / f"{BEST}.ckpt"
+    return best if best.exists() else Path(out_dir) / "checkpoints" / "last.ckpt"
 
 
 def resume_path(out_dir: str | Path) -> Path | None:
