@@ -1,17 +1,54 @@
-"""Steps cached by the hash of their config: a rerun (or a resumed crash) skips finished work.
+"""Steps cached by the hash of their config and their code: a rerun (or a resumed crash) skips
+finished work, and a rerun after gemkd's code changed never reuses a stale step.
 
 A step's output lives in ``cache/<name>-<hash>``; it counts as done only when ``DONE`` exists,
 written after the step returned, so a step killed half-way is redone (steps themselves write
-atomically or resume from their own checkpoints).
+atomically or resume from their own checkpoints). The hash covers the step's config, gemkd's
+version and the source of the modules the step runs (:data:`STEP_CODE`).
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+_DATA = ("transfer/data", "transfer/io", "transfer/errors.py", "transfer/config.py")
+_TEACHER = (*_DATA, "transfer/training", "transfer/ops", "transfer/metrics", "transfer/layers.py",
+            "transfer/models.py", "teachers", "experiments/teacher_config.py",
+            "experiments/teacher_fit.py")
+_STORE = (*_TEACHER, "transfer/store", "experiments/teacher_export.py")
+#: The source (files or package folders, relative to the repository root) each cached step runs.
+STEP_CODE: dict[str, tuple[str, ...]] = {
+    "data": _DATA,
+    "teacher": _TEACHER,
+    "store": _STORE,
+    "domain_fm": (*_STORE, "transfer/distill", "transfer/methods", "experiments/run/domain_fm.py"),
+    "codes": (*_STORE, "transfer/repr_features", "adapters/compressor.py"),
+    "students": ("transfer", "teachers", "students", "adapters", "experiments/run",
+                 "experiments/spec"),
+}
+
+
+@functools.cache
+def code_hash(paths: tuple[str, ...], root: Path = ROOT) -> str:
+    """sha256 over gemkd's version and every ``.py`` file under ``paths`` (sorted, with names),
+    so any edit of a module a step runs changes the step's key."""
+    from experiments.version import __version__
+
+    h = hashlib.sha256(__version__.encode())
+    files: set[Path] = set()
+    for rel in paths:
+        p = root / rel
+        files |= {p} if p.is_file() else set(p.rglob("*.py"))
+    for f in sorted(files):
+        h.update(str(f.relative_to(root)).encode())
+        h.update(f.read_bytes())
+    return h.hexdigest()[:16]
 
 
 def config_hash(config: Any) -> str:
@@ -19,16 +56,23 @@ def config_hash(config: Any) -> str:
                           ).hexdigest()[:12]
 
 
+def step_key(name: str, config: Any) -> dict[str, Any]:
+    """A step's cache key: its config and the hash of the code it runs."""
+    code = STEP_CODE.get(name.split("-")[0], STEP_CODE["students"])
+    return {"config": config, "code": code_hash(code)}
+
+
 def cached_step(cache: Path, name: str, config: Any, run: Callable[[Path], None],
                 log: Callable[[str], None] = print) -> Path:
-    """Run ``run(step_dir)`` unless a finished step with the same config exists."""
-    step = cache / f"{name}-{config_hash(config)}"
+    """Run ``run(step_dir)`` unless a finished step with the same config and code exists."""
+    key = step_key(name, config)
+    step = cache / f"{name}-{config_hash(key)}"
     done = step / "DONE"
     if done.is_file():
         log(f"[cached] {name} ({step.name})")
         return step
     step.mkdir(parents=True, exist_ok=True)
-    (step / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True, default=str))
+    (step / "config.json").write_text(json.dumps(key, indent=2, sort_keys=True, default=str))
     log(f"[run] {name} ({step.name})")
     run(step)
     done.write_text("ok\n")

@@ -19,6 +19,7 @@ import pandas as pd
 import yaml
 
 from experiments.run import steps
+from experiments.run.cache import STEP_CODE, code_hash
 from experiments.run.domain_fm import fit_domain_fms
 from experiments.run.methods import variant_needs
 from experiments.run.results import derive, load_done, record, rows_of
@@ -138,8 +139,6 @@ def _inputs_tag(spec: RunSpec, inputs: Inputs) -> str:
     settings and the cached upstream steps (their names carry their config hashes). A rerun
     into the same RUN_DIR after changing any of them redoes the student runs instead of
     reusing stale lines of runs.jsonl."""
-    from experiments.version import __version__
-
     spec_part = {k: v for k, v in spec.to_dict().items()
                  if k not in ("name", "seeds", "variants", "teacher_lag_days")}
     upstream = {k: v.parent.name for k, v in inputs.stores.items()}
@@ -147,7 +146,7 @@ def _inputs_tag(spec: RunSpec, inputs: Inputs) -> str:
         upstream["codes"] = Path(inputs.codes.store.path).parent.name
     variants = {v.name: v.to_value() for v in spec.variants}
     blob = json.dumps({"spec": spec_part, "upstream": upstream, "variants": variants,
-                       "version": __version__}, sort_keys=True, default=str)
+                       "code": code_hash(STEP_CODE["students"])}, sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
 
