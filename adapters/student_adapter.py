@@ -1,10 +1,10 @@
 """Student Adapter (ExFM, DESIGN §5): realign a stale teacher with the student's fresh labels.
 
-``z_SA = z_t + g(z_t, domain, staleness)`` where ``g`` is a small MLP whose last layer starts
-at zero, so the adapter starts as the identity (the teacher itself) and only moves where the
-fresh labels say the teacher is off. It is trained on the student's own stream with
-``BCE(σ(z_SA), y)``, updated before the student at every step; the student then distils from
-``stopgrad(σ(z_SA))``.
+``z_SA = z_t + g(z_t, domain, staleness[, features])`` where ``g`` is a small MLP whose last
+layer starts at zero, so the adapter starts as the identity (the teacher itself) and only moves
+where the fresh labels say the teacher is off. It is trained on the student's own stream with
+``BCE(σ(z_SA), y)``; the student distils from ``stopgrad(σ(z_SA))``. Optional categorical
+features of the example (e.g. the ad's category) let it correct the teacher per segment.
 """
 
 from __future__ import annotations
@@ -12,24 +12,36 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from transfer.layers import HashedEmbedding
+
 
 class StudentAdapter(nn.Module):
+    """``n_tasks`` teacher logits in, as many realigned logits out. ``feature_rows`` gives the
+    table size of each extra categorical input (embedded in ``domain_dim`` dimensions)."""
+
     def __init__(self, n_tasks: int, n_domains: int, hidden: int = 16,
-                 domain_dim: int = 4, use_staleness: bool = True) -> None:
+                 domain_dim: int = 4, use_staleness: bool = True,
+                 feature_rows: list[int] | None = None) -> None:
         super().__init__()
         if n_tasks < 1 or n_domains < 1 or hidden < 1:
             raise ValueError("StudentAdapter needs n_tasks, n_domains and hidden >= 1")
         self.domain = nn.Embedding(n_domains, domain_dim)
         self.use_staleness = use_staleness
-        in_dim = n_tasks + domain_dim + int(use_staleness)
+        self.features = nn.ModuleList(HashedEmbedding(rows, domain_dim)
+                                      for rows in (feature_rows or []))
+        in_dim = n_tasks + domain_dim * (1 + len(self.features)) + int(use_staleness)
         self.net = nn.Sequential(nn.Linear(in_dim, hidden), nn.ReLU(), nn.Linear(hidden, n_tasks))
         nn.init.zeros_(self.net[-1].weight)
         nn.init.zeros_(self.net[-1].bias)
 
     def forward(self, teacher_logits: torch.Tensor, domain: torch.Tensor,
-                staleness_days: torch.Tensor | None = None) -> torch.Tensor:
-        """``teacher_logits [B, T]``, ``domain [B]``, ``staleness_days [B]`` → ``z_SA [B, T]``."""
+                staleness_days: torch.Tensor | None = None,
+                features: torch.Tensor | None = None) -> torch.Tensor:
+        """``teacher_logits [B, T]``, ``domain [B]``, ``staleness_days [B]``, ``features
+        [B, n_features]`` (ids of the extra categorical inputs) → ``z_SA [B, T]``."""
         parts = [teacher_logits, self.domain(domain)]
+        for j, table in enumerate(self.features):
+            parts.append(table(features[:, j]))
         if self.use_staleness:
             if staleness_days is None:
                 staleness_days = torch.zeros_like(teacher_logits[:, 0])

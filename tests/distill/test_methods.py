@@ -66,7 +66,8 @@ def test_aux_head_takes_the_distillation_loss_and_scales_labels(schema):
 
 
 def test_adapter_objective_and_optimizer_are_its_own(schema):
-    adapter = Adapter(adapter_hidden=4, adapter_lr=0.1, optimizer="sgd", objective="brier")
+    adapter = Adapter(adapter_hidden=4, adapter_lr=0.1, optimizer="sgd", objective="brier",
+                      update="separate")
     adapter.setup(ctx_for(schema))
     (opt,) = adapter.configure_optimizers()
     assert isinstance(opt, torch.optim.SGD) and opt.param_groups[0]["lr"] == 0.1
@@ -80,6 +81,28 @@ def test_adapter_objective_and_optimizer_are_its_own(schema):
     assert (step.kd_logits < 1.5).all()
     with pytest.raises(ValueError, match="objective"):
         Adapter(objective="hinge")
+    with pytest.raises(ValueError, match="optimizer must be adam"):
+        Adapter(optimizer="sgd")  # fused: the student's optimiser trains it
+
+
+def test_fused_adapter_trains_in_the_students_step(schema):
+    adapter = Adapter(adapter_hidden=4, adapter_lr=0.05, features=["ad_category"])
+    adapter.setup(ctx_for(schema))
+    assert adapter.configure_optimizers() == []
+    (group,) = adapter.param_groups(0.01)
+    assert group["lr"] == 0.05 and len(group["params"]) == len(list(adapter.parameters()))
+    batch = random_batch(schema, b=16, long_len=10)
+    batch.labels = torch.zeros(16, 1)
+    step = StepState(batch, fixed_teacher, torch.device("cpu"), torch.zeros(16))
+    adapter.before_student(step)
+    assert not step.kd_logits.requires_grad  # the target before the adapter's update
+    assert torch.allclose(step.kd_logits, torch.full((16, 1), 2.0))  # identity at start
+    (term,) = adapter.loss(step, None).values()
+    term.backward()
+    assert all(p.grad is not None for p in adapter.parameters() if p.requires_grad)
+    assert adapter.loss(step, None) == {}  # one term per step
+    with pytest.raises(ConfigError, match="feature 'colour'"):
+        Adapter(features=["colour"]).setup(ctx_for(schema))
 
 
 def test_repr_attention_pooling_starts_as_the_mean(schema, tmp_path):

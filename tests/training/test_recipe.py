@@ -60,9 +60,9 @@ def test_no_base_rates_or_opt_out_leaves_the_model_alone():
 def test_best_validation_epoch_is_kept_and_used(tiny_data, tmp_path):
     torch.set_num_threads(1)
     cfg = load_teacher_config(ROOT / "experiments/teachers/tiny.yaml",
-                              {"max_seq_len": 8, "max_epochs": 3, "select": "best", "batch_size": 256,
-                               "train_days": [0, 2], "val_days": [2, 3], "lr": 0.03,
-                               "embedding_lr": 0.3})
+                              {"max_seq_len": 8, "max_epochs": 3, "select": "best",
+                               "batch_size": 256, "train_days": [0, 2], "val_days": [2, 3],
+                               "lr": 0.03, "embedding_lr": 0.3})
     summary = fit_teacher(cfg, tiny_data, tmp_path / "run", progress=False)
     best = tmp_path / "run" / "checkpoints" / "best.ckpt"
     assert best.is_file() and summary["checkpoint"] == str(best)
