@@ -27,6 +27,8 @@ REQUIRED_COLUMNS: tuple[str, ...] = (
     "variant", "seed", "domain", "task", "teacher_lag_days", "ne", "auc", "calibration",
     "ne_baseline", "ne_teacher", "ne_oracle", "delta_ne", "transfer_ratio", "efficiency_vs_kd",
 )
+#: Optional columns: parsed as numbers when present (older runs lack them).
+OPTIONAL_NUMERIC: tuple[str, ...] = ("ne_source", "ne_feature_oracle")
 NUMERIC_COLUMNS: tuple[str, ...] = (
     "seed", "teacher_lag_days", "ne", "auc", "calibration", "ne_baseline", "ne_teacher",
     "ne_oracle", "delta_ne", "transfer_ratio", "efficiency_vs_kd",
@@ -77,7 +79,7 @@ def validate_results(frame: pd.DataFrame, source: str) -> pd.DataFrame:
     if frame.empty:
         raise ConfigError(f"{source}: no rows")
     out = frame.copy()
-    for col in NUMERIC_COLUMNS:
+    for col in NUMERIC_COLUMNS + tuple(c for c in OPTIONAL_NUMERIC if c in out.columns):
         raw = out[col]
         num = pd.to_numeric(raw, errors="coerce")
         bad = num.isna() & raw.notna()

@@ -9,13 +9,17 @@ from pathlib import Path
 import pandas as pd
 
 RESULT_COLUMNS = ["variant", "seed", "domain", "task", "teacher_lag_days", "ne", "auc",
-                  "calibration", "ne_baseline", "ne_teacher", "ne_oracle", "delta_ne",
-                  "transfer_ratio", "efficiency_vs_kd", "train_seconds", "examples_per_second"]
+                  "calibration", "ne_baseline", "ne_teacher", "ne_source", "ne_oracle",
+                  "delta_ne", "transfer_ratio", "efficiency_vs_kd", "train_seconds",
+                  "examples_per_second"]
 BASELINE, KD = "baseline", "kd"
 
 
-def rows_of(variant: str, seed: int, lag: int, res: dict, teacher: dict, oracle: dict,
-            tasks: list[str], domains: list[str]) -> list[dict]:
+def rows_of(variant: str, seed: int, lag: int, res: dict, teacher: dict, source: dict,
+            oracle: dict, tasks: list[str], domains: list[str]) -> list[dict]:
+    """``teacher`` are GEM's metrics on the evaluation data (``ne_teacher``, TR's reference),
+    ``source`` those of the teacher the variant learned from (``ne_source``: the domain FM for
+    hierarchical transfer; empty for labels only)."""
     rows = []
     for task, domain in itertools.product(tasks, [*domains, "all"]):
         m = res["metrics"]
@@ -25,6 +29,7 @@ def rows_of(variant: str, seed: int, lag: int, res: dict, teacher: dict, oracle:
             "auc": m.get(f"auc/{task}/{domain}", float("nan")),
             "calibration": m[f"calibration/{task}/{domain}"],
             "ne_teacher": teacher[f"ne/{task}/{domain}"],
+            "ne_source": source.get(f"ne/{task}/{domain}", float("nan")),
             "ne_oracle": oracle.get(f"ne/{task}/{domain}", float("nan")),
             "train_seconds": res["train_seconds"],
             "examples_per_second": res["examples_per_second"],
@@ -33,17 +38,32 @@ def rows_of(variant: str, seed: int, lag: int, res: dict, teacher: dict, oracle:
 
 
 def derive(df: pd.DataFrame) -> pd.DataFrame:
-    """ne_baseline, ΔNE, TR and efficiency vs KD, matched on seed, domain, task and lag."""
+    """ne_baseline, ΔNE, TR and efficiency vs KD, matched on seed, domain, task and lag.
+
+    TR is left empty where the teacher's own advantage ΔNE_FM = NE(baseline) − NE(teacher) is
+    within 2 std of the baseline's seed noise (a ratio to noise means nothing); efficiency vs
+    KD is left empty where plain KD does not gain."""
     keys = ["seed", "domain", "task", "teacher_lag_days"]
     base = df[df.variant == BASELINE][keys + ["ne"]].rename(columns={"ne": "ne_baseline"})
     df = df.merge(base, on=keys, how="left")
     df["delta_ne"] = df["ne_baseline"] - df["ne"]
-    df["transfer_ratio"] = df["delta_ne"] / (df["ne_baseline"] - df["ne_teacher"])
+    fm = df["ne_baseline"] - df["ne_teacher"]
+    df["transfer_ratio"] = (df["delta_ne"] / fm).where(_teacher_gains(df, fm))
     kd = df[df.variant == KD][keys + ["delta_ne"]].rename(columns={"delta_ne": "delta_kd"})
     df = df.merge(kd, on=keys, how="left")
     # a ratio to a KD gain that is not a gain means nothing: left empty (the report says so)
     df["efficiency_vs_kd"] = (df["delta_ne"] / df["delta_kd"]).where(df["delta_kd"] > 0)
     return df[RESULT_COLUMNS]
+
+
+def _teacher_gains(df: pd.DataFrame, fm: pd.Series) -> pd.Series:
+    """Per row: is the mean ΔNE_FM of its (domain, task, lag) cell above 2 std of the baseline's
+    NE over seeds? True where one seed leaves the noise unknown."""
+    cell = ["domain", "task", "teacher_lag_days"]
+    grouped = df.assign(fm=fm).groupby(cell)
+    noise = grouped["ne_baseline"].transform(lambda s: s.drop_duplicates().std())
+    mean_fm = grouped["fm"].transform("mean")
+    return (mean_fm > 2 * noise) | noise.isna()
 
 
 def record(path: Path, key: str, res: dict) -> dict:

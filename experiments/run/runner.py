@@ -29,6 +29,8 @@ from experiments.run.validate import check_spec
 from experiments.spec.model import RunSpec
 from transfer.training import training_base_rates
 
+TEACHER_NEEDS = {"teacher", "teacher_emb"}
+
 
 class Log:
     def __init__(self, path: Path) -> None:
@@ -72,10 +74,12 @@ def run_experiment(spec: RunSpec, out: str | Path) -> pd.DataFrame:
         first, train_end = spec.teacher_window(lag)
         log(f"== teacher lag {lag}: teacher learns from days [{first}, {train_end})")
         inputs = lag_inputs(spec, lag, data, data_key, only or domains, cache, log)
-        teacher_eval = steps.eval_metrics(data, eval_days, tasks, domains, base_rates,
-                                          steps.store_logits(inputs.stores["gem"], tasks), only)
-        log(f"  teacher NE on evaluation days: "
-            f"{ {t: round(teacher_eval[f'ne/{t}/all'], 4) for t in tasks} }")
+        sources = {name: steps.eval_metrics(data, eval_days, tasks, domains, base_rates,
+                                            steps.store_logits(store, tasks), only)
+                   for name, store in inputs.stores.items()}
+        for name, m in sources.items():
+            log(f"  {name} teacher NE on evaluation days: "
+                f"{ {t: round(m[f'ne/{t}/all'], 4) for t in tasks} }")
         tag = _inputs_tag(spec, inputs)
         for variant in spec.variants:
             params = tune(spec, variant, lag, train_end, data, inputs, base_rates, done, out,
@@ -93,8 +97,10 @@ def run_experiment(spec: RunSpec, out: str | Path) -> pd.DataFrame:
                         f"({res['examples_per_second']:.0f} ex/s)")
                 else:
                     log(f"[cached] {variant.name} seed {seed} (runs.jsonl)")
-                rows += rows_of(variant.name, seed, lag, done[key], teacher_eval, oracle, tasks,
-                                only or domains)
+                source = sources[variant.teacher] if variant_needs(variant) & TEACHER_NEEDS \
+                    else {}
+                rows += rows_of(variant.name, seed, lag, done[key], sources["gem"], source,
+                                oracle, tasks, only or domains)
     tuning_columns = ["variant", "teacher_lag_days", "param", "value", "chosen", "val_ne"]
     pd.DataFrame(tuning_rows, columns=tuning_columns).to_csv(out / "tuning.csv", index=False)
     results = derive(pd.DataFrame(rows))
