@@ -79,13 +79,27 @@ def test_efficiency_is_undefined_where_kd_does_not_gain():
         for variant, ne in (("baseline", 0.95), ("kd", kd_ne), ("full", 0.88)):
             rows.append({"variant": variant, "seed": seed, "domain": "all", "task": "click",
                          "teacher_lag_days": 0, "ne": ne, "auc": 0.7, "calibration": 1.0,
-                         "ne_teacher": 0.8, "ne_oracle": 0.7, "train_seconds": 1.0,
-                         "examples_per_second": 1.0})
+                         "ne_teacher": 0.8, "ne_source": 0.8, "ne_oracle": 0.7,
+                         "train_seconds": 1.0, "examples_per_second": 1.0})
     df = derive(pd.DataFrame(rows)).set_index(["variant", "seed"])
     assert df.loc[("full", 0), "efficiency_vs_kd"] == pytest.approx(0.07 / 0.05)
     assert df.loc[("kd", 0), "efficiency_vs_kd"] == pytest.approx(1.0)
     assert pd.isna(df.loc[("full", 1), "efficiency_vs_kd"])
     assert df.loc[("full", 1), "delta_ne"] == pytest.approx(0.07)
+    assert df.loc[("full", 1), "transfer_ratio"] == pytest.approx(0.07 / 0.15)
+
+
+def test_transfer_ratio_is_undefined_where_the_teacher_is_within_noise():
+    rows = []
+    for seed, base in ((0, 0.95), (1, 0.90), (2, 0.85)):  # baseline seed std 0.05
+        for variant, ne in (("baseline", base), ("kd", base - 0.01)):
+            rows.append({"variant": variant, "seed": seed, "domain": "all", "task": "click",
+                         "teacher_lag_days": 0, "ne": ne, "auc": 0.7, "calibration": 1.0,
+                         "ne_teacher": 0.85, "ne_source": 0.85, "ne_oracle": 0.7,
+                         "train_seconds": 1.0, "examples_per_second": 1.0})
+    df = derive(pd.DataFrame(rows))
+    assert df["transfer_ratio"].isna().all()  # ΔNE_FM 0.05 < 2 × 0.05
+    assert df[df.variant == "kd"]["delta_ne"].tolist() == pytest.approx([0.01] * 3)
 
 
 def test_rerun_reuses_every_step(run, capsys):
