@@ -59,6 +59,7 @@ def fit_teacher(config: TeacherTrainConfig | str | Path, data: str | Path, out: 
         "name": cfg.name,
         "checkpoint": str(used if used is not None else out / "checkpoints" / "last.ckpt"),
         "epochs": trainer.current_epoch,
+        "best_epoch": _epoch_of(used) if used is not None else None,
         "is_global_zero": trainer.is_global_zero,
     }
     if "val" in module.last_metrics:
@@ -66,3 +67,12 @@ def fit_teacher(config: TeacherTrainConfig | str | Path, data: str | Path, out: 
     if trainer.is_global_zero:
         (out / "val_metrics.json").write_text(json.dumps(summary, indent=2))
     return summary
+
+
+def _epoch_of(ckpt: Path) -> int | None:
+    """The 1-based epoch a (single-file) Lightning checkpoint was saved after."""
+    if not ckpt.is_file():
+        return None
+    import torch
+
+    return int(torch.load(ckpt, map_location="cpu", weights_only=False)["epoch"]) + 1
