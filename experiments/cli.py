@@ -12,7 +12,6 @@ from transfer.errors import GemkdError
 
 def _data_synth(args: argparse.Namespace) -> None:
     from transfer.config import load_dataclass
-    from transfer.data.summary import summarize
     from transfer.data.synth import SynthConfig, generate
 
     overrides = {} if args.seed is None else {"seed": args.seed}
@@ -20,7 +19,7 @@ def _data_synth(args: argparse.Namespace) -> None:
     schema = generate(cfg, args.out, overwrite=args.overwrite)
     print(f"wrote {schema.n_rows} examples over {len(schema.days)} days to {args.out}")
     if args.summary:
-        _print_table(summarize(args.out))
+        _print_summary(args.out, oracle=True)
 
 
 def _data_movielens(args: argparse.Namespace) -> None:
@@ -33,9 +32,19 @@ def _data_movielens(args: argparse.Namespace) -> None:
 
 
 def _data_summary(args: argparse.Namespace) -> None:
-    from transfer.data.summary import summarize
+    _print_summary(args.data, oracle=not args.no_oracle)
 
-    _print_table(summarize(args.data))
+
+def _print_summary(path, oracle: bool) -> None:
+    from transfer.data.summary import feature_oracle_summary, impressions_per_user, summarize
+
+    _print_table(summarize(path))
+    print("\nimpressions per user")
+    _print_table(impressions_per_user(path))
+    frame = feature_oracle_summary(path) if oracle else None
+    if frame is not None:
+        print(f"\n{frame.attrs['title']}")
+        _print_table(frame.drop(columns=["max_events"]))
 
 
 def _data_validate(args: argparse.Namespace) -> None:
@@ -81,6 +90,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     su = dsub.add_parser("summary", help="per-day table: rates, oracle NE, history lengths")
     su.add_argument("data", help="dataset directory")
+    su.add_argument("--no-oracle", action="store_true",
+                    help="skip the feature-oracle table (synthetic data; ~20 s for small)")
     su.set_defaults(func=_data_summary)
 
     v = dsub.add_parser("validate", help="read every row and check it against schema.json")
