@@ -10,7 +10,6 @@ MAPPINGS = Path(__file__).resolve().parents[1] / "data" / "mappings"  # shipped 
 
 def _synth(args: argparse.Namespace) -> None:
     from transfer.config import load_dataclass
-    from transfer.data.summary import summarize
     from transfer.data.synth import SynthConfig, generate
 
     overrides = {} if args.seed is None else {"seed": args.seed}
@@ -18,7 +17,7 @@ def _synth(args: argparse.Namespace) -> None:
     schema = generate(cfg, args.out, overwrite=args.overwrite)
     print(f"wrote {schema.n_rows} examples over {len(schema.days)} days to {args.out}")
     if args.summary:
-        print_table(summarize(args.out))
+        _print_summary(args.out, oracle=True)
 
 
 def _movielens(args: argparse.Namespace) -> None:
@@ -57,10 +56,20 @@ def _print_imported(result, out: str) -> None:
           f"domains {s.domains}, to {out}")
 
 
-def _summary(args: argparse.Namespace) -> None:
-    from transfer.data.summary import summarize
+def _print_summary(path, oracle: bool) -> None:
+    from transfer.data.summary import feature_oracle_summary, impressions_per_user, summarize
 
-    print_table(summarize(args.data))
+    print_table(summarize(path))
+    print("\nimpressions per user")
+    print_table(impressions_per_user(path))
+    frame = feature_oracle_summary(path) if oracle else None
+    if frame is not None:
+        print(f"\n{frame.attrs['title']}")
+        print_table(frame.drop(columns=["max_events"]))
+
+
+def _summary(args: argparse.Namespace) -> None:
+    _print_summary(args.data, oracle=not args.no_oracle)
     if args.drift:
         from transfer.data.drift import base_rate_drift
 
@@ -129,6 +138,8 @@ def add_parser(sub) -> None:
     su.add_argument("data", help="dataset directory")
     su.add_argument("--drift", action="store_true", help="also print the day-to-day movement "
                     "of each domain's base rates")
+    su.add_argument("--no-oracle", action="store_true",
+                    help="skip the feature-oracle table (synthetic data; ~20 s for small)")
     su.set_defaults(func=_summary)
 
     v = dsub.add_parser("validate", help="read every row and check it against schema.json")

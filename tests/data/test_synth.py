@@ -10,10 +10,12 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import torch
 
-from tests.conftest import tiny_config
+from tests.conftest import ROOT, tiny_config
+from transfer.config import load_dataclass
 from transfer.data.schema import DatasetSchema
-from transfer.data.summary import binary_entropy, log_loss
-from transfer.data.synth import generate
+from transfer.data.summary import binary_entropy, impressions_per_user, log_loss
+from transfer.data.synth import SynthConfig, generate
+from transfer.data.synth.world import build_world
 
 
 def _table(root: Path):
@@ -133,10 +135,16 @@ def _excess_ne_growth(tmp_path: Path, drift: float) -> float:
     """Fit user x ad-category logistic regression on days 0-2; excess NE late minus early.
 
     Excess NE = model NE - oracle NE on the same days, which cancels day-to-day difficulty.
+    The world is the single random walk of interests (``stable_interest`` 0: with a stable
+    core the staleness plateaus within days, so late and early windows cost the same) without
+    calibration drift, which would move both windows' excess too.
     """
     out = tmp_path / f"drift{drift}"
     generate(tiny_config(drift=drift, n_days=10, examples_per_day=12000, n_users=300,
-                         n_ads=200, new_ads_per_day=0, ad_lifetime_days=0.0, n_topics=8), out)
+                         n_ads=200, new_ads_per_day=0, ad_lifetime_days=0.0, n_topics=8,
+                         mean_history=30.0, stable_interest=0.0, calibration_drift=0.0,
+                         weekly_amplitude=0.0),
+             out)
     t = _table(out)
     n_topics, n_users = 8, 300
     cross = t["user_id"].to_numpy() * n_topics + t["ad_category"].to_numpy()
@@ -158,9 +166,83 @@ def _excess_ne_growth(tmp_path: Path, drift: float) -> float:
 
 
 def test_drift_degrades_a_stale_model_and_only_with_drift(tmp_path):
-    """Seed 0. Across seeds 0-2 the drift-0 growth was 0.006-0.013 (sampling noise of the
-    two windows), drift 2.0 gave 0.029-0.045."""
+    """Seed 0: growth -0.000 (drift 0), 0.004 (0.5), 0.024 (2.0); seed 1 gave 0.012, 0.011,
+    0.037 (the drift-0 figure is sampling noise of the two windows)."""
     none, mild, strong = (_excess_ne_growth(tmp_path, d) for d in (0.0, 0.5, 2.0))
     assert abs(none) < 0.015, none
     assert mild > none, (none, mild)
     assert strong > mild + 0.015, (mild, strong)
+
+
+def test_small_preset_density_about_100_impressions_per_user_in_teacher_window(tmp_path):
+    """The quickstart preset's ratio of impressions to users, at a tenth of both (the density
+    is that ratio; fewer ads, content and events keep it fast): the median user has on the
+    order of 100 impressions in the teacher's days 0-8, with a tail of light users."""
+    cfg = load_dataclass(SynthConfig, ROOT / "experiments/data/small.yaml")
+    small = tiny_config(n_days=9, examples_per_day=cfg.examples_per_day // 10,
+                        n_users=cfg.n_users // 10, mean_history=10.0)
+    generate(small, tmp_path / "d")
+    window = impressions_per_user(tmp_path / "d", first_days=9).iloc[1]
+    assert 60 <= window["p50"] <= 160, window
+    assert window["p10"] < 0.5 * window["p50"] < window["p90"] / 4, window
+
+
+def _p_logits(root: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    t = _table(root)
+    p = np.column_stack([t[f"p_{k}"].to_numpy().astype(float) for k in ("click", "engage")])
+    return np.log(p / (1 - p)), t["day"].to_numpy(), t["domain"].to_numpy()
+
+
+def test_calibration_drift_moves_daily_base_rates_by_about_the_configured_amount(tmp_path):
+    """Calibration drift has its own random stream: the same impressions are drawn with and
+    without it, and their logits differ by the drift's offsets alone (0 disables it)."""
+    kw = dict(n_days=15, examples_per_day=1500, n_users=100, mean_history=10.0, n_domains=6,
+              weekly_amplitude=0.0)
+    paths = {}
+    for c in (0.0, 0.3):
+        paths[c] = tmp_path / f"cal{c}"
+        generate(tiny_config(calibration_drift=c, **kw), paths[c])
+    off, day, dom = _p_logits(paths[0.0])
+    drifted, day2, _ = _p_logits(paths[0.3])
+    assert np.array_equal(day, day2)
+    # Off: the same files as a world generated without the knob's effect.
+    generate(tiny_config(calibration_drift=0.0, **kw), tmp_path / "again")
+    assert _digest(tmp_path / "again") == _digest(paths[0.0])
+    # On: the daily offset of each (domain, task) random-walks with step std ~0.3 (the ad
+    # categories' own walks add their mix's average, a little more).
+    delta = drifted - off
+    n_dom = kw["n_domains"]
+    daily = np.array([[delta[(day == d) & (dom == j)].mean(axis=0) for j in range(n_dom)]
+                      for d in range(kw["n_days"])])  # [day, domain, task]
+    steps = np.diff(daily, axis=0)
+    assert 0.22 < steps.std() < 0.42, steps.std()
+    assert abs(delta[day == 0]).max() < 1e-5  # the walk starts at 0 on day 0
+    # The base rates themselves: the daily mean logit per domain moves far more with it.
+    def movement(logits):
+        m = np.array([[logits[(day == d) & (dom == j), 0].mean() for j in range(n_dom)]
+                      for d in range(kw["n_days"])])
+        return np.abs(np.diff(m, axis=0)).mean()
+    assert movement(drifted) > 2 * movement(off), (movement(drifted), movement(off))
+
+
+def test_weekly_cycle_has_the_configured_amplitude():
+    cfg = tiny_config(n_days=28, calibration_drift=0.0, weekly_amplitude=0.2)
+    world = build_world(cfg, np.random.default_rng(0))
+    cycle = world.calibration_domain  # [day, domain, task]
+    assert np.allclose(cycle[7:], cycle[:-7], atol=1e-6)  # period of a week
+    assert 0.17 < np.abs(cycle).max() <= 0.2 + 1e-6
+
+
+def test_stable_interest_keeps_a_core_taste():
+    """With ``stable_interest`` s the vector a month later keeps ~sqrt(s) of the core
+    (a single walk, s = 0, forgets it); the day-to-day change is the same."""
+    def corr(s: float) -> tuple[float, float]:
+        w = build_world(tiny_config(stable_interest=s, history_days=40),
+                        np.random.default_rng(0))
+        v = w.user_vec.astype(float)
+        return (float(np.mean(np.sum(v[0] * v[-1], axis=1))),
+                float(np.mean(np.sum(v[-2] * v[-1], axis=1))))
+    far0, day0 = corr(0.0)
+    far8, day8 = corr(0.8)
+    assert far8 > 0.75 > 0.45 > far0, (far0, far8)
+    assert abs(day0 - day8) < 0.02, (day0, day8)

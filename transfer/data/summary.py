@@ -58,3 +58,42 @@ def summarize(root: str | Path) -> pd.DataFrame:
             row[f"share_{name}"] = share
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+def impressions_per_user(root: str | Path, first_days: int = 9) -> pd.DataFrame:
+    """Impressions per user (p10/p50/p90, mean) over all days and over the first ``first_days``
+    days (the quickstart teacher's window); users are those with any row in the dataset."""
+    schema = DatasetSchema.load(root)
+    users, days = [], []
+    for day in schema.days:
+        col = validate.open_parquet(day_path(root, day)).read(columns=["user_id"]).column(0)
+        users.append(col.to_numpy())
+        days.append(np.full(len(users[-1]), day))
+    user, day = np.concatenate(users), np.concatenate(days)
+    ids, idx = np.unique(user, return_inverse=True)
+    rows = []
+    first = schema.days[:first_days]
+    windows = [("all days", np.ones(len(user), bool))]
+    if first:
+        windows.append((f"days {first[0]}-{first[-1]}", day <= first[-1]))
+    for name, m in windows:
+        counts = np.bincount(idx[m], minlength=len(ids))
+        rows.append({"window": name, "users": len(ids), "p10": np.percentile(counts, 10),
+                     "p50": np.median(counts), "p90": np.percentile(counts, 90),
+                     "mean": counts.mean()})
+    return pd.DataFrame(rows)
+
+
+def feature_oracle_summary(root: str | Path, n_days: int = 2) -> pd.DataFrame | None:
+    """Synthetic data only: oracle, no-user-information and feature-oracle NE per task, by
+    history length, on the last ``n_days`` days (``transfer.data.synth.feature_oracle``)."""
+    schema = DatasetSchema.load(root)
+    if schema.source != "synthetic" or not schema.generator:
+        return None
+    from transfer.data.synth.feature_oracle import feature_oracle_ne
+
+    days = schema.days[-n_days:]
+    frame = feature_oracle_ne(root, days)
+    frame.attrs["title"] = (f"feature oracle, days {days[0]}-{days[-1]}, all domains "
+                            f"(share = part of the oracle's advantage over no user information)")
+    return frame

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import pyarrow as pa
 
@@ -17,6 +19,45 @@ def _sigmoid(x: np.ndarray) -> np.ndarray:
 
 def _list_array(offsets: np.ndarray, values: np.ndarray) -> pa.ListArray:
     return pa.ListArray.from_arrays(pa.array(offsets.astype(np.int32)), pa.array(values))
+
+
+@dataclass
+class LabelLogits:
+    """The label logits ``[n, 3]`` (click, conversion given click, engage) in three parts."""
+
+    rest: np.ndarray  # intercepts, calibration drift, domain, ad, advertiser and context effects
+    user: np.ndarray  # the terms linear in the user's latent vector (affinity, intent)
+    user_bias: np.ndarray  # per-user scalar biases, which no feature or history reveals
+
+    def total(self, user_scale: float = 1.0, user_bias: bool = True) -> np.ndarray:
+        return self.rest + user_scale * self.user + (self.user_bias if user_bias else 0.0)
+
+
+def label_logits(world: World, day: int, users: np.ndarray, ads: np.ndarray,
+                 domain: np.ndarray, user_vec: np.ndarray) -> LabelLogits:
+    """The world's label logits of impressions of ``ads`` to ``users`` on ``day``, with
+    ``user_vec`` as the users' latent vectors (their true vectors on that day, or an estimate).
+    """
+    cfg, row = world.cfg, world.day_row(day)
+    ad_vec = world.ad_vec[row, ads]
+    aff = np.einsum("nk,nk->n", user_vec * world.domain_gain[domain], ad_vec)
+    intent = np.einsum("nk,kj,nj->n", user_vec, world.intent, ad_vec)
+    age, device = world.user_age[users], world.user_device[users]
+    topic, fmt = world.ad_topic[ads], world.ad_format[ads]
+    context = world.age_topic_effect[age, topic] + world.device_format_effect[device, fmt]
+    cal = world.calibration(day, domain, topic)
+    s = cfg.affinity_scale
+    rest = np.stack([
+        cfg.click_bias + world.domain_bias[domain, 0] + world.ad_bias[ads] + context,
+        cfg.conversion_bias + world.domain_bias[domain, 1]
+        + world.advertiser_quality[world.ad_advertiser[ads]],
+        cfg.engage_bias + world.domain_bias[domain, 2] + 0.5 * context,
+    ], axis=1) + cal
+    user = np.stack([s * aff, 0.6 * s * (aff + intent), s * aff], axis=1)
+    bias = np.stack([world.user_bias[users] + world.user_domain_bias[users, domain],
+                     np.zeros(len(users), dtype=np.float32), world.user_engage_bias[users]],
+                    axis=1)
+    return LabelLogits(rest, user, bias)
 
 
 def impressions_for_day(world: World, timeline: Timeline, day: int, first_id: int,
@@ -41,24 +82,14 @@ def impressions_for_day(world: World, timeline: Timeline, day: int, first_id: in
     cand_aff = np.einsum("nk,nck->nc", uvec, world.ad_vec[row, cands])
     pick = np.argmax(cfg.targeting * cand_aff + rng.gumbel(size=cand_aff.shape), axis=1)
     ads = cands[np.arange(n), pick]
-    aff = cand_aff[np.arange(n), pick]
 
-    age, device = world.user_age[users], world.user_device[users]
+    parts = label_logits(world, day, users, ads, domain, world.user_vec[row, users])
+    f = parts.total()
+    p_click = _sigmoid(f[:, 0])
+    p_conv_given_click = _sigmoid(f[:, 1])
+    p_engage = _sigmoid(f[:, 2])
     topic, fmt = world.ad_topic[ads], world.ad_format[ads]
-    adv = world.ad_advertiser[ads]
-    context = world.age_topic_effect[age, topic] + world.device_format_effect[device, fmt]
-    intent = np.einsum("nk,kj,nj->n", world.user_vec[row, users], world.intent,
-                       world.ad_vec[row, ads])
-    s = cfg.affinity_scale
-    f_click = (cfg.click_bias + world.domain_bias[domain, 0] + world.user_bias[users]
-               + world.user_domain_bias[users, domain] + world.ad_bias[ads] + s * aff + context)
-    f_conv = (cfg.conversion_bias + world.domain_bias[domain, 1]
-              + world.advertiser_quality[adv] + 0.6 * s * aff + 0.6 * s * intent)
-    f_engage = (cfg.engage_bias + world.domain_bias[domain, 2] + world.user_engage_bias[users]
-                + s * aff + 0.5 * context)
-    p_click = _sigmoid(f_click)
-    p_conv_given_click = _sigmoid(f_conv)
-    p_engage = _sigmoid(f_engage)
+    adv, age, device = world.ad_advertiser[ads], world.user_age[users], world.user_device[users]
     click = rng.random(n) < p_click
     conversion = click & (rng.random(n) < p_conv_given_click)
     engage = rng.random(n) < p_engage

@@ -77,22 +77,45 @@ def sample_topics(world: World, users: np.ndarray, days: np.ndarray,
     return np.argmax(logits + rng.gumbel(size=logits.shape), axis=1)
 
 
-def pick_in_topic(pool: np.ndarray, pool_topic: np.ndarray, topics: np.ndarray,
-                  n_topics: int, rng: np.random.Generator) -> np.ndarray:
-    """A uniformly random member of ``pool`` with each event's topic (any member if none)."""
+PICK_CHUNK = 1 << 16  # events per vectorised block: bounds memory at chunk x candidates x k
+
+
+def pick_by_affinity(pool: np.ndarray, pool_topic: np.ndarray, pool_vec: np.ndarray,
+                     topics: np.ndarray, user_vec: np.ndarray, beta: np.ndarray, n_topics: int,
+                     n_candidates: int, rng: np.random.Generator) -> np.ndarray:
+    """Per event, the member of ``pool`` the user engaged with: ``n_candidates`` random members
+    of the event's topic (any members if the topic has none), of which the one maximising
+    ``beta * <user_vec, item vec> + Gumbel`` (a softmax choice; beta = 0 is a uniform pick).
+
+    ``pool_vec[i]`` is the latent vector of ``pool[i]``; ``user_vec[e]`` and ``beta[e]`` are the
+    event's. Vectorised in blocks of ``PICK_CHUNK`` events.
+    """
     order = np.argsort(pool_topic, kind="stable")
-    sorted_pool = pool[order]
+    sorted_pool, sorted_vec = pool[order], pool_vec[order]
     counts = np.bincount(pool_topic, minlength=n_topics)
     starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
-    u = rng.random(len(topics))
-    c = counts[topics]
-    fallback = rng.integers(0, len(pool), len(topics))
-    idx = np.where(c > 0, starts[topics] + (u * c).astype(np.int64), fallback)
-    return sorted_pool[idx]
+    out = np.empty(len(topics), dtype=np.int64)
+    for lo in range(0, len(topics), PICK_CHUNK):
+        sl = slice(lo, lo + PICK_CHUNK)
+        top = topics[sl]
+        c = counts[top][:, None]
+        u = rng.random((len(top), n_candidates))
+        fallback = rng.integers(0, len(pool), (len(top), n_candidates))
+        idx = np.where(c > 0, starts[top][:, None] + (u * c).astype(np.int64), fallback)
+        aff = np.einsum("nk,nmk->nm", user_vec[sl], sorted_vec[idx])
+        score = beta[sl, None] * aff + rng.gumbel(size=aff.shape)
+        out[sl] = sorted_pool[idx[np.arange(len(top)), np.argmax(score, axis=1)]]
+    return out
 
 
 def build_timeline(world: World, rng: np.random.Generator) -> Timeline:
-    """Background engagement from the start of the pre-history to the last day."""
+    """Background engagement from the start of the pre-history to the last day.
+
+    Each event's topic comes from the user's interests on that day; its item is picked among a
+    few of that topic's items by affinity with the user's vector on that day (views weakly,
+    likes strongly, ad clicks as strongly as the click label weighs affinity), so the engaged
+    items reveal the user's individual taste, more precisely the more events there are.
+    """
     cfg = world.cfg
     days_total = cfg.history_days + cfg.n_days
     rate = event_rate_scale(world) * world.user_activity * days_total
@@ -102,19 +125,26 @@ def build_timeline(world: World, rng: np.random.Generator) -> Timeline:
     days = (t // DAY).astype(np.int64) - cfg.history_days
     topics = sample_topics(world, users, days, rng)
     organic = rng.random(len(users)) < cfg.organic_share
+    is_like = rng.random(len(users)) < cfg.like_share
+    is_conv = rng.random(len(users)) < 0.05
+    uvec = world.user_vec[days + cfg.history_days, users]
+    beta = np.where(organic, np.where(is_like, cfg.like_affinity, cfg.view_affinity),
+                    cfg.affinity_scale)
 
     item = np.empty(len(users), dtype=np.int64)
-    content_ids = np.arange(cfg.n_content)
-    item[organic] = world.n_ads_total + pick_in_topic(
-        content_ids, world.content_topic, topics[organic], cfg.n_topics, rng)
+    org = np.flatnonzero(organic)
+    item[org] = world.n_ads_total + pick_by_affinity(
+        np.arange(cfg.n_content), world.content_topic, world.content_vec, topics[org],
+        uvec[org], beta[org], cfg.n_topics, cfg.event_candidates, rng)
     ad_events = np.flatnonzero(~organic)
     for day in np.unique(days[ad_events]):
         sel = ad_events[days[ad_events] == day]
         alive = world.alive_ads(int(day))
-        item[sel] = pick_in_topic(alive, world.ad_topic[alive], topics[sel], cfg.n_topics, rng)
+        item[sel] = pick_by_affinity(alive, world.ad_topic[alive],
+                                     world.ad_vec[world.day_row(int(day)), alive], topics[sel],
+                                     uvec[sel], beta[sel], cfg.n_topics, cfg.event_candidates,
+                                     rng)
 
-    is_like = rng.random(len(users)) < 0.25
-    is_conv = rng.random(len(users)) < 0.05
     action = np.where(organic, np.where(is_like, ACTION_LIKE, ACTION_VIEW),
                       np.where(is_conv, ACTION_CONVERSION, ACTION_CLICK))
     category = np.where(organic, world.content_topic[np.maximum(item - world.n_ads_total, 0)],

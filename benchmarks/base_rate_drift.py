@@ -1,0 +1,150 @@
+"""How fast real base rates move from day to day: the figures behind ``calibration_drift``.
+
+    python benchmarks/base_rate_drift.py [--shared ../shared] [--min-rows 400] [--synthetic DIR]
+
+For every (dataset, surface, label) it prints the daily positive rate's logit and two figures
+of its movement over days: the std over days of the daily logit, and the mean |day-to-day
+change| of the logit. Both are inflated by sampling noise (a day of n rows at rate p has a logit
+noise variance of about 1 / (n p (1 - p))), so each comes raw and with that noise removed
+(``*_true``: std over days sqrt(raw^2 - mean noise variance); the day-to-day change as a root
+mean square sqrt(mean(d^2) - mean(noise_t + noise_t-1)), 0 when noise explains it all).
+
+- KuaiRand-Pure (``../shared/data/kuairand_pure_slice``): one surface = one ``tab`` with at
+  least ``--min-rows`` rows a day on average; one day = one ``date``; labels ``is_click``,
+  ``long_view``, ``is_like``.
+- MovieLens (``../shared/data/movielens_latest_small``): one surface = one genre group of
+  ``transfer.data.movielens`` (the ``domain`` its converter writes); one "day" = one of 20 time
+  buckets with equal rating counts, as ``gemkd data movielens`` cuts them; label rating >= 4.
+- ``--synthetic DIR``: a gemkd dataset, per domain and day, labels ``click`` and ``engage``
+  (to set the synthetic world's ``calibration_drift`` beside the real figures).
+
+The core of it is this pandas snippet (``label`` a 0/1 column, ``surface`` and ``day`` keys)::
+
+    g = df.groupby(["surface", "day"])[label].agg(["mean", "size"])
+    g["logit"] = np.log(g["mean"] / (1 - g["mean"]))
+    g["noise"] = 1 / (g["size"] * g["mean"] * (1 - g["mean"]))
+    per = g.groupby(level="surface")
+    std_raw = per["logit"].std(ddof=1)
+    step_raw = per["logit"].apply(lambda s: s.diff().abs().mean())
+
+Datasets that are absent are skipped with a note; the script exits 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+
+def drift_table(df: pd.DataFrame, label: str, min_rows: float) -> pd.DataFrame:
+    """One row per surface: days, rows/day, rate, std over days and day-to-day change of logit."""
+    g = df.groupby(["surface", "day"])[label].agg(["mean", "size"]).reset_index()
+    g = g[(g["mean"] > 0) & (g["mean"] < 1)]
+    g["logit"] = np.log(g["mean"] / (1 - g["mean"]))
+    g["noise"] = 1.0 / (g["size"] * g["mean"] * (1 - g["mean"]))
+    rows = []
+    for surface, s in g.sort_values(["surface", "day"]).groupby("surface"):
+        if len(s) < 3 or s["size"].mean() < min_rows:
+            continue
+        logit, noise = s["logit"].to_numpy(), s["noise"].to_numpy()
+        d = np.diff(logit)
+        std_raw = float(np.std(logit, ddof=1))
+        step_var = float(np.mean(d ** 2) - np.mean(noise[1:] + noise[:-1]))
+        rows.append({
+            "label": label, "surface": surface, "days": len(s),
+            "rows_per_day": round(float(s["size"].mean())),
+            "rate": float(np.average(s["mean"], weights=s["size"])),
+            "logit_std_raw": std_raw,
+            "logit_std_true": float(np.sqrt(max(std_raw ** 2 - noise.mean(), 0.0))),
+            "step_abs_raw": float(np.abs(d).mean()),
+            "step_rms_true": float(np.sqrt(max(step_var, 0.0))),
+        })
+    return pd.DataFrame(rows)
+
+
+def kuairand(shared: Path, min_rows: float) -> pd.DataFrame | None:
+    path = shared / "data/kuairand_pure_slice/log_standard_4_25_to_5_08_pure.csv"
+    if not path.is_file():
+        print(f"skip KuaiRand: {path} not found")
+        return None
+    df = pd.read_csv(path, usecols=["date", "tab", "is_click", "long_view", "is_like"])
+    df = df.rename(columns={"tab": "surface", "date": "day"})
+    out = pd.concat([drift_table(df, lab, min_rows) for lab in ["is_click", "long_view",
+                                                                "is_like"]])
+    out.insert(0, "dataset", "kuairand")
+    return out
+
+
+def movielens(shared: Path, n_buckets: int = 20) -> pd.DataFrame | None:
+    src = shared / "data/movielens_latest_small"
+    if not (src / "ratings.csv").is_file() or not (src / "movies.csv").is_file():
+        print(f"skip MovieLens: {src}/ratings.csv or movies.csv not found")
+        return None
+    from transfer.data.movielens import GENRE_GROUPS, OTHER_DOMAIN, _read_movies
+
+    df = pd.read_csv(src / "ratings.csv")
+    df = df.merge(_read_movies(src / "movies.csv")[["movieId", "domain"]], on="movieId",
+                  how="left")
+    df["surface"] = df["domain"].fillna(OTHER_DOMAIN).astype(int).map(
+        dict(enumerate(GENRE_GROUPS)))
+    ts = df["timestamp"].to_numpy()
+    edges = np.quantile(ts, np.linspace(0, 1, n_buckets + 1)[1:-1])
+    df["day"] = np.searchsorted(edges, ts, side="right")
+    df["rating_ge_4"] = (df["rating"] >= 4).astype(int)
+    out = drift_table(df, "rating_ge_4", 0)
+    out.insert(0, "dataset", "movielens")
+    return out
+
+
+def synthetic(root: Path) -> pd.DataFrame:
+    import pyarrow.parquet as pq
+
+    from transfer.data.schema import DatasetSchema
+    from transfer.data.writer import day_path
+
+    schema = DatasetSchema.load(root)
+    frames = []
+    for day in schema.days:
+        t = pq.read_table(day_path(root, day), columns=["domain", "click", "engage"])
+        f = t.to_pandas()
+        f["day"] = day
+        frames.append(f)
+    df = pd.concat(frames, ignore_index=True)
+    df["surface"] = df["domain"].map(dict(enumerate(schema.domains)))
+    out = pd.concat([drift_table(df, lab, 0) for lab in ["click", "engage"]])
+    out.insert(0, "dataset", f"synthetic:{root.name}")
+    return out
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--shared", default=str(ROOT.parent / "shared"),
+                   help="the shared folder holding data/ (default ../shared)")
+    p.add_argument("--min-rows", type=float, default=400,
+                   help="KuaiRand surfaces with fewer rows a day are left out")
+    p.add_argument("--synthetic", default=None, help="also a gemkd dataset directory")
+    args = p.parse_args()
+    shared = Path(args.shared)
+    parts = [t for t in (kuairand(shared, args.min_rows), movielens(shared)) if t is not None]
+    if args.synthetic:
+        parts.append(synthetic(Path(args.synthetic)))
+    if not parts:
+        return
+    table = pd.concat(parts, ignore_index=True)
+    with pd.option_context("display.width", 200, "display.max_columns", 20,
+                           "display.float_format", "{:.3f}".format):
+        print(table.to_string(index=False))
+        print("\nmedian per dataset and label:")
+        cols = ["logit_std_raw", "logit_std_true", "step_abs_raw", "step_rms_true"]
+        print(table.groupby(["dataset", "label"])[cols].median().to_string())
+
+
+if __name__ == "__main__":
+    main()
