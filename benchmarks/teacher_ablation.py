@@ -42,7 +42,12 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks.common import write_json  # noqa: E402
-from experiments.run.steps import eval_metrics, has_oracle, oracle_logits  # noqa: E402
+from experiments.run.steps import (  # noqa: E402
+    eval_metrics,
+    feature_oracle_metrics,
+    has_oracle,
+    oracle_logits,
+)
 from experiments.teacher_config import TeacherTrainConfig, load_teacher_config  # noqa: E402
 from experiments.teacher_eval import evaluate_teacher  # noqa: E402
 from experiments.teacher_fit import fit_teacher  # noqa: E402
@@ -118,11 +123,7 @@ def references(data: Path, days: tuple[int, int], rates: dict[str, float]) -> di
                                       lambda b: torch.logit(p0).expand(len(b), -1))}
     if has_oracle(data):
         refs["oracle"] = eval_metrics(data, days, tasks, doms, rates, oracle_logits)
-        try:
-            from transfer.data.synth.feature_oracle import feature_oracle_metrics
-        except ImportError:  # a generator without the feature oracle
-            return refs
-        refs["feature oracle"] = feature_oracle_metrics(data, days, rates)
+        refs["feature oracle"] = feature_oracle_metrics(data, days, tasks, doms, rates)
     return refs
 
 

@@ -36,8 +36,10 @@ NUMERIC_COLUMNS: tuple[str, ...] = (
 #: Metrics summarised as ``<metric>_mean`` / ``<metric>_std`` by :func:`summarize`.
 METRICS: tuple[str, ...] = (
     "ne", "delta_ne", "transfer_ratio", "efficiency_vs_kd", "gap_closed", "auc", "calibration",
-    "ne_baseline", "ne_teacher", "ne_oracle",
+    "ne_baseline", "ne_teacher", "ne_oracle", "ne_source", "ne_feature_oracle",
 )
+#: Columns of newer runs; an older results.csv without them reads as NaN.
+OPTIONAL_METRICS: tuple[str, ...] = ("ne_source", "ne_feature_oracle")
 TUNING_COLUMNS: tuple[str, ...] = ("variant", "param", "value", "chosen", "val_ne")
 CURVE_METRICS: tuple[str, ...] = ("train_loss", "kd_loss", "val_ne")
 PLOT_NAMES: tuple[str, ...] = (

@@ -20,6 +20,7 @@ _REF_STYLE = {
     "ne_baseline": ("baseline", "tab:gray", "--"),
     "ne_teacher": ("teacher", "black", "-."),
     "ne_oracle": ("oracle", "tab:green", ":"),
+    "ne_feature_oracle": ("feature oracle", "tab:olive", ":"),
 }
 
 
@@ -83,7 +84,7 @@ def _plot_ne_by_variant(run: RunView, Figure: Any, colors: dict, path: Path) -> 
                color=[colors[v] for v in names])
         levels = list(means - stds) + list(means + stds)
         for col, (mean, _) in run.reference(task=task).items():
-            if math.isfinite(mean):
+            if col in _REF_STYLE and math.isfinite(mean):
                 label, color, style = _REF_STYLE[col]
                 ax.axhline(mean, color=color, linestyle=style, linewidth=1.2,
                            label=f"{label} {f4(mean)}")

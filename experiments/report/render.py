@@ -8,7 +8,13 @@ from typing import Any
 from experiments.report.load import PLOT_NAMES, load_tuning
 from experiments.report.plots import write_run_plots
 from experiments.report.summary import RunView, f4, lag_str, md_table, pm, seed_stats, variant_order
-from experiments.report.text import METRIC_HEADER, main_table, metric_row, reference_line, sentences
+from experiments.report.text import (
+    main_table,
+    metric_header,
+    metric_row,
+    reference_line,
+    sentences,
+)
 from transfer.io.atomic import atomic_write_bytes
 
 
@@ -23,7 +29,11 @@ def render(run: RunView) -> str:
     out += [
         f"Run directory `{run.dir}`. Every number is mean ± std over seeds (sample std); "
         "ΔNE = NE(baseline) − NE(variant), TR = ΔNE / (NE(baseline) − NE(teacher)), "
-        "efficiency vs KD = ΔNE / ΔNE(plain KD), gap closed = ΔNE / (NE(baseline) − NE(oracle)).",
+        "efficiency vs KD = ΔNE / ΔNE(plain KD), gap closed = ΔNE / (NE(baseline) − NE(oracle)); "
+        "the teacher's share of the oracle gap = (NE(baseline) − NE(teacher)) / (NE(baseline) − "
+        "NE(oracle)) is how much there is to transfer. TR is left empty (—) where the teacher's "
+        "own advantage is within 2 std of the baseline's seed noise, efficiency vs KD where plain "
+        "KD does not gain: ratios to noise mean nothing.",
         "",
     ]
     few = run.summary[run.summary["n_seeds"] < 3]
@@ -33,6 +43,7 @@ def render(run: RunView) -> str:
 
     out += [f"## Main result ({where})", "", main_table(run), "",
             f"Same evaluation data: {reference_line(run, run.task)}.", ""]
+    out += _sources(run)
 
     out += ["## What it means", "", " ".join(sentences(run)), ""]
     kd_gain = run.cell()
@@ -46,8 +57,8 @@ def render(run: RunView) -> str:
     rows = []
     for task in run.tasks:
         for _, r in run.rows(task=task).iterrows():
-            rows.append([task, r["variant"], *metric_row(r)])
-    out += [md_table(("task", "variant", *METRIC_HEADER), rows, left=2), ""]
+            rows.append([task, r["variant"], *metric_row(r, run.has_oracle)])
+    out += [md_table(("task", "variant", *metric_header(run.has_oracle)), rows, left=2), ""]
     out += [f"- {task}: {reference_line(run, task)}" for task in run.tasks] + [""]
 
     if len(run.domains) > 1:
@@ -72,6 +83,18 @@ def render(run: RunView) -> str:
     if present:
         out += ["## Plots", ""] + [f"![{n[:-4]}](plots/{n})" for n in present] + [""]
     return "\n".join(out).rstrip() + "\n"
+
+
+def _sources(run: RunView) -> list[str]:
+    """The NE of each variant's own teacher where it is not GEM (hierarchical's domain FM)."""
+    rows = run.rows()
+    other = rows[(rows["ne_source_mean"] - rows["ne_teacher_mean"]).abs() > 1e-9]
+    if other.empty:
+        return []
+    parts = [f"{r['variant']} learned from a teacher of NE "
+             f"{pm(r['ne_source_mean'], r['ne_source_std'])}" for _, r in other.iterrows()]
+    gem = pm(*seed_stats(run.cell()["ne_teacher"]))
+    return [f"Teachers on the same data: GEM {gem}; " + "; ".join(parts) + ".", ""]
 
 
 def _lag_section(run: RunView) -> list[str]:

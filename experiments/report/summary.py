@@ -16,6 +16,7 @@ from experiments.report.load import (
     FIRST_TASK,
     KEYS,
     METRICS,
+    OPTIONAL_METRICS,
     VARIANTS,
     load_results,
     load_spec,
@@ -33,6 +34,9 @@ def summarize(results: pd.DataFrame, order: Sequence[str] | None = None) -> pd.D
     """
     df = validate_results(results, "results")
     df["gap_closed"] = gap_closed(df)
+    for col in OPTIONAL_METRICS:
+        if col not in df.columns:
+            df[col] = np.nan
     vals = df[[*KEYS, "seed", *METRICS]].copy()
     vals[list(METRICS)] = vals[list(METRICS)].replace([np.inf, -np.inf], np.nan)
     groups = vals.groupby(list(KEYS), sort=False)
@@ -160,8 +164,19 @@ class RunView:
                 & (frame["task"] == (task or self.task)))
         return frame[keep]
 
+    @property
+    def has_oracle(self) -> bool:
+        return bool(self.raw["ne_oracle"].notna().any())
+
     def reference(self, **where: Any) -> dict[str, tuple[float, float]]:
-        """Baseline, teacher and oracle NE (mean, std over seeds) on this evaluation slice."""
-        per_seed = self.cell(**where).groupby("seed")[["ne_baseline", "ne_teacher", "ne_oracle"]]
-        per_seed = per_seed.mean()
-        return {c: seed_stats(per_seed[c]) for c in per_seed.columns}
+        """Baseline, teacher, oracle and feature-oracle NE (mean, std over seeds) on this
+        evaluation slice, and the teacher's share of the baseline's gap to each oracle."""
+        cols = ["ne_baseline", "ne_teacher", "ne_oracle", "ne_feature_oracle"]
+        cell = self.cell(**where)
+        per_seed = cell.reindex(columns=["seed", *cols]).groupby("seed")[cols].mean()
+        out = {c: seed_stats(per_seed[c]) for c in cols}
+        gain = per_seed["ne_baseline"] - per_seed["ne_teacher"]
+        for name, col in (("teacher_share", "ne_oracle"),
+                          ("teacher_share_feature", "ne_feature_oracle")):
+            out[name] = seed_stats(gain / (per_seed["ne_baseline"] - per_seed[col]))
+        return out

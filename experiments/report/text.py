@@ -10,32 +10,53 @@ import pandas as pd
 from experiments.report.summary import RunView, f4, lag_str, md_table, pm, seed_stats
 
 
-def metric_row(r: pd.Series) -> list[str]:
+def metric_row(r: pd.Series, oracle: bool = True) -> list[str]:
+    """The table cells of one summary row: with an oracle, the gap closed to it; without one
+    (real data), calibration instead, since a base rate moving between the student's and the
+    evaluation days moves NE for reasons that are not ranking (DESIGN §2.4)."""
+    last = (pm(r["gap_closed_mean"], r["gap_closed_std"]) if oracle
+            else pm(r["calibration_mean"], r["calibration_std"]))
     return [
         pm(r["ne_mean"], r["ne_std"]),
         pm(r["delta_ne_mean"], r["delta_ne_std"]),
         pm(r["transfer_ratio_mean"], r["transfer_ratio_std"]),
         pm(r["efficiency_vs_kd_mean"], r["efficiency_vs_kd_std"]),
-        pm(r["gap_closed_mean"], r["gap_closed_std"]),
+        pm(r["auc_mean"], r["auc_std"]),
+        last,
         str(int(r["n_seeds"])),
     ]
 
 
-METRIC_HEADER = ("NE (mean ± std)", "ΔNE vs baseline", "TR", "efficiency vs KD",
-                 "gap closed to oracle", "seeds")
+def metric_header(oracle: bool = True) -> tuple[str, ...]:
+    return ("NE (mean ± std)", "ΔNE vs baseline", "TR", "efficiency vs KD", "AUC",
+            "gap closed to oracle" if oracle else "calibration (Σp/Σy)", "seeds")
 
 
 def main_table(run: RunView) -> str:
-    rows = [[r["variant"], *metric_row(r)] for _, r in run.rows().iterrows()]
-    return md_table(("variant", *METRIC_HEADER), rows)
+    rows = [[r["variant"], *metric_row(r, run.has_oracle)] for _, r in run.rows().iterrows()]
+    return md_table(("variant", *metric_header(run.has_oracle)), rows)
 
 
 def reference_line(run: RunView, task: str) -> str:
+    """The evaluation slice's references: baseline, teacher, oracle and feature oracle NE, and
+    the teacher's share of the baseline's gap to them (how much there is to transfer)."""
     ref = run.reference(task=task)
-    oracle = ref["ne_oracle"]
-    o = pm(*oracle) if math.isfinite(oracle[0]) else "unknown (real data)"
-    return (f"baseline NE {pm(*ref['ne_baseline'])}, teacher NE {pm(*ref['ne_teacher'])}, "
-            f"oracle NE {o}")
+    line = f"baseline NE {pm(*ref['ne_baseline'])}, teacher NE {pm(*ref['ne_teacher'])}"
+    if not math.isfinite(ref["ne_oracle"][0]):
+        return line + ", oracle unknown (real data)"
+    line += f", oracle NE {pm(*ref['ne_oracle'])}"
+    if math.isfinite(ref["ne_feature_oracle"][0]):
+        line += f", feature oracle NE {pm(*ref['ne_feature_oracle'])}"
+    line += f"; teacher share of the oracle gap {pct(*ref['teacher_share'])}"
+    if math.isfinite(ref["teacher_share_feature"][0]):
+        line += f" (of the feature-oracle gap {pct(*ref['teacher_share_feature'])})"
+    return line
+
+
+def pct(mean: float, std: float) -> str:
+    if not math.isfinite(mean):
+        return "—"
+    return f"{100 * mean:.1f} %" + (f" ± {100 * std:.1f}" if math.isfinite(std) else "")
 
 
 

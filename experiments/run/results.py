@@ -10,13 +10,13 @@ import pandas as pd
 
 RESULT_COLUMNS = ["variant", "seed", "domain", "task", "teacher_lag_days", "ne", "auc",
                   "calibration", "ne_baseline", "ne_teacher", "ne_source", "ne_oracle",
-                  "delta_ne", "transfer_ratio", "efficiency_vs_kd", "train_seconds",
-                  "examples_per_second"]
+                  "ne_feature_oracle", "delta_ne", "transfer_ratio", "efficiency_vs_kd",
+                  "train_seconds", "examples_per_second"]
 BASELINE, KD = "baseline", "kd"
 
 
 def rows_of(variant: str, seed: int, lag: int, res: dict, teacher: dict, source: dict,
-            oracle: dict, tasks: list[str], domains: list[str]) -> list[dict]:
+            oracle: dict, feature: dict, tasks: list[str], domains: list[str]) -> list[dict]:
     """``teacher`` are GEM's metrics on the evaluation data (``ne_teacher``, TR's reference),
     ``source`` those of the teacher the variant learned from (``ne_source``: the domain FM for
     hierarchical transfer; empty for labels only)."""
@@ -31,6 +31,7 @@ def rows_of(variant: str, seed: int, lag: int, res: dict, teacher: dict, source:
             "ne_teacher": teacher[f"ne/{task}/{domain}"],
             "ne_source": source.get(f"ne/{task}/{domain}", float("nan")),
             "ne_oracle": oracle.get(f"ne/{task}/{domain}", float("nan")),
+            "ne_feature_oracle": feature.get(f"ne/{task}/{domain}", float("nan")),
             "train_seconds": res["train_seconds"],
             "examples_per_second": res["examples_per_second"],
         })

@@ -65,8 +65,11 @@ def run_experiment(spec: RunSpec, out: str | Path) -> pd.DataFrame:
     only = [spec.student_domain] if spec.student_domain else None  # the vertical's own traffic
     student_days, eval_days = tuple(spec.student_days), tuple(spec.eval_days)
     base_rates = training_base_rates(data, student_days, tasks, only)
-    oracle = (steps.eval_metrics(data, eval_days, tasks, domains, base_rates,
-                                 steps.oracle_logits, only) if steps.has_oracle(data) else {})
+    oracle, feature = {}, {}
+    if steps.has_oracle(data):  # the floor, and what a model could reach from what it sees
+        oracle = steps.eval_metrics(data, eval_days, tasks, domains, base_rates,
+                                    steps.oracle_logits, only)
+        feature = steps.feature_oracle_metrics(data, eval_days, tasks, domains, base_rates, only)
     done = load_done(out / "runs.jsonl")
     tuning_rows: list[dict] = []
     rows: list[dict] = []
@@ -100,7 +103,7 @@ def run_experiment(spec: RunSpec, out: str | Path) -> pd.DataFrame:
                 source = sources[variant.teacher] if variant_needs(variant) & TEACHER_NEEDS \
                     else {}
                 rows += rows_of(variant.name, seed, lag, done[key], sources["gem"], source,
-                                oracle, tasks, only or domains)
+                                oracle, feature, tasks, only or domains)
     tuning_columns = ["variant", "teacher_lag_days", "param", "value", "chosen", "val_ne"]
     pd.DataFrame(tuning_rows, columns=tuning_columns).to_csv(out / "tuning.csv", index=False)
     results = derive(pd.DataFrame(rows))

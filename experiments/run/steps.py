@@ -189,6 +189,27 @@ def eval_metrics(data: Path, days: tuple[int, int], tasks: list[str], domains: l
     return {k: float(v) for k, v in metrics.compute().items()}
 
 
+def feature_oracle_metrics(data: Path, days: tuple[int, int], tasks: list[str],
+                           domains: list[str], base_rates: dict[str, float],
+                           only: list[str] | None = None) -> dict[str, float]:
+    """NE/AUC/calibration of the feature oracle (synthetic data: the world's probabilities with
+    each user's vector replaced by what their history reveals, DESIGN §2.3) on ``days``."""
+    import numpy as np
+
+    from transfer.data.synth.feature_oracle import feature_oracle_probs
+
+    fo = feature_oracle_probs(data, range(*days), only)
+    order = np.argsort(fo.example_id)
+    ids = fo.example_id[order]
+    p = np.clip(np.stack([fo.probs[t] for t in tasks], axis=1)[order], 1e-6, 1 - 1e-6)
+    logits = torch.from_numpy(np.log(p) - np.log1p(-p)).float()
+
+    def logits_fn(batch) -> torch.Tensor:
+        return logits[torch.from_numpy(np.searchsorted(ids, batch.example_id.numpy()))]
+
+    return eval_metrics(data, days, tasks, domains, base_rates, logits_fn, only)
+
+
 def store_logits(store: Path, tasks: list[str]):
     from transfer.distill import StoreTeacher
     from transfer.store import TeacherStore

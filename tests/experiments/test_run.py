@@ -80,6 +80,7 @@ def test_efficiency_is_undefined_where_kd_does_not_gain():
             rows.append({"variant": variant, "seed": seed, "domain": "all", "task": "click",
                          "teacher_lag_days": 0, "ne": ne, "auc": 0.7, "calibration": 1.0,
                          "ne_teacher": 0.8, "ne_source": 0.8, "ne_oracle": 0.7,
+                         "ne_feature_oracle": 0.75,
                          "train_seconds": 1.0, "examples_per_second": 1.0})
     df = derive(pd.DataFrame(rows)).set_index(["variant", "seed"])
     assert df.loc[("full", 0), "efficiency_vs_kd"] == pytest.approx(0.07 / 0.05)
@@ -96,6 +97,7 @@ def test_transfer_ratio_is_undefined_where_the_teacher_is_within_noise():
             rows.append({"variant": variant, "seed": seed, "domain": "all", "task": "click",
                          "teacher_lag_days": 0, "ne": ne, "auc": 0.7, "calibration": 1.0,
                          "ne_teacher": 0.85, "ne_source": 0.85, "ne_oracle": 0.7,
+                         "ne_feature_oracle": 0.75,
                          "train_seconds": 1.0, "examples_per_second": 1.0})
     df = derive(pd.DataFrame(rows))
     assert df["transfer_ratio"].isna().all()  # ΔNE_FM 0.05 < 2 × 0.05
