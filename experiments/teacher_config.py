@@ -116,10 +116,8 @@ def build_run(cfg: TeacherTrainConfig, data: str | Path):
     pl.seed_everything(cfg.seed, workers=True, verbose=False)
     schema = DatasetSchema.load(data)
     for key in ("train_days", "val_days", "test_days"):
-        days = getattr(cfg, key)
-        if days is not None and not any(days[0] <= d < days[1] for d in schema.days):
-            raise ConfigError(f"{key} {days}: no such days in {data} (it has days "
-                              f"{min(schema.days)}..{max(schema.days)})")
+        if getattr(cfg, key) is not None:
+            schema.check_days(key, getattr(cfg, key), data)
     dm = AdsDataModule(
         data, train_days=tuple(cfg.train_days),
         val_days=tuple(cfg.val_days) if cfg.val_days else None,

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import time
+import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -18,12 +19,13 @@ import lightning.pytorch as pl
 import numpy as np
 import torch
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint, TQDMProgressBar
-from lightning.pytorch.loggers import CSVLogger
+from lightning.pytorch.loggers import Logger
 from lightning.pytorch.strategies import DDPStrategy, ModelParallelStrategy
 
 from transfer.data.datamodule import AdsDataModule
 from transfer.data.reader import DatasetReader
 from transfer.errors import ConfigError
+from transfer.training.loggers import RunCSVLogger
 
 STRATEGIES = ("auto", "ddp", "fsdp")
 
@@ -137,13 +139,16 @@ def build_trainer(
     grad_clip: float | None = None,
     progress_bar: bool = True,
     callbacks: list[Callback] | None = None,
+    loggers: list[Logger] | None = None,
     **trainer_kwargs: Any,
 ) -> pl.Trainer:
-    """A ``Trainer`` writing ``out_dir/checkpoints/{last.ckpt,...}`` and ``out_dir/metrics.csv``.
+    """A ``Trainer`` writing ``out_dir/checkpoints/{last.ckpt,...}`` and ``out_dir/metrics.csv``
+    (continued, not replaced, by a resumed fit).
 
     ``checkpoint_every_n_steps`` (default: epoch ends only) sets ``ModelCheckpoint``'s
     ``every_n_train_steps``. ``grad_clip`` is the gradient-norm clip (DTensor gradients
-    included under ``"fsdp"``). Extra keyword arguments go to ``Trainer``.
+    included under ``"fsdp"``). ``loggers`` log beside the CSV (a TensorBoard or MLflow
+    tracker). Extra keyword arguments go to ``Trainer``.
     """
     out_dir = Path(out_dir)
     if devices < 1:
@@ -164,7 +169,7 @@ def build_trainer(
         max_epochs=max_epochs,
         max_steps=max_steps,
         precision=precision,
-        logger=CSVLogger(out_dir, name="", version=""),
+        logger=[RunCSVLogger(out_dir), *(loggers or [])],
         log_every_n_steps=log_every_n_steps,
         callbacks=cbs,
         enable_progress_bar=progress_bar,
@@ -231,8 +236,16 @@ def fit(module: pl.LightningModule, datamodule: AdsDataModule, trainer: pl.Train
     train = ResumableLoader(
         datamodule.train_dataloader(),
         consumed=lambda: trainer.fit_loop.epoch_loop.batch_progress.current.processed)
-    # no val days: no loader (the datamodule's would read every day)
-    val = datamodule.val_dataloader() if datamodule.days.get("val") is not None else None
-    trainer.fit(module, train_dataloaders=train, val_dataloaders=val,
-                ckpt_path=str(ckpt) if ckpt else None)
+    # no val days: an empty loader and no val batches (the datamodule's would read every day; no
+    # loader at all makes Lightning warn that validation_step has nothing to run on)
+    has_val = datamodule.days.get("val") is not None
+    val = datamodule.val_dataloader() if has_val else []
+    if not has_val:
+        trainer.limit_val_batches = 0
+    with warnings.catch_warnings():
+        if ckpt is not None:  # the directory holds the checkpoint this fit continues from
+            warnings.filterwarnings("ignore", message="Checkpoint directory .* exists and is not "
+                                    "empty")
+        trainer.fit(module, train_dataloaders=train, val_dataloaders=val,
+                    ckpt_path=str(ckpt) if ckpt else None)
     return ckpt
