@@ -46,6 +46,10 @@ class Throughput(Callback):
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._t0 = time.perf_counter()
 
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        if self._t0 is None:  # resumed mid-epoch: no epoch start, the clock starts here
+            self._t0 = time.perf_counter()
+
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         self.examples += len(batch)
 
@@ -53,7 +57,9 @@ class Throughput(Callback):
         if self._t0 is not None:
             self.seconds += time.perf_counter() - self._t0
             self._t0 = None
-        pl_module.log("train/examples_per_s", self.examples_per_s * trainer.world_size)
+        # every rank logs its own estimate of the whole run's rate: their mean, synced
+        pl_module.log("train/examples_per_s", self.examples_per_s * trainer.world_size,
+                      sync_dist=True)
 
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if self._t0 is not None:  # stopped by max_steps mid-epoch
@@ -112,12 +118,14 @@ class ResumableLoader:
         self._restore = dict(state)
 
 
-def _strategy(strategy: str, devices: int, accelerator: str):
+def _strategy(strategy: str, devices: int, accelerator: str, num_nodes: int = 1):
     if strategy not in STRATEGIES:
         raise ConfigError(f"strategy must be one of {', '.join(STRATEGIES)}, got {strategy!r}")
     if strategy == "fsdp":
-        # data_parallel_size must be explicit: "auto" means num_nodes, i.e. nothing sharded.
-        return ModelParallelStrategy(data_parallel_size=devices, tensor_parallel_size=1)
+        # data_parallel_size must be explicit: "auto" means num_nodes, i.e. nothing sharded
+        # within a node. Every process of every node is one data-parallel shard.
+        return ModelParallelStrategy(data_parallel_size=devices * num_nodes,
+                                     tensor_parallel_size=1)
     if strategy == "ddp":
         on_gpu = accelerator in ("gpu", "cuda") or (
             accelerator == "auto" and torch.cuda.is_available())
@@ -165,7 +173,7 @@ def build_trainer(
         default_root_dir=out_dir,
         accelerator=accelerator,
         devices=devices,
-        strategy=_strategy(strategy, devices, accelerator),
+        strategy=_strategy(strategy, devices, accelerator, trainer_kwargs.get("num_nodes", 1)),
         max_epochs=max_epochs,
         max_steps=max_steps,
         precision=precision,
