@@ -5,6 +5,7 @@ store unless asked; a run directory on s3:// works through a local working copy.
 
 from __future__ import annotations
 
+import pyarrow.parquet as pq
 import yaml
 
 from experiments.cli import main
@@ -63,6 +64,15 @@ def test_data_and_stores_in_a_bucket(s3, tmp_path, capsys):
         assert "sha256 differs from manifest.json" in str(e)
     cli(capsys, *export, "--overwrite")
     assert TeacherStore(store).num_rows == 6000
+
+    # predictions logged elsewhere → a store in the bucket, keys taken from the S3 dataset
+    logged = tmp_path / "logged.parquet"
+    pq.write_table(TeacherStore(store).read().drop_columns(["day", "domain", "user_id", "ts"]),
+                   logged)
+    imported = f"{s3}/stores/imported"
+    cli(capsys, "store", "import", "--src", str(logged), "--out", imported, "--tasks",
+        "click,conversion,engage", "--trained-until-day", "2", "--data", data)
+    assert TeacherStore(imported).read(days=(0, 1)).num_rows == 1000
 
     # gemkd run: the dataset and the imported store read in place from the bucket
     spec = tmp_path / "spec.yaml"
