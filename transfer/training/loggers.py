@@ -116,7 +116,13 @@ def _mlflow_store(tracker: Tracker) -> str:
         os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
     client = MlflowClient(tracking_uri=uri)
     if client.get_experiment_by_name(tracker.experiment) is None:
-        client.create_experiment(tracker.experiment)
+        from mlflow.exceptions import MlflowException
+
+        try:
+            client.create_experiment(tracker.experiment)
+        except MlflowException:  # another rank (or run) created it first
+            if client.get_experiment_by_name(tracker.experiment) is None:
+                raise
     return uri
 
 
