@@ -34,6 +34,7 @@ class TeacherTrainConfig:
     embedding_lr: float | None = None  # None: 10 x lr
     weight_decay: float = 0.0
     embedding_weight_decay: float = 0.0  # AdamW decay of the ID tables (regularises them)
+    init_output_bias: bool = True  # output biases start at the training base rate's logit
     select: str = "last"  # last | best: keep the epoch with the lowest validation loss
     patience: int | None = None  # stop after this many epochs without a better validation loss
     grad_clip: float | None = 1.0
@@ -128,10 +129,8 @@ def build_run(cfg: TeacherTrainConfig, data: str | Path):
     pl.seed_everything(cfg.seed, workers=True, verbose=False)
     schema = DatasetSchema.load(data)
     for key in ("train_days", "val_days", "test_days"):
-        days = getattr(cfg, key)
-        if days is not None and not any(days[0] <= d < days[1] for d in schema.days):
-            raise ConfigError(f"{key} {days}: no such days in {data} (it has days "
-                              f"{min(schema.days)}..{max(schema.days)})")
+        if getattr(cfg, key) is not None:
+            schema.check_days(key, getattr(cfg, key), data)
     dm = AdsDataModule(
         data, train_days=tuple(cfg.train_days),
         val_days=tuple(cfg.val_days) if cfg.val_days else None,
@@ -150,6 +149,7 @@ def build_run(cfg: TeacherTrainConfig, data: str | Path):
             task_weights=cfg.task_weights,
             base_rates=training_base_rates(data, cfg.train_days, schema.tasks),
             repr_layer=cfg.repr_layer, compile=cfg.compile, fsdp_replicate=cfg.fsdp_replicate,
+            init_output_bias=cfg.init_output_bias,
         )
     except ValueError as e:
         raise ConfigError(f"config {cfg.name!r}: {e}") from None

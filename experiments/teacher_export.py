@@ -10,7 +10,6 @@ the store is complete (manifest last, renamed into place) or absent.
 from __future__ import annotations
 
 import tempfile
-import warnings
 from pathlib import Path
 
 import torch
@@ -32,11 +31,23 @@ def _read_checkpoint(ckpt: Path) -> dict:
     return torch.load(ckpt, map_location="cpu", weights_only=False)
 
 
-def model_weights(ckpt: str | Path) -> dict[str, torch.Tensor]:
-    """The model's state dict from a RankingModule checkpoint (keys without ``model.``)."""
+def check_checkpoint(ckpt: str | Path) -> Path:
+    """``ckpt`` is a checkpoint file or a sharded (distributed) checkpoint directory; anything
+    else is a ConfigError that says the checkpoint is missing, before any config is looked up."""
     ckpt = Path(ckpt)
     if not ckpt.exists():
         raise ConfigError(f"--ckpt {ckpt}: no such checkpoint")
+    if ckpt.is_dir() and not (ckpt / ".metadata").is_file():
+        inside = ckpt / "checkpoints" / "last.ckpt"
+        hint = f" (did you mean {inside}?)" if inside.exists() else ""
+        raise ConfigError(f"--ckpt {ckpt}: a directory, not a checkpoint: no last.ckpt file and "
+                          f"no sharded checkpoint (.metadata) in it{hint}")
+    return ckpt
+
+
+def model_weights(ckpt: str | Path) -> dict[str, torch.Tensor]:
+    """The model's state dict from a RankingModule checkpoint (keys without ``model.``)."""
+    ckpt = check_checkpoint(ckpt)
     try:
         raw = _read_checkpoint(ckpt)
     except Exception as e:  # torch raises many types for a damaged file
@@ -68,15 +79,15 @@ def export_teacher(ckpt: str | Path, data: str | Path, out: str | Path, *,
 
     if emb_dtype not in EMB_DTYPES:
         raise ConfigError(f"emb_dtype {emb_dtype!r}: expected one of {', '.join(EMB_DTYPES)}")
-    ckpt = Path(ckpt)
-    if not ckpt.exists():
-        raise ConfigError(f"--ckpt {ckpt}: no such checkpoint")
+    ckpt = check_checkpoint(ckpt)
     config = Path(config) if config else ckpt.parent.parent / "config.yaml"
     if not config.is_file():
         raise ConfigError(f"{config}: no resolved teacher config next to the checkpoint; "
                           "pass --config")
     cfg = load_teacher_config(config)
     schema = DatasetSchema.load(data)
+    if days is not None:
+        schema.check_days("--days", days, data)
     model = build_model(cfg, schema)
     weights = model_weights(ckpt)
     try:
@@ -105,9 +116,7 @@ def export_teacher(ckpt: str | Path, data: str | Path, out: str | Path, *,
         callbacks=[callback], logger=False, enable_checkpointing=False,
         enable_progress_bar=progress, enable_model_summary=False,
     )
-    with torch.inference_mode(), warnings.catch_warnings():
-        # rows are identified by example_id (the store dedupes by it), not by batch indices
-        warnings.filterwarnings("ignore", message="Couldn't infer the batch indices")
+    with torch.inference_mode():
         trainer.predict(module, datamodule=dm, return_predictions=False)
     if not trainer.is_global_zero:
         return None

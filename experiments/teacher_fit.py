@@ -12,6 +12,25 @@ from typing import Any
 import yaml
 
 from experiments.teacher_config import TeacherTrainConfig, build_run, load_teacher_config
+from transfer.errors import ConfigError
+from transfer.io import fs
+from transfer.training.loggers import Tracker, make_logger
+
+
+def _local_run_dir(out: str | Path) -> Path:
+    """A teacher's run directory is local (or on a shared filesystem every node mounts):
+    Lightning writes checkpoints there while training."""
+    if fs.is_remote(str(out)):
+        raise ConfigError(f"--out {out}: a teacher run directory must be a local (or shared) "
+                          "path, not an object store; data may be on s3://")
+    return Path(out)
+
+
+def _tags(cfg: TeacherTrainConfig) -> dict[str, Any]:
+    return {"config": cfg.name, "class_path": cfg.class_path, "train_days": cfg.train_days,
+            "val_days": cfg.val_days, "strategy": cfg.strategy, "devices": cfg.devices,
+            "num_nodes": cfg.num_nodes, **{f"model.{k}": v for k, v in cfg.model.items()}}
+
 
 #: what ``select: best`` minimises: the training objective (Σ_t w_t · BCE_t) on validation days
 SELECT_METRIC = "val/loss"
@@ -20,10 +39,13 @@ SELECT_METRIC = "val/loss"
 def fit_teacher(config: TeacherTrainConfig | str | Path, data: str | Path, out: str | Path, *,
                 strategy: str | None = None, devices: int | None = None,
                 num_nodes: int | None = None, resume: bool = False,
-                progress: bool = True) -> dict[str, Any]:
+                progress: bool = True, tracker: Tracker | str | None = None,
+                run_name: str = "teacher") -> dict[str, Any]:
     """Train ``config`` (a config object or a YAML path) on ``data`` into ``out``; ``strategy``,
     ``devices`` and ``num_nodes`` override the config's. ``resume`` continues from
-    ``out/checkpoints/last.ckpt`` when it exists. Returns the summary written to
+    ``out/checkpoints/last.ckpt`` when it exists. ``tracker`` also logs the fit to TensorBoard
+    or MLflow (a ``Tracker``, or its kind: then under ``out/logs``, experiment = the config's
+    name); ``out/metrics.csv`` is always written. Returns the summary written to
     ``val_metrics.json`` (global step, examples/s, final validation metrics)."""
     from transfer.training import build_trainer, fit
     from transfer.training.trainer import best_or_last, throughput
@@ -33,15 +55,21 @@ def fit_teacher(config: TeacherTrainConfig | str | Path, data: str | Path, out: 
         cfg = dataclasses.replace(config, **{k: v for k, v in overrides.items() if v is not None})
     else:
         cfg = load_teacher_config(config, overrides)
-    out = Path(out)
+    out = _local_run_dir(out)
+    if isinstance(tracker, str):
+        tracker = Tracker(tracker, out / "logs", cfg.name)
     dm, module = build_run(cfg, data)
+    loggers = []
+    # csv for this run directory alone: that is metrics.csv, written anyway
+    if tracker is not None and not (tracker.kind == "csv" and tracker.save_dir == out / "logs"):
+        loggers.append(make_logger(tracker, run_name, _tags(cfg)))
     trainer = build_trainer(
         out, strategy=cfg.strategy, devices=cfg.devices, num_nodes=cfg.num_nodes,
         max_epochs=cfg.max_epochs, precision=cfg.precision, accelerator=cfg.accelerator,
         log_every_n_steps=cfg.log_every_n_steps, max_steps=cfg.max_steps,
         checkpoint_every_n_steps=cfg.checkpoint_every_n_steps, grad_clip=cfg.grad_clip,
         select_best=SELECT_METRIC if cfg.select == "best" else None, patience=cfg.patience,
-        progress_bar=progress,
+        progress_bar=progress, loggers=loggers,
     )
     if trainer.is_global_zero:
         out.mkdir(parents=True, exist_ok=True)

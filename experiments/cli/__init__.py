@@ -6,34 +6,53 @@ them, so a notebook can do exactly what a command does."""
 from __future__ import annotations
 
 import argparse
-import logging
 import sys
 from collections.abc import Sequence
 
 from transfer.errors import GemkdError
 
+DESCRIPTION = ("Teacher-student knowledge transfer for ads ranking: make or import data, train "
+               "and export a teacher, and measure how much of it reaches small students. Every "
+               "command exits 0 on success and 2 on bad input, printing one line 'error: ...'.")
+EPILOG = "Run 'gemkd COMMAND --help' for a command's options; README.md has the full reference."
+
 
 def build_parser() -> argparse.ArgumentParser:
-    from experiments.cli import data, run, store, teacher
+    from experiments.cli import clean, data, run, store, teacher
     from experiments.version import __version__
 
-    p = argparse.ArgumentParser(prog="gemkd", description=__doc__)
+    p = argparse.ArgumentParser(prog="gemkd", description=DESCRIPTION, epilog=EPILOG)
     p.add_argument("-v", "--verbose", action="store_true",
-                   help="log progress and library messages to stderr")
+                   help="also log progress details and Lightning's info lines (devices, model "
+                        "summary) to stderr")
     p.add_argument("--version", action="version", version=f"gemkd {__version__}")
     sub = p.add_subparsers(dest="command", required=True)
     data.add_parser(sub)
     teacher.add_parser(sub)
     store.add_parser(sub)
     run.add_parser(sub)
+    clean.add_parser(sub)
+    _describe(p)
     return p
 
 
+def _describe(parser: argparse.ArgumentParser) -> None:
+    """Give every subcommand's own --help the one-line summary its parent lists."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for choice in action._choices_actions:
+                sub = action.choices[choice.dest]
+                if sub.description is None and choice.help:
+                    sub.description = choice.help[0].upper() + choice.help[1:] + "."
+                _describe(sub)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    from experiments.cli import output
+
     parser = build_parser()
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
-                        format="%(asctime)s %(name)s: %(message)s", stream=sys.stderr)
+    output.configure(args.verbose, lightning=args.command in ("teacher", "run"))
     try:
         args.func(args)
     except GemkdError as e:

@@ -78,11 +78,11 @@ def _summary(args: argparse.Namespace) -> None:
 
 
 def _validate(args: argparse.Namespace) -> None:
-    from transfer.data.reader import DatasetReader
+    from transfer.data.audit import validate_dataset
 
-    reader = DatasetReader(args.data, batch_size=65536)
-    n = sum(len(b) for b in reader)
-    print(f"ok: {n} rows in {len(reader.units)} row groups match {args.data}/schema.json")
+    reader = validate_dataset(args.data)
+    print(f"ok: {reader.num_rows} rows in {len(reader.units)} row groups match "
+          f"{args.data}/schema.json; example_id unique")
 
 
 def print_table(frame) -> None:

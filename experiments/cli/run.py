@@ -10,28 +10,29 @@ from pathlib import Path
 def _run(args: argparse.Namespace) -> None:
     from experiments.report import report_command
     from experiments.run.runner import run_experiment
+    from experiments.run.validate import check_spec
     from experiments.spec import load_spec
+    from transfer.io import fs
 
-    _quiet_lightning()
     if args.threads:
         import torch
 
         torch.set_num_threads(args.threads)
     spec = load_spec(args.spec, args.set)
-    out = Path(args.out) if args.out else Path("runs") / spec.name
-    run_experiment(spec, out)
+    if args.logger is not None:
+        spec.logger = None if args.logger == "none" else args.logger
+    out = args.out or str(Path("runs") / spec.name)
+    if fs.is_remote(out):  # an object store: a local working copy, mirrored as the run goes
+        from experiments.run.remote import working_copy
+
+        check_spec(spec)  # before anything is downloaded
+        with working_copy(out) as copy:
+            print(f"working copy of {out}: {copy.local}")
+            run_experiment(spec, copy.local, sync=copy.sync)
+            print(report_command(copy.local))
+        return
+    run_experiment(spec, Path(out))
     print(report_command(out))
-
-
-def _quiet_lightning() -> None:
-    """Dozens of short student fits: keep Lightning's per-fit banners out of the progress log."""
-    import logging
-    import warnings
-
-    for name in ("lightning.pytorch", "lightning.fabric"):
-        logging.getLogger(name).setLevel(logging.WARNING)
-    warnings.filterwarnings("ignore", message=".*LeafSpec.*")
-    warnings.filterwarnings("ignore", message=".*Couldn't infer the batch indices.*")
 
 
 def _report(args: argparse.Namespace) -> None:
@@ -44,12 +45,17 @@ def add_parser(sub) -> None:
     r = sub.add_parser("run", help="the transfer experiment: teacher, store, every variant")
     r.add_argument("spec", nargs="?", default=None,
                    help="experiment YAML (default: experiments/quickstart.yaml)")
-    r.add_argument("--out", default=None, help="run directory (default: runs/<spec name>)")
+    r.add_argument("--out", default=None, help="run directory (default: runs/<spec name>); an "
+                   "s3:// URI works through a local working copy synced after every step")
     r.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override a spec key, e.g. --set data.drift=0.5 --set seeds=[1,2,3]")
     r.add_argument("--threads", type=int, default=None,
                    help="torch CPU threads for this process (default: torch's own choice); "
                         "use 1 when two jobs share the cores")
+    r.add_argument("--logger", choices=["none", "csv", "tensorboard", "mlflow"], default=None,
+                   help="log the teacher fit and every student run to an experiment tracker "
+                        "under RUN_DIR/logs (default: the spec's logger key, else none); "
+                        "tensorboard and mlflow are extras: pip install 'gemkd[mlflow]'")
     r.set_defaults(func=_run)
     p = sub.add_parser("report", help="re-render report.md and plots of a run directory")
     p.add_argument("run_dir", help="a directory written by gemkd run")

@@ -5,8 +5,14 @@ functions :func:`~experiments.teacher_fit.fit_teacher` and
 from __future__ import annotations
 
 import argparse
+import sys
 
 from transfer.errors import ConfigError
+
+
+def _progress(args: argparse.Namespace) -> bool:
+    """Lightning's bars on a terminal only: in a log file they are thousands of redrawn lines."""
+    return not args.no_progress and sys.stderr.isatty()
 
 
 def parse_days(text: str | None) -> tuple[int, int] | None:
@@ -28,7 +34,7 @@ def _fit(args: argparse.Namespace) -> None:
 
     s = fit_teacher(args.config, args.data, args.out, strategy=args.strategy,
                     devices=args.devices, num_nodes=args.num_nodes, resume=args.resume,
-                    progress=not args.no_progress)
+                    progress=_progress(args), tracker=args.logger)
     if not s["is_global_zero"]:
         return
     ne = next(((k.split("/")[1], v) for k, v in s.get("val", {}).items()
@@ -46,7 +52,7 @@ def _export(args: argparse.Namespace) -> None:
                        layer=args.layer, emb_dtype=args.emb_dtype, config=args.config,
                        batch_size=args.batch_size, devices=args.devices,
                        num_nodes=args.num_nodes, overwrite=args.overwrite,
-                       progress=not args.no_progress)
+                       progress=_progress(args))
     if m is not None:
         print(f"exported {m.total_rows} rows ({len(m.shards)} shards, layer {m.layer!r}, "
               f"{m.emb_dtype}) of teacher {m.teacher_name} {m.teacher_version[:12]} "
@@ -67,9 +73,15 @@ def add_parser(sub) -> None:
                    help="override the config's devices (processes per node)")
     f.add_argument("--num-nodes", type=int, default=None,
                    help="override the config's num_nodes (launch with torchrun or SLURM)")
+    f.add_argument("--logger", choices=["csv", "tensorboard", "mlflow"], default="csv",
+                   help="experiment tracker: metrics.csv is always written; tensorboard "
+                        "(RUN_DIR/logs/tensorboard) or mlflow (RUN_DIR/logs/mlruns, or "
+                        "MLFLOW_TRACKING_URI) log the fit too (extras gemkd[tensorboard], "
+                        "gemkd[mlflow])")
     f.add_argument("--resume", action="store_true",
                    help="continue from RUN_DIR/checkpoints/last.ckpt when it exists")
-    f.add_argument("--no-progress", action="store_true", help="no progress bar")
+    f.add_argument("--no-progress", action="store_true",
+                   help="no progress bar (there is none when stderr is not a terminal)")
     f.set_defaults(func=_fit)
 
     e = tsub.add_parser("export", help="write a teacher's logits and embeddings to a store")
@@ -86,5 +98,6 @@ def add_parser(sub) -> None:
     e.add_argument("--devices", type=int, default=1, help="processes (DDP) per node")
     e.add_argument("--num-nodes", type=int, default=1, help="nodes (torchrun / SLURM)")
     e.add_argument("--overwrite", action="store_true", help="replace an existing store")
-    e.add_argument("--no-progress", action="store_true", help="no progress bar")
+    e.add_argument("--no-progress", action="store_true",
+                   help="no progress bar (there is none when stderr is not a terminal)")
     e.set_defaults(func=_export)

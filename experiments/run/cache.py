@@ -70,10 +70,19 @@ def cached_step(cache: Path, name: str, config: Any, run: Callable[[Path], None]
     done = step / "DONE"
     if done.is_file():
         log(f"[cached] {name} ({step.name})")
+        _count(log, name)
         return step
     step.mkdir(parents=True, exist_ok=True)
     (step / "config.json").write_text(json.dumps(key, indent=2, sort_keys=True, default=str))
     log(f"[run] {name} ({step.name})")
     run(step)
     done.write_text("ok\n")
+    _count(log, name)
     return step
+
+
+def _count(log: Callable[[str], None], name: str) -> None:
+    """Tell a progress log (``experiments.run.progress.Progress``) that a step is done."""
+    step_done = getattr(log, "step_done", None)
+    if step_done is not None:
+        step_done(name)

@@ -15,6 +15,7 @@ import torch
 
 from experiments.run.cache import cached_step
 from experiments.teacher_config import TeacherTrainConfig
+from transfer.io import fs
 from transfer.models import TeacherOutput
 
 
@@ -59,8 +60,8 @@ def fit_domain_fms(cfg: TeacherTrainConfig, data: Path, data_key: dict, gem_stor
     from transfer.store import StoreCallback, TeacherStore, weights_hash
     from transfer.training import RankingModule, training_base_rates
 
-    key = {"data": data_key, "fm": dataclasses.asdict(cfg), "gem_store": gem_store.parent.name,
-           "domains": list(domains)}
+    key = {"data": data_key, "fm": dataclasses.asdict(cfg),
+           "gem_store": fs.name(fs.parent(gem_store)), "domains": list(domains)}
     quiet = dict(logger=False, enable_checkpointing=False, enable_progress_bar=False,
                  enable_model_summary=False, accelerator="cpu")
 
@@ -75,7 +76,9 @@ def fit_domain_fms(cfg: TeacherTrainConfig, data: Path, data_key: dict, gem_stor
             base_rates=training_base_rates(data, train, tasks, [domain]), compute_auc=False)
         dm = AdsDataModule(data, train_days=train, batch_size=cfg.batch_size, seed=cfg.seed,
                            max_seq_len=cfg.max_seq_len, domains=[domain])
-        pl.Trainer(max_epochs=cfg.max_epochs, **quiet).fit(module, datamodule=dm)
+        # no validation days: limit_val_batches=0, or Lightning sizes the empty val loader
+        pl.Trainer(max_epochs=cfg.max_epochs, limit_val_batches=0, **quiet).fit(
+            module, datamodule=dm)
         log(f"  domain FM {domain}: trained on days {list(train)}")
         return model
 

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +20,7 @@ from experiments.teacher_config import (
 )
 from transfer.config import build_dataclass, load_yaml
 from transfer.errors import ConfigError
+from transfer.io import fs
 
 SHARED_DATA = EXPERIMENTS.parents[1] / "shared" / "data"
 DEFAULT_MOVIELENS = SHARED_DATA / "movielens_latest_small"
@@ -37,12 +40,25 @@ def _options(d, source: str, known: dict[str, Any]) -> dict[str, Any]:
     return {k: extra.get(k, v) for k, v in known.items()}
 
 
-def data_plan(spec: RunSpec) -> tuple[dict, Callable[[Path], Any]]:
-    """The data step's cache key and its builder ``make(out_dir)``; a bad ``data:`` section is a
-    ConfigError here, before anything is written."""
+@dataclass
+class DataPlan:
+    """The data step: its cache key, its builder ``make(out_dir)`` (None: a dataset used in
+    place) and, where they follow from the config alone, the days and domains it will have."""
+
+    key: dict
+    make: Callable[[Path], Any] | None
+    days: list[int] | None = None
+    domains: list[str] | None = None
+    path: Any = None  # the dataset itself, for source dataset
+
+
+def data_plan(spec: RunSpec) -> DataPlan:
+    """The data step's plan; a bad ``data:`` section is a ConfigError here, before anything is
+    written."""
     d, source = spec.data, spec.data.source
     if source == "synthetic":
         from transfer.data.synth import SynthConfig, generate
+        from transfer.data.synth.world import domain_names
 
         if d.src is not None:
             raise ConfigError("spec data.src: not used by source synthetic (use preset)")
@@ -51,14 +67,17 @@ def data_plan(spec: RunSpec) -> tuple[dict, Callable[[Path], Any]]:
         values.update(d.overrides)
         cfg = build_dataclass(SynthConfig, values, source=f"spec data (preset {preset})")
         key = {"source": source, **dataclasses.asdict(cfg)}
-        return key, lambda out: generate(cfg, out, overwrite=True)
+        return DataPlan(key, lambda out: generate(cfg, out, overwrite=True),
+                        list(range(cfg.n_days)), domain_names(cfg.n_domains))
     if source == "movielens":
-        from transfer.data.movielens import convert_movielens
+        from transfer.data.movielens import GENRE_GROUPS, convert_movielens
 
         src = Path(d.src) if d.src else DEFAULT_MOVIELENS
         args = _options(d, source, {"n_days": 20, "max_history": 1024})
         key = {"source": source, "src": str(src.resolve()), **args}
-        return key, lambda out: convert_movielens(src, out, overwrite=True, **args)
+        domains = list(GENRE_GROUPS) if (src / "movies.csv").is_file() else ["all"]
+        return DataPlan(key, lambda out: convert_movielens(src, out, overwrite=True, **args),
+                        list(range(args["n_days"])), domains)
     if source == "kuairand":
         from transfer.data.importer import load_mapping
         from transfer.data.kuairand import convert_kuairand
@@ -68,7 +87,8 @@ def data_plan(spec: RunSpec) -> tuple[dict, Callable[[Path], Any]]:
                                     "max_history": 1024})
         mapping = load_mapping(MAPPINGS / "kuairand.yaml")
         key = {"source": source, "src": str(src.resolve()), **args}
-        return key, lambda out: convert_kuairand(src, out, mapping, overwrite=True, **args)
+        return DataPlan(key, lambda out: convert_kuairand(src, out, mapping, overwrite=True,
+                                                          **args))
     if source == "import":
         from transfer.data.importer import import_logs, load_mapping
 
@@ -80,16 +100,37 @@ def data_plan(spec: RunSpec) -> tuple[dict, Callable[[Path], Any]]:
         mapping = load_mapping(mapping_path)
         key = {"source": source, "src": str(Path(d.src).resolve()),
                "mapping": load_yaml(mapping_path)}
-        return key, lambda out: import_logs(d.src, mapping, out, overwrite=True)
-    raise ConfigError(f"spec data.source {source!r}: expected synthetic, movielens, kuairand "
-                      "or import")
+        return DataPlan(key, lambda out: import_logs(d.src, mapping, out, overwrite=True))
+    if source == "dataset":
+        return _existing_dataset(d)
+    raise ConfigError(f"spec data.source {source!r}: expected synthetic, movielens, kuairand, "
+                      "import or dataset")
 
 
-def prepare_data(spec: RunSpec, cache: Path, log) -> tuple[Path, dict]:
-    """Generate (synthetic) or convert (real data) the dataset; returns its dir and cache key."""
-    key, make = data_plan(spec)
-    step = cached_step(cache, "data", key, lambda out: make(out / "data"), log)
-    return step / "data", key
+def _existing_dataset(d) -> DataPlan:
+    """A gemkd dataset made before (a directory or an s3:// URI), read in place."""
+    from transfer.data.schema import DatasetSchema
+
+    _options(d, "dataset", {})
+    if d.src is None:
+        raise ConfigError("spec data: source dataset needs src (a gemkd dataset directory or "
+                          "s3:// URI)")
+    where = fs.as_where(d.src)
+    schema = DatasetSchema.load(where)
+    digest = hashlib.sha256(schema.to_json().encode()).hexdigest()[:16]
+    key = {"source": "dataset", "src": fs.absolute(where), "schema": digest}
+    return DataPlan(key, None, sorted(schema.days), list(schema.domains), path=where)
+
+
+def prepare_data(spec: RunSpec, cache: Path, log) -> tuple[Any, dict]:
+    """Generate (synthetic) or convert (real data) the dataset; returns its location and cache
+    key (a dataset of source ``dataset`` is used where it is)."""
+    plan = data_plan(spec)
+    if plan.make is None:
+        log(f"[data] {plan.path}")
+        return plan.path, plan.key
+    step = cached_step(cache, "data", plan.key, lambda out: plan.make(out / "data"), log)
+    return step / "data", plan.key
 
 
 def teacher_config(spec: RunSpec, lag: int, which: TeacherSpec) -> TeacherTrainConfig:
@@ -106,12 +147,14 @@ def teacher_config(spec: RunSpec, lag: int, which: TeacherSpec) -> TeacherTrainC
 
 
 def fit_teacher(cfg: TeacherTrainConfig, data: Path, data_key: dict, cache: Path, log,
-                name: str = "teacher") -> Path:
-    """Train (resuming a killed fit from its checkpoint); returns the run dir."""
+                name: str = "teacher", tracker=None, run_name: str = "teacher") -> Path:
+    """Train (resuming a killed fit from its checkpoint); returns the run dir. ``tracker``
+    (a ``transfer.training.loggers.Tracker``) also logs the fit, as ``run_name``."""
     from experiments.teacher_fit import fit_teacher as fit
 
     def run(step: Path) -> None:
-        fit(cfg, data, step / "run", resume=True, progress=False)
+        fit(cfg, data, step / "run", resume=True, progress=False, tracker=tracker,
+            run_name=run_name)
 
     step = cached_step(cache, name, {"data": data_key, "teacher": dataclasses.asdict(cfg)}, run,
                        log)
@@ -148,7 +191,7 @@ def build_codes(store: Path, window: tuple[int, int], repr_cfg, seed: int, cache
     from transfer.store import TeacherStore
 
     code_dim, bits, epochs = repr_cfg.code_dim, repr_cfg.bits, repr_cfg.epochs
-    key = {"store": store.parent.name, "window": list(window), "code_dim": code_dim,
+    key = {"store": fs.name(fs.parent(store)), "window": list(window), "code_dim": code_dim,
            "bits": bits, "epochs": epochs, "seed": seed}
 
     def run(step: Path) -> None:

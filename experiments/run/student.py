@@ -87,9 +87,11 @@ def build_module(spec: RunSpec, job: StudentJob, data: Path, inputs: Inputs,
 
 def train_student(spec: RunSpec, job: StudentJob, data: Path, inputs: Inputs,
                   base_rates: dict[str, float], curve_path: Path | None = None,
-                  callbacks: list[pl.Callback] | None = None) -> dict[str, Any]:
+                  callbacks: list[pl.Callback] | None = None,
+                  logger: Any = False) -> dict[str, Any]:
     """Returns ``{"metrics": {...}, "train_seconds", "examples_per_second", "coverage"}``;
-    ``callbacks`` are added to the student's Trainer (e.g. a benchmark's clock)."""
+    ``callbacks`` are added to the student's Trainer (e.g. a benchmark's clock); ``logger`` a
+    Lightning logger for the fit and the evaluation (False: none, the default)."""
     pl.seed_everything(job.seed, verbose=False)
     module, teacher = build_module(spec, job, data, inputs, base_rates)
     only = [spec.student_domain] if spec.student_domain else None
@@ -99,7 +101,7 @@ def train_student(spec: RunSpec, job: StudentJob, data: Path, inputs: Inputs,
     curve = _Curve()
     if spec.ema_decay is not None:  # evaluate the stream's moving average of the weights
         callbacks = [*(callbacks or []), StreamEMA(spec.ema_decay)]
-    trainer = pl.Trainer(max_epochs=1, logger=False, enable_checkpointing=False,
+    trainer = pl.Trainer(max_epochs=1, logger=logger, enable_checkpointing=False,
                          enable_progress_bar=False, enable_model_summary=False,
                          accelerator=spec.accelerator, devices=1,
                          callbacks=[curve, *(callbacks or [])],

@@ -11,17 +11,25 @@ from transfer.errors import ConfigError
 
 
 def check_spec(spec: RunSpec) -> None:
-    """Build every section once: data source, teacher configs per lag, the hierarchical FM's,
-    every variant's methods and tuning lists, the student class and its init_args."""
+    """Build every section once: data source (and, where the config alone tells them, its days
+    and domains against the spec's windows and student_domain), teacher configs per lag, the
+    hierarchical FM's, every variant's methods and tuning lists, the student class and its
+    init_args, an imported store's manifest."""
     from students.registry import check_init_args, resolve_student_class
 
-    steps.data_plan(spec)
+    plan = steps.data_plan(spec)
+    if plan.days is not None:
+        check_data(spec, plan.days, plan.domains, data_name(spec))
     for lag in spec.lags:
         if spec.teacher.store is None:
             steps.teacher_config(spec, lag, spec.teacher)
         if any(v.teacher == "domain_fm" for v in spec.variants):
             steps.teacher_config(spec, lag, spec.hierarchical)
     if spec.teacher.store is not None:
+        from transfer.io import fs
+        from transfer.store import Manifest
+
+        Manifest.load(fs.as_where(spec.teacher.store))  # there, and a finished export
         if spec.teacher.overrides or len(spec.lags) > 1:
             raise ConfigError("spec teacher.store: an imported store is one fixed teacher; "
                               "it takes no other teacher keys and no lag sweep")
@@ -45,3 +53,33 @@ def check_spec(spec: RunSpec) -> None:
     if any("codes" in variant_needs(v) for v in spec.variants):
         init_args["repr_dim"] = spec.repr.code_dim
     check_init_args(resolve_student_class(spec.student.class_path), init_args)
+
+
+class DataMismatch(ConfigError):
+    """The spec does not fit the data, found once the data was built (real data)."""
+
+
+def check_data(spec: RunSpec, days: list[int], domains: list[str], where: object,
+               mismatch: bool = False) -> None:
+    """The spec's day windows lie inside the data's days and its student_domain is one of the
+    data's domains (nothing is clipped to what exists); ``mismatch``: raise DataMismatch."""
+    from transfer.data.schema import check_domain, check_window
+
+    try:
+        if spec.teacher.store is None:
+            check_window("teacher_days", (0, spec.teacher_days), days, where)
+        check_window("student_days", spec.student_days, days, where)
+        check_window("eval_days", spec.eval_days, days, where)
+        if spec.student_domain is not None:
+            check_domain("student_domain", spec.student_domain, domains, where)
+    except ConfigError as e:
+        if mismatch:
+            raise DataMismatch(str(e)) from None
+        raise
+
+
+def data_name(spec: RunSpec) -> str:
+    d = spec.data
+    if d.source == "synthetic":
+        return f"spec data (synthetic, preset {d.preset or 'small'})"
+    return f"spec data ({d.source}{', ' + d.src if d.src else ''})"

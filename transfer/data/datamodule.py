@@ -9,6 +9,7 @@ import lightning.pytorch as pl
 from torch.utils.data import DataLoader
 
 from transfer.data.reader import DatasetReader
+from transfer.io import fs
 
 
 class EpochLoader(DataLoader):
@@ -33,7 +34,7 @@ class AdsDataModule(pl.LightningDataModule):
                  num_workers: int = 0, shuffle: bool = True, seed: int = 0,
                  **reader_args: Any) -> None:
         super().__init__()
-        self.data_dir = Path(data_dir)
+        self.data_dir = fs.as_where(data_dir)
         self.days = {"train": train_days, "val": val_days, "test": test_days,
                      "predict": predict_days}
         self.batch_size, self.num_workers = batch_size, num_workers

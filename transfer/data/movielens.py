@@ -23,10 +23,10 @@ from transfer.data.ranges import (
     gather_ranges,
     history_ranges,
 )
-from transfer.data.schema import DatasetSchema, Feature
+from transfer.data.schema import SCHEMA_FILE, DatasetSchema, Feature
 from transfer.data.writer import write_day
 from transfer.errors import DataError
-from transfer.io.atomic import atomic_directory
+from transfer.io.publish import output_directory
 
 RATING_COLUMNS = ["userId", "movieId", "rating", "timestamp"]
 # Genre → domain; a movie goes to the group most of its genres fall in (ties: first group).
@@ -157,7 +157,7 @@ def convert_movielens(src: str | Path, out: str | Path, n_days: int = 20,
         generator={"source": str(src), "n_days": n_days, "max_history": max_history},
     )
     arrow_schema = schema.arrow_schema()
-    with atomic_directory(out, overwrite=overwrite) as tmp:
+    with output_directory(out, overwrite=overwrite, last=(SCHEMA_FILE,)) as tmp:
         for d in schema.days:
             rows = order[day[order] == d]  # this day's rows, in time order
             table = _day_table(df, rows, start, end, item, rating2, ts, example_id, day,

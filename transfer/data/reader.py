@@ -34,13 +34,14 @@ from transfer.data.schema import (
 )
 from transfer.data.writer import day_path
 from transfer.errors import DataError
+from transfer.io import fs
 
 
 @dataclass(frozen=True)
 class Unit:
     """One row group of one file: the smallest piece a worker reads."""
 
-    path: Path
+    path: str | Path
     row_group: int
     first_row: int
     n_rows: int
@@ -96,7 +97,7 @@ class DatasetReader(IterableDataset):
             raise DataError(f"batch_size must be >= 1, got {batch_size}")
         if max_seq_len is not None and max_seq_len < 0:
             raise DataError(f"max_seq_len must be >= 0, got {max_seq_len}")
-        self.root = Path(root)
+        self.root = fs.as_where(root)
         self.schema = DatasetSchema.load(self.root)
         s = self.schema
         self.projection = Projection(
@@ -139,6 +140,10 @@ class DatasetReader(IterableDataset):
             meta = pf.metadata
             if meta.num_rows == 0:
                 raise DataError(f"{path}: no rows")
+            listed = self.schema.rows_per_day.get(str(day))
+            if listed is not None and listed != meta.num_rows:
+                raise DataError(f"{path}: has {meta.num_rows} rows, schema.json says {listed} "
+                                f"(file replaced or partly written after the dataset was made)")
             row = 0
             for rg in range(meta.num_row_groups):
                 n = meta.row_group(rg).num_rows

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from transfer.errors import DataError
+from transfer.errors import ConfigError, DataError
+from transfer.io import fs
 
 SCHEMA_FILE = "schema.json"
 SCHEMA_VERSION = 1
@@ -62,6 +63,13 @@ class DatasetSchema:
     def n_rows(self) -> int:
         return sum(self.rows_per_day.values())
 
+    def check_days(self, key: str, days: tuple[int, int] | list[int], where: object) -> None:
+        """Every day of the half-open window ``days`` is in the data (see :func:`check_window`)."""
+        check_window(key, days, self.days, where)
+
+    def check_domain(self, key: str, domain: str, where: object) -> None:
+        check_domain(key, domain, self.domains, where)
+
     def arrow_schema(self) -> pa.Schema:
         """The physical schema of the Parquet files (``day`` is the Hive partition key)."""
         cols: list[pa.Field] = [pa.field(n, t) for n, t in KEY_COLUMNS.items()]
@@ -86,16 +94,18 @@ class DatasetSchema:
 
     @classmethod
     def load(cls, directory: str | Path) -> DatasetSchema:
-        path = Path(directory, SCHEMA_FILE)
-        if not Path(directory).is_dir():
+        """Read ``schema.json`` of the dataset at ``directory`` (a path or an ``s3://`` URI);
+        written last, it is the dataset's commit marker: without it there is no dataset."""
+        path = fs.join(directory, SCHEMA_FILE)
+        if not fs.is_dir(directory):
             raise DataError(f"{directory}: not a directory (expected a gemkd dataset)")
-        if not path.is_file():
+        if not fs.is_file(path):
             raise DataError(
                 f"{path}: missing; a gemkd dataset is Parquet files plus schema.json "
                 "(written by `gemkd data synth`, `movielens`, `kuairand` or `import`)"
             )
         try:
-            raw = json.loads(path.read_text())
+            raw = json.loads(fs.read_bytes(path).decode())
         except (json.JSONDecodeError, UnicodeDecodeError) as e:
             raise DataError(f"{path}: not valid JSON ({e})") from None
         version = raw.get("schema_version")
@@ -111,6 +121,37 @@ class DatasetSchema:
         except (KeyError, TypeError) as e:
             raise DataError(f"{path}: malformed schema ({e})") from None
         return schema
+
+
+def check_window(key: str, days: tuple[int, int] | list[int], have: list[int],
+                 where: object) -> None:
+    """A window reaching past the data (or over a missing day) is a ConfigError naming the
+    window and the data's days: never silently clipped to what exists."""
+    first, end = days
+    present = set(have)
+    missing = [d for d in range(first, end) if d not in present]
+    if missing:
+        raise ConfigError(f"{key} [{first}, {end}): day{'s' if len(missing) > 1 else ''} "
+                          f"{day_span(missing)} not in {where}, which has days "
+                          f"{day_span(sorted(present))}")
+
+
+def check_domain(key: str, domain: str, domains: list[str], where: object) -> None:
+    if domain not in domains:
+        raise ConfigError(f"{key} {domain!r}: no such domain in {where}, which has "
+                          f"{', '.join(domains)}")
+
+
+def day_span(days: list[int]) -> str:
+    """``[0, 1, 2, 5]`` → ``"0..2, 5"``."""
+    parts, i = [], 0
+    while i < len(days):
+        j = i
+        while j + 1 < len(days) and days[j + 1] == days[j] + 1:
+            j += 1
+        parts.append(str(days[i]) if i == j else f"{days[i]}..{days[j]}")
+        i = j + 1
+    return ", ".join(parts) if parts else "none"
 
 
 def seq_type(name: str) -> pa.DataType:

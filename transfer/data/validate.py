@@ -9,16 +9,18 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from transfer.errors import DataError
+from transfer.io import fs
 
 
-def open_parquet(path: Path) -> pq.ParquetFile:
-    """Open a Parquet file's footer; an empty, truncated or foreign file is a DataError."""
-    if not path.is_file():
+def open_parquet(path: str | Path) -> pq.ParquetFile:
+    """Open a Parquet file's footer (a path or an ``s3://`` URI); an empty, truncated or
+    foreign file is a DataError."""
+    if not fs.is_file(path):
         raise DataError(f"{path}: missing Parquet file (listed in schema.json)")
-    if path.stat().st_size == 0:
+    if fs.size(path) == 0:
         raise DataError(f"{path}: empty file, expected Parquet")
     try:
-        return pq.ParquetFile(path)
+        return pq.ParquetFile(fs.open_input(path))
     except (pa.ArrowException, OSError) as e:
         raise DataError(f"{path}: not a readable Parquet file ({_short(e)})") from None
 

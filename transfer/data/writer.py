@@ -7,11 +7,14 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from transfer.io import fs
+
 ROW_GROUP_SIZE = 16_384  # the unit of parallel reading: workers split the row groups
 
 
-def day_path(root: str | Path, day: int) -> Path:
-    return Path(root) / f"day={day}" / "part-0.parquet"
+def day_path(root: str | Path, day: int) -> str | Path:
+    """The day's file (a ``Path``, or a URI for a dataset on an object store)."""
+    return fs.join(root, f"day={day}", "part-0.parquet")
 
 
 def write_day(table: pa.Table, root: str | Path, day: int) -> Path:

@@ -11,22 +11,26 @@ from typing import Any
 import numpy as np
 import torch
 
-from transfer.errors import StoreError
+from transfer.errors import GemkdError, StoreError
+from transfer.io import fs
 
 
 def sha256_file(path: str | Path) -> str:
+    """sha256 of a local file or an object (``s3://``)."""
+    if fs.is_remote(path):
+        return fs.sha256(path)
     with open(path, "rb") as f:
         return hashlib.file_digest(f, "sha256").hexdigest()
 
 
-def read_json_object(path: Path, missing: str) -> dict[str, Any]:
-    """The JSON object at ``path``; ``missing`` is the error when the file is not there (the
-    artefact's commit marker: it is written last)."""
-    if not path.is_file():
+def read_json_object(path: str | Path, missing: str) -> dict[str, Any]:
+    """The JSON object at ``path`` (local or ``s3://``); ``missing`` is the error when the file
+    is not there (the artefact's commit marker: it is written last)."""
+    if not fs.is_file(path):
         raise StoreError(missing)
     try:
-        data = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        data = json.loads(fs.read_bytes(path).decode())
+    except (OSError, GemkdError, UnicodeDecodeError, json.JSONDecodeError) as e:
         raise StoreError(f"{path}: unreadable ({e})") from None
     if not isinstance(data, dict):
         raise StoreError(f"{path}: expected a JSON object, got {type(data).__name__}")

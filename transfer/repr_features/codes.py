@@ -24,8 +24,9 @@ import pyarrow.parquet as pq
 import torch
 
 from transfer.errors import StoreError
-from transfer.io.atomic import atomic_directory
+from transfer.io import fs
 from transfer.io.integrity import int_ids, read_json_object, sha256_file
+from transfer.io.publish import output_directory
 
 CODES_JSON = "codes.json"
 CODES_FILE = "codes.parquet"
@@ -112,7 +113,7 @@ def write_code_store(out: str | Path, example_id: Any, user_id: Any, ts: Any, da
     in. ``meta`` must carry ``teacher_version`` (the codes are meaningless without the teacher
     and compressor that produced them); it is stored verbatim in ``codes.json``.
     """
-    out = Path(out)
+    out = fs.as_where(out)
     if bits not in BITS:
         raise StoreError(f"{out}: bits must be one of {list(BITS)}, got {bits!r}")
     if not isinstance(code_dim, int) or code_dim < 1:
@@ -143,7 +144,7 @@ def write_code_store(out: str | Path, example_id: Any, user_id: Any, ts: Any, da
         json.dumps(meta)
     except (TypeError, ValueError) as e:
         raise StoreError(f"{out}: meta is not JSON-serialisable ({e})") from None
-    with atomic_directory(out, overwrite=overwrite) as tmp:
+    with output_directory(out, overwrite=overwrite, last=(CODES_JSON,)) as tmp:
         pq.write_table(table, tmp / CODES_FILE, row_group_size=1 << 20,
                        use_dictionary=["day"], write_statistics=["user_id", "ts", "day"])
         info = {"format_version": FORMAT_VERSION, "bits": bits, "code_dim": code_dim,
@@ -161,9 +162,9 @@ class CodeStore:
     """
 
     def __init__(self, path: str | Path, verify_sha: bool = True) -> None:
-        self.path = Path(path)
-        jpath = self.path / CODES_JSON
-        if not self.path.is_dir():
+        self.path = fs.as_where(path)
+        jpath = fs.join(self.path, CODES_JSON)
+        if not fs.is_dir(self.path):
             raise StoreError(f"{self.path}: no such code store directory")
         info = read_json_object(jpath, f"{self.path}: no {CODES_JSON} — the code export did "
                                        "not finish")
@@ -179,14 +180,14 @@ class CodeStore:
         if info["file"] != CODES_FILE:
             raise StoreError(f"{jpath}: file {info['file']!r}, expected {CODES_FILE!r}")
         self.info = info
-        self.file = self.path / CODES_FILE
-        if not self.file.is_file():
+        self.file = fs.join(self.path, CODES_FILE)
+        if not fs.is_file(self.file):
             raise StoreError(f"{self.file}: listed in {CODES_JSON} but missing")
         if verify_sha and sha256_file(self.file) != info["sha256"]:
             raise StoreError(f"{self.file}: sha256 does not match {CODES_JSON} (file changed "
                              f"after export)")
         try:
-            md = pq.read_metadata(self.file)
+            md = pq.read_metadata(fs.open_input(self.file))
         except (pa.ArrowException, OSError) as e:
             raise StoreError(f"{self.file}: not a readable Parquet file ({e})") from None
         if md.num_rows != info["rows"]:
@@ -221,7 +222,7 @@ class CodeStore:
 
     def read(self, columns: list[str] | None = None) -> pa.Table:
         """The whole table (or ``columns`` of it), rows sorted by ``(user_id, ts, example_id)``."""
-        return pq.read_table(self.file, columns=columns)
+        return pq.read_table(fs.open_input(self.file), columns=columns)
 
     def codes_q(self, table: pa.Table) -> np.ndarray:
         """The ``code`` column of ``table`` as raw bytes ``[n, nbytes]`` uint8."""

@@ -22,6 +22,7 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
 from transfer.errors import DataError, StoreError
+from transfer.io import fs
 from transfer.store.manifest import Manifest
 from transfer.store.writer import StoreWriter
 
@@ -57,14 +58,16 @@ def _float_column(table: pa.Table, name: str, src: Path) -> np.ndarray:
     return col.to_numpy(zero_copy_only=False).astype(np.float32)
 
 
-def _dataset_keys(data: Path) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+def _dataset_keys(data: str | Path) -> tuple[np.ndarray, dict[str, np.ndarray]]:
     """example_id (sorted) and the key columns of every row of a gemkd dataset."""
     from transfer.data.schema import DatasetSchema
     from transfer.data.writer import day_path
 
     schema = DatasetSchema.load(data)
-    paths = [str(day_path(data, d)) for d in schema.days]
-    table = ds.dataset(paths, format="parquet").to_table(columns=["example_id", *KEYS])
+    filesystem, _ = fs.resolve(data)
+    paths = [fs.resolve(day_path(data, d))[1] for d in schema.days]
+    table = ds.dataset(paths, format="parquet", filesystem=filesystem).to_table(
+        columns=["example_id", *KEYS])
     ids = table.column("example_id").to_numpy()
     order = np.argsort(ids, kind="stable")
     return ids[order], {k: table.column(k).to_numpy()[order] for k in KEYS}
@@ -77,7 +80,7 @@ def import_store(src: str | Path, out: str | Path, tasks: list[str], *,
                  overwrite: bool = False, batch_rows: int = 1 << 16) -> Manifest:
     """Write the store ``out`` from the Parquet ``src``; returns its manifest. Every problem is
     one DataError/StoreError naming the file, column or example_id, with nothing written."""
-    src, out = Path(src), Path(out)
+    src, out = Path(src), fs.as_where(out)
     if not tasks or len(set(tasks)) != len(tasks):
         raise DataError(f"--tasks must name distinct tasks, got {tasks!r}")
     dataset = _open(src)
@@ -108,7 +111,7 @@ def import_store(src: str | Path, out: str | Path, tasks: list[str], *,
     if own_keys:
         keys = {k: table.column(k).to_numpy(zero_copy_only=False) for k in KEYS}
     else:
-        known, all_keys = _dataset_keys(Path(data))
+        known, all_keys = _dataset_keys(fs.as_where(data))
         pos = np.minimum(np.searchsorted(known, ids), max(len(known) - 1, 0))
         found = (known[pos] == ids) if len(known) else np.zeros(len(ids), bool)
         if not found.all():

@@ -19,6 +19,7 @@ from typing import Any
 import torch
 
 from transfer.errors import StoreError
+from transfer.io import fs
 from transfer.io.integrity import read_json_object
 
 SCHEMA_VERSION = 1
@@ -86,8 +87,9 @@ class Manifest:
     @classmethod
     def load(cls, store: str | Path) -> Manifest:
         """Read and validate ``<store>/manifest.json``; every problem is a one-line StoreError."""
-        path = Path(store) / MANIFEST_NAME
-        data = read_json_object(path, f"{Path(store)}: no {MANIFEST_NAME} — the export did not "
+        store = fs.as_where(store)
+        path = fs.join(store, MANIFEST_NAME)
+        data = read_json_object(path, f"{store}: no {MANIFEST_NAME} — the export did not "
                                       "finish")
         return cls.from_dict(data, str(path))
 

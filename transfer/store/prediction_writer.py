@@ -1,5 +1,9 @@
 """Lightning callback that streams ``predict_step`` outputs into a teacher-output store.
 
+A plain ``Callback`` on ``on_predict_batch_end``, not a ``BasePredictionWriter``: rows are keyed by
+``example_id``, so the store never needs Lightning's batch indices (which an ``IterableDataset``
+cannot give, and which a prediction writer asks for with a warning on every export).
+
 Each rank feeds its own ``StoreWriter`` batch by batch, so memory stays bounded by one row group
 — provided the caller runs ``trainer.predict(model, dataloaders, return_predictions=False)``;
 with the default ``True`` Lightning itself keeps every prediction (a warning says so).
@@ -23,17 +27,18 @@ from typing import Any
 
 import lightning.pytorch as pl
 import torch
-from lightning.pytorch.callbacks import BasePredictionWriter
+from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.utilities import rank_zero_warn
 
 from transfer.errors import StoreError
+from transfer.io import fs
 from transfer.store.manifest import Manifest
 from transfer.store.writer import StoreWriter
 
 PREDICTION_KEYS = ("example_id", "day", "domain", "user_id", "ts", "logits", "emb")
 
 
-class StoreCallback(BasePredictionWriter):
+class StoreCallback(Callback):
     """Write every predict batch (a dict with ``PREDICTION_KEYS`` tensors) to ``out_dir``.
 
     The remaining arguments are those of ``StoreWriter`` (rank and world size come from the
@@ -45,8 +50,8 @@ class StoreCallback(BasePredictionWriter):
                  trained_until_day: int, rows_per_shard: int = 1 << 20,
                  row_group_rows: int = 1 << 16, overwrite: bool = False,
                  extra: dict[str, Any] | None = None) -> None:
-        super().__init__(write_interval="batch")
-        self.out_dir = Path(out_dir)
+        super().__init__()
+        self.out_dir = fs.as_where(out_dir)
         self._kwargs = dict(tasks=list(tasks), layer=layer, emb_dim=emb_dim, emb_dtype=emb_dtype,
                             teacher_name=teacher_name, teacher_version=teacher_version,
                             trained_until_day=trained_until_day, rows_per_shard=rows_per_shard,
@@ -83,6 +88,11 @@ class StoreCallback(BasePredictionWriter):
         if getattr(trainer.predict_loop, "return_predictions", False):
             rank_zero_warn("StoreCallback: trainer.predict(..., return_predictions=True) keeps "
                            "every prediction in memory; pass return_predictions=False")
+
+    def on_predict_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule,
+                             outputs: Any, batch: Any, batch_idx: int,
+                             dataloader_idx: int = 0) -> None:
+        self.write_on_batch_end(trainer, pl_module, outputs, None, batch, batch_idx, dataloader_idx)
 
     def write_on_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule,
                            prediction: Any, batch_indices: Any, batch: Any, batch_idx: int,

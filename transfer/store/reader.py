@@ -19,6 +19,7 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
 from transfer.errors import StoreError
+from transfer.io import fs
 from transfer.io.integrity import sha256_file
 from transfer.store.format import logit_column, store_schema
 from transfer.store.manifest import Manifest, ShardInfo
@@ -32,8 +33,8 @@ class TeacherStore:
     """
 
     def __init__(self, path: str | Path, verify_sha: bool = True) -> None:
-        self.path = Path(path)
-        if not self.path.is_dir():
+        self.path = fs.as_where(path)
+        if not fs.is_dir(self.path):
             raise StoreError(f"{self.path}: no such store directory")
         self.manifest = Manifest.load(self.path)
         m = self.manifest
@@ -86,16 +87,17 @@ class TeacherStore:
     # ---- verification ----------------------------------------------------------------------
     def _verify(self, verify_sha: bool) -> None:
         listed = {s.file for s in self.manifest.shards}
-        stray = sorted(p.name for p in self.path.glob("*.parquet") if p.name not in listed)
+        stray = sorted(n for n in fs.list_names(self.path)
+                       if n.endswith(".parquet") and n not in listed)
         if stray:
             raise StoreError(f"{self.path}: shard {stray[0]} is not listed in manifest.json "
                              f"(stray file from another export?)")
         for s in self.manifest.shards:
-            f = self.path / s.file
-            if not f.is_file():
+            f = fs.join(self.path, s.file)
+            if not fs.is_file(f):
                 raise StoreError(f"{f}: listed in manifest.json but missing")
             try:
-                meta = pq.read_metadata(f)
+                meta = pq.read_metadata(fs.open_input(f))
                 schema = meta.schema.to_arrow_schema()
             except (pa.ArrowException, OSError) as e:
                 raise StoreError(f"{f}: not a readable Parquet file ({e})") from None
@@ -112,11 +114,12 @@ class TeacherStore:
             shards = self.manifest.shards
             # hashlib releases the GIL on large reads: shards hash in parallel
             with ThreadPoolExecutor(max_workers=min(len(shards), os.cpu_count() or 1) or 1) as ex:
-                digests = list(ex.map(lambda s: sha256_file(self.path / s.file), shards))
+                digests = list(ex.map(lambda s: sha256_file(fs.join(self.path, s.file)),
+                                      shards))
             for s, digest in zip(shards, digests, strict=True):
                 if digest != s.sha256:
-                    raise StoreError(f"{self.path / s.file}: sha256 differs from manifest.json "
-                                     f"(file changed or corrupted after export)")
+                    raise StoreError(f"{fs.join(self.path, s.file)}: sha256 differs from "
+                                     f"manifest.json (file changed or corrupted after export)")
 
     # ---- reading ---------------------------------------------------------------------------
     def shards_for(self, days: tuple[int, int] | None) -> list[ShardInfo]:
@@ -141,8 +144,9 @@ class TeacherStore:
         shards = self.shards_for(days)
         if not shards:
             return self.schema.empty_table().select(columns)
-        dataset = ds.dataset([str(self.path / s.file) for s in shards], schema=self.schema,
-                             format="parquet")
+        filesystem, root = fs.resolve(self.path)
+        dataset = ds.dataset([f"{root}/{s.file}" for s in shards], schema=self.schema,
+                             format="parquet", filesystem=filesystem)
         filt = None
         if days is not None:
             filt = (pc.field("day") >= days[0]) & (pc.field("day") < days[1])
@@ -170,7 +174,7 @@ class TeacherStore:
                 days: tuple[int, int] | None) -> None:
         """Name the first shard and row (within its file) holding a non-finite value."""
         for s in shards:
-            t = pq.read_table(self.path / s.file, columns=["day", column])
+            t = pq.read_table(fs.open_input(fs.join(self.path, s.file)), columns=["day", column])
             col = t.column(column).combine_chunks()
             if isinstance(col.type, pa.FixedSizeListType):
                 v = col.flatten().to_numpy(zero_copy_only=False).reshape(len(col), -1)
@@ -182,8 +186,8 @@ class TeacherStore:
                 bad &= (day >= days[0]) & (day < days[1])
             if bad.any():
                 row = int(np.argmax(bad))
-                raise StoreError(f"{self.path / s.file}: column {column!r} row {row} is not "
-                                 f"finite (NaN/inf); the store cannot be used")
+                raise StoreError(f"{fs.join(self.path, s.file)}: column {column!r} row {row} "
+                                 f"is not finite (NaN/inf); the store cannot be used")
         raise StoreError(f"{self.path}: column {column!r} holds NaN/inf or nulls")
 
     # ---- conversion ------------------------------------------------------------------------

@@ -32,8 +32,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from transfer.errors import StoreError
-from transfer.io.atomic import atomic_directory, atomic_write_bytes
+from transfer.io import fs
+from transfer.io.atomic import atomic_write_bytes
 from transfer.io.integrity import sha256_file
+from transfer.io.publish import output_directory
 from transfer.store.dedupe import dedupe_shards
 from transfer.store.format import (
     KEY_COLUMNS,
@@ -78,7 +80,7 @@ class StoreWriter:
                              f">= 1, got {emb_dim}, {rows_per_shard}, {row_group_rows}")
         if not 0 <= rank < world_size:
             raise StoreError(f"{out_dir}: rank {rank} outside world_size {world_size}")
-        self.out_dir = Path(out_dir)
+        self.out_dir = fs.as_where(out_dir)
         self.tasks, self.layer = list(tasks), layer
         self.emb_dim, self.emb_dtype = int(emb_dim), emb_dtype
         self.teacher_name, self.teacher_version = teacher_name, teacher_version
@@ -95,7 +97,8 @@ class StoreWriter:
             if staging_dir is not None:
                 raise StoreError(f"{out_dir}: rank 0 creates the staging directory itself; pass "
                                  f"staging_dir only to the other ranks")
-            self._commit = atomic_directory(self.out_dir, overwrite=overwrite)
+            self._commit = output_directory(self.out_dir, overwrite=overwrite,
+                                            last=(MANIFEST_NAME,))
             self.staging_dir = self._commit.__enter__()
         else:
             if staging_dir is None or not Path(staging_dir).is_dir():

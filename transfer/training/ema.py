@@ -11,8 +11,12 @@ averaged copy is swapped in at the end of fit, so test/predict use it).
 
 from __future__ import annotations
 
+import warnings
+
+import lightning.pytorch as pl
 import torch
 from lightning.pytorch.callbacks import WeightAveraging
+from lightning.pytorch.strategies import ModelParallelStrategy
 
 
 def warmup_ema_fn(decay: float):
@@ -38,3 +42,16 @@ class StreamEMA(WeightAveraging):
 
     def should_update(self, step_idx: int | None = None, epoch_idx: int | None = None) -> bool:
         return step_idx is not None
+
+    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        """Lightning warns on every fit of a module that overrides ``configure_model`` (gemkd's
+        modules do, to shard under fsdp) that the average cannot be sharded. The average here
+        refuses sharded training outright, and ``configure_model`` of an unsharded module only
+        builds what the average must copy; so that warning can never apply and is not shown."""
+        if stage == "fit" and isinstance(trainer.strategy, ModelParallelStrategy):
+            raise ValueError("StreamEMA keeps a whole copy of the weights; it does not run under "
+                             "the fsdp (ModelParallel) strategy")
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=r"You're using the WeightAveraging callback "
+                                    r"with a model that overrides the configure_model")
+            super().setup(trainer, pl_module, stage)

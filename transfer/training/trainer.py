@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import time
+import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -18,12 +19,13 @@ import lightning.pytorch as pl
 import numpy as np
 import torch
 from lightning.pytorch.callbacks import Callback, EarlyStopping, ModelCheckpoint, TQDMProgressBar
-from lightning.pytorch.loggers import CSVLogger
+from lightning.pytorch.loggers import Logger
 from lightning.pytorch.strategies import DDPStrategy, ModelParallelStrategy
 
 from transfer.data.datamodule import AdsDataModule
 from transfer.data.reader import DatasetReader
 from transfer.errors import ConfigError
+from transfer.training.loggers import RunCSVLogger
 
 STRATEGIES = ("auto", "ddp", "fsdp")
 BEST = "best"  # checkpoints/best.ckpt: the epoch with the best validation metric
@@ -45,6 +47,10 @@ class Throughput(Callback):
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._t0 = time.perf_counter()
 
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        if self._t0 is None:  # resumed mid-epoch: no epoch start, the clock starts here
+            self._t0 = time.perf_counter()
+
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         self.examples += len(batch)
 
@@ -52,7 +58,9 @@ class Throughput(Callback):
         if self._t0 is not None:
             self.seconds += time.perf_counter() - self._t0
             self._t0 = None
-        pl_module.log("train/examples_per_s", self.examples_per_s * trainer.world_size)
+        # every rank logs its own estimate of the whole run's rate: their mean, synced
+        pl_module.log("train/examples_per_s", self.examples_per_s * trainer.world_size,
+                      sync_dist=True)
 
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if self._t0 is not None:  # stopped by max_steps mid-epoch
@@ -111,12 +119,14 @@ class ResumableLoader:
         self._restore = dict(state)
 
 
-def _strategy(strategy: str, devices: int, accelerator: str):
+def _strategy(strategy: str, devices: int, accelerator: str, num_nodes: int = 1):
     if strategy not in STRATEGIES:
         raise ConfigError(f"strategy must be one of {', '.join(STRATEGIES)}, got {strategy!r}")
     if strategy == "fsdp":
-        # data_parallel_size must be explicit: "auto" means num_nodes, i.e. nothing sharded.
-        return ModelParallelStrategy(data_parallel_size=devices, tensor_parallel_size=1)
+        # data_parallel_size must be explicit: "auto" means num_nodes, i.e. nothing sharded
+        # within a node. Every process of every node is one data-parallel shard.
+        return ModelParallelStrategy(data_parallel_size=devices * num_nodes,
+                                     tensor_parallel_size=1)
     if strategy == "ddp":
         on_gpu = accelerator in ("gpu", "cuda") or (
             accelerator == "auto" and torch.cuda.is_available())
@@ -141,16 +151,19 @@ def build_trainer(
     patience: int | None = None,
     progress_bar: bool = True,
     callbacks: list[Callback] | None = None,
+    loggers: list[Logger] | None = None,
     **trainer_kwargs: Any,
 ) -> pl.Trainer:
-    """A ``Trainer`` writing ``out_dir/checkpoints/{last.ckpt,...}`` and ``out_dir/metrics.csv``.
+    """A ``Trainer`` writing ``out_dir/checkpoints/{last.ckpt,...}`` and ``out_dir/metrics.csv``
+    (continued, not replaced, by a resumed fit).
 
     ``checkpoint_every_n_steps`` (default: epoch ends only) sets ``ModelCheckpoint``'s
     ``every_n_train_steps``. ``grad_clip`` is the gradient-norm clip (DTensor gradients
     included under ``"fsdp"``). ``select_best`` names a validation metric (e.g. ``val/loss``):
     the epoch with its lowest value is also kept as ``checkpoints/best.ckpt``; ``patience``
     stops training after that many validation rounds without improvement (Lightning's
-    ``EarlyStopping``). Extra keyword arguments go to ``Trainer``.
+    ``EarlyStopping``). ``loggers`` log beside the CSV (a TensorBoard or MLflow
+    tracker). Extra keyword arguments go to ``Trainer``.
     """
     out_dir = Path(out_dir)
     if devices < 1:
@@ -176,11 +189,11 @@ def build_trainer(
         accelerator=accelerator,
         devices=devices,
         num_nodes=num_nodes,
-        strategy=_strategy(strategy, devices * num_nodes, accelerator),
+        strategy=_strategy(strategy, devices, accelerator, num_nodes),
         max_epochs=max_epochs,
         max_steps=max_steps,
         precision=precision,
-        logger=CSVLogger(out_dir, name="", version=""),
+        logger=[RunCSVLogger(out_dir), *(loggers or [])],
         log_every_n_steps=log_every_n_steps,
         callbacks=cbs,
         enable_progress_bar=progress_bar,
@@ -254,8 +267,16 @@ def fit(module: pl.LightningModule, datamodule: AdsDataModule, trainer: pl.Train
     train = ResumableLoader(
         datamodule.train_dataloader(),
         consumed=lambda: trainer.fit_loop.epoch_loop.batch_progress.current.processed)
-    # no val days: no loader (the datamodule's would read every day)
-    val = datamodule.val_dataloader() if datamodule.days.get("val") is not None else None
-    trainer.fit(module, train_dataloaders=train, val_dataloaders=val,
-                ckpt_path=str(ckpt) if ckpt else None)
+    # no val days: an empty loader and no val batches (the datamodule's would read every day; no
+    # loader at all makes Lightning warn that validation_step has nothing to run on)
+    has_val = datamodule.days.get("val") is not None
+    val = datamodule.val_dataloader() if has_val else []
+    if not has_val:
+        trainer.limit_val_batches = 0
+    with warnings.catch_warnings():
+        if ckpt is not None:  # the directory holds the checkpoint this fit continues from
+            warnings.filterwarnings("ignore", message="Checkpoint directory .* exists and is not "
+                                    "empty")
+        trainer.fit(module, train_dataloaders=train, val_dataloaders=val,
+                    ckpt_path=str(ckpt) if ckpt else None)
     return ckpt

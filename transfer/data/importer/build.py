@@ -20,9 +20,9 @@ from transfer.data.importer import encode, sides, source
 from transfer.data.importer.mapping import Mapping
 from transfer.data.importer.write import Events, write_dataset
 from transfer.data.ranges import N_AGE_BUCKETS, equal_count_days
-from transfer.data.schema import DatasetSchema, Feature
+from transfer.data.schema import SCHEMA_FILE, DatasetSchema, Feature
 from transfer.errors import ConfigError, DataError
-from transfer.io.atomic import atomic_directory
+from transfer.io.publish import output_directory
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +43,7 @@ def import_logs(src: str | Path, mapping: Mapping, out: str | Path,
     notes = list(notes or [])
     base = src if src.is_dir() else src.parent
     started = time.perf_counter()
-    with atomic_directory(out, overwrite=overwrite) as tmp:
+    with output_directory(out, overwrite=overwrite, last=(SCHEMA_FILE,)) as tmp:
         side = sides.resolve(mapping, base, notes)
         files = source.find_files(src, mapping.files, {p.resolve() for _, p in side})
         raw = _read_logs(files, mapping)

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 
 from transfer.data.ranges import N_AGE_BUCKETS
-from transfer.data.schema import DatasetSchema, Feature
+from transfer.data.schema import SCHEMA_FILE, DatasetSchema, Feature
 from transfer.data.synth.config import SynthConfig
 from transfer.data.synth.impressions import impressions_for_day
 from transfer.data.synth.timeline import N_ACTIONS, build_timeline
@@ -23,7 +23,7 @@ from transfer.data.synth.world import (
     N_AGE_BUCKETS as N_USER_AGE,
 )
 from transfer.data.writer import write_day
-from transfer.io.atomic import atomic_directory
+from transfer.io.publish import output_directory
 
 log = logging.getLogger(__name__)
 TASKS = ["click", "conversion", "engage"]
@@ -65,7 +65,7 @@ def generate(cfg: SynthConfig, out: str | Path, overwrite: bool = False) -> Data
     schema = synth_schema(cfg, world.n_ads_total)
     schema.generator = dict(vars(cfg))
     arrow_schema = schema.arrow_schema()
-    with atomic_directory(out, overwrite=overwrite) as tmp:
+    with output_directory(out, overwrite=overwrite, last=(SCHEMA_FILE,)) as tmp:
         next_id = 0
         for day in range(cfg.n_days):
             table = impressions_for_day(world, timeline, day, next_id, rng)

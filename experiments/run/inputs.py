@@ -1,0 +1,80 @@
+"""What a lag's students learn from: the teacher sources (GEM's store, the domain FMs' store),
+the LoopFM codes and the teacher's weights, each a cached step; and the tag that ties a student
+run's result in ``runs.jsonl`` to exactly those inputs."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+from experiments.run import steps
+from experiments.run.domain_fm import fit_domain_fms
+from experiments.run.methods import variant_needs
+from experiments.run.student import Inputs
+from experiments.spec.model import RunSpec
+from transfer.io import fs
+
+
+def lag_inputs(spec: RunSpec, lag: int, data, data_key: dict, fm_domains: list[str],
+               cache: Path, log, tracker=None) -> Inputs:
+    """The teacher sources, codes and teacher weights the lag's students use."""
+    from experiments.teacher_export import model_weights
+    from transfer.repr_features import AsOfCodes, CodeStore
+    from transfer.training.trainer import best_or_last
+
+    needs = set().union(*(variant_needs(v) for v in spec.variants))
+    weights = None
+    if spec.teacher.store is not None:
+        stores = {"gem": fs.as_where(spec.teacher.store)}
+        log(f"  teacher: the imported store {stores['gem']}")
+    else:
+        gem_cfg = steps.teacher_config(spec, lag, spec.teacher)
+        gem_run = steps.fit_teacher(gem_cfg, data, data_key, cache, log, tracker=tracker,
+                                    run_name=f"teacher-lag{lag}")
+        layer = spec.repr.layer or gem_cfg.repr_layer
+        stores = {"gem": steps.export_teacher(gem_run, data, layer, cache, log)}
+        ckpt = best_or_last(gem_run)
+        weights = lambda: model_weights(ckpt)  # noqa: E731 - loaded only by param sharing
+    if any(v.teacher == "domain_fm" for v in spec.variants):
+        fm_cfg = steps.teacher_config(spec, lag, spec.hierarchical)
+        stores["domain_fm"] = fit_domain_fms(fm_cfg, data, data_key, stores["gem"], fm_domains,
+                                             cache, log)
+    codes = None
+    if "codes" in needs:
+        codes_dir = steps.build_codes(stores["gem"], spec.teacher_window(lag), spec.repr,
+                                      spec.seeds[0], cache, log)
+        codes = AsOfCodes(CodeStore(codes_dir), max_events=spec.repr.max_events)
+    return Inputs(stores, codes, weights)
+
+
+def inputs_tag(spec: RunSpec, inputs: Inputs) -> str:
+    """What a student run's result depends on besides variant, seed and lag: the spec's student
+    settings and the cached upstream steps (their names carry their config hashes). A rerun
+    into the same RUN_DIR after changing any of them redoes the student runs instead of
+    reusing stale lines of runs.jsonl. Where results are tracked (``logger``) is not part."""
+    from experiments.run.cache import STEP_CODE, code_hash
+
+    spec_part = {k: v for k, v in spec.to_dict().items()
+                 if k not in ("name", "seeds", "variants", "teacher_lag_days", "logger")}
+    upstream = {k: fs.name(fs.parent(v)) for k, v in inputs.stores.items()}
+    if inputs.codes is not None:
+        upstream["codes"] = fs.name(fs.parent(inputs.codes.store.path))
+    variants = {v.name: v.to_value() for v in spec.variants}
+    blob = json.dumps({"spec": spec_part, "upstream": upstream, "variants": variants,
+                       "code": code_hash(STEP_CODE["students"])}, sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:12]
+
+
+def count_work(spec: RunSpec, makes_data: bool) -> tuple[int, int]:
+    """``(student runs, cached steps)`` the run will go through, before any starts: tuning
+    candidates (where a variant has more than one) and final runs per variant × seed × lag;
+    the data step and, per lag, teacher + store, domain FMs and codes as the variants need."""
+    from experiments.run.methods import grid
+
+    per_lag = sum((n if (n := len(grid(spec, v))) > 1 else 0) + len(spec.seeds)
+                  for v in spec.variants)
+    needs = set().union(*(variant_needs(v) for v in spec.variants))
+    lag_steps = (2 if spec.teacher.store is None else 0)
+    lag_steps += any(v.teacher == "domain_fm" for v in spec.variants) + ("codes" in needs)
+    return per_lag * len(spec.lags), int(makes_data) + lag_steps * len(spec.lags)

@@ -1,0 +1,101 @@
+"""How far a ``gemkd run`` has got: one overall bar on a terminal, plain timestamped lines
+elsewhere (CI, a log file), and every message in ``RUN_DIR/log.txt`` either way.
+
+The bar counts student runs (tuning candidates and final runs of every variant, seed and lag,
+counted before the first one starts) and shows the cached steps done, the time elapsed and an
+ETA from the student runs trained so far (a run reused from ``runs.jsonl`` takes no time and is
+not part of the estimate).
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import IO
+
+from tqdm import tqdm
+
+
+def clock(seconds: float) -> str:
+    """``3725`` → ``1:02:05``; under an hour ``m:ss``."""
+    s = int(round(seconds))
+    h, m = divmod(s // 60, 60)
+    return f"{h}:{m:02d}:{s % 60:02d}" if h else f"{m}:{s % 60:02d}"
+
+
+class Progress:
+    """The run's log (a callable taking one message) and its progress counters."""
+
+    def __init__(self, log_path: Path, total_runs: int, total_steps: int,
+                 stream: IO[str] | None = None, tty: bool | None = None,
+                 on_change: Callable[[], None] | None = None) -> None:
+        self.on_change = on_change
+        self.stream = stream if stream is not None else sys.stdout
+        self.tty = self.stream.isatty() if tty is None else tty
+        self.file = open(log_path, "a")  # noqa: SIM115 - kept open for the run, closed by close()
+        self.total_runs, self.total_steps = total_runs, total_steps
+        self.runs = self.steps = 0
+        self.t0 = time.monotonic()
+        self.trained_seconds, self.trained = 0.0, 0
+        self.bar = None
+        if self.tty:
+            self.bar = tqdm(total=total_runs, file=self.stream, dynamic_ncols=True, leave=True,
+                            bar_format="{desc} |{bar}| {n_fmt}/{total_fmt} student runs, "
+                                       "{elapsed} elapsed{postfix}")
+            self._refresh()
+
+    def __call__(self, msg: str) -> None:
+        line = f"{time.strftime('%H:%M:%S')} {msg}"
+        if self.bar is not None:
+            self.bar.write(line, file=self.stream)
+        else:
+            print(line, file=self.stream, flush=True)
+        self.file.write(line + "\n")
+        self.file.flush()
+
+    def eta(self) -> float | None:
+        """Seconds left for the student runs not done, at the mean time of those trained."""
+        if not self.trained:
+            return None
+        return self.trained_seconds / self.trained * (self.total_runs - self.runs)
+
+    def status(self) -> str:
+        eta = self.eta()
+        return (f"{self.runs}/{self.total_runs} student runs, {self.steps}/{self.total_steps} "
+                f"steps, {clock(time.monotonic() - self.t0)} elapsed, ETA "
+                f"{clock(eta) if eta is not None else '?'}")
+
+    def step_done(self, name: str) -> None:
+        self.steps += 1
+        self._report()
+
+    def run_done(self, seconds: float | None) -> None:
+        """One student run finished; ``seconds`` None: reused from the ledger, not trained."""
+        self.runs += 1
+        if seconds is not None:
+            self.trained += 1
+            self.trained_seconds += seconds
+        if self.bar is not None:
+            self.bar.update(1)
+        self._report()
+
+    def _report(self) -> None:
+        if self.on_change is not None:
+            self.on_change()
+        if self.bar is not None:
+            self._refresh()
+        else:
+            self(f"progress: {self.status()}")
+
+    def _refresh(self) -> None:
+        eta = self.eta()
+        self.bar.set_description_str(f"steps {self.steps}/{self.total_steps}", refresh=False)
+        self.bar.set_postfix_str(f"ETA {clock(eta) if eta is not None else '?'}")
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
+        self.file.close()

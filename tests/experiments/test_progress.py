@@ -1,0 +1,44 @@
+"""How far a run has got: the student runs and steps are counted before the first starts; on a
+terminal one bar shows them with the elapsed time and an ETA, elsewhere plain timestamped lines
+do (checked on a whole run in test_quiet.py); log.txt gets every message either way."""
+
+from __future__ import annotations
+
+import io
+
+from experiments.run.inputs import count_work
+from experiments.run.progress import Progress, clock
+from experiments.spec.load import spec_from_mapping
+from tests.faults.conftest import SPEC
+
+
+def test_work_is_counted_up_front():
+    spec = spec_from_mapping({**SPEC, "seeds": [0, 1], "teacher_lag_days": [0, 1],
+                              "variants": ["baseline", "kd", "kd_repr", "hierarchical"],
+                              "tuning": {"kd_weight": [0.5, 1.0, 2.0], "temperature": [1.0]}})
+    runs, steps = count_work(spec, makes_data=True)
+    # per lag: baseline 2 seeds; kd, kd_repr, hierarchical 3 candidates + 2 seeds each
+    assert runs == 2 * (2 + 3 * (3 + 2))
+    # data once; per lag teacher, store, domain FMs, codes
+    assert steps == 1 + 2 * 4
+
+
+def test_one_bar_on_a_terminal(tmp_path):
+    screen = io.StringIO()
+    p = Progress(tmp_path / "log.txt", total_runs=4, total_steps=2, stream=screen, tty=True)
+    p("[run] teacher (teacher-0)")
+    p.step_done("teacher")
+    p.step_done("store")
+    p.run_done(None)  # reused from runs.jsonl: no estimate from it
+    p.run_done(2.0)
+    p("  kd seed 0: NE click 0.9000")
+    p.close()
+    text = screen.getvalue()
+    assert "steps 2/2" in text and "2/4 student runs" in text and "ETA 0:04" in text, text
+    assert "[run] teacher (teacher-0)" in text and "progress:" not in text
+    log = (tmp_path / "log.txt").read_text()
+    assert "kd seed 0: NE click" in log and "student runs" not in log  # the bar stays on screen
+
+
+def test_clock():
+    assert [clock(s) for s in (0, 59.6, 61, 3725)] == ["0:00", "1:00", "1:01", "1:02:05"]

@@ -1,0 +1,111 @@
+"""Inputs that used to slip through, each now one ``error:`` line, exit code 2 and nothing
+written: a day window reaching past the data (run, teacher fit, export), an unknown
+student_domain (found before any work for synthetic data; for real data right after the data
+step, which then leaves no run directory), a dataset with a repeated example_id, and a
+checkpoint that is not there (a directory given as --ckpt)."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import yaml
+
+from tests.faults.conftest import ROOT, SPEC, TinyRun, cli_error, export_argv
+from transfer.data.writer import ROW_GROUP_SIZE
+
+SYNTH = "spec data (synthetic, preset tiny), which has"
+RUN_CASES = [
+    ("eval_days=[5, 9]", f"eval_days [5, 9): days 6..8 not in {SYNTH} days 0..5"),
+    ("student_domain=storiez", f"student_domain 'storiez': no such domain in {SYNTH} feed, "
+                               "stories, messaging"),
+]
+
+
+@pytest.mark.parametrize("setting, message", RUN_CASES, ids=[s for s, _ in RUN_CASES])
+def test_run_window_or_domain_off_the_data(tmp_path, capsys, setting, message):
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(yaml.safe_dump(SPEC))
+    out = tmp_path / "out"
+    err = cli_error(capsys, "run", str(spec), "--out", str(out), "--set", setting)
+    assert err == f"error: {message}", err
+    assert not out.exists()
+
+
+def test_real_data_mismatch_found_after_the_data_step_leaves_no_run_dir(tmp_path, capsys):
+    """An imported log's days are known only once it is converted: the check runs right after
+    the data step and the run directory this run created is removed."""
+    log = pd.DataFrame({"t": [100, 200, 300, 400, 500, 600], "user": [1, 2, 1, 3, 2, 1],
+                        "item": [5, 6, 7, 5, 6, 8], "clicked": [1, 0, 1, 0, 0, 1]})
+    log.to_csv(tmp_path / "log.csv", index=False)
+    mapping = {"source": "shop", "time": {"column": "t", "unit": "s"}, "days": {"buckets": 3},
+               "user": "user", "item": "item", "labels": {"click": "clicked"}}
+    (tmp_path / "map.yaml").write_text(yaml.safe_dump(mapping))
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(yaml.safe_dump({**SPEC, "data": {"source": "import",
+                                                     "src": str(tmp_path / "log.csv"),
+                                                     "mapping": str(tmp_path / "map.yaml")}}))
+    out = tmp_path / "out"
+    err = cli_error(capsys, "run", str(spec), "--out", str(out))
+    assert err == (f"error: student_days [3, 5): days 3..4 not in spec data (import, "
+                   f"{tmp_path / 'log.csv'}), which has days 0..2"), err
+    assert not out.exists()
+
+
+def test_teacher_fit_window_past_the_data(tiny_run: TinyRun, tmp_path, capsys):
+    config = tmp_path / "tiny.yaml"
+    values = yaml.safe_load((ROOT / "experiments/teachers/tiny.yaml").read_text())
+    for key, window in (("train_days", [0, 9]), ("val_days", [4, 8])):
+        config.write_text(yaml.safe_dump({**values, key: window}))
+        out = tmp_path / "out"
+        err = cli_error(capsys, "teacher", "fit", "--config", str(config), "--data",
+                        str(tiny_run.data), "--out", str(out))
+        assert err == (f"error: {key} [{window[0]}, {window[1]}): days 6..{window[1] - 1} "
+                       f"not in {tiny_run.data}, which has days 0..5"), err
+        assert not out.exists()
+
+
+def test_export_days_past_the_data(tiny_run, tmp_path, capsys):
+    err = cli_error(capsys, *export_argv(tiny_run, tmp_path / "store", "--days", "4:7"))
+    assert err == f"error: --days [4, 7): day 6 not in {tiny_run.data}, which has days 0..5"
+    assert not (tmp_path / "store").exists()
+
+
+def test_repeated_example_id_fails_validate(tiny_run, tmp_path, capsys):
+    data = tmp_path / "data"
+    shutil.copytree(tiny_run.data, data)
+    first = pq.read_table(data / "day=3" / "part-0.parquet", columns=["example_id"])
+    repeated = first.column(0)[7].as_py()
+    path = data / "day=4" / "part-0.parquet"
+    table = pq.read_table(path)
+    ids = table.column("example_id").to_numpy().copy()
+    ids[10] = repeated
+    table = table.set_column(table.schema.get_field_index("example_id"), "example_id",
+                             pa.array(ids))
+    pq.write_table(table, path, row_group_size=ROW_GROUP_SIZE, compression="snappy")
+    err = cli_error(capsys, "data", "validate", str(data))
+    assert err == (f"error: {path}: column 'example_id' row 10: example_id {repeated} is "
+                   f"repeated (first at {data / 'day=3' / 'part-0.parquet'} row 7); ids must be "
+                   "unique"), err
+
+
+def test_checkpoint_that_is_not_there(tiny_run, tmp_path, capsys):
+    run_dir = tiny_run.ckpt.parent.parent
+    missing = run_dir / "checkpoints" / "epoch=0.ckpt"
+    err = cli_error(capsys, *_export(tiny_run, missing, tmp_path))
+    assert err == f"error: --ckpt {missing}: no such checkpoint"
+    err = cli_error(capsys, *_export(tiny_run, run_dir, tmp_path))
+    assert err == (f"error: --ckpt {run_dir}: a directory, not a checkpoint: no last.ckpt file "
+                   f"and no sharded checkpoint (.metadata) in it (did you mean "
+                   f"{tiny_run.ckpt}?)"), err
+    assert not (tmp_path / "store").exists()
+
+
+def _export(run: TinyRun, ckpt: Path, tmp_path: Path) -> list[str]:
+    argv = export_argv(run, tmp_path / "store")
+    argv[argv.index("--ckpt") + 1] = str(ckpt)
+    return argv
