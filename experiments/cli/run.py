@@ -6,6 +6,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from transfer.errors import ConfigError
+
 
 def _run(args: argparse.Namespace) -> None:
     from experiments.report import report_command
@@ -38,7 +40,14 @@ def _run(args: argparse.Namespace) -> None:
 def _report(args: argparse.Namespace) -> None:
     from experiments.report import report_command
 
-    print(report_command(args.run_dir))
+    if args.markdown:
+        from experiments.report.results_md import write_results
+
+        print(f"wrote {write_results(args.markdown, args.run_dir, args.title)}")
+        return
+    if len(args.run_dir) != 1:
+        raise ConfigError("gemkd report takes one RUN_DIR (several only with --markdown)")
+    print(report_command(args.run_dir[0]))
 
 
 def add_parser(sub) -> None:
@@ -57,6 +66,10 @@ def add_parser(sub) -> None:
                         "under RUN_DIR/logs (default: the spec's logger key, else none); "
                         "tensorboard and mlflow are extras: pip install 'gemkd[mlflow]'")
     r.set_defaults(func=_run)
-    p = sub.add_parser("report", help="re-render report.md and plots of a run directory")
-    p.add_argument("run_dir", help="a directory written by gemkd run")
+    p = sub.add_parser("report", help="re-render report.md and plots of a run directory, or "
+                       "with --markdown one page comparing several runs")
+    p.add_argument("run_dir", nargs="+", help="directories written by gemkd run")
+    p.add_argument("--markdown", default=None, metavar="OUT.md",
+                   help="write one page with every RUN_DIR side by side (docs/RESULTS.md)")
+    p.add_argument("--title", default="gemkd results", help="the page's title (--markdown)")
     p.set_defaults(func=_report)

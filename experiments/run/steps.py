@@ -142,6 +142,8 @@ def teacher_config(spec: RunSpec, lag: int, which: TeacherSpec) -> TeacherTrainC
     v = spec.teacher_val_days
     base.update(train_days=[first, end - v], val_days=[end - v, end] if v else None,
                 test_days=None)
+    if not v:  # no validation days: no epoch to choose; the config's max_epochs are trained
+        base.update(select="last", patience=None)
     return build_dataclass(TeacherTrainConfig, base, source=f"spec teacher (config "
                                                              f"{which.config})")
 

@@ -238,3 +238,19 @@ def test_missing_and_corrupt_results(tmp_path):
     with pytest.raises(ConfigError, match="duplicate row for variant=baseline seed=0"):
         render_report(tmp_path)
     assert not (tmp_path / "report.md").exists()
+
+
+def test_results_page_puts_runs_side_by_side(run_dir, tmp_path):
+    from experiments.cli import main
+
+    results = make_results({**EFFECTS, "kd": 0.004})
+    other = make_run(tmp_path / "other", results[results.variant.isin(["baseline", "kd"])])
+    out = tmp_path / "RESULTS.md"
+    assert main(["report", "--markdown", str(out), str(run_dir), str(other)]) == 0
+    text = out.read_text()
+    assert text.count("\n## ") == 3  # the side-by-side table, then one section per run
+    summary = text.split("\n## ")[1]
+    assert "| kd | 0.0100 ± " in summary and " | 0.0040 ± " in summary
+    assert "| full | 0.0130 ± " in summary and summary.count("—") >= 1  # not in the other run
+    assert "Tuned knobs (validation day)" in text and "What holds and what does not" in text
+    assert main(["report", str(run_dir), str(other)]) == 2  # several only with --markdown
