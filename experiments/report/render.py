@@ -99,19 +99,25 @@ def _sources(run: RunView) -> list[str]:
 
 def _lag_section(run: RunView) -> list[str]:
     out = [f"## ΔNE vs teacher lag (domain {run.domain}, task {run.task})", "",
-           "Rows are variants, columns the teacher's age in days; the last row is the teacher's "
-           "own advantage ΔNE_FM = NE(baseline) − NE(teacher) on the same data.", ""]
+           "Rows are variants, columns the teacher's age in days; below them the teacher's own "
+           "advantage ΔNE_FM = NE(baseline) − NE(teacher) on the same data, the teacher's NE and "
+           "the labels-only baseline's. `plots/ne_vs_lag.png` draws NE against lag per variant.",
+           ""]
     s = run.summary[(run.summary["domain"] == run.domain) & (run.summary["task"] == run.task)]
     rows = []
     for v in run.variants:
         sv = s[s["variant"] == v].set_index("teacher_lag_days")
         rows.append([v] + [pm(sv.at[lag, "delta_ne_mean"], sv.at[lag, "delta_ne_std"])
                            if lag in sv.index else "—" for lag in run.lags])
-    fm = []
+    fm, own, base = [], [], []
     for lag in run.lags:
         c = run.cell(lag=lag).groupby("seed")[["ne_baseline", "ne_teacher"]].mean()
         fm.append(pm(*seed_stats(c["ne_baseline"] - c["ne_teacher"])))
+        own.append(pm(*seed_stats(c["ne_teacher"])))
+        base.append(pm(*seed_stats(c["ne_baseline"])))
     rows.append(["teacher (ΔNE_FM)", *fm])
+    rows.append(["teacher's own NE", *own])
+    rows.append(["baseline's NE", *base])
     out += [md_table(("variant", *(f"lag {lag_str(lag)}" for lag in run.lags)), rows), ""]
     return out
 
