@@ -112,6 +112,8 @@ def train_student(spec: RunSpec, job: StudentJob, data: Path, inputs: Inputs,
                          enable_progress_bar=False, enable_model_summary=False,
                          accelerator=spec.accelerator, devices=1,
                          callbacks=[curve, *(callbacks or [])],
+                         log_every_n_steps=NO_LOG_STEP if logger is False or logger == []
+                         else LOG_EVERY_N_STEPS,  # None, True: Lightning's default logger
                          limit_val_batches=0)  # no sanity check, no validation
     t0 = time.perf_counter()
     trainer.fit(module, datamodule=dm)
@@ -127,6 +129,11 @@ def train_student(spec: RunSpec, job: StudentJob, data: Path, inputs: Inputs,
             "examples_per_second": curve.examples / seconds,
             "coverage": teacher.coverage if teacher else float("nan")}
 
+
+#: The fit logs its training losses every this many steps to a logger; without one it never
+#: reaches a logging step: nothing would read the values, and Lightning's first ``self.log`` of
+#: a fit costs milliseconds (it builds its result metrics).
+LOG_EVERY_N_STEPS, NO_LOG_STEP = 50, 2**62
 
 #: Batches the student's training loader reads ahead in a background thread: enough to cover
 #: the read of the next Parquet row group (a small world's day) while the steps go on.
