@@ -35,13 +35,16 @@ class BareLoop:
     optimizer: torch.optim.Optimizer
     datamodule: AdsDataModule
 
-    def run(self, batches: Iterable[Batch]) -> list[Tensor]:
-        """One pass over ``batches``; the per-step losses (detached, read when the pass is
-        over: no host sync per step)."""
+    def run(self, batches: Iterable[Batch], device: str | torch.device | None = None
+            ) -> list[Tensor]:
+        """One pass over ``batches`` (moved to ``device`` when given; the module must be there
+        already); the per-step losses, detached (no host sync per step)."""
         module, opt = self.module, self.optimizer
         model = module.model
         losses = []
         for batch in batches:
+            if device is not None:
+                batch = batch.to(device)
             logits = model(batch).logits
             loss, _ = module.loss(logits, batch.labels, module.label_mask(batch))
             opt.zero_grad()
