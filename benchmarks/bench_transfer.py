@@ -25,9 +25,20 @@ auxiliary head the run's adapter variant has) <= 1.25x; ``full`` (+ representati
 ``experiments.run.student`` builds it) delivers >= 5x the labels-only training rate, so training
 is never input-bound; a loader of every column is shown too.
 
-Every candidate (variants and loader passes) runs once per round, ``--repeats`` rounds after a
-warm-up round; medians. ``--device cuda`` sets the spec's ``accelerator: gpu`` and synchronises
-after each batch; a variant that fails is reported with its error, not dropped.
+The floor (issue 12): two bare PyTorch loops (``experiments.run.bare``) run as candidates in the
+same rounds: the labels-only student (same seed, student, losses through ``RankingModule.loss``,
+AdamW(foreach) groups of ``configure_optimizers``, batch order) over the epoch's batches held in
+memory, and over the same loader ``train_student`` reads (prefetch included; its clock starts at
+``iter(loader)``, as Lightning's epoch does). Target: the labels-only epoch reaches >= 0.8x the
+in-memory loop's speed. Before timing, one untimed ``train_student`` labels-only run and one
+in-memory loop are compared: per-step losses and final raw (not averaged) weights must be
+bit-identical (the figure is the largest absolute difference; 0 = identical). The Student
+Adapter's overhead is shown for its default fused update and for ``update: separate``
+(``*_separate`` variants; no target: fused is the default).
+
+Every candidate (variants, bare loops and loader passes) runs once per round, ``--repeats``
+rounds after a warm-up round; medians. ``--device cuda`` sets the spec's ``accelerator: gpu`` and
+synchronises after each batch; a variant that fails is reported with its error, not dropped.
 """
 
 from __future__ import annotations
@@ -57,13 +68,14 @@ from benchmarks.common import (  # noqa: E402
     write_json,
 )
 from experiments.run import steps  # noqa: E402
+from experiments.run.bare import RawCapture, bare_loop, compare  # noqa: E402
 from experiments.run.student import (  # noqa: E402
     Inputs,
     StudentJob,
     student_projection,
     train_student,
 )
-from experiments.spec import RunSpec, TeacherSpec, load_spec  # noqa: E402
+from experiments.spec import PluginSpec, RunSpec, TeacherSpec, VariantSpec, load_spec  # noqa: E402
 from students import build_student  # noqa: E402
 from transfer.data.datamodule import AdsDataModule  # noqa: E402
 from transfer.data.schema import DatasetSchema  # noqa: E402
@@ -72,12 +84,18 @@ from transfer.repr_features import AsOfCodes, CodeStore  # noqa: E402
 from transfer.store import TeacherStore  # noqa: E402
 from transfer.training import training_base_rates  # noqa: E402
 
-VARIANTS = ["baseline", "kd", "kd_aux", "kd_aux_adapter", "kd_repr", "full"]
+SEPARATE = "_separate"  # the variant with the Student Adapter's ``update: separate``
+VARIANTS = ["baseline", "kd", "kd_aux", "kd_aux_adapter", "kd_repr", "full",
+            "kd_aux_adapter" + SEPARATE, "full" + SEPARATE]
+BARE = ["bare_memory", "bare_loader"]
 TARGETS = {"kd": "<= 1.15", "kd_aux_adapter": "<= 1.25", "full": "<= 1.5"}
+FLOOR_TARGET = ">= 0.8"
 ADDS = {"kd": "+ store join + KD loss", "kd_aux": "+ join + KD on an auxiliary head",
-        "kd_aux_adapter": "+ Student Adapter (and aux head)",
+        "kd_aux_adapter": "+ Student Adapter (fused update) and aux head",
         "kd_repr": "+ join + KD + representation features",
-        "full": "+ adapter, aux head and representation features"}
+        "full": "+ adapter (fused), aux head and representation features",
+        "kd_aux_adapter" + SEPARATE: "+ Student Adapter (update: separate) and aux head",
+        "full" + SEPARATE: "+ adapter (update: separate), aux head and representation features"}
 # tiny world at 3x its impressions: a student epoch of ~10k examples, long enough to time
 QUICK_SETS = ["data.preset=tiny", "data.examples_per_day=12000", "teacher_days=3",
               "student_days=[3,5]", "eval_days=[5,6]"]
@@ -88,6 +106,17 @@ def spec_for(quick: bool) -> RunSpec:
     spec = load_spec(None, QUICK_SETS if quick else [])
     spec.eval_days = [spec.eval_days[0], spec.eval_days[0] + 1]
     return spec
+
+
+def variant_spec(spec: RunSpec, name: str) -> VariantSpec:
+    """The spec's variant, or for ``<variant>_separate`` that variant with the adapter's
+    ``update: separate``."""
+    if not name.endswith(SEPARATE):
+        return spec.variant(name)
+    base = spec.variant(name.removesuffix(SEPARATE))
+    methods = [PluginSpec(m.class_path, {**m.init_args, "update": "separate"})
+               if m.class_path == "adapter" else m for m in base.methods]
+    return dataclasses.replace(base, name=name, methods=methods)
 
 
 def build_inputs(spec: RunSpec, cache: Path, teacher_steps: int) -> tuple[Path, Path, Path]:
@@ -179,8 +208,9 @@ def measure(spec: RunSpec, args: argparse.Namespace, data: Path, store: Path,
             clocks: list[TrainClock] = []
             try:
                 clocks.append(TrainClock(args.device))
-                r = train_student(spec, dataclasses.replace(job, variant=spec.variant(variant)),
-                                  data, inputs, base_rates, callbacks=clocks)
+                r = train_student(spec, dataclasses.replace(
+                    job, variant=variant_spec(spec, variant)), data, inputs, base_rates,
+                    callbacks=clocks)
             except Exception as e:  # noqa: BLE001 - report it, keep measuring the others
                 errors[variant] = f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"
                 print(f"  {variant}: FAILED {errors[variant]}", flush=True)
@@ -204,13 +234,30 @@ def measure(spec: RunSpec, args: argparse.Namespace, data: Path, store: Path,
             rows[name] = sum(len(b) for b in module.train_dataloader())
         return run
 
+    held, floor = check_floor(spec, job, data, inputs, base_rates, args.device)
+    bare: dict[str, list[float]] = {b: [] for b in BARE}
+
+    def run_bare(name: str):
+        def run() -> None:
+            loop = bare_loop(spec, job, data, inputs, base_rates)
+            loop.module.to(args.device)
+            batches = held if name == "bare_memory" else loop.datamodule.train_dataloader()
+            sync(args.device)
+            t0 = time.perf_counter()
+            loop.run(batches, args.device)
+            sync(args.device)
+            bare[name].append(time.perf_counter() - t0)
+        return run
+
     fns = {v: run_variant(v) for v in args.variants}
+    fns.update({b: run_bare(b) for b in BARE})
     fns["loader"] = read("loader", dm)
     fns["loader_projected"] = read("loader_projected", projected)
     # train_student measures its own epoch; the loop's times are the whole call (+ evaluation)
     wall = interleaved_times(fns, args.repeats, warmup=1, device=args.device, rotate=True)
     epoch = {v: t[1:] for v, t in epoch.items()}  # the first call of each is the warm-up
     fit = {v: t[1:] for v, t in fit.items()}
+    bare = {b: t[1:] for b, t in bare.items()}
     med = {v: statistics.median(t) for v, t in epoch.items() if len(t) >= args.repeats}
     med_fit = {v: statistics.median(t) for v, t in fit.items() if len(t) >= args.repeats}
     setup = {
@@ -228,7 +275,23 @@ def measure(spec: RunSpec, args: argparse.Namespace, data: Path, store: Path,
         "loader_seconds": statistics.median(wall["loader"]),
         "loader_projected_seconds": statistics.median(wall["loader_projected"]),
         "loader_rows": rows, **setup,
+        "bare_seconds": {b: statistics.median(t) for b, t in bare.items()},
+        "bare_seconds_all": bare, "floor_check": floor,
     }
+
+
+def check_floor(spec: RunSpec, job: StudentJob, data: Path, inputs: Inputs,
+                base_rates: dict[str, float], device: str) -> tuple[list, dict]:
+    """The labels-only epoch's batches (held on ``device`` for the in-memory loop), and the
+    comparison of one ``train_student`` labels-only run with one in-memory bare loop."""
+    probe = bare_loop(spec, job, data, inputs, base_rates)
+    held = [b.to(device) for b in probe.datamodule.train_dataloader()]
+    capture = RawCapture()
+    train_student(spec, job, data, inputs, base_rates, callbacks=[capture])
+    probe.module.to(device)
+    losses = probe.run(held, device)
+    weights = {k: v.detach().clone() for k, v in probe.module.model.state_dict().items()}
+    return held, compare(capture.losses, capture.weights, losses, weights)
 
 
 def figures(r: dict, device: str) -> list[dict]:
@@ -242,6 +305,18 @@ def figures(r: dict, device: str) -> list[dict]:
            figure("train_student's train_seconds ÷ its training epoch (labels-only; fit adds "
                   "Lightning's start-up)",
                   fit / base if fit and base else None)]
+    bare, check = r["bare_seconds"], r["floor_check"]
+    out.append(figure(f"labels-only epoch speed ÷ bare PyTorch loop over the same batches held "
+                      f"in memory ({device})", bare["bare_memory"] / base if base else None,
+                      "x", FLOOR_TARGET))
+    out.append(figure(f"labels-only epoch speed ÷ bare loop over the same loader ({device})",
+                      bare["bare_loader"] / base if base else None))
+    out.append(figure("bare loop over the loader ÷ bare in-memory loop speed (what loading "
+                      "still costs)", bare["bare_memory"] / bare["bare_loader"]))
+    out.append(figure(f"bare in-memory loop vs labels-only epoch, {check['steps']} steps: max "
+                      "|Δ| of per-step losses and final raw weights (0 = bit-identical)",
+                      max(check["max_loss_diff"], check["max_weight_diff"]), "", "<= 0",
+                      "bit-identical" if check["identical"] else "NOT bit-identical"))
     for v in r["variants"][1:]:
         ratio = med[v] / base if base and v in med else None
         note = r["errors"].get(v, "")

@@ -44,15 +44,25 @@ class Inputs:
 
 
 class _Curve(pl.Callback):
+    """The training loss per step. Losses are kept as (detached) tensors and read once at the
+    end: a ``float(loss)`` per step is a host sync on an accelerator."""
+
     def __init__(self) -> None:
-        self.rows: list[tuple[int, float]] = []
+        self._steps: list[int] = []
+        self._losses: list[torch.Tensor] = []
         self.examples = 0
 
     def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx) -> None:
         self.examples += len(batch)
         loss = outputs["loss"] if isinstance(outputs, dict) else outputs
         if loss is not None:
-            self.rows.append((trainer.global_step, float(loss)))
+            self._steps.append(trainer.global_step)
+            self._losses.append(loss.detach())
+
+    @property
+    def rows(self) -> list[tuple[int, float]]:
+        losses = torch.stack(self._losses).cpu().tolist() if self._losses else []
+        return list(zip(self._steps, losses, strict=True))
 
 
 def build_module(spec: RunSpec, job: StudentJob, data: Path, inputs: Inputs,
@@ -94,10 +104,7 @@ def train_student(spec: RunSpec, job: StudentJob, data: Path, inputs: Inputs,
     Lightning logger for the fit and the evaluation (False: none, the default)."""
     pl.seed_everything(job.seed, verbose=False)
     module, teacher = build_module(spec, job, data, inputs, base_rates)
-    only = [spec.student_domain] if spec.student_domain else None
-    dm = AdsDataModule(data, train_days=job.train_days, test_days=job.eval_days,
-                       batch_size=spec.batch_size, shuffle=False, tasks=list(spec.student_tasks),
-                       domains=only, **student_projection(module.model))
+    dm = student_datamodule(spec, job, data, module.model)
     curve = _Curve()
     if spec.ema_decay is not None:  # evaluate the stream's moving average of the weights
         callbacks = [*(callbacks or []), StreamEMA(spec.ema_decay)]
@@ -105,6 +112,8 @@ def train_student(spec: RunSpec, job: StudentJob, data: Path, inputs: Inputs,
                          enable_progress_bar=False, enable_model_summary=False,
                          accelerator=spec.accelerator, devices=1,
                          callbacks=[curve, *(callbacks or [])],
+                         log_every_n_steps=NO_LOG_STEP if logger is False or logger == []
+                         else LOG_EVERY_N_STEPS,  # None, True: Lightning's default logger
                          limit_val_batches=0)  # no sanity check, no validation
     t0 = time.perf_counter()
     trainer.fit(module, datamodule=dm)
@@ -119,6 +128,27 @@ def train_student(spec: RunSpec, job: StudentJob, data: Path, inputs: Inputs,
     return {"metrics": module.last_metrics["test"], "train_seconds": seconds,
             "examples_per_second": curve.examples / seconds,
             "coverage": teacher.coverage if teacher else float("nan")}
+
+
+#: The fit logs its training losses every this many steps to a logger; without one it never
+#: reaches a logging step: nothing would read the values, and Lightning's first ``self.log`` of
+#: a fit costs milliseconds (it builds its result metrics).
+LOG_EVERY_N_STEPS, NO_LOG_STEP = 50, 2**62
+
+#: Batches the student's training loader reads ahead in a background thread: enough to cover
+#: the read of the next Parquet row group (a small world's day) while the steps go on.
+PREFETCH_BATCHES = 16
+
+
+def student_datamodule(spec: RunSpec, job: StudentJob, data: Path,
+                       student: torch.nn.Module) -> AdsDataModule:
+    """The student's data: its days in time order (no shuffle: one streaming pass), its domain,
+    only the columns it reads, training batches prefetched in a background thread."""
+    only = [spec.student_domain] if spec.student_domain else None
+    return AdsDataModule(data, train_days=job.train_days, test_days=job.eval_days,
+                         batch_size=spec.batch_size, shuffle=False, prefetch=PREFETCH_BATCHES,
+                         tasks=list(spec.student_tasks), domains=only,
+                         **student_projection(student))
 
 
 def student_projection(student: torch.nn.Module) -> dict[str, Any]:

@@ -1,13 +1,21 @@
-"""The streaming EMA: warm-up rule values, and the averaged weights are what fit leaves behind."""
+"""The streaming EMA: warm-up rule values, the multi-tensor update equals the per-tensor maths,
+and the averaged weights are what fit leaves behind."""
 
 from __future__ import annotations
 
 import lightning.pytorch as pl
 import pytest
 import torch
+from torch.optim.swa_utils import AveragedModel
 from torch.utils.data import DataLoader, TensorDataset
 
-from transfer.training.ema import StreamEMA, warmup_ema_fn
+from transfer.training.ema import (
+    StreamEMA,
+    _host_weight,
+    _weight,
+    warmup_ema_fn,
+    warmup_ema_multi_fn,
+)
 
 
 def test_warmup_rule():
@@ -51,3 +59,73 @@ def test_fit_ends_on_the_running_average():
         expect = t if expect is None else fn(expect, t, torch.tensor(n))
     assert float(model.w.weight) == pytest.approx(float(expect), rel=1e-5)
     assert float(model.w.weight) != pytest.approx(model.seen[-1], rel=1e-3)
+
+
+def test_multi_tensor_update_is_the_per_tensor_maths():
+    """The foreach update StreamEMA runs equals the per-tensor warm-up rule, bit for bit, for
+    float and integer tensors, from the first update on (where the warm-up decides the decay)."""
+    decay = 0.98
+    ref, multi = warmup_ema_fn(decay), warmup_ema_multi_fn(decay)
+    g = torch.Generator().manual_seed(0)
+    for dtype in (torch.float32, torch.float64, torch.int64):
+        start = [torch.randint(0, 50, (5, 3), generator=g).to(dtype) for _ in range(3)]
+        want, got = [t.clone() for t in start], [t.clone() for t in start]
+        for n in range(1, 400):  # decay reaches 0.98 at n = 440: every step here is warm-up
+            step = [t + torch.randint(-9, 9, t.shape, generator=g).to(dtype) for t in start]
+            for w, s in zip(want, step, strict=True):
+                w.copy_(ref(w, s, torch.tensor(n)))
+            multi(got, step, torch.tensor(n))
+            for w, h in zip(want, got, strict=True):
+                assert torch.equal(w, h), (dtype, n)
+    # the rule itself: n = 0 keeps 10% of the old average, large n the configured decay
+    avg = [torch.zeros(3)]
+    multi(avg, [torch.ones(3)], torch.tensor(0))
+    assert torch.allclose(avg[0], torch.full((3,), 0.9), atol=1e-6)
+    avg = [torch.zeros(3)]
+    multi(avg, [torch.ones(3)], torch.tensor(1000))
+    assert torch.allclose(avg[0], torch.full((3,), 0.02), atol=1e-6)
+    with pytest.raises(ValueError, match="decay"):
+        warmup_ema_multi_fn(0.0)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.int64, torch.bfloat16])
+def test_host_weight_rounds_as_torch(dtype):
+    for n in [1, 2, 3, 7, 50, 439, 440, 441, 10_000]:
+        want = _weight(0.98, torch.tensor(n), torch.empty((), dtype=dtype))
+        assert _host_weight(0.98, n, dtype) == float(want), (dtype, n)
+
+
+class _WithIntBuffer(_Lin):
+    def __init__(self) -> None:
+        super().__init__()
+        self.w2 = torch.nn.Linear(2, 1)
+        self.register_buffer("index", torch.tensor([3, 1]))
+
+    def training_step(self, batch, idx):
+        x, y = batch
+        return ((self.w(x) + self.w2(torch.cat([x, x], 1)) - y) ** 2).mean()
+
+
+def test_stream_ema_fit_equals_averaged_model_with_the_per_tensor_fn():
+    """StreamEMA's fast update over a fit gives what torch's AveragedModel computes with the
+    per-tensor warm-up function on the same weights, step by step (within 1e-6; in fact equal)."""
+    torch.manual_seed(0)
+    x = torch.randn(64, 1)
+    data = DataLoader(TensorDataset(x, 3 * x + torch.randn(64, 1)), batch_size=4)
+    model = _WithIntBuffer()
+    ref = AveragedModel(model, use_buffers=True, avg_fn=warmup_ema_fn(0.9))
+
+    class Follow(pl.Callback):
+        def on_train_batch_end(self, trainer, pl_module, *args) -> None:
+            ref.update_parameters(pl_module)
+
+    ema = StreamEMA(0.9)
+    pl.Trainer(max_epochs=1, callbacks=[Follow(), ema], logger=False, enable_checkpointing=False,
+               enable_progress_bar=False, enable_model_summary=False).fit(model, data)
+    assert ema._groups is not None  # the fast path ran
+    assert int(ema._average_model.n_averaged) == int(ref.n_averaged) == 16
+    got = dict(model.named_parameters()) | dict(model.named_buffers())
+    want = dict(ref.module.named_parameters()) | dict(ref.module.named_buffers())
+    for name, value in want.items():
+        assert torch.allclose(got[name].double(), value.double(), rtol=0, atol=1e-6), name
+        assert torch.equal(got[name], value), name

@@ -6,7 +6,7 @@ never padded on the host. Models pad on the device, per batch, to ``seq_max_len`
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, fields, replace
 
 import torch
@@ -46,8 +46,21 @@ class Batch:
         return self.seq_offsets[1:] - self.seq_offsets[:-1]
 
     def to(self, device: torch.device | str, non_blocking: bool = False) -> Batch:
-        """Move every tensor (Lightning calls this through ``transfer_batch_to_device``)."""
+        """Move every tensor (Lightning calls this through ``transfer_batch_to_device``, every
+        step). Like ``Tensor.to``, a batch already on ``device`` is returned as it is: a CPU
+        step would otherwise pay a dozen no-op ``to`` calls and a new ``Batch``."""
+        device = torch.device(device)
+        if all(t.device == device for t in self._tensors()):
+            return self
         return self._map(lambda x: x.to(device, non_blocking=non_blocking))
+
+    def _tensors(self) -> Iterator[torch.Tensor]:
+        for f in fields(self):
+            x = getattr(self, f.name)
+            if isinstance(x, torch.Tensor):
+                yield x
+            elif isinstance(x, dict):
+                yield from (v for v in x.values() if isinstance(v, torch.Tensor))
 
     def pin_memory(self) -> Batch:
         return self._map(lambda x: x.pin_memory())

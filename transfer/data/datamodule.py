@@ -8,6 +8,7 @@ from typing import Any
 import lightning.pytorch as pl
 from torch.utils.data import DataLoader
 
+from transfer.data.prefetch import ThreadPrefetcher
 from transfer.data.reader import DatasetReader
 from transfer.io import fs
 
@@ -15,29 +16,42 @@ from transfer.io import fs
 class EpochLoader(DataLoader):
     """A DataLoader that advances its dataset's epoch each pass, so shuffling differs per epoch.
 
-    Lightning only calls ``set_epoch`` on samplers; an IterableDataset has none.
+    Lightning only calls ``set_epoch`` on samplers; an IterableDataset has none. ``prefetch``
+    > 0 (single-process loading only) reads that many batches ahead in a background thread
+    (:class:`~transfer.data.prefetch.ThreadPrefetcher`): same batches, same order.
     """
+
+    def __init__(self, *args: Any, prefetch: int = 0, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.prefetch = prefetch
 
     def __iter__(self):
         it = super().__iter__()
         self.dataset.set_epoch(self.dataset.epoch + 1)
+        if self.prefetch and self.num_workers == 0:
+            # the producer starts after set_epoch: the reader reads its epoch when first asked
+            return iter(ThreadPrefetcher(it, self.prefetch))
         return it
 
 
 class AdsDataModule(pl.LightningDataModule):
-    """Day ranges are half-open ``[first, end)``; ``reader_args`` go to every DatasetReader."""
+    """Day ranges are half-open ``[first, end)``; ``reader_args`` go to every DatasetReader.
+    ``prefetch``: batches the training loader reads ahead in a background thread when
+    ``num_workers`` is 0 (0: none, read on demand)."""
 
     def __init__(self, data_dir: str | Path, train_days: tuple[int, int] | None = None,
                  val_days: tuple[int, int] | None = None,
                  test_days: tuple[int, int] | None = None,
                  predict_days: tuple[int, int] | None = None, batch_size: int = 4096,
-                 num_workers: int = 0, shuffle: bool = True, seed: int = 0,
+                 num_workers: int = 0, shuffle: bool = True, seed: int = 0, prefetch: int = 0,
                  **reader_args: Any) -> None:
         super().__init__()
+        if prefetch < 0:
+            raise ValueError(f"prefetch must be >= 0, got {prefetch}")
         self.data_dir = fs.as_where(data_dir)
         self.days = {"train": train_days, "val": val_days, "test": test_days,
                      "predict": predict_days}
-        self.batch_size, self.num_workers = batch_size, num_workers
+        self.batch_size, self.num_workers, self.prefetch = batch_size, num_workers, prefetch
         self.shuffle, self.seed = shuffle, seed
         self.reader_args = reader_args
 
@@ -45,13 +59,13 @@ class AdsDataModule(pl.LightningDataModule):
         return DatasetReader(self.data_dir, days=self.days[split], batch_size=self.batch_size,
                              shuffle=shuffle, seed=self.seed, **self.reader_args)
 
-    def _loader(self, split: str, shuffle: bool = False) -> DataLoader:
+    def _loader(self, split: str, shuffle: bool = False, prefetch: int = 0) -> DataLoader:
         return EpochLoader(self.reader(split, shuffle), batch_size=None,
                            num_workers=self.num_workers,
-                           prefetch_factor=4 if self.num_workers else None)
+                           prefetch_factor=4 if self.num_workers else None, prefetch=prefetch)
 
     def train_dataloader(self) -> DataLoader:
-        return self._loader("train", shuffle=self.shuffle)
+        return self._loader("train", shuffle=self.shuffle, prefetch=self.prefetch)
 
     def val_dataloader(self) -> DataLoader | list:
         # no val days means no validation, not every day of the dataset

@@ -18,6 +18,7 @@ import torch
 from torch import Tensor, nn
 
 from transfer.data.batch import Batch
+from transfer.distill.manual_step import ManualStep
 from transfer.methods.base import NEEDS, StepState, TeacherFn, TransferMethod
 from transfer.models import StudentOutput, as_student_output
 from transfer.training.ranking_module import RankingModule
@@ -48,6 +49,7 @@ class DistillModule(RankingModule):
         self.teacher = teacher
         self.trained_until_day = trained_until_day
         self.automatic_optimization = False
+        self._manual_step = ManualStep()
 
     # ------------------------------------------------------------------ forward
     def features(self, batch: Batch) -> Tensor | None:
@@ -83,16 +85,11 @@ class DistillModule(RankingModule):
             own += m.configure_optimizers()
         return [student, *own]
 
-    def _staleness(self, batch: Batch) -> Tensor | None:
-        if self.trained_until_day is None:
-            return None
-        return (batch.day - self.trained_until_day).float()
-
     def training_step(self, batch: Batch, batch_idx: int) -> Tensor:
-        self._batch_idx = batch_idx
         n = len(batch)
-        step = StepState(batch, self.teacher, self.device, self._staleness(batch),
-                         log=lambda name, value: self._log_step(name, value, n))
+        step = StepState(batch, self.teacher, self.device,
+                         log=lambda name, value: self._log_step(name, value, n, batch_idx),
+                         trained_until_day=self.trained_until_day)
         for m in self.methods:
             m.before_student(step)
         out = self.student_output(batch)
@@ -101,22 +98,22 @@ class DistillModule(RankingModule):
         for m in self.methods:
             m.after_forward(step, out)
         label_loss, _ = self.loss(out.logits, batch.labels, self.label_mask(batch))
-        loss = step.label_weight * label_loss
+        # 1.0 · x is x, bit for bit (and its gradient too): skip the op and its backward
+        loss = label_loss if step.label_weight == 1.0 else step.label_weight * label_loss
         for m in self.methods:
             for term in m.loss(step, out).values():
                 loss = loss + term
         opt = self.optimizers()
         opt = opt[0] if isinstance(opt, list) else opt
-        opt.zero_grad()
-        self.manual_backward(loss)
-        opt.step()
-        self._log_step("train/loss", loss, n, prog_bar=True)
+        self._manual_step(self, opt, loss)  # zero_grad, backward, step
+        self._log_step("train/loss", loss, n, batch_idx, prog_bar=True)
         return loss
 
-    def _log_step(self, name: str, value: Tensor, n: int, prog_bar: bool = False) -> None:
+    def _log_step(self, name: str, value: Tensor, n: int, batch_idx: int,
+                  prog_bar: bool = False) -> None:
         """Log on the steps the trainer's loggers write (batch ``k`` with ``(k + 1) %
         log_every_n_steps == 0``) only: one ``self.log`` costs ~1.5 ms in Lightning, a quarter
         of a small student's step, and a value logged on another step never reaches a logger."""
         every = self.trainer.log_every_n_steps if self._trainer is not None else 1
-        if (getattr(self, "_batch_idx", 0) + 1) % max(every, 1) == 0:
+        if (batch_idx + 1) % max(every, 1) == 0:
             self.log(name, value.detach(), prog_bar=prog_bar, batch_size=n)

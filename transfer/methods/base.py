@@ -90,18 +90,28 @@ class StepState:
     """One training step as the methods see it. The teacher is looked up on first use; a
     method may replace the KD target (``kd_logits``, the adapter does), name the logits a
     distillation loss applies to (``distill_logits`` with ``distill_weight``, the auxiliary head
-    does) or scale the serving head's label loss (``label_weight``)."""
+    does) or scale the serving head's label loss (``label_weight``). ``staleness`` (days since
+    the teacher's training ended, ``[B]`` float) is given, or computed on first use from
+    ``trained_until_day``: most variants never read it, and two eager ops a step add up."""
 
     def __init__(self, batch: Batch, teacher: TeacherFn | None, device: torch.device,
                  staleness: Tensor | None = None,
-                 log: Callable[[str, Tensor], None] | None = None) -> None:
-        self.batch, self.device, self.staleness = batch, device, staleness
+                 log: Callable[[str, Tensor], None] | None = None, *,
+                 trained_until_day: int | None = None) -> None:
+        self.batch, self.device, self._staleness = batch, device, staleness
+        self._trained_until_day = trained_until_day
         self._teacher_fn, self._teacher = teacher, None
         self._log = log
         self.kd_logits: Tensor | None = None
         self.distill_logits: Tensor | None = None
         self.distill_weight = 1.0
         self.label_weight = 1.0
+
+    @property
+    def staleness(self) -> Tensor | None:
+        if self._staleness is None and self._trained_until_day is not None:
+            self._staleness = (self.batch.day - self._trained_until_day).float()
+        return self._staleness
 
     @property
     def teacher(self) -> TeacherTargets:
