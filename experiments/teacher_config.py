@@ -35,6 +35,10 @@ class TeacherTrainConfig:
     weight_decay: float = 0.0
     embedding_weight_decay: float = 0.0  # AdamW decay of the ID tables (regularises them)
     init_output_bias: bool = True  # output biases start at the training base rate's logit
+    # a gemkd teacher checkpoint whose model weights start this model (fine-tuning, recurring
+    # training; in a spec's `hierarchical` section `gem` = the lag's GEM checkpoint); the output
+    # biases are then kept as loaded
+    init_from: str | None = None
     select: str = "last"  # last | best: keep the epoch with the lowest validation loss
     patience: int | None = None  # stop after this many epochs without a better validation loss
     grad_clip: float | None = 1.0
@@ -112,9 +116,34 @@ def build_model(cfg: TeacherTrainConfig, schema):
     from teachers.registry import build_teacher
 
     try:
-        return build_teacher(cfg.class_path, schema, cfg.model)
+        model = build_teacher(cfg.class_path, schema, cfg.model)
     except TypeError as e:
         raise ConfigError(f"model: {e}") from None
+    if cfg.init_from is not None:
+        load_weights(model, cfg.init_from)
+    return model
+
+
+def load_weights(model, ckpt: str | Path) -> None:
+    """Start ``model`` from a checkpoint's model weights; a checkpoint of another architecture
+    (missing, unexpected or differently shaped tensors) is a ConfigError that names them."""
+    from experiments.teacher_checkpoint import model_weights
+
+    weights = model_weights(ckpt, "init_from")
+    own = model.state_dict()
+    missing = sorted(set(own) - set(weights))
+    unexpected = sorted(set(weights) - set(own))
+    shapes = sorted(k for k in set(own) & set(weights) if own[k].shape != weights[k].shape)
+    if missing or unexpected or shapes:
+        def few(keys: list[str]) -> str:
+            return ", ".join(keys[:3]) + (f" (+{len(keys) - 3} more)" if len(keys) > 3 else "")
+        parts = [f"{what}: {few(keys)}" for what, keys in
+                 (("missing", missing), ("unexpected", unexpected),
+                  ("other shape", [f"{k} {tuple(weights[k].shape)} vs {tuple(own[k].shape)}"
+                                   for k in shapes])) if keys]
+        raise ConfigError(f"init_from {ckpt}: its weights do not fit this model "
+                          f"({type(model).__name__} as configured): {'; '.join(parts)}")
+    model.load_state_dict(weights)
 
 
 def build_run(cfg: TeacherTrainConfig, data: str | Path):
@@ -149,7 +178,7 @@ def build_run(cfg: TeacherTrainConfig, data: str | Path):
             task_weights=cfg.task_weights,
             base_rates=training_base_rates(data, cfg.train_days, schema.tasks),
             repr_layer=cfg.repr_layer, compile=cfg.compile, fsdp_replicate=cfg.fsdp_replicate,
-            init_output_bias=cfg.init_output_bias,
+            init_output_bias=cfg.init_output_bias and cfg.init_from is None,
         )
     except ValueError as e:
         raise ConfigError(f"config {cfg.name!r}: {e}") from None

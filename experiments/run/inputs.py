@@ -4,6 +4,7 @@ run's result in ``runs.jsonl`` to exactly those inputs."""
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 from pathlib import Path
@@ -38,6 +39,8 @@ def lag_inputs(spec: RunSpec, lag: int, data, data_key: dict, fm_domains: list[s
         weights = lambda: model_weights(ckpt)  # noqa: E731 - loaded only by param sharing
     if any(v.teacher == "domain_fm" for v in spec.variants):
         fm_cfg = steps.teacher_config(spec, lag, spec.hierarchical)
+        if fm_cfg.init_from == "gem":  # the domain FMs start from this lag's GEM (validated)
+            fm_cfg = dataclasses.replace(fm_cfg, init_from=str(best_or_last(gem_run)))
         stores["domain_fm"] = fit_domain_fms(fm_cfg, data, data_key, stores["gem"], fm_domains,
                                              cache, log)
     codes = None

@@ -24,7 +24,11 @@ def check_spec(spec: RunSpec) -> None:
         if spec.teacher.store is None:
             steps.teacher_config(spec, lag, spec.teacher)
         if any(v.teacher == "domain_fm" for v in spec.variants):
-            steps.teacher_config(spec, lag, spec.hierarchical)
+            fm = steps.teacher_config(spec, lag, spec.hierarchical)
+            if fm.init_from == "gem" and spec.teacher.store is not None:
+                raise ConfigError("spec hierarchical.init_from: gem starts the domain FMs from "
+                                  "the run's GEM checkpoint, and an imported teacher.store has "
+                                  "none (give a checkpoint path, or leave init_from out)")
     if spec.teacher.store is not None:
         from transfer.io import fs
         from transfer.store import Manifest

@@ -3,6 +3,7 @@ and an imported teacher store, each named in a spec and run by ``gemkd run`` on 
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -128,3 +129,23 @@ def test_store_import_errors(tmp_path, capsys):
     assert main([*args[:-3], "conversion", "--trained-until-day", "0"]) == 2
     assert "column 'logit_conversion' missing" in capsys.readouterr().err
     assert not (tmp_path / "s").exists()
+
+
+def test_hierarchical_domain_fms_can_start_from_gem(tmp_path, capsys):
+    """`hierarchical: {init_from: gem}`: each lag's domain FMs start from that lag's GEM
+    checkpoint (same architecture); with an imported store there is no checkpoint to start
+    from, which is one error before any work."""
+    fm = {"config": "tiny", "max_seq_len": 16, "max_steps": 5, "init_from": "gem"}
+    out = run(tmp_path / "a", variants=["baseline", "hierarchical"], hierarchical=fm)
+    (fm_step,) = (out / "cache").glob("domain_fm-*")
+    key = json.loads((fm_step / "config.json").read_text())
+    (teacher_step,) = (out / "cache").glob("teacher-*")
+    assert key["config"]["fm"]["init_from"].startswith(str(teacher_step))
+    assert set(click_all(out).index) == {"baseline", "hierarchical"}
+
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump({**BASE, "teacher": {"store": str(tmp_path / "none")},
+                                    "variants": ["hierarchical"], "hierarchical": fm}))
+    assert main(["run", str(path), "--out", str(tmp_path / "b")]) == 2
+    assert "hierarchical.init_from: gem" in capsys.readouterr().err
+    assert not (tmp_path / "b").exists()

@@ -17,6 +17,7 @@ from students import build_student
 from teachers import GEM, MLPRanker
 from tests.teachers.helpers import TINY, tiny_schema
 from transfer.distill import DistillModule
+from transfer.errors import ConfigError
 from transfer.training import RankingModule
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -89,3 +90,30 @@ def test_select_best_needs_validation_days():
         TeacherTrainConfig(select="best")
     with pytest.raises(ValueError, match="need 'val_days'"):
         TeacherTrainConfig(patience=2)
+
+
+def test_init_from_starts_from_the_checkpoint_weights(tiny_data, tmp_path):
+    """A warm start (recurring training, hierarchical FMs from GEM): the built model holds the
+    checkpoint's weights, biases included (no base-rate reset); another architecture is an
+    error that names the tensors that do not fit."""
+    from experiments.teacher_config import build_model, build_run
+    from transfer.data.schema import DatasetSchema
+
+    torch.set_num_threads(1)
+    over = {"max_seq_len": 8, "max_steps": 2, "batch_size": 256, "train_days": [0, 2]}
+    cfg = load_teacher_config(ROOT / "experiments/teachers/tiny.yaml", over)
+    ckpt = fit_teacher(cfg, tiny_data, tmp_path / "run", progress=False)["checkpoint"]
+    trained = torch.load(ckpt, map_location="cpu", weights_only=False)["state_dict"]
+    warm = load_teacher_config(ROOT / "experiments/teachers/tiny.yaml",
+                               {**over, "init_from": ckpt})
+    _, module = build_run(warm, tiny_data)
+    for k, v in module.model.state_dict().items():
+        assert torch.equal(v, trained[f"model.{k}"]), k
+    other = load_teacher_config(ROOT / "experiments/teachers/tiny.yaml",
+                                {**over, "init_from": ckpt, "model": {"d": 4}})
+    with pytest.raises(ConfigError, match=r"init_from .*do not fit this model"):
+        build_model(other, DatasetSchema.load(tiny_data))
+    missing = load_teacher_config(ROOT / "experiments/teachers/tiny.yaml",
+                                  {**over, "init_from": str(tmp_path / "nope.ckpt")})
+    with pytest.raises(ConfigError, match="init_from .*nope.ckpt: no such checkpoint"):
+        build_model(missing, DatasetSchema.load(tiny_data))
