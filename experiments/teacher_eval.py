@@ -7,8 +7,8 @@ from pathlib import Path
 
 import torch
 
+from experiments.teacher_checkpoint import model_weights
 from experiments.teacher_config import build_model, load_teacher_config
-from experiments.teacher_export import model_weights
 
 
 @torch.inference_mode()

@@ -20,7 +20,7 @@ from transfer.io import fs
 def lag_inputs(spec: RunSpec, lag: int, data, data_key: dict, fm_domains: list[str],
                cache: Path, log, tracker=None) -> Inputs:
     """The teacher sources, codes and teacher weights the lag's students use."""
-    from experiments.teacher_export import model_weights
+    from experiments.teacher_checkpoint import model_weights
     from transfer.repr_features import AsOfCodes, CodeStore
     from transfer.training.trainer import best_or_last
 

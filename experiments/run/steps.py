@@ -165,8 +165,8 @@ def fit_teacher(cfg: TeacherTrainConfig, data: Path, data_key: dict, cache: Path
 
 def export_teacher(run_dir: Path, data: Path, layer: str, cache: Path, log,
                    name: str = "store") -> Path:
+    from experiments.teacher_checkpoint import model_weights
     from experiments.teacher_export import export_teacher as export
-    from experiments.teacher_export import model_weights
     from transfer.store import TeacherStore, weights_hash
     from transfer.training.trainer import best_or_last
 

@@ -13,8 +13,8 @@ import torch
 import yaml
 
 from experiments.cli import main
+from experiments.teacher_checkpoint import model_weights
 from experiments.teacher_config import build_model, load_teacher_config
-from experiments.teacher_export import model_weights
 from transfer.data.reader import DatasetReader
 from transfer.data.schema import DatasetSchema
 from transfer.store import TeacherJoin, TeacherStore, weights_hash
