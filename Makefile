@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 # torch is pinned in the same pip command: without it pip picks a multi-GB CUDA build.
 TORCH_PIN := torch==2.13.0
 
-.PHONY: demo test test-slow test-gpu bench lint install clean
+.PHONY: demo test test-slow test-gpu bench results lint install clean
 
 $(BIN)/gemkd: pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -44,6 +44,14 @@ bench: install
 	$(BIN)/python benchmarks/render_performance.py --results $(RESULTS) --out docs/PERFORMANCE.md \
 		--gpu-results $(RESULTS)/gpu \
 		--command "make bench BENCH_ARGS='$(BENCH_ARGS)' BENCH_DEVICE=$(BENCH_DEVICE)"
+
+# docs/RESULTS.md: the synthetic benchmark (~2 h on 2 cores), MovieLens and KuaiRand (~10 min
+# each; both read ../shared/data), side by side. Finished steps are cached: a rerun only reports.
+results: install
+	$(BIN)/gemkd run experiments/benchmark.yaml --out runs/benchmark
+	$(BIN)/gemkd run experiments/movielens.yaml --out runs/movielens
+	$(BIN)/gemkd run experiments/kuairand.yaml --out runs/kuairand
+	$(BIN)/gemkd report --markdown docs/RESULTS.md runs/benchmark runs/movielens runs/kuairand
 
 lint: install
 	$(BIN)/ruff check .

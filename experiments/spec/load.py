@@ -31,19 +31,22 @@ def parse_set(items: list[str]) -> dict[str, Any]:
 
 
 def apply_sets(values: dict[str, Any], sets: dict[str, Any], source: str) -> dict[str, Any]:
-    """Apply ``section.key`` / ``key`` overrides to a spec mapping (one level of nesting)."""
+    """Apply dotted ``a.b.c`` / ``key`` overrides to a spec mapping, at any depth (e.g.
+    ``student.init_args.embedding_dim``); missing sections are created, a non-mapping on the
+    path is an error naming it."""
     values = copy.deepcopy(values)
     for key, value in sets.items():
         parts = key.split(".")
-        if len(parts) > 2:
-            raise ConfigError(f"--set {key}: at most one level of nesting (e.g. data.seed)")
-        if len(parts) == 2:
-            outer = values.setdefault(parts[0], {})
+        if not all(parts):
+            raise ConfigError(f"--set {key}: empty name in the dotted key")
+        outer = values
+        for depth, part in enumerate(parts[:-1]):
+            outer = outer.setdefault(part, {})
             if not isinstance(outer, dict):
-                raise ConfigError(f"--set {key}: {parts[0]!r} in {source} is not a mapping")
-            outer[parts[1]] = value
-        else:
-            values[key] = value
+                where = ".".join(parts[:depth + 1])
+                raise ConfigError(f"--set {key}: {where!r} in {source} is {outer!r}, not a "
+                                  "mapping")
+        outer[parts[-1]] = value
     return values
 
 

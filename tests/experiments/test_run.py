@@ -126,6 +126,11 @@ def test_spec_sets_and_errors(tmp_path, capsys):
         "a": {"b": 1, "c": [1, 2]}}
     with pytest.raises(ConfigError, match="expected key=value"):
         parse_set(["seeds"])
+    deep = load_spec(spec, ["student.init_args.embedding_dim=4", "hierarchical.init_from=gem"])
+    assert deep.student.init_args["embedding_dim"] == 4
+    assert deep.hierarchical.overrides["init_from"] == "gem"
+    with pytest.raises(ConfigError, match=r"'a.b' in x is 1, not a mapping"):
+        apply_sets({"a": {"b": 1}}, parse_set(["a.b.c=2"]), "x")
     out = tmp_path / "out"
     assert main(["run", str(spec), "--out", str(out), "--set", "variants=[kd, boosted]"]) == 2
     assert "unknown variant 'boosted'" in capsys.readouterr().err
