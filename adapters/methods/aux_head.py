@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import ClassVar
 
+import torch
+
 from adapters.aux_head import AuxDistillHead
 from transfer.methods import MethodContext, StepState, TransferMethod
 from transfer.models import StudentOutput
@@ -31,6 +33,13 @@ class AuxHead(TransferMethod):
     def setup(self, ctx: MethodContext) -> None:
         self.head = AuxDistillHead(ctx.embedding_width(), len(ctx.tasks), beta=self.aux_beta,
                                    hidden=self.hidden)
+
+    def init_output_bias(self, logit) -> None:
+        """The head predicts the teacher, calibrated near the base rate: starting it at p = 0.5
+        would send a calibration gradient (×β) into the student's trunk on the first steps."""
+        if self.head is not None:
+            with torch.no_grad():
+                self.head.net[-1].bias.copy_(logit)
 
     def before_student(self, step: StepState) -> None:
         step.label_weight = self.label_weight

@@ -172,10 +172,16 @@ class RankingModule(pl.LightningModule):
         the model has ``init_output_bias(logit [n_tasks])`` and every task has a base rate (a
         resumed fit then loads its own weights over them)."""
         init = getattr(self.model, "init_output_bias", None)
-        if init is None or any(t not in self.base_rates for t in self.tasks):
-            return
+        logit = self.base_rate_logits()
+        if init is not None and logit is not None:
+            init(logit)
+
+    def base_rate_logits(self) -> torch.Tensor | None:
+        """``[n_tasks]`` logits of the training base rates; None unless every task has one."""
+        if any(t not in self.base_rates for t in self.tasks):
+            return None
         p = torch.tensor([min(max(self.base_rates[t], 1e-6), 1 - 1e-6) for t in self.tasks])
-        init(torch.log(p) - torch.log1p(-p))
+        return torch.log(p) - torch.log1p(-p)
 
     # ------------------------------------------------------------------ model set-up
     def configure_model(self) -> None:
