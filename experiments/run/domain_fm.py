@@ -60,7 +60,10 @@ def fit_domain_fms(cfg: TeacherTrainConfig, data: Path, data_key: dict, gem_stor
     from transfer.store import StoreCallback, TeacherStore, weights_hash
     from transfer.training import RankingModule, training_base_rates
 
-    key = {"data": data_key, "fm": dataclasses.asdict(cfg),
+    fm = dataclasses.asdict(cfg)
+    if cfg.init_from is not None:  # the GEM checkpoint by its step name, not where cache lives
+        fm["init_from"] = "/".join(Path(cfg.init_from).parts[-4:])
+    key = {"data": data_key, "fm": fm,
            "gem_store": fs.name(fs.parent(gem_store)), "domains": list(domains)}
     quiet = dict(logger=False, enable_checkpointing=False, enable_progress_bar=False,
                  enable_model_summary=False, accelerator="cpu")

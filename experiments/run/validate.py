@@ -25,10 +25,8 @@ def check_spec(spec: RunSpec) -> None:
             steps.teacher_config(spec, lag, spec.teacher)
         if any(v.teacher == "domain_fm" for v in spec.variants):
             fm = steps.teacher_config(spec, lag, spec.hierarchical)
-            if fm.init_from == "gem" and spec.teacher.store is not None:
-                raise ConfigError("spec hierarchical.init_from: gem starts the domain FMs from "
-                                  "the run's GEM checkpoint, and an imported teacher.store has "
-                                  "none (give a checkpoint path, or leave init_from out)")
+            if fm.init_from == "gem":
+                check_warm_start(spec, lag, fm)
     if spec.teacher.store is not None:
         from transfer.io import fs
         from transfer.store import Manifest
@@ -57,6 +55,24 @@ def check_spec(spec: RunSpec) -> None:
     if any("codes" in variant_needs(v) for v in spec.variants):
         init_args["repr_dim"] = spec.repr.code_dim
     check_init_args(resolve_student_class(spec.student.class_path), init_args)
+
+
+def check_warm_start(spec: RunSpec, lag: int, fm) -> None:
+    """``hierarchical.init_from: gem`` needs a GEM checkpoint (not an imported store) of the
+    same architecture as the FM config (else the weights cannot load, minutes in)."""
+    if spec.teacher.store is not None:
+        raise ConfigError("spec hierarchical.init_from: gem starts the domain FMs from the "
+                          "run's GEM checkpoint, and an imported teacher.store has none (give a "
+                          "checkpoint path, or leave init_from out)")
+    gem = steps.teacher_config(spec, lag, spec.teacher)
+    if (fm.class_path, fm.model) != (gem.class_path, gem.model):
+        keys = sorted(k for k in set(fm.model) | set(gem.model)
+                      if fm.model.get(k) != gem.model.get(k))
+        raise ConfigError(f"spec hierarchical.init_from: gem needs the domain FM to be built as "
+                          f"the teacher is (config {spec.hierarchical.config!r} vs "
+                          f"{spec.teacher.config!r}: class {fm.class_path} vs {gem.class_path}"
+                          f"{'; model keys ' + ', '.join(keys[:5]) if keys else ''} differ); "
+                          f"set hierarchical.config to the teacher's config")
 
 
 class DataMismatch(ConfigError):

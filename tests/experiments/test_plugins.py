@@ -140,7 +140,8 @@ def test_hierarchical_domain_fms_can_start_from_gem(tmp_path, capsys):
     (fm_step,) = (out / "cache").glob("domain_fm-*")
     key = json.loads((fm_step / "config.json").read_text())
     (teacher_step,) = (out / "cache").glob("teacher-*")
-    assert key["config"]["fm"]["init_from"].startswith(str(teacher_step))
+    # the GEM checkpoint by its step's name: the key does not depend on where the cache lives
+    assert key["config"]["fm"]["init_from"].startswith(f"{teacher_step.name}/run/checkpoints/")
     assert set(click_all(out).index) == {"baseline", "hierarchical"}
 
     path = tmp_path / "bad.yaml"
@@ -149,3 +150,8 @@ def test_hierarchical_domain_fms_can_start_from_gem(tmp_path, capsys):
     assert main(["run", str(path), "--out", str(tmp_path / "b")]) == 2
     assert "hierarchical.init_from: gem" in capsys.readouterr().err
     assert not (tmp_path / "b").exists()
+    path.write_text(yaml.safe_dump({**BASE, "variants": ["hierarchical"],
+                                    "hierarchical": {**fm, "config": "domain_fm"}}))
+    assert main(["run", str(path), "--out", str(tmp_path / "c")]) == 2
+    assert "built as the teacher is (config 'domain_fm' vs 'tiny'" in capsys.readouterr().err
+    assert not (tmp_path / "c").exists()
