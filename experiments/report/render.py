@@ -74,7 +74,7 @@ def render(run: RunView) -> str:
         out += [md_table(("variant", *run.domains), rows), ""]
 
     if len(run.lags) > 1:
-        out += _lag_section(run)
+        out += lag_section(run)
 
     out += _tuning_section(run)
     out += _setup_section(run)
@@ -97,7 +97,7 @@ def _sources(run: RunView) -> list[str]:
     return [f"Teachers on the same data: GEM {gem}; " + "; ".join(parts) + ".", ""]
 
 
-def _lag_section(run: RunView) -> list[str]:
+def lag_section(run: RunView) -> list[str]:
     out = [f"## ΔNE vs teacher lag (domain {run.domain}, task {run.task})", "",
            "Rows are variants, columns the teacher's age in days; below them the teacher's own "
            "advantage ΔNE_FM = NE(baseline) − NE(teacher) on the same data, the teacher's NE and "

@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from experiments.report.load import load_tuning
+from experiments.report.render import lag_section
 from experiments.report.summary import RunView, lag_str, md_table, pm
 from experiments.report.text import main_table, reference_line, sentences
 from transfer.io.atomic import atomic_write_bytes
@@ -69,6 +70,9 @@ def render_results(run_dirs: list[str | Path], title: str = "gemkd results") -> 
                 f"Same evaluation data: {reference_line(run, run.task)}.", "",
                 f"Tuned knobs (validation day): {_tuned(run)}.", "",
                 "What holds and what does not: " + " ".join(sentences(run)), ""]
+        if len(run.lags) > 1:  # a lag sweep: the staleness table, one heading level down
+            lag = lag_section(run)
+            out += ["#" + lag[0], *lag[1:]]
     return "\n".join(out).rstrip() + "\n"
 
 

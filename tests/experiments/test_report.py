@@ -253,4 +253,6 @@ def test_results_page_puts_runs_side_by_side(run_dir, tmp_path):
     assert "| kd | 0.0100 ± " in summary and " | 0.0040 ± " in summary
     assert "| full | 0.0130 ± " in summary and summary.count("—") >= 1  # not in the other run
     assert "Tuned knobs (validation day)" in text and "What holds and what does not" in text
+    # both runs sweep lags 0 and 7: each section carries its staleness table
+    assert text.count("### ΔNE vs teacher lag") == 2 and "| teacher (ΔNE_FM) |" in text
     assert main(["report", str(run_dir), str(other)]) == 2  # several only with --markdown
