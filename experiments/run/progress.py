@@ -9,6 +9,7 @@ not part of the estimate).
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from collections.abc import Callable
@@ -23,6 +24,16 @@ def clock(seconds: float) -> str:
     s = int(round(seconds))
     h, m = divmod(s // 60, 60)
     return f"{h}:{m:02d}:{s % 60:02d}" if h else f"{m}:{s % 60:02d}"
+
+
+def _columns(stream: IO[str]) -> int | None:
+    """None where the terminal reports its width (tqdm follows it); 100 where it reports 0
+    (a pseudo-terminal without a size, e.g. under ``script`` or an IDE's runner), on which tqdm
+    would otherwise draw nothing at all."""
+    try:
+        return None if os.get_terminal_size(stream.fileno()).columns > 0 else 100
+    except (AttributeError, OSError, ValueError):  # not a real file: tqdm decides
+        return None
 
 
 class Progress:
@@ -41,7 +52,9 @@ class Progress:
         self.trained_seconds, self.trained = 0.0, 0
         self.bar = None
         if self.tty:
-            self.bar = tqdm(total=total_runs, file=self.stream, dynamic_ncols=True, leave=True,
+            width = _columns(self.stream)
+            self.bar = tqdm(total=total_runs, file=self.stream, dynamic_ncols=width is None,
+                            ncols=width, leave=True,
                             bar_format="{desc} |{bar}| {n_fmt}/{total_fmt} student runs, "
                                        "{elapsed} elapsed{postfix}")
             self._refresh()

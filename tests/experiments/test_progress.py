@@ -40,5 +40,25 @@ def test_one_bar_on_a_terminal(tmp_path):
     assert "kd seed 0: NE click" in log and "student runs" not in log  # the bar stays on screen
 
 
+def test_a_terminal_without_a_size_still_gets_the_bar(tmp_path):
+    """A pseudo-terminal reporting 0 columns (script, IDE runners): tqdm drew nothing there."""
+    import os
+    import pty
+    import select
+
+    master, slave = pty.openpty()
+    with os.fdopen(slave, "w") as term:
+        assert term.isatty() and os.get_terminal_size(slave).columns == 0
+        p = Progress(tmp_path / "log.txt", total_runs=3, total_steps=1, stream=term)
+        p.run_done(1.0)
+        p.close()
+        term.flush()
+        screen = ""
+        while select.select([master], [], [], 0.5)[0]:  # drain: the pty hands it out in pieces
+            screen += os.read(master, 65536).decode()
+    os.close(master)
+    assert "1/3 student runs" in screen and "progress:" not in screen, screen
+
+
 def test_clock():
     assert [clock(s) for s in (0, 59.6, 61, 3725)] == ["0:00", "1:00", "1:01", "1:02:05"]
