@@ -29,7 +29,7 @@ def clock(seconds: float) -> str:
 def _columns(stream: IO[str]) -> int | None:
     """None where the terminal reports its width (tqdm follows it); 100 where it reports 0
     (a pseudo-terminal without a size, e.g. under ``script`` or an IDE's runner), on which tqdm
-    would otherwise draw nothing at all."""
+    would otherwise draw nothing at all (it needs a row count then too: 20)."""
     try:
         return None if os.get_terminal_size(stream.fileno()).columns > 0 else 100
     except (AttributeError, OSError, ValueError):  # not a real file: tqdm decides
@@ -54,7 +54,7 @@ class Progress:
         if self.tty:
             width = _columns(self.stream)
             self.bar = tqdm(total=total_runs, file=self.stream, dynamic_ncols=width is None,
-                            ncols=width, leave=True,
+                            ncols=width, nrows=None if width is None else 20, leave=True,
                             bar_format="{desc} |{bar}| {n_fmt}/{total_fmt} student runs, "
                                        "{elapsed} elapsed{postfix}")
             self._refresh()

@@ -5,6 +5,8 @@ do (checked on a whole run in test_quiet.py); log.txt gets every message either 
 from __future__ import annotations
 
 import io
+import os
+from pathlib import Path
 
 from experiments.run.inputs import count_work
 from experiments.run.progress import Progress, clock
@@ -41,23 +43,35 @@ def test_one_bar_on_a_terminal(tmp_path):
 
 
 def test_a_terminal_without_a_size_still_gets_the_bar(tmp_path):
-    """A pseudo-terminal reporting 0 columns (script, IDE runners): tqdm drew nothing there."""
-    import os
+    """A process on a pseudo-terminal reporting 0 columns (script, IDE runners): tqdm drew
+    nothing there. The child writes to its own stdout, the pty, as `gemkd run` does."""
     import pty
-    import select
+    import subprocess
+    import sys
 
+    code = ("import os, sys; from pathlib import Path; "
+            "from experiments.run.progress import Progress; "
+            "assert os.get_terminal_size(1).columns == 0; "
+            f"p = Progress(Path({str(tmp_path / 'log.txt')!r}), 3, 1); "
+            "p.run_done(1.0); p.close()")
     master, slave = pty.openpty()
-    with os.fdopen(slave, "w") as term:
-        assert term.isatty() and os.get_terminal_size(slave).columns == 0
-        p = Progress(tmp_path / "log.txt", total_runs=3, total_steps=1, stream=term)
-        p.run_done(1.0)
-        p.close()
-        term.flush()
-        screen = ""
-        while select.select([master], [], [], 0.5)[0]:  # drain: the pty hands it out in pieces
-            screen += os.read(master, 65536).decode()
+    child = subprocess.Popen([sys.executable, "-c", code], stdin=slave, stdout=slave,
+                             stderr=slave, close_fds=True, start_new_session=True,
+                             cwd=str(Path(__file__).resolve().parents[2]))
+    os.close(slave)
+    screen = b""
+    while True:  # drain until the child has closed its end
+        try:
+            chunk = os.read(master, 65536)
+        except OSError:
+            break
+        if not chunk:
+            break
+        screen += chunk
     os.close(master)
-    assert "1/3 student runs" in screen and "progress:" not in screen, screen
+    assert child.wait(timeout=60) == 0, screen.decode()
+    text = screen.decode()
+    assert "1/3 student runs" in text and "progress:" not in text, text
 
 
 def test_clock():
