@@ -45,7 +45,7 @@ bench: install
 		--gpu-results $(RESULTS)/gpu \
 		--command "make bench BENCH_ARGS='$(BENCH_ARGS)' BENCH_DEVICE=$(BENCH_DEVICE)"
 
-# docs/RESULTS.md: the synthetic benchmark (~2 h on 2 cores), MovieLens and KuaiRand (~10 min
+# docs/RESULTS.md: the synthetic benchmark (~45 min on 2 cores), MovieLens and KuaiRand (~4 min
 # each; both read ../shared/data), side by side. Finished steps are cached: a rerun only reports.
 results: install
 	$(BIN)/gemkd run experiments/benchmark.yaml --out runs/benchmark
