@@ -46,7 +46,7 @@ class DistillModule(RankingModule):
             if "teacher" in m.needs and teacher is None:
                 raise ValueError(f"method {m.name} needs a teacher, and this run has none")
         self.methods = nn.ModuleList(methods)
-        logit = self.base_rate_logits() if ranking_args.get("init_output_bias", True) else None
+        logit = self.base_rate_logits() if self.start_at_base_rate else None
         for m in methods:  # a method's own output heads start calibrated too (the aux head)
             init = getattr(m, "init_output_bias", None)
             if init is not None and logit is not None:

@@ -159,6 +159,7 @@ class RankingModule(pl.LightningModule):
         self.fsdp_replicate = fsdp_replicate
         metric_args = dict(tasks=tasks, n_domains=len(domains), domain_names=domains,
                            base_rates=self.base_rates, compute_auc=compute_auc)
+        self.start_at_base_rate = init_output_bias  # DistillModule starts its methods' heads too
         if init_output_bias:
             self._init_output_bias()
         self.val_metrics = RankingMetrics(**metric_args)
