@@ -21,12 +21,12 @@ def check_spec(spec: RunSpec) -> None:
     if plan.days is not None:
         check_data(spec, plan.days, plan.domains, data_name(spec))
     for lag in spec.lags:
-        if spec.teacher.store is None:
-            steps.teacher_config(spec, lag, spec.teacher)
+        gem = (None if spec.teacher.store is not None
+               else steps.teacher_config(spec, lag, spec.teacher))
         if any(v.teacher == "domain_fm" for v in spec.variants):
             fm = steps.teacher_config(spec, lag, spec.hierarchical)
             if fm.init_from == "gem":
-                check_warm_start(spec, lag, fm)
+                check_warm_start(spec, fm, gem)
     if spec.teacher.store is not None:
         from transfer.io import fs
         from transfer.store import Manifest
@@ -57,14 +57,14 @@ def check_spec(spec: RunSpec) -> None:
     check_init_args(resolve_student_class(spec.student.class_path), init_args)
 
 
-def check_warm_start(spec: RunSpec, lag: int, fm) -> None:
-    """``hierarchical.init_from: gem`` needs a GEM checkpoint (not an imported store) of the
-    same architecture as the FM config (else the weights cannot load, minutes in)."""
-    if spec.teacher.store is not None:
+def check_warm_start(spec: RunSpec, fm, gem) -> None:
+    """``hierarchical.init_from: gem`` needs a GEM checkpoint (``gem`` None: an imported store
+    has none) of the same architecture as the FM config (else the weights cannot load, minutes
+    in)."""
+    if gem is None:
         raise ConfigError("spec hierarchical.init_from: gem starts the domain FMs from the "
                           "run's GEM checkpoint, and an imported teacher.store has none (give a "
                           "checkpoint path, or leave init_from out)")
-    gem = steps.teacher_config(spec, lag, spec.teacher)
     if (fm.class_path, fm.model) != (gem.class_path, gem.model):
         keys = sorted(k for k in set(fm.model) | set(gem.model)
                       if fm.model.get(k) != gem.model.get(k))
