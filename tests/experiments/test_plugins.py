@@ -15,18 +15,15 @@ import torch
 import yaml
 
 from experiments.cli import main
+from tests.faults.conftest import SPEC
 from transfer.store import TeacherStore
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "docs" / "examples"
-BASE = {
-    "name": "plugins", "seeds": [0],
-    "data": {"source": "synthetic", "preset": "tiny", "examples_per_day": 1500, "n_users": 500,
-             "history_days": 5},
-    "teacher": {"config": "tiny", "max_seq_len": 16, "max_steps": 10},
-    "teacher_days": 3, "student_days": [3, 5], "eval_days": [5, 6], "teacher_lag_days": 0,
-    "student": {"class_path": "mlp", "init_args": {"hidden": [8]}},
-    "student_tasks": ["click"], "batch_size": 128,
+# the fault tests' tiny spec with a little more data and teacher steps; variants per test
+BASE = {k: v for k, v in SPEC.items() if k != "variants"} | {
+    "name": "plugins", "data": {**SPEC["data"], "examples_per_day": 1500},
+    "teacher": {**SPEC["teacher"], "max_steps": 10}, "batch_size": 128,
     "tuning": {"kd_weight": [1.0]},
 }
 
