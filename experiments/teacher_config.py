@@ -36,8 +36,8 @@ class TeacherTrainConfig:
     embedding_weight_decay: float = 0.0  # AdamW decay of the ID tables (regularises them)
     init_output_bias: bool = True  # output biases start at the training base rate's logit
     # a gemkd teacher checkpoint whose model weights start this model (fine-tuning, recurring
-    # training; in a spec's `hierarchical` section `gem` = the lag's GEM checkpoint); the output
-    # biases are then kept as loaded
+    # training; in a spec's `hierarchical` section `gem` = the lag's GEM checkpoint); a teacher
+    # fit keeps the output biases as loaded (a domain FM's fit starts them at its domain's rate)
     init_from: str | None = None
     select: str = "last"  # last | best: keep the epoch with the lowest validation loss
     patience: int | None = None  # stop after this many epochs without a better validation loss
