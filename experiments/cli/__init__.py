@@ -6,15 +6,18 @@ them, so a notebook can do exactly what a command does."""
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 
-from transfer.errors import GemkdError
+from transfer.errors import ConfigError, GemkdError
 
 DESCRIPTION = ("Teacher-student knowledge transfer for ads ranking: make or import data, train "
                "and export a teacher, and measure how much of it reaches small students. Every "
                "command exits 0 on success and 2 on bad input, printing one line 'error: ...'.")
 EPILOG = "Run 'gemkd COMMAND --help' for a command's options; README.md has the full reference."
+#: integer options that count something (threads, processes, rows, days): 0 or less is a mistake
+COUNTS = ("threads", "devices", "num_nodes", "batch_size", "n_days", "max_history")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -54,6 +57,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     output.configure(args.verbose, lightning=args.command in ("teacher", "run"))
     try:
+        _check_counts(args)
         args.func(args)
     except GemkdError as e:
         print(f"error: {e}", file=sys.stderr)
@@ -61,7 +65,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("error: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `gemkd data summary DIR | head`: the reader has what it wanted
+        _quiet_stdout()
     return 0
+
+
+def _quiet_stdout() -> None:
+    """Point stdout at /dev/null so that the interpreter's final flush of the closed pipe
+    raises no second BrokenPipeError at exit (Python's documented recipe)."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (AttributeError, OSError, ValueError):  # not a real file (a notebook, a capture)
+        pass
+
+
+def _check_counts(args: argparse.Namespace) -> None:
+    for name in COUNTS:
+        value = getattr(args, name, None)
+        if value is not None and value < 1:
+            raise ConfigError(f"--{name.replace('_', '-')} must be >= 1, got {value}")
 
 
 if __name__ == "__main__":

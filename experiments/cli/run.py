@@ -16,7 +16,7 @@ def _run(args: argparse.Namespace) -> None:
     from experiments.spec import load_spec
     from transfer.io import fs
 
-    if args.threads:
+    if args.threads is not None:
         import torch
 
         torch.set_num_threads(args.threads)

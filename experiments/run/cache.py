@@ -11,12 +11,15 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import importlib
 import json
-from collections.abc import Callable
+import shutil
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
+CONFIG_FILES = {"config.json", "config.yaml"}  # what a step writes before it starts work
 _DATA = ("transfer/data", "transfer/io", "transfer/errors.py", "transfer/config.py")
 _TEACHER = (*_DATA, "transfer/training", "transfer/ops", "transfer/metrics", "transfer/layers.py",
             "transfer/models.py", "teachers", "experiments/teacher_config.py",
@@ -38,6 +41,12 @@ STEP_CODE: dict[str, tuple[str, ...]] = {
 def code_hash(paths: tuple[str, ...], root: Path = ROOT) -> str:
     """sha256 over gemkd's version and every ``.py`` file under ``paths`` (sorted, with names),
     so any edit of a module a step runs changes the step's key."""
+    return source_hash(paths, root)
+
+
+def source_hash(paths: tuple[str, ...], root: Path) -> str:
+    """:func:`code_hash` read afresh (a user's plug-in may change between two runs of one
+    process)."""
     from experiments.version import __version__
 
     h = hashlib.sha256(__version__.encode())
@@ -49,6 +58,39 @@ def code_hash(paths: tuple[str, ...], root: Path = ROOT) -> str:
         h.update(str(f.relative_to(root)).encode())
         h.update(f.read_bytes())
     return h.hexdigest()[:16]
+
+
+#: gemkd's own top-level packages: their source is in :data:`STEP_CODE` already
+OWN_PACKAGES = {"transfer", "teachers", "students", "adapters", "experiments", "gemkd"}
+
+
+def plugin_code(class_paths: Iterable[str]) -> dict[str, str]:
+    """``class_path`` → hash of the source of the user's package that defines it (every ``.py``
+    file under its top-level package, or the module file of a top-level module), for every
+    dotted path outside gemkd: a step that runs a user's student, method or teacher is redone
+    after the user edits it. Built-in names and gemkd's own classes map to nothing."""
+    out = {}
+    for path in sorted(set(class_paths)):
+        module_name = path.rpartition(".")[0]
+        top = module_name.partition(".")[0]
+        if not module_name or top in OWN_PACKAGES:
+            continue
+        module = importlib.import_module(top)  # imported by the checks already
+        spec_file = getattr(module, "__file__", None)
+        if spec_file is None:  # a namespace package: every folder it spans
+            roots = tuple(str(Path(p)) for p in module.__path__)
+        else:
+            f = Path(spec_file)
+            roots = (str(f.parent),) if f.name == "__init__.py" else (str(f),)
+        out[path] = source_hash(roots, Path("/"))
+    return out
+
+
+def plugin_key(class_paths: Iterable[str]) -> dict[str, Any]:
+    """``{"plugins": plugin_code(...)}`` to merge into a step's key, or nothing when every class
+    is gemkd's own (the keys of built-in runs stay as they were)."""
+    code = plugin_code(class_paths)
+    return {"plugins": code} if code else {}
 
 
 def config_hash(config: Any) -> str:
@@ -75,10 +117,23 @@ def cached_step(cache: Path, name: str, config: Any, run: Callable[[Path], None]
     step.mkdir(parents=True, exist_ok=True)
     (step / "config.json").write_text(json.dumps(key, indent=2, sort_keys=True, default=str))
     log(f"[run] {name} ({step.name})")
-    run(step)
+    try:
+        run(step)
+    except BaseException:
+        _drop_if_empty(step)
+        raise
     done.write_text("ok\n")
     _count(log, name)
     return step
+
+
+def _drop_if_empty(step: Path) -> None:
+    """A step that failed before writing anything but its config has nothing to resume: remove
+    it rather than leave a folder that looks like work. Anything else (a checkpoint, a partial
+    store) stays for the rerun to resume."""
+    files = [p for p in step.rglob("*") if p.is_file()]
+    if all(p.name in CONFIG_FILES for p in files):
+        shutil.rmtree(step, ignore_errors=True)
 
 
 def _count(log: Callable[[str], None], name: str) -> None:

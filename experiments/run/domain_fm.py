@@ -13,7 +13,7 @@ from pathlib import Path
 
 import torch
 
-from experiments.run.cache import cached_step
+from experiments.run.cache import cached_step, plugin_key
 from experiments.teacher_config import TeacherTrainConfig
 from transfer.io import fs
 from transfer.models import TeacherOutput
@@ -64,7 +64,8 @@ def fit_domain_fms(cfg: TeacherTrainConfig, data: Path, data_key: dict, gem_stor
     if cfg.init_from is not None:  # the GEM checkpoint by its step name, not where cache lives
         fm["init_from"] = "/".join(Path(cfg.init_from).parts[-4:])
     key = {"data": data_key, "fm": fm,
-           "gem_store": fs.name(fs.parent(gem_store)), "domains": list(domains)}
+           "gem_store": fs.name(fs.parent(gem_store)), "domains": list(domains),
+           **plugin_key([cfg.class_path])}
     quiet = dict(logger=False, enable_checkpointing=False, enable_progress_bar=False,
                  enable_model_summary=False, accelerator="cpu")
 

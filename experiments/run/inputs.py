@@ -53,10 +53,11 @@ def lag_inputs(spec: RunSpec, lag: int, data, data_key: dict, fm_domains: list[s
 
 def inputs_tag(spec: RunSpec, inputs: Inputs) -> str:
     """What a student run's result depends on besides variant, seed and lag: the spec's student
-    settings and the cached upstream steps (their names carry their config hashes). A rerun
+    settings, the cached upstream steps (their names carry their config hashes) and the source
+    of the user's own student and method classes. A rerun
     into the same RUN_DIR after changing any of them redoes the student runs instead of
     reusing stale lines of runs.jsonl. Where results are tracked (``logger``) is not part."""
-    from experiments.run.cache import STEP_CODE, code_hash
+    from experiments.run.cache import STEP_CODE, code_hash, plugin_key
 
     spec_part = {k: v for k, v in spec.to_dict().items()
                  if k not in ("name", "seeds", "variants", "teacher_lag_days", "logger")}
@@ -64,8 +65,11 @@ def inputs_tag(spec: RunSpec, inputs: Inputs) -> str:
     if inputs.codes is not None:
         upstream["codes"] = fs.name(fs.parent(inputs.codes.store.path))
     variants = {v.name: v.to_value() for v in spec.variants}
+    plugins = plugin_key([spec.student.class_path,
+                          *(m.class_path for v in spec.variants for m in v.methods)])
     blob = json.dumps({"spec": spec_part, "upstream": upstream, "variants": variants,
-                       "code": code_hash(STEP_CODE["students"])}, sort_keys=True, default=str)
+                       "code": code_hash(STEP_CODE["students"]), **plugins}, sort_keys=True,
+                      default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
 

@@ -94,6 +94,11 @@ def check_variant(spec: RunSpec, variant: VariantSpec) -> None:
     lists = tunable_lists(spec, variant)
     for m, cls in zip(variant.methods, classes, strict=True):
         base = {**method_defaults(spec, m), **m.init_args}
+        try:  # the fixed values as the runs will build them (a bad one fails now, not minutes in)
+            instantiate(cls, "method", (), {**base, **{k: v[0] for k, v in lists.items()
+                                                       if k in cls.tunable}})
+        except ConfigError as e:
+            raise ConfigError(f"variant {variant.name!r}: method {m.class_path!r}: {e}") from None
         for knob in cls.tunable:
             for value in lists.get(knob, []):  # an out-of-range value fails now, not minutes in
                 try:

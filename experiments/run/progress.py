@@ -68,6 +68,11 @@ class Progress:
         self.file.write(line + "\n")
         self.file.flush()
 
+    def record(self, msg: str) -> None:
+        """A line for ``log.txt`` only (the command prints its own ``error:`` line)."""
+        self.file.write(f"{time.strftime('%H:%M:%S')} {msg}\n")
+        self.file.flush()
+
     def eta(self) -> float | None:
         """Seconds left for the student runs not done, at the mean time of those trained."""
         if not self.trained:

@@ -21,7 +21,9 @@ def rows_of(variant: str, seed: int, lag: int, res: dict, teacher: dict, source:
     ``source`` those of the teacher the variant learned from (``ne_source``: the domain FM for
     hierarchical transfer; empty for labels only)."""
     rows = []
-    for task, domain in itertools.product(tasks, [*domains, "all"]):
+    # a single-domain dataset's one domain may itself be named "all" (the importer's default)
+    names = list(dict.fromkeys([*domains, "all"]))
+    for task, domain in itertools.product(tasks, names):
         m = res["metrics"]
         rows.append({
             "variant": variant, "seed": seed, "domain": domain, "task": task,

@@ -30,6 +30,7 @@ from experiments.run.tracking import log_results, run_tracker, student_logger
 from experiments.run.tuning import tune
 from experiments.run.validate import DataMismatch, check_data, check_spec, data_name
 from experiments.spec.model import RunSpec
+from transfer.errors import GemkdError
 from transfer.io.lock import exclusive
 from transfer.training import training_base_rates
 
@@ -41,8 +42,9 @@ def run_experiment(spec: RunSpec, out: str | Path,
                    sync: Callable[[], None] | None = None) -> pd.DataFrame:
     """Run ``spec`` into the run directory ``out`` (created; a rerun resumes) and return the
     results table (also written to ``out/results.csv``). Every check of the spec runs before
-    any work; where the data's days and domains are known only once it is built (real data),
-    a mismatch found then removes the run directory this call created. ``sync`` is called
+    any work; where the data's days, domains and tasks are known only once it is built (real
+    data), a mismatch found then removes the run directory this call created, as does any error
+    before a step or student run finished. ``sync`` is called
     after every finished step and student run (a remote run directory's mirror)."""
     out = Path(out)
     check_spec(spec)
@@ -52,10 +54,15 @@ def run_experiment(spec: RunSpec, out: str | Path,
     try:
         with exclusive(out / LOCK, str(out)):
             return _run(spec, out, tracker, sync)
-    except DataMismatch:
-        if created:
+    except GemkdError as e:  # bad input found only once the data was read
+        if created and (isinstance(e, DataMismatch) or not _holds_work(out)):
             shutil.rmtree(out, ignore_errors=True)
         raise
+
+
+def _holds_work(out: Path) -> bool:
+    """A finished step or student run: what a rerun would reuse (then the directory stays)."""
+    return any((out / "cache").glob("*/DONE")) or (out / "runs.jsonl").is_file()
 
 
 def _run(spec: RunSpec, out: Path, tracker, sync) -> pd.DataFrame:
@@ -64,6 +71,10 @@ def _run(spec: RunSpec, out: Path, tracker, sync) -> pd.DataFrame:
     log = Progress(out / "log.txt", runs, n_steps, on_change=sync)
     try:
         return _steps(spec, out, out / "cache", log, tracker)
+    except Exception as e:  # the run's log ends with what stopped it, as stderr does
+        log.record(f"error: {e}" if isinstance(e, GemkdError) else
+                   f"error: {type(e).__name__}: {e}")
+        raise
     finally:
         log.close()
 
@@ -79,7 +90,7 @@ def _steps(spec: RunSpec, out: Path, cache: Path, log: Progress, tracker) -> pd.
     from transfer.data.schema import DatasetSchema
 
     schema = DatasetSchema.load(data)
-    check_data(spec, schema.days, schema.domains, data_name(spec), mismatch=True)
+    check_data(spec, schema.days, schema.domains, schema.tasks, data_name(spec), mismatch=True)
     tasks, domains = list(spec.student_tasks), schema.domains
     only = [spec.student_domain] if spec.student_domain else None  # the vertical's own traffic
     student_days, eval_days = tuple(spec.student_days), tuple(spec.eval_days)

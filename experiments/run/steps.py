@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-from experiments.run.cache import cached_step
+from experiments.run.cache import cached_step, plugin_key
 from experiments.spec.model import RunSpec, TeacherSpec
 from experiments.teacher_config import (
     EXPERIMENTS,
@@ -50,6 +50,20 @@ class DataPlan:
     days: list[int] | None = None
     domains: list[str] | None = None
     path: Any = None  # the dataset itself, for source dataset
+    tasks: list[str] | None = None  # where the config alone tells them
+
+
+def _src(d, default: Path | None = None) -> Path:
+    """The real data's ``src`` (resolved against the spec's folder when the spec was loaded),
+    there — a missing one is named as such before any work."""
+    if d.src is None and default is None:
+        raise ConfigError(f"spec data: source {d.source} needs src (the log file or directory)")
+    src = Path(d.src) if d.src else default
+    if not src.exists():
+        what = "src" if d.src else f"src (default {default})"
+        raise ConfigError(f"spec data.{what}: {src} not found (a relative src is read from "
+                          "the spec file's folder)")
+    return src
 
 
 def data_plan(spec: RunSpec) -> DataPlan:
@@ -58,6 +72,7 @@ def data_plan(spec: RunSpec) -> DataPlan:
     d, source = spec.data, spec.data.source
     if source == "synthetic":
         from transfer.data.synth import SynthConfig, generate
+        from transfer.data.synth.generate import TASKS
         from transfer.data.synth.world import domain_names
 
         if d.src is not None:
@@ -68,27 +83,28 @@ def data_plan(spec: RunSpec) -> DataPlan:
         cfg = build_dataclass(SynthConfig, values, source=f"spec data (preset {preset})")
         key = {"source": source, **dataclasses.asdict(cfg)}
         return DataPlan(key, lambda out: generate(cfg, out, overwrite=True),
-                        list(range(cfg.n_days)), domain_names(cfg.n_domains))
+                        list(range(cfg.n_days)), domain_names(cfg.n_domains), tasks=list(TASKS))
     if source == "movielens":
         from transfer.data.movielens import GENRE_GROUPS, convert_movielens
 
-        src = Path(d.src) if d.src else DEFAULT_MOVIELENS
         args = _options(d, source, {"n_days": 20, "max_history": 1024})
+        src = _src(d, DEFAULT_MOVIELENS)
         key = {"source": source, "src": str(src.resolve()), **args}
         domains = list(GENRE_GROUPS) if (src / "movies.csv").is_file() else ["all"]
         return DataPlan(key, lambda out: convert_movielens(src, out, overwrite=True, **args),
-                        list(range(args["n_days"])), domains)
+                        list(range(args["n_days"])), domains, tasks=["click", "conversion"])
     if source == "kuairand":
         from transfer.data.importer import load_mapping
-        from transfer.data.kuairand import convert_kuairand
+        from transfer.data.kuairand import DEFAULT_TASKS, convert_kuairand
 
-        src = Path(d.src) if d.src else DEFAULT_KUAIRAND
         args = _options(d, source, {"tasks": None, "min_domain_share": 0.01,
                                     "max_history": 1024})
+        src = _src(d, DEFAULT_KUAIRAND)
         mapping = load_mapping(MAPPINGS / "kuairand.yaml")
         key = {"source": source, "src": str(src.resolve()), **args}
         return DataPlan(key, lambda out: convert_kuairand(src, out, mapping, overwrite=True,
-                                                          **args))
+                                                          **args),
+                        tasks=list(args["tasks"] or DEFAULT_TASKS))
     if source == "import":
         from transfer.data.importer import import_logs, load_mapping
 
@@ -96,11 +112,13 @@ def data_plan(spec: RunSpec) -> DataPlan:
         if d.src is None or args["mapping"] is None:
             raise ConfigError("spec data: source import needs src (the log) and mapping (its "
                               "YAML mapping, docs/your_data.md)")
+        src = _src(d)
         mapping_path = find_config(args["mapping"], "data/mappings", spec.source_dir)
         mapping = load_mapping(mapping_path)
-        key = {"source": source, "src": str(Path(d.src).resolve()),
-               "mapping": load_yaml(mapping_path)}
-        return DataPlan(key, lambda out: import_logs(d.src, mapping, out, overwrite=True))
+        key = {"source": source, "src": str(src.resolve()), "mapping": load_yaml(mapping_path)}
+        return DataPlan(key, lambda out: import_logs(src, mapping, out, overwrite=True),
+                        domains=None if mapping.domain is not None else ["all"],
+                        tasks=[label.name for label in mapping.labels])
     if source == "dataset":
         return _existing_dataset(d)
     raise ConfigError(f"spec data.source {source!r}: expected synthetic, movielens, kuairand, "
@@ -115,11 +133,12 @@ def _existing_dataset(d) -> DataPlan:
     if d.src is None:
         raise ConfigError("spec data: source dataset needs src (a gemkd dataset directory or "
                           "s3:// URI)")
-    where = fs.as_where(d.src)
+    where = fs.as_where(d.src) if fs.is_remote(d.src) else _src(d)
     schema = DatasetSchema.load(where)
     digest = hashlib.sha256(schema.to_json().encode()).hexdigest()[:16]
     key = {"source": "dataset", "src": fs.absolute(where), "schema": digest}
-    return DataPlan(key, None, sorted(schema.days), list(schema.domains), path=where)
+    return DataPlan(key, None, sorted(schema.days), list(schema.domains), path=where,
+                    tasks=list(schema.tasks))
 
 
 def prepare_data(spec: RunSpec, cache: Path, log) -> tuple[Any, dict]:
@@ -158,8 +177,8 @@ def fit_teacher(cfg: TeacherTrainConfig, data: Path, data_key: dict, cache: Path
         fit(cfg, data, step / "run", resume=True, progress=False, tracker=tracker,
             run_name=run_name)
 
-    step = cached_step(cache, name, {"data": data_key, "teacher": dataclasses.asdict(cfg)}, run,
-                       log)
+    key = {"data": data_key, "teacher": dataclasses.asdict(cfg), **plugin_key([cfg.class_path])}
+    step = cached_step(cache, name, key, run, log)
     return step / "run"
 
 

@@ -18,8 +18,7 @@ def check_spec(spec: RunSpec) -> None:
     from students.registry import check_init_args, resolve_student_class
 
     plan = steps.data_plan(spec)
-    if plan.days is not None:
-        check_data(spec, plan.days, plan.domains, data_name(spec))
+    check_data(spec, plan.days, plan.domains, plan.tasks, data_name(spec))
     for lag in spec.lags:
         gem = (None if spec.teacher.store is not None
                else steps.teacher_config(spec, lag, spec.teacher))
@@ -43,14 +42,15 @@ def check_spec(spec: RunSpec) -> None:
         raise ConfigError(f"spec variants: a variant is named twice in {names}")
     # a list for a knob that no variant of this run tunes is fine (variants trimmed with --set);
     # one that no method knows is a typo
-    tuned = {k for name in BUILTIN_METHODS for k in method_class(PluginSpec(name)).tunable}
+    builtin = {k for name in BUILTIN_METHODS for k in method_class(PluginSpec(name)).tunable}
+    used: set[str] = set()
     for variant in spec.variants:
         check_variant(spec, variant)
-        tuned |= {k for m in variant.methods for k in method_class(m).tunable}
-    unknown = sorted(set(spec.tuning) - tuned)
+        used |= {k for m in variant.methods for k in method_class(m).tunable}
+    unknown = sorted(set(spec.tuning) - builtin - used)
     if unknown:
-        raise ConfigError(f"spec tuning: unknown key {unknown[0]!r}; the methods tune: "
-                          f"{', '.join(sorted(tuned))}")
+        raise ConfigError(f"spec tuning: unknown key {unknown[0]!r}; this spec's variants tune: "
+                          f"{', '.join(sorted(used)) or 'nothing'}")
     init_args = dict(spec.student.init_args)
     if any("codes" in variant_needs(v) for v in spec.variants):
         init_args["repr_dim"] = spec.repr.code_dim
@@ -79,19 +79,26 @@ class DataMismatch(ConfigError):
     """The spec does not fit the data, found once the data was built (real data)."""
 
 
-def check_data(spec: RunSpec, days: list[int], domains: list[str], where: object,
-               mismatch: bool = False) -> None:
-    """The spec's day windows lie inside the data's days and its student_domain is one of the
-    data's domains (nothing is clipped to what exists); ``mismatch``: raise DataMismatch."""
+def check_data(spec: RunSpec, days: list[int] | None, domains: list[str] | None,
+               tasks: list[str] | None, where: object, mismatch: bool = False) -> None:
+    """The spec's day windows lie inside the data's days, its student_domain is one of the
+    data's domains and its student_tasks are the data's tasks (nothing is clipped to what
+    exists; None: not known yet, checked once the data is built); ``mismatch``: raise
+    DataMismatch."""
     from transfer.data.schema import check_domain, check_window
 
     try:
-        if spec.teacher.store is None:
-            check_window("teacher_days", (0, spec.teacher_days), days, where)
-        check_window("student_days", spec.student_days, days, where)
-        check_window("eval_days", spec.eval_days, days, where)
-        if spec.student_domain is not None:
+        if days is not None:
+            if spec.teacher.store is None:
+                check_window("teacher_days", (0, spec.teacher_days), days, where)
+            check_window("student_days", spec.student_days, days, where)
+            check_window("eval_days", spec.eval_days, days, where)
+        if spec.student_domain is not None and domains is not None:
             check_domain("student_domain", spec.student_domain, domains, where)
+        unknown = [t for t in spec.student_tasks if tasks is not None and t not in tasks]
+        if unknown:
+            raise ConfigError(f"student_tasks: unknown task {unknown[0]!r}; {where} has tasks "
+                              f"{', '.join(tasks)}")
     except ConfigError as e:
         if mismatch:
             raise DataMismatch(str(e)) from None

@@ -9,6 +9,7 @@ from typing import Any
 import yaml
 
 from experiments.spec.model import RunSpec
+from experiments.spec.paths import resolve_paths, resolve_set
 from transfer.config import build_dataclass, load_yaml
 from transfer.errors import ConfigError
 
@@ -56,9 +57,16 @@ def spec_from_mapping(values: dict[str, Any], source: str = "spec") -> RunSpec:
 
 def load_spec(path: str | Path | None = None, sets: list[str] | None = None) -> RunSpec:
     """The spec at ``path`` (default: the quickstart) with ``sets`` applied, validated for
-    keys and types (the deeper checks are :func:`experiments.spec.validate.check_spec`)."""
+    keys and types (the deeper checks are :func:`experiments.run.validate.check_spec`).
+    Relative paths in the file are resolved against its folder, those of ``sets`` against the
+    working directory (:mod:`experiments.spec.paths`)."""
     path = Path(path) if path else DEFAULT_SPEC
-    values = apply_sets(load_yaml(path), parse_set(sets or []), str(path))
+    values = load_yaml(path)
+    if not values:  # an empty file is a mistake, not a request for every default
+        raise ConfigError(f"{path}: the spec file is empty (no keys); name what to run, or "
+                          f"leave out the SPEC argument to run the quickstart")
+    overrides = {k: resolve_set(k, v, Path.cwd()) for k, v in parse_set(sets or []).items()}
+    values = apply_sets(resolve_paths(values, path.resolve().parent), overrides, str(path))
     spec = spec_from_mapping(values, source=str(path))
     spec.source_dir = path.resolve().parent  # relative config paths are looked up here too
     return spec

@@ -3,7 +3,7 @@
 Every section is a dataclass; :func:`transfer.config.build_dataclass` is the one validator that
 builds them from YAML (unknown keys and wrong types are errors naming the key). Sections that
 point at another config (``data:``, ``teacher:``, ``hierarchical:``) keep their extra keys as
-``overrides`` of that config, checked against it by :mod:`experiments.spec.validate` before any
+``overrides`` of that config, checked against it by :mod:`experiments.run.validate` before any
 work starts. README "Experiment spec keys" documents every key.
 """
 
@@ -207,6 +207,9 @@ class RunSpec:
             raise ValueError(f"'ema_decay' must be in (0, 1) or null, got {self.ema_decay}")
         if not self.seeds:
             raise ValueError("'seeds' must list at least one seed")
+        if not self.student_tasks or len(set(self.student_tasks)) != len(self.student_tasks):
+            raise ValueError(f"'student_tasks' must list at least one task, each once, got "
+                             f"{self.student_tasks}")
         if len(set(self.seeds)) != len(self.seeds):
             raise ValueError(f"'seeds' lists a seed twice: {self.seeds}")
         for key in ("student_days", "eval_days"):

@@ -21,8 +21,8 @@ CASES = [
     ("data.examples_per_dya=10", "spec data (preset tiny): unknown key 'examples_per_dya'"),
     ("data.drift=strong", "spec data (preset tiny): key 'drift': expected a number, got "
                           "'strong'"),
-    ("tuning.kd_wieght=[1.0]", "spec tuning: unknown key 'kd_wieght'; the methods tune: "
-                               "adapter_hidden, aux_beta, kd_weight, temperature"),
+    ("tuning.kd_wieght=[1.0]", "spec tuning: unknown key 'kd_wieght'; this spec's variants "
+                               "tune: kd_weight, temperature"),
     ("tuning.kd_weight=1.0", "{spec}: tuning: key 'kd_weight' must be a non-empty list"),
     ("student.hidden=[8]", "{spec}: key 'student': unknown key 'hidden' (expected class_path, "
                            "init_args)"),
@@ -34,6 +34,9 @@ CASES = [
                                              "attribute 'Nope'"),
     ("student.init_args={hiden: [8]}", "student MLPStudent: unknown init_args.hiden"),
     ("student.init_args={hidden: wide}", "student MLPStudent: init_args.hidden must be"),
+    ("student_tasks=[clik]", "student_tasks: unknown task 'clik'; spec data (synthetic, preset "
+                             "tiny) has tasks click, conversion, engage"),
+    ("student_tasks=[]", "{spec}: 'student_tasks' must list at least one task, each once"),
 ]
 
 

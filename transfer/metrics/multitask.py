@@ -79,8 +79,11 @@ class RankingMetrics(Metric):
                 f"domain_names has {len(domain_names)} names but n_domains is {self.n_domains}"
             )
         self.domain_names = _check_names("domain", list(domain_names))
-        if ALL in self.domain_names:
-            raise ValueError(f"domain name {ALL!r} is reserved for the all-domains row")
+        if ALL in self.domain_names and self.domain_names != [ALL]:
+            # a single-domain log's one domain *is* the all-domains row (the importer names it
+            # "all"); beside other domains the name would be ambiguous
+            raise ValueError(f"domain name {ALL!r} is reserved for the all-domains row (it may "
+                             f"only name a dataset's single domain), got {self.domain_names}")
         base_rates = dict(base_rates or {})
         unknown = sorted(set(base_rates) - set(self.tasks))
         if unknown:
