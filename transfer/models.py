@@ -53,6 +53,19 @@ _pytree.register_dataclass(StudentOutput)
 
 @runtime_checkable
 class Teacher(Protocol):
+    """``forward(batch) -> TeacherOutput`` and ``representation_dims() -> {name: dim}``.
+
+    Optional members, looked up by name (``hasattr``/``getattr``), so they are not declared
+    here: ``isinstance`` would then reject the models that lack them (docs/custom_teacher.md):
+
+    * ``from_config(schema, model)`` (classmethod): builds the model instead of
+      ``cls(schema, **model)``;
+    * ``init_output_bias(logit [n_tasks])``: starts the output heads at the training base
+      rates' logits, once, when the fit's module is built;
+    * ``fsdp_units() -> list[nn.Module]`` or ``fsdp_wrap_modules() -> tuple[type | nn.Module,
+      ...]``: the FSDP2 units under ``strategy: fsdp`` (without them the model is one unit).
+    """
+
     def __call__(self, batch: Batch) -> TeacherOutput: ...
 
     def representation_dims(self) -> dict[str, int]: ...
@@ -60,6 +73,19 @@ class Teacher(Protocol):
 
 @runtime_checkable
 class Student(Protocol):
+    """``forward(batch, features=None) -> StudentOutput``, built as ``cls(schema, tasks,
+    **init_args)``.
+
+    Optional members, looked up by name and so not declared here (``isinstance`` would then
+    reject the students that lack them; docs/custom_student.md):
+
+    * ``init_output_bias(logit [n_tasks])``: starts the serving head at the training base
+      rates' logits, once, when the training module is built;
+    * ``embedding_tables() -> {name: nn.Embedding}``: the tables ``param_share`` copies the
+      teacher's into (without it that method refuses the student);
+    * ``fsdp_units()`` / ``fsdp_wrap_modules()``: as for a teacher, read only under FSDP2.
+    """
+
     def __call__(self, batch: Batch, features: torch.Tensor | None = None) -> StudentOutput: ...
 
 

@@ -4,6 +4,8 @@ and an imported teacher store, each named in a spec and run by ``gemkd run`` on 
 from __future__ import annotations
 
 import json
+import re
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -68,6 +70,25 @@ def test_a_method_from_outside_the_packages(tmp_path):
     spec = yaml.safe_load((out / "spec.yaml").read_text())
     assert spec["variants"]["mine"] == ["kd", "my_methods.embedding_kd.EmbeddingKD"]
     assert "| mine " in (out / "report.md").read_text()
+
+
+def doc_snippet(doc: Path, heading: str) -> str:
+    """The first ``python`` block after ``heading`` in ``doc``."""
+    return re.search(rf"{re.escape(heading)}\n.*?```python\n(.*?)```", doc.read_text(),
+                     re.S).group(1)
+
+
+@pytest.mark.parametrize("doc, heading", [("custom_method.md", "## 5. Check it"),
+                                          ("custom_teacher.md", "### Optional hooks")])
+def test_doc_check_snippets_run(monkeypatch, doc, heading):
+    """The checks shown in docs/custom_method.md and docs/custom_teacher.md, as written, from
+    the repository root: they use only the installed packages (``transfer.testing``)."""
+    path = ROOT / "docs" / doc
+    code = doc_snippet(path, heading)
+    assert "tests." not in code
+    monkeypatch.chdir(ROOT)
+    monkeypatch.setattr(sys, "path", list(sys.path))  # the snippet's path entry goes away after
+    exec(compile(code, str(path), "exec"), {"__name__": "__doc_snippet__"})
 
 
 def test_a_teacher_from_outside_the_packages(tmp_path):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -12,9 +13,12 @@ import torch.nn.functional as F
 import yaml
 from torch import nn
 
+from adapters.methods.param_share import ParamShare
 from students import StudentOutput, build_student
-from tests.teachers.helpers import random_batch, tiny_schema
+from transfer.distill import DistillModule
 from transfer.errors import ConfigError
+from transfer.methods import MethodContext
+from transfer.testing import random_batch, tiny_schema
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "custom_student.md"
@@ -99,3 +103,40 @@ def test_doc_yaml_builds_and_errors_name_the_class(schema):
         build(schema, dim="big")
     with pytest.raises(ConfigError, match=r"No module named 'my_studentz'.*mlp, dcn, seq_pool"):
         build_student({"class_path": "my_studentz.tower.TwoTower"}, schema, None)
+
+
+def doc_snippet(doc: Path, heading: str) -> str:
+    """The first ``python`` block after ``heading`` in ``doc``."""
+    return re.search(rf"{re.escape(heading)}\n.*?```python\n(.*?)```", doc.read_text(),
+                     re.S).group(1)
+
+
+def test_doc_check_snippet_runs(monkeypatch):
+    """The "Check it" block of docs/custom_student.md, as written, from the repository root (it
+    puts docs/examples on the path itself and needs nothing outside the installed packages)."""
+    code = doc_snippet(DOC, "## 8. Check it")
+    assert "tests." not in code
+    monkeypatch.chdir(ROOT)
+    monkeypatch.setattr(sys, "path", list(sys.path))  # the snippet's path entry goes away after
+    exec(compile(code, str(DOC), "exec"), {"__name__": "__doc_snippet__"})
+
+
+def test_param_share_refusal_is_the_documented_one(schema):
+    """A student without the optional ``embedding_tables()`` (docs §7): param_share names it."""
+    method = ParamShare()
+    method.registered_name = "param_share"  # as a run names it
+    ctx = MethodContext(schema=schema, tasks=["click"], domains=schema.domains, lr=0.01,
+                        student=build(schema, ("click",), dim=8), teacher_weights=dict)
+    with pytest.raises(ConfigError) as info:
+        method.setup(ctx)
+    assert f"`{info.value}`" in DOC.read_text()
+
+
+def test_optional_output_bias_hook_is_called(schema):
+    """TwoTower's optional ``init_output_bias`` (docs §7): the training module starts the head
+    at each task's base-rate logit."""
+    model = build(schema, dim=8)
+    DistillModule(model, ["click", "conversion"], schema.domains,
+                  base_rates={"click": 0.1, "conversion": 0.01})
+    expected = torch.tensor([0.1, 0.01]).logit()
+    torch.testing.assert_close(model.head.bias.detach(), expected)

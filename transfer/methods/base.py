@@ -16,6 +16,8 @@ hook                          what it is for
 ``tunable``                   its knobs (``__init__`` argument names) with default lists
 ``feature_dim(ctx)``          width of the representation features it feeds the student
 ``setup(ctx)``                build its parts once the student exists
+``init_output_bias(logit)``   optional, looked up by name: start a head of its own at the
+                              base rates' logits ``[n_tasks]`` (after ``setup``, once)
 ``param_groups(lr)``          parameters trained with the student's optimiser
 ``configure_optimizers()``    optimisers of its own (stepped by the method itself)
 ``features(batch)``           representation features ``[B, F]`` for the student
@@ -58,9 +60,11 @@ TeacherFn = Callable[[Batch], TeacherTargets]
 @dataclass
 class MethodContext:
     """What the experiment hands a method at set-up. ``teacher`` answers batches (None for a
-    labels-only variant); ``codes`` is the LoopFM code store's path; ``teacher_weights()`` loads
-    the teacher checkpoint's state dict (None where the teacher is an imported store);
-    ``sample_batch()`` reads a few training rows (to probe the student's shapes)."""
+    labels-only variant; in a run a ``StoreTeacher``, which also has ``emb_dim``); ``codes`` is
+    the LoopFM codes (an ``AsOfCodes``); ``teacher_weights()`` loads the teacher checkpoint's
+    state dict (None where the teacher is an imported store); ``sample_batch()`` reads a few
+    training rows (to probe the student's shapes). ``student`` and ``teacher`` are None in
+    ``feature_dim``. Every field: docs/custom_method.md."""
 
     schema: DatasetSchema
     tasks: list[str]

@@ -69,6 +69,12 @@ class TwoTower(nn.Module):
             nn.init.zeros_(self.repr_proj.bias)
         self.head = nn.Linear(dim, len(self.tasks))
 
+    @torch.no_grad()
+    def init_output_bias(self, logit: Tensor) -> None:
+        """Optional hook: gemkd calls it once before training with each task's base-rate logit,
+        so a rare task starts calibrated instead of near p = 0.5."""
+        self.head.bias.copy_(logit.to(self.head.bias))
+
     def embed(self, name: str, ids: Tensor) -> Tensor:
         table = self.emb[name]
         return table(torch.remainder(ids, table.num_embeddings))  # hash ids into the table
