@@ -8,7 +8,9 @@ histories), the representation-feature path and the output head, so each built-i
 how it mixes its inputs.
 
 Batches carry ``categorical`` columns in the schema's order (as ``DatasetReader`` yields them
-without a projection); the student picks its own columns from them.
+without a projection); the student picks its own columns from them. A dataset without sequence
+fields (a log without histories) gives a student no history arm by default (``sequence`` None
+takes the schema's first field, if any).
 """
 
 from __future__ import annotations
@@ -30,7 +32,8 @@ from transfer.ops import segment_mean
 def _subset(kind: str, wanted: list[str], available: list[str]) -> list[str]:
     unknown = [w for w in wanted if w not in available]
     if unknown:
-        raise ConfigError(f"unknown {kind} {unknown[0]!r}; the dataset has: {', '.join(available)}")
+        has = ", ".join(available) if available else f"no {kind}s"
+        raise ConfigError(f"unknown {kind} {unknown[0]!r}; the dataset has: {has}")
     if len(set(wanted)) != len(wanted):
         raise ConfigError(f"{kind}s listed twice in {wanted}")
     return list(wanted)
@@ -175,22 +178,34 @@ class StudentBase(nn.Module):
 
     def history(self, batch: Batch) -> tuple[Tensor, Tensor]:
         """``(events [N', d], offsets [B+1])``: the ``max_seq_len`` most recent events of each
-        history, each the sum of its event fields' embeddings."""
+        history, each the sum of its event fields' embeddings. A student without sequence
+        fields sees every history empty (``N' = 0``), so building blocks that pool it still
+        work on a log without histories."""
+        if not self.sequence:
+            return self._no_history(batch)
         offsets = batch.seq_offsets
         index = None
         if batch.seq_max_len > self.max_seq_len:  # host int: no sync when nothing is too long
             index, offsets = recent_index(offsets, self.max_seq_len)
-        total: Tensor | None = None
-        for name in self.sequence:
-            ids = batch.seq_values[name]
-            if index is not None:
-                ids = ids.index_select(0, index)
-            table = self.tables[self.shared[name]] if name in self.shared else self.seq_tables[name]
-            e = table(ids)
-            total = e if total is None else total + e
-        if total is None:
-            raise ConfigError(f"{type(self).__name__}: no sequence fields configured")
+        total = self._event_embedding(batch, self.sequence[0], index)
+        for name in self.sequence[1:]:
+            total = total + self._event_embedding(batch, name, index)
         return total, offsets
+
+    def _event_embedding(self, batch: Batch, name: str, index: Tensor | None) -> Tensor:
+        """``[N', d]``: one event field's embeddings (of the ``index`` events, if given)."""
+        ids = batch.seq_values[name]
+        if index is not None:
+            ids = ids.index_select(0, index)
+        table = self.tables[self.shared[name]] if name in self.shared else self.seq_tables[name]
+        return table(ids)
+
+    def _no_history(self, batch: Batch) -> tuple[Tensor, Tensor]:
+        """No events and all-zero offsets ``[B+1]``: the batch's own may count events of
+        fields this student does not read."""
+        b = batch.categorical.shape[0]
+        events = batch.dense.new_zeros(0, self.embedding_dim)
+        return events, torch.zeros(b + 1, dtype=torch.long, device=batch.categorical.device)
 
     def flat_input(self, batch: Batch, history: tuple[Tensor, Tensor] | None = None) -> Tensor:
         """``[B, input_dim]``: concatenated feature embeddings, domain embedding, mean-pooled

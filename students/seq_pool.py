@@ -46,7 +46,7 @@ class SeqPoolStudent(StudentBase):
             raise ConfigError(f"SeqPoolStudent: query_feature {query_feature!r} is not among "
                               f"the student's features {self.features}")
         if not self.sequence:
-            raise ConfigError("SeqPoolStudent: needs at least one sequence field")
+            raise ConfigError(self._no_sequence_message(schema))
         self.query_feature = query_feature
         d = self.embedding_dim
         self.query = nn.Linear(d, d)
@@ -57,6 +57,15 @@ class SeqPoolStudent(StudentBase):
         self.init_repr(width)
         self.mlp: nn.Sequential = mlp(width, self.hidden)
         self.init_head(self.hidden[-1])
+
+    @staticmethod
+    def _no_sequence_message(schema: DatasetSchema) -> str:
+        """Its whole point is the history: say why there is none and what to use instead."""
+        if not schema.sequence:
+            return ("SeqPoolStudent pools the history, but the dataset has no sequence fields "
+                    "(no history): use the mlp or dcn student (class_path: mlp | dcn)")
+        return ("SeqPoolStudent: needs at least one sequence field (init_args.sequence is "
+                f"empty; the dataset has: {', '.join(f.name for f in schema.sequence)})")
 
     def forward(self, batch: Batch, features: Tensor | None = None) -> StudentOutput:
         self.check_batch(batch)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import logging
 from collections.abc import Mapping
 from typing import Any
 
@@ -10,6 +11,30 @@ from torch import nn
 
 from transfer.data.schema import DatasetSchema
 from transfer.errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+
+def resolve_use_sequence(owner: str, requested: bool | None, schema: DatasetSchema) -> bool:
+    """Whether ``owner`` builds its sequence arm: ``None`` (auto) iff the schema has sequence
+    fields. ``True`` on a history-less schema (an imported log without ``history``) adapts too,
+    with a warning: the shipped configs say ``true``, and a model without the arm is what such
+    data allows; only ``False`` turns the arm off where the data has histories."""
+    if requested not in (None, True, False):
+        raise ConfigError(f"{owner}: use_sequence must be true, false or null (auto: the "
+                          f"sequence arm iff the dataset has sequence fields), got {requested!r}")
+    has_history = bool(schema.sequence)
+    if requested is None:
+        if not has_history:
+            log.info("%s: the dataset has no sequence fields; built without its sequence arm",
+                     owner)
+        return has_history
+    if requested and not has_history:
+        log.warning("%s: use_sequence is true but the dataset has no sequence fields (no "
+                    "history): built without its sequence arm; set use_sequence: false or null "
+                    "(auto) to silence this", owner)
+        return False
+    return bool(requested)
 
 
 class ConfigurableTeacher(nn.Module):

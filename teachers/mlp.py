@@ -15,7 +15,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from teachers.configurable import ConfigurableTeacher
+from teachers.configurable import ConfigurableTeacher, resolve_use_sequence
 from teachers.gem.embeddings import FeatureEmbeddings, HashedEmbedding
 from teachers.gem.pyramid import keep_most_recent
 from transfer.data.batch import Batch
@@ -33,7 +33,9 @@ class MLPRanker(ConfigurableTeacher):
     Hyper-parameters (all keyword): ``d`` embedding width; ``hidden`` width of both hidden
     layers; ``max_history`` (most recent events pooled; None = the schema's); ``max_rows``
     (embedding rows cap, ids hashed); ``n_dense_tokens``; ``domain_token`` (embed the domain
-    id); ``use_sequence`` (pool the history at all); ``shared_tables`` (as in GEM);
+    id); ``use_sequence`` (pool the history at all; None = iff the dataset has sequence
+    fields, and a history-less dataset drops the pooled history even when true, ``max_history``
+    then unused); ``shared_tables`` (as in GEM);
     ``dropout`` (after each hidden layer).
     """
 
@@ -47,7 +49,7 @@ class MLPRanker(ConfigurableTeacher):
         max_rows: int = 1_000_000,
         n_dense_tokens: int = 1,
         domain_token: bool = True,
-        use_sequence: bool = True,
+        use_sequence: bool | None = None,
         shared_tables: dict[str, str] | None = None,
         dropout: float = 0.0,
     ):
@@ -55,6 +57,8 @@ class MLPRanker(ConfigurableTeacher):
         self.config: dict[str, Any] = {
             k_: v for k_, v in locals().items() if k_ not in ("self", "schema", "__class__")
         }
+        use_sequence = resolve_use_sequence(type(self).__name__, use_sequence, schema)
+        self.config["use_sequence"] = use_sequence
         max_history = schema.max_history if max_history is None else max_history
         self.config["max_history"] = max_history
         if shared_tables is not None:
@@ -84,13 +88,12 @@ class MLPRanker(ConfigurableTeacher):
     def _validate(self, schema: DatasetSchema) -> None:
         c = self.config
         problems = []
-        for key in ("d", "hidden", "max_rows", "max_history"):
+        sized = ("d", "hidden", "max_rows") + (("max_history",) if c["use_sequence"] else ())
+        for key in sized:
             if not isinstance(c[key], int) or c[key] < 1:
                 problems.append(f"{key} must be an integer >= 1, got {c[key]!r}")
         if not isinstance(c["n_dense_tokens"], int) or c["n_dense_tokens"] < 0:
             problems.append(f"n_dense_tokens must be an integer >= 0, got {c['n_dense_tokens']!r}")
-        if c["use_sequence"] and not schema.sequence:
-            problems.append("use_sequence is true but the dataset has no sequence fields")
         if not schema.tasks or not schema.domains:
             problems.append("the dataset schema needs at least one task and one domain")
         if not 0 <= c["dropout"] < 1:

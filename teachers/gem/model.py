@@ -5,7 +5,8 @@ Per layer ``i``: the cross layer reads the non-sequence tokens ``X`` (their summ
 the sequence) and returns the sequence summary ``S_sum``, which the Wukong layer appends to ``X``;
 the sequence arm keeps a shorter most-recent suffix of its pyramid tokens at every layer.
 ``use_wukong=False`` (sequence only) keeps ``X`` at the raw feature tokens; ``use_sequence=False``
-(Wukong only) drops the pyramid and cross layers and every sequence-only table.
+(Wukong only) drops the pyramid and cross layers and every sequence-only table, which is also
+what a dataset without sequence fields (a log without histories) gets by default.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from teachers.configurable import ConfigurableTeacher
+from teachers.configurable import ConfigurableTeacher, resolve_use_sequence
 from teachers.gem.common import masked_mean
 from teachers.gem.embeddings import FeatureEmbeddings, HashedEmbedding
 from teachers.gem.heads import HEAD_TYPES, build_heads
@@ -49,7 +50,10 @@ class GEM(ConfigurableTeacher):
     keeps 1/shrink of the tokens of the one below, never fewer than R); ``max_history`` (most
     recent events kept in-model; None = the schema's); ``max_rows`` (embedding rows cap, ids
     hashed); ``n_dense_tokens``; ``trunk_dim``; ``head_type`` ("domain_task" | "domain_gated"),
-    ``head_hidden``, ``n_experts``; ``dropout``; ``use_wukong``/``use_sequence`` (ablations);
+    ``head_hidden``, ``n_experts``; ``dropout``; ``use_wukong``/``use_sequence`` (ablations;
+    ``use_sequence`` None = the sequence arm iff the dataset has sequence fields, and a
+    history-less dataset drops it even when true, see
+    :func:`~teachers.configurable.resolve_use_sequence`; ``max_history`` is then unused);
     ``domain_token`` (embed the domain id as a token); ``shared_tables`` (sequence field →
     categorical feature whose table it shares; None = item ids→ad_id, categories→ad_category);
     ``kernel`` (transfer.ops kernel); ``fused_lookup`` (pool history chunks with embedding bags
@@ -92,7 +96,7 @@ class GEM(ConfigurableTeacher):
         n_experts: int = 4,
         dropout: float = 0.0,
         use_wukong: bool = True,
-        use_sequence: bool = True,
+        use_sequence: bool | None = None,
         domain_token: bool = True,
         shared_tables: dict[str, str] | None = None,
         kernel: str = "auto",
@@ -102,6 +106,8 @@ class GEM(ConfigurableTeacher):
         self.config: dict[str, Any] = {
             k_: v for k_, v in locals().items() if k_ not in ("self", "schema", "__class__")
         }
+        use_sequence = resolve_use_sequence(type(self).__name__, use_sequence, schema)
+        self.config["use_sequence"] = use_sequence
         max_history = schema.max_history if max_history is None else max_history
         self._validate(schema, max_history)
         self.config["max_history"] = max_history
@@ -180,9 +186,7 @@ class GEM(ConfigurableTeacher):
         c = self.config
         problems = []
         if not (c["use_wukong"] or c["use_sequence"]):
-            problems.append("use_wukong and use_sequence are both false: nothing left to train")
-        if c["use_sequence"] and not schema.sequence:
-            problems.append("use_sequence is true but the dataset has no sequence fields")
+            problems.append(self._nothing_to_train(schema))
         if not schema.tasks or not schema.domains:
             problems.append("the dataset schema needs at least one task and one domain")
         for key in (
@@ -221,7 +225,7 @@ class GEM(ConfigurableTeacher):
                 )
             if not c["pyramid_shrink"] >= 1:
                 problems.append(f"pyramid_shrink must be >= 1, got {c['pyramid_shrink']!r}")
-            if not isinstance(max_history, int) or max_history < 1:
+            if c["use_sequence"] and (not isinstance(max_history, int) or max_history < 1):
                 problems.append(f"max_history must be an integer >= 1, got {max_history!r}")
             if c["head_type"] not in HEAD_TYPES:
                 problems.append(f"head_type must be one of {HEAD_TYPES}, got {c['head_type']!r}")
@@ -231,6 +235,14 @@ class GEM(ConfigurableTeacher):
                 problems.append(f"dropout must be in [0, 1), got {c['dropout']!r}")
         if problems:
             raise ConfigError(f"{type(self).__name__}: " + "; ".join(problems))
+
+    @staticmethod
+    def _nothing_to_train(schema: DatasetSchema) -> str:
+        """Why neither arm is built, and which key brings one back."""
+        if schema.sequence:
+            return "use_wukong and use_sequence are both false: nothing left to train"
+        return ("use_wukong is false (the sequence arm only) but the dataset has no sequence "
+                "fields (no history): nothing left to train; set use_wukong: true")
 
     # ------------------------------------------------------------------ public API
     @classmethod
