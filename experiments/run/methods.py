@@ -44,7 +44,7 @@ def tunable_lists(spec: RunSpec, variant: VariantSpec) -> dict[str, list[Any]]:
                 raise ConfigError(f"variant {variant.name!r}: methods {owner[knob]!r} and "
                                   f"{m.class_path!r} both tune {knob!r}")
             owner[knob] = m.class_path
-            lists[knob] = list(spec.tuning.get(knob, default))
+            lists[knob] = list(spec.tuning.knobs.get(knob, default))
     return lists
 
 

@@ -47,7 +47,7 @@ def check_spec(spec: RunSpec) -> None:
     for variant in spec.variants:
         check_variant(spec, variant)
         used |= {k for m in variant.methods for k in method_class(m).tunable}
-    unknown = sorted(set(spec.tuning) - builtin - used)
+    unknown = sorted(set(spec.tuning.knobs) - builtin - used)
     if unknown:
         raise ConfigError(f"spec tuning: unknown key {unknown[0]!r}; this spec's variants tune: "
                           f"{', '.join(sorted(used)) or 'nothing'}")

@@ -43,16 +43,31 @@ def _open_section(cls, values: Any, where: str, fixed: tuple[str, ...]):
 class DataSpec:
     """``source`` synthetic | movielens | kuairand | import; ``preset`` (synthetic: a name in
     experiments/data or a YAML path); ``src`` (real data: the source directory or file);
-    every other key overrides the source's own config (e.g. ``examples_per_day``)."""
+    ``seeds`` (synthetic: the world seeds the experiment is replicated over, one world each;
+    unset: the preset's one world); every other key overrides the source's own config (e.g.
+    ``examples_per_day``)."""
 
     source: str = "synthetic"
     preset: str | None = None
     src: str | None = None
+    seeds: list[int] | None = None
     overrides: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
     def from_mapping(cls, values: Any, where: str) -> DataSpec:
-        return _open_section(cls, values, where, ("source", "preset", "src"))
+        obj = _open_section(cls, values, where, ("source", "preset", "src", "seeds"))
+        if obj.seeds is not None:
+            if obj.source != "synthetic":
+                raise ConfigError(f"{where}: key 'seeds' replicates the synthetic world; source "
+                                  f"{obj.source} is one dataset (replicate real data over "
+                                  "datasets: gemkd report --markdown RUN_DIR...)")
+            if not obj.seeds or len(set(obj.seeds)) != len(obj.seeds):
+                raise ConfigError(f"{where}: key 'seeds' must list at least one world seed, "
+                                  f"each once, got {obj.seeds}")
+            if "seed" in obj.overrides:
+                raise ConfigError(f"{where}: give the world's seed as 'seed' or its replicates "
+                                  "as 'seeds', not both")
+        return obj
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"source": self.source}
@@ -60,6 +75,8 @@ class DataSpec:
             out["preset"] = self.preset
         if self.src is not None:
             out["src"] = self.src
+        if self.seeds is not None:
+            out["seeds"] = list(self.seeds)
         return {**out, **self.overrides}
 
 
@@ -153,6 +170,63 @@ def parse_variants(value: Any, where: str = "spec variants") -> list[VariantSpec
     return [VariantSpec.parse(str(k), v, where) for k, v in value.items()]
 
 
+SAMPLERS = ("tpe", "random", "grid")
+
+
+@dataclass
+class TuningSpec:
+    """The equal-budget search of every variant's knobs (DESIGN §6): ``sampler`` (Optuna's
+    ``tpe``, ``random`` or ``grid``), ``trials`` per variant (the same for every variant but the
+    labels-only baseline), each scored on the validation day averaged over ``seeds`` training
+    seeds. Every other key names a knob and replaces its method's declared range: a list of
+    values (categorical) or ``{low, high, log, int}``."""
+
+    sampler: str = "tpe"
+    trials: int = 8
+    seeds: int = 1
+    overrides: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_mapping(cls, values: Any, where: str) -> TuningSpec:
+        obj = _open_section(cls, values, where, ("sampler", "trials", "seeds"))
+        if obj.sampler not in SAMPLERS:
+            raise ConfigError(f"{where}: key 'sampler' must be one of "
+                              f"{', '.join(SAMPLERS)}, got {obj.sampler!r}")
+        if obj.trials < 1 or obj.seeds < 1:
+            raise ConfigError(f"{where}: keys 'trials' and 'seeds' must be >= 1")
+        for key, value in obj.overrides.items():
+            if isinstance(value, list) and value:
+                continue
+            if isinstance(value, dict) and {"low", "high"} <= set(value) \
+                    and set(value) <= {"low", "high", "log", "int"}:
+                continue
+            raise ConfigError(f"{where}: key {key!r} must be a non-empty list of values "
+                              f"to try or a range {{low, high, log, int}}, got {value!r}")
+        return obj
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"sampler": self.sampler, "trials": self.trials, "seeds": self.seeds,
+                **self.overrides}
+
+    @property
+    def knobs(self) -> dict[str, Any]:
+        """Knob → the spec's list or range for it."""
+        return dict(self.overrides)
+
+
+@dataclass
+class BootstrapSpec:
+    """The paired, user-level cluster bootstrap of every interval (DESIGN §6): ``samples``
+    resamples, drawn from ``seed``."""
+
+    samples: int = 1000
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.samples < 100:
+            raise ValueError(f"bootstrap: key 'samples' must be >= 100, got {self.samples}")
+
+
 @dataclass
 class ReprSpec:
     """How the LoopFM codes are made and read: the teacher ``layer`` the store keeps and the
@@ -186,7 +260,8 @@ class RunSpec:
     batch_size: int = 256
     lr: float = 0.01
     kd_loss: str = "bce"
-    tuning: dict[str, list[Any]] = field(default_factory=dict)
+    tuning: TuningSpec = field(default_factory=TuningSpec)
+    bootstrap: BootstrapSpec = field(default_factory=BootstrapSpec)
     repr: ReprSpec = field(default_factory=ReprSpec)
     hierarchical: TeacherSpec = field(default_factory=lambda: TeacherSpec("domain_fm"))
     accelerator: str = "cpu"  # the students' Lightning accelerator: small models, CPU default
@@ -233,10 +308,6 @@ class RunSpec:
             raise ValueError(f"'teacher_val_days' must be >= 0, got {self.teacher_val_days}")
         if self.batch_size < 1 or self.lr <= 0:
             raise ValueError("'batch_size' must be >= 1 and 'lr' > 0")
-        for key, values in self.tuning.items():
-            if not isinstance(values, list) or not values:
-                raise ValueError(f"tuning: key {key!r} must be a non-empty list of values to "
-                                 f"try, got {values!r}")
 
     def teacher_window(self, lag: int) -> tuple[int, int]:
         """The half-open days a lag-``lag`` teacher learns from (DESIGN §6.1): a window of
@@ -244,6 +315,11 @@ class RunSpec:
         window is unset); its last ``teacher_val_days`` days choose the epoch."""
         end = self.teacher_days - lag
         return (0 if self.teacher_window_days is None else end - self.teacher_window_days), end
+
+    @property
+    def worlds(self) -> list[int | None]:
+        """The world seeds the experiment replicates over (None: the data's one world)."""
+        return list(self.data.seeds) if self.data.seeds is not None else [None]
 
     @property
     def lags(self) -> list[int]:
@@ -269,7 +345,7 @@ class RunSpec:
                 value = {v.name: v.to_value() for v in value}
             elif hasattr(value, "to_dict"):
                 value = value.to_dict()
-            elif f.name == "repr":
+            elif f.name in ("repr", "bootstrap"):
                 value = dict(vars(value))
             out[f.name] = value
         return out

@@ -23,7 +23,7 @@ CASES = [
                           "'strong'"),
     ("tuning.kd_wieght=[1.0]", "spec tuning: unknown key 'kd_wieght'; this spec's variants "
                                "tune: kd_weight, temperature"),
-    ("tuning.kd_weight=1.0", "{spec}: tuning: key 'kd_weight' must be a non-empty list"),
+    ("tuning.kd_weight=1.0", "{spec}: key 'tuning': key 'kd_weight' must be a non-empty list"),
     ("student.hidden=[8]", "{spec}: key 'student': unknown key 'hidden' (expected class_path, "
                            "init_args)"),
     ("student.class_path=my_studentz.tower.TwoTower",
