@@ -15,7 +15,8 @@ from transfer.data.drift import base_rate_drift
 def data(tmp_path):
     # domain a: 4 rows a day with 2, 1, 3 clicks; domain b: 2 rows a day, always 1 click
     clicks = {"a": [1, 1, 0, 0, 1, 0, 0, 0, 1, 1, 1, 0], "b": [1, 0] * 3}
-    rows = [(s, d * 86_400 + i, c) for s, cs in clicks.items()
+    t0 = 1_704_067_200  # 2024-01-01 00:00 UTC: import refuses times before 1990
+    rows = [(s, t0 + d * 86_400 + i, c) for s, cs in clicks.items()
             for d in range(3) for i, c in enumerate(cs[d * len(cs) // 3:(d + 1) * len(cs) // 3])]
     pd.DataFrame(rows, columns=["surface", "t", "click"]).to_csv(tmp_path / "log.csv",
                                                                  index=False)

@@ -15,8 +15,9 @@ from tests.conftest import ROOT, dataset_table
 from transfer.data.reader import DatasetReader
 from transfer.data.schema import DatasetSchema
 
+T0 = 1_700_000_000  # 2023-11-14 22:13:20 UTC: times must be plausible epoch seconds
 LOG = pd.DataFrame({
-    "event_time": [500, 100, 300, 300, 200, 400, 600, 700],
+    "event_time": [T0 + s for s in (500, 100, 300, 300, 200, 400, 600, 700)],
     "user": [1, 1, 2, 1, 2, 1, 2, 3],
     "item": [11, 10, 12, 12, 10, 13, 99, 10],
     "rating": [5.0, 3.0, 4.0, 1.5, 4.5, 4.0, 2.0, 5.0],
@@ -132,8 +133,8 @@ def test_iso_times_calendar_days_and_string_ids(tmp_path, capsys):
 
 
 def test_parquet_timestamp_column(tmp_path, capsys):
-    log = LOG.assign(event_time=pd.Timestamp("2024-01-01") + pd.to_timedelta(LOG["event_time"],
-                                                                           unit="h"))
+    hours = pd.to_timedelta(LOG["event_time"] - T0, unit="h")
+    log = LOG.assign(event_time=pd.Timestamp("2024-01-01") + hours)
     m = {"time": {"column": "event_time", "timezone": "America/New_York"},
          "labels": {"click": "clicked"}}
     src, mapping = setup(tmp_path, m, log, parquet=True)
@@ -163,7 +164,7 @@ BAD = [  # (change to MAPPING, words the one-line error must contain)
     (lambda m: m["history"].update(fields={"x": {"feature": "colour"}}),
      ["history.fields.x", "unknown categorical feature 'colour'"]),
     (lambda m: m.update(time={"column": "event_time", "unit": "iso"}),
-     ["column 'event_time' line 2: 500 is not an ISO datetime"]),
+     [f"column 'event_time' line 2: {T0 + 500} is not an ISO datetime"]),
 ]
 
 

@@ -39,7 +39,8 @@ def test_run_window_or_domain_off_the_data(tmp_path, capsys, setting, message):
 def test_real_data_mismatch_found_after_the_data_step_leaves_no_run_dir(tmp_path, capsys):
     """An imported log's days are known only once it is converted: the check runs right after
     the data step and the run directory this run created is removed."""
-    log = pd.DataFrame({"t": [100, 200, 300, 400, 500, 600], "user": [1, 2, 1, 3, 2, 1],
+    log = pd.DataFrame({"t": [1_700_000_000 + s for s in (100, 200, 300, 400, 500, 600)],
+                        "user": [1, 2, 1, 3, 2, 1],
                         "item": [5, 6, 7, 5, 6, 8], "clicked": [1, 0, 1, 0, 0, 1]})
     log.to_csv(tmp_path / "log.csv", index=False)
     mapping = {"source": "shop", "time": {"column": "t", "unit": "s"}, "days": {"buckets": 3},

@@ -31,6 +31,8 @@ LABEL_TYPE = pa.int8()
 ORACLE_TYPE = pa.float32()
 DENSE_TYPE = pa.float32()
 CATEGORICAL_TYPE = pa.int64()
+SAMPLED_COLUMN = "sampled"  # 1 on a sampled negative, 0 on a logged row (``negatives`` set)
+SAMPLED_TYPE = pa.int8()
 
 
 @dataclass(frozen=True)
@@ -57,6 +59,7 @@ class DatasetSchema:
     column_types: dict[str, str] = field(default_factory=dict)
     rows_per_day: dict[str, int] = field(default_factory=dict)
     generator: dict = field(default_factory=dict)
+    negatives: dict | None = None  # {per_positive, from, seed} when negatives were sampled
     schema_version: int = SCHEMA_VERSION
 
     @property
@@ -82,11 +85,15 @@ class DatasetSchema:
         cols += [pa.field(f.name, seq_type(f.name)) for f in self.sequence]
         cols += [pa.field(t, LABEL_TYPE) for t in self.tasks]
         cols += [pa.field(c, ORACLE_TYPE) for c in self.oracle.values()]
+        if self.negatives is not None:
+            cols.append(pa.field(SAMPLED_COLUMN, SAMPLED_TYPE))
         return pa.schema(cols)
 
     def to_json(self) -> str:
         d = asdict(self)
         d["column_types"] = {f.name: str(f.type) for f in self.arrow_schema()}
+        if d["negatives"] is None:  # logged data only: schema.json as before the key existed
+            del d["negatives"]
         return json.dumps(d, indent=2, sort_keys=True)
 
     def save(self, directory: str | Path) -> None:

@@ -4,6 +4,8 @@ One example per log row. Rows are sorted by time (stable: ties keep file order, 
 order), numbered densely in that order, and split into days (calendar dates in a timezone, or
 equal-count time buckets). A user's history is their rows strictly before the row's time (ties
 excluded), so an event is in a history only once it has happened and its feedback is known.
+With ``negatives``, each logged row is followed by rows of sampled items its user had not
+engaged with (``negatives.py``); they are marked ``sampled`` and are in no history.
 """
 
 from __future__ import annotations
@@ -16,11 +18,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from transfer.data.importer import encode, sides, source
+from transfer.data.importer import encode, negatives, sides, source, times
 from transfer.data.importer.mapping import Mapping
 from transfer.data.importer.write import Events, write_dataset
 from transfer.data.ranges import N_AGE_BUCKETS, equal_count_days
-from transfer.data.schema import SCHEMA_FILE, DatasetSchema, Feature
+from transfer.data.schema import SAMPLED_COLUMN, SCHEMA_FILE, DatasetSchema, Feature
 from transfer.errors import ConfigError, DataError
 from transfer.io.publish import output_directory
 
@@ -49,8 +51,9 @@ def import_logs(src: str | Path, mapping: Mapping, out: str | Path,
         raw = _read_logs(files, mapping)
         n = len(raw["t"])
         order = np.argsort(raw["t"], kind="stable")
-        rows = {k: (v.iloc[order].reset_index(drop=True) if isinstance(v, pd.Series)
-                    else v[order]) for k, v in raw.items()}
+        rows = _take(raw, order)
+        if mapping.negatives is not None:
+            rows = _add_negatives(rows, mapping, notes)
         schema, columns, events = _assemble(rows, mapping, side, notes)
         schema.generator = {"mapping": mapping.to_dict(), "files": [str(f) for f in files],
                             "side_tables": [str(p) for _, p in side]}
@@ -102,8 +105,8 @@ def _read_logs(files: list[Path], m: Mapping) -> dict[str, np.ndarray | pd.Serie
 
 def _extract(df: pd.DataFrame, path: Path, m: Mapping) -> dict[str, np.ndarray | pd.Series]:
     """Check and convert one file's columns (so every error names this file)."""
-    out: dict[str, np.ndarray | pd.Series] = {"t": source.time_ns(df[m.time.column], path,
-                                                                   m.time)}
+    out: dict[str, np.ndarray | pd.Series] = {"t": times.time_ns(df[m.time.column], path,
+                                                                  m.time)}
     if m.days.date_column is not None:
         out["date"] = source.dates(df[m.days.date_column], path, "days.date_column")
     for role, ids in (("user", m.user), ("item", m.item)):
@@ -139,6 +142,43 @@ def _extract(df: pd.DataFrame, path: Path, m: Mapping) -> dict[str, np.ndarray |
             out[f"level:{f.name}"] = level
     for s in m.side_tables:
         out[f"on:{s.on}"] = df[s.on]
+    return out
+
+
+def _take(rows: dict, idx: np.ndarray) -> dict:
+    """Every column's rows ``idx``, in that order."""
+    return {k: _at(v, idx) for k, v in rows.items()}
+
+
+def _at(v: np.ndarray | pd.Series, idx: np.ndarray) -> np.ndarray | pd.Series:
+    return v.iloc[idx].reset_index(drop=True) if isinstance(v, pd.Series) else v[idx]
+
+
+def _add_negatives(rows: dict, m: Mapping, notes: list[str]) -> dict:
+    """Rows in time order → the same with each logged row followed by its sampled negatives:
+    the positive's time, user, domain and log features; the sampled item with its item
+    side-table features; every label 0 and ``sampled`` = 1."""
+    started = time.perf_counter()
+    logged = negatives.Log.build(rows["user"], rows["item"], rows["t"])
+    drawn = negatives.sample(logged, m.negatives)
+    src, item_src, sampled = negatives.expand_index(drawn, logged.first_rows())
+    item_keys = {"item", *(f"on:{s.on}" for s in m.side_tables if s.on == m.item.column)}
+    out = {k: _at(v, item_src if k in item_keys else src) for k, v in rows.items()}
+    for k in out:
+        if k.startswith(("label:", "level:")):
+            out[k][sampled == 1] = 0
+    out[SAMPLED_COLUMN] = sampled
+    n, none = len(drawn), int((drawn < 0).all(axis=1).sum())
+    if none:
+        notes.append(f"negatives: {none} of {n} logged rows got none (every item seen by then "
+                     "was one their user had engaged with)")
+    unlabelled = int(np.all([rows[f"label:{lab.name}"] == 0 for lab in m.labels], axis=0).sum())
+    if unlabelled:
+        notes.append(f"negatives: {unlabelled} of {n} logged rows have every label 0; they "
+                     "still count as engagements (their items are not their user's negatives "
+                     "from then on)")
+    log.info("sampled %d negatives for %d rows in %.1f s", len(src) - n, n,
+             time.perf_counter() - started)
     return out
 
 
@@ -193,6 +233,8 @@ def _assemble(rows: dict, m: Mapping, side: list, notes: list[str]
         dense += list(joined.dense)
     tasks = [lab.name for lab in m.labels]
     cols.update({lab.name: rows[f"label:{lab.name}"] for lab in m.labels})
+    if SAMPLED_COLUMN in rows:
+        cols[SAMPLED_COLUMN] = rows[SAMPLED_COLUMN]
     cards = {f.name: f.cardinality for f in categorical}
     sequence, fields = [], {}
     for f in m.history.fields if m.history else ():
@@ -214,8 +256,10 @@ def _assemble(rows: dict, m: Mapping, side: list, notes: list[str]
     schema = DatasetSchema(
         source=m.source, categorical=categorical, dense=dense, sequence=sequence, tasks=tasks,
         domains=domains, days=sorted(int(d) for d in np.unique(cols["day"])),
-        max_history=m.history.max_events if m.history else 0)
+        max_history=m.history.max_events if m.history else 0,
+        negatives=None if m.negatives is None else m.negatives.to_dict())
     events = Events(user=cols["user_id"], t=t, fields=fields,
-                    max_events=m.history.max_events if m.history else 0)
+                    max_events=m.history.max_events if m.history else 0,
+                    logged=rows[SAMPLED_COLUMN] == 0 if SAMPLED_COLUMN in rows else None)
     return schema, cols, events
 

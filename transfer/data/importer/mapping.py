@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from transfer.config import load_yaml
-from transfer.data.schema import KEY_COLUMNS
+from transfer.data.schema import KEY_COLUMNS, SAMPLED_COLUMN
 from transfer.errors import ConfigError
 
 TIME_UNITS = {"s": 10**9, "ms": 10**6, "us": 10**3, "ns": 1, "iso": 1}  # → nanoseconds
@@ -23,6 +23,7 @@ OPS = (">=", ">", "<=", "<", "==", "!=")
 BUCKETS = ("log2",)
 TRANSFORMS = ("log1p",)
 HIST_KINDS = ("item", "domain", "age")  # history fields named by a word; others are mappings
+NEGATIVE_SOURCES = ("popularity", "uniform")
 
 
 @dataclass(frozen=True)
@@ -102,6 +103,18 @@ class SideTable:
 
 
 @dataclass(frozen=True)
+class Negatives:
+    """Sampled negatives for a positive-only log: ``per_positive`` items per logged row."""
+
+    per_positive: int
+    from_: str          # popularity | uniform ("from" in YAML)
+    seed: int = 0
+
+    def to_dict(self) -> dict:
+        return {"per_positive": self.per_positive, "from": self.from_, "seed": self.seed}
+
+
+@dataclass(frozen=True)
 class Mapping:
     source: str
     time: Time
@@ -115,6 +128,7 @@ class Mapping:
     dense: tuple[Column, ...] = ()
     history: History | None = None
     side_tables: tuple[SideTable, ...] = ()
+    negatives: Negatives | None = None
     path: str = "mapping"
 
     def replace(self, **changes: Any) -> Mapping:
@@ -123,7 +137,10 @@ class Mapping:
     def to_dict(self) -> dict:
         """A JSON-ready record of the mapping actually applied (for ``schema.json``): unset
         options and the bookkeeping of mapping keys are left out."""
-        return _clean(dataclasses.asdict(self))
+        d = _clean(dataclasses.asdict(self))
+        if self.negatives is not None:
+            d["negatives"] = self.negatives.to_dict()
+        return d
 
 
 def _clean(v: Any) -> Any:
@@ -189,7 +206,8 @@ def parse_mapping(raw: dict, path: str = "mapping") -> Mapping:
     """Check a mapping given as a dict (a parsed YAML file) and build the ``Mapping``."""
     p = _P(path)
     p.keys(raw, "", ("source", "files", "time", "days", "user", "item", "domain", "labels",
-                     "categorical", "dense", "history", "side_tables"), ("time", "labels"))
+                     "categorical", "dense", "history", "side_tables", "negatives"),
+           ("time", "labels"))
     t = raw["time"]
     if isinstance(t, str):
         t = {"column": t}
@@ -217,6 +235,8 @@ def parse_mapping(raw: dict, path: str = "mapping") -> Mapping:
     )
     if raw.get("history") is not None:
         m = m.replace(history=_history(p, raw["history"], m))
+    if raw.get("negatives") is not None:
+        m = m.replace(negatives=_negatives(p, raw["negatives"], m))
     check_mapping(m)
     return m
 
@@ -352,6 +372,17 @@ def _history(p: _P, v: Any, m: Mapping) -> History:
     return History(tuple(out), p.integer(v.get("max_events", 1024), "history.max_events", 1))
 
 
+def _negatives(p: _P, v: Any, m: Mapping) -> Negatives:
+    p.keys(v, "negatives", ("per_positive", "from", "seed"), ("per_positive", "from"))
+    for role in ("user", "item"):
+        if getattr(m, role) is None:
+            raise p.err("negatives", f"needs {role!r}: a negative is an item its user had not "
+                                     "engaged with")
+    return Negatives(p.integer(v["per_positive"], "negatives.per_positive", 1),
+                     p.text(v["from"], "negatives.from", NEGATIVE_SOURCES),
+                     p.integer(v.get("seed", 0), "negatives.seed", 0))
+
+
 def check_mapping(m: Mapping) -> None:
     """Cross-key rules: unique output names, references that exist, ids kept as int64."""
     p = _P(m.path)
@@ -366,6 +397,8 @@ def check_mapping(m: Mapping) -> None:
 
     if m.item is not None:
         claim("item_id", "item")
+    if m.negatives is not None:
+        claim(SAMPLED_COLUMN, "negatives")
     id_cols = {c.column: c.key for c in (m.user, m.item) if c is not None}
     cats = [*m.categorical, *(c for s in m.side_tables for c in s.categorical)]
     for c in [*m.categorical, *m.dense]:

@@ -14,12 +14,11 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from transfer.data.importer.mapping import TIME_UNITS, Label, Time
+from transfer.data.importer.mapping import Label
 from transfer.errors import DataError
 
 CSV_SUFFIXES = (".csv", ".csv.gz")
 PARQUET_SUFFIXES = (".parquet", ".pq")
-_OFFSET = r"(?:[zZ]|[+-]\d\d(?::?\d\d)?)\s*$"  # an ISO datetime that names its UTC offset
 
 
 def is_csv(path: Path) -> bool:
@@ -80,7 +79,8 @@ def show(v: object) -> str:
     return repr(v.item() if isinstance(v, np.generic) else v)
 
 
-def _fail(path: Path, column: str, i: int, what: str, key: str) -> DataError:
+def fail(path: Path, column: str, i: int, what: str, key: str) -> DataError:
+    """The one-line error for row ``i`` of ``column``, naming the mapping key that read it."""
     by = f" (mapping key {key!r})" if key else ""
     return DataError(f"{path}: column {column!r} {place(path, i)}: {what}{by}")
 
@@ -95,17 +95,17 @@ def numbers(s: pd.Series, path: Path, key: str = "", integer: bool = False,
     bad = np.isnan(v) & s.notna().to_numpy()
     if bad.any():
         i = int(np.argmax(bad))
-        raise _fail(path, col, i, f"{show(s.iloc[i])} is not a number", key)
+        raise fail(path, col, i, f"{show(s.iloc[i])} is not a number", key)
     if not missing_ok and np.isnan(v).any():
-        raise _fail(path, col, int(np.argmax(np.isnan(v))), "empty value", key)
+        raise fail(path, col, int(np.argmax(np.isnan(v))), "empty value", key)
     if integer:
         frac = ~np.isnan(v) & (v % 1 != 0)
         if frac.any():
             i = int(np.argmax(frac))
-            raise _fail(path, col, i, f"{show(s.iloc[i])} is not an integer", key)
+            raise fail(path, col, i, f"{show(s.iloc[i])} is not an integer", key)
     if non_negative and (v < 0).any():
         i = int(np.argmax(v < 0))
-        raise _fail(path, col, i, f"negative id {s.iloc[i]}", key)
+        raise fail(path, col, i, f"negative id {s.iloc[i]}", key)
     if integer and not missing_ok:
         exact = pd.api.types.is_integer_dtype(s)
         return s.to_numpy(dtype=np.int64) if exact else v.astype(np.int64)
@@ -118,7 +118,7 @@ def binary(s: pd.Series, path: Path, key: str, hint: str = "") -> np.ndarray:
     bad = (v != 0) & (v != 1)
     if bad.any():
         i = int(np.argmax(bad))
-        raise _fail(path, str(s.name), i, f"{show(s.iloc[i])} is not 0 or 1{hint}", key)
+        raise fail(path, str(s.name), i, f"{show(s.iloc[i])} is not 0 or 1{hint}", key)
     return v.astype(np.int8)
 
 
@@ -128,52 +128,14 @@ def label(s: pd.Series, path: Path, lab: Label) -> np.ndarray:
         return binary(s, path, lab.key, "; add op and value to threshold it")
     if isinstance(lab.value, str):
         if s.isna().any():
-            raise _fail(path, lab.column, int(np.argmax(s.isna().to_numpy())), "empty value",
-                        lab.key)
+            raise fail(path, lab.column, int(np.argmax(s.isna().to_numpy())), "empty value",
+                       lab.key)
         v, ref = s.astype(str).to_numpy(), lab.value
     else:
         v, ref = numbers(s, path, lab.key), lab.value
     ops = {">=": np.greater_equal, ">": np.greater, "<=": np.less_equal, "<": np.less,
            "==": np.equal, "!=": np.not_equal}
     return ops[lab.op](v, ref).astype(np.int8)
-
-
-def time_ns(s: pd.Series, path: Path, t: Time) -> np.ndarray:
-    """Event times as int64 nanoseconds since the epoch (UTC)."""
-    if pd.api.types.is_datetime64_any_dtype(s):  # a Parquet timestamp: the unit is in the type
-        s = s if s.dt.tz is not None else s.dt.tz_localize(t.timezone)
-        if s.isna().any():
-            raise _fail(path, t.column, int(np.argmax(s.isna().to_numpy())), "empty value",
-                        "time")
-        return s.dt.tz_convert(None).dt.as_unit("ns").to_numpy().view(np.int64)
-    if t.unit != "iso":
-        scale = TIME_UNITS[t.unit]
-        if pd.api.types.is_integer_dtype(s):
-            v = s.to_numpy(dtype=np.int64)
-            big = np.abs(v) > np.iinfo(np.int64).max // scale
-            if big.any():
-                i = int(np.argmax(big))
-                raise _fail(path, t.column, i, f"{v[i]} is out of range for unit {t.unit}",
-                            "time")
-            return v * scale
-        return np.rint(numbers(s, path, "time") * scale).astype(np.int64)
-    text = s.astype("string")
-    has_offset = text.str.contains(_OFFSET, regex=True).fillna(False).to_numpy(dtype=bool)
-    aware = pd.to_datetime(text.where(has_offset), format="ISO8601", utc=True, errors="coerce")
-    naive = pd.to_datetime(text.where(~has_offset), format="ISO8601", errors="coerce")
-    try:
-        naive = naive.dt.tz_localize(t.timezone, ambiguous="NaT", nonexistent="NaT")
-    except (TypeError, ValueError):  # an offset the pattern missed: not a plain ISO datetime
-        naive = pd.Series(pd.NaT, index=s.index, dtype="datetime64[ns, UTC]")
-    both = aware.where(has_offset, naive.dt.tz_convert("UTC")).dt.tz_convert(None)
-    bad = both.isna().to_numpy()
-    if bad.any():
-        i = int(np.argmax(bad))
-        what = ("empty value" if pd.isna(s.iloc[i]) else
-                f"{show(s.iloc[i])} is not an ISO datetime (or not a valid local time in "
-                f"{t.timezone})")
-        raise _fail(path, t.column, i, what, "time")
-    return both.dt.as_unit("ns").to_numpy().view(np.int64)
 
 
 def dates(s: pd.Series, path: Path, key: str) -> np.ndarray:
@@ -186,7 +148,7 @@ def dates(s: pd.Series, path: Path, key: str) -> np.ndarray:
     bad = parsed.isna().to_numpy()
     if bad.any():
         i = int(np.argmax(bad))
-        raise _fail(path, str(s.name), i, f"{show(s.iloc[i])} is not a date (yyyymmdd or ISO)",
+        raise fail(path, str(s.name), i, f"{show(s.iloc[i])} is not a date (yyyymmdd or ISO)",
                     key)
     if parsed.dt.tz is not None:
         parsed = parsed.dt.tz_localize(None)

@@ -19,12 +19,16 @@ class Events:
 
     ``user`` and ``t`` (nanoseconds) are per row in time order; ``fields`` maps each history
     column to its per-row event value, or to None for ``hist_age`` (relative to the reading row).
+    ``logged`` (None: every row) marks the rows that are real events: a sampled negative is no
+    engagement, so it is in no history; it reads the history of the logged row before it (its
+    positive, at the same time).
     """
 
     user: np.ndarray
     t: np.ndarray
     fields: dict[str, np.ndarray | None]
     max_events: int
+    logged: np.ndarray | None = None
 
 
 def write_dataset(schema: DatasetSchema, cols: dict[str, np.ndarray], events: Events,
@@ -33,16 +37,11 @@ def write_dataset(schema: DatasetSchema, cols: dict[str, np.ndarray], events: Ev
     ``root`` and fill ``schema.rows_per_day``."""
     arrow = schema.arrow_schema()
     day = cols["day"]
-    n = len(day)
     if np.any(np.diff(day) < 0):
         raise AssertionError("days must not decrease in time order")
     ts = cols["ts"]
     if events.fields:
-        # History ranges live in (user, time) order; perm maps that order back to example ids.
-        perm = np.lexsort((np.arange(n), events.t, events.user))
-        start, end = history_ranges(events.user[perm], events.t[perm], events.max_events)
-        pos_of = np.empty(n, dtype=np.int64)
-        pos_of[perm] = np.arange(n)
+        perm, start, end, pos_of = _history_index(events)
     for d in schema.days:
         lo, hi = int(np.searchsorted(day, d, "left")), int(np.searchsorted(day, d, "right"))
         arrays = {f.name: pa.array(cols[f.name][lo:hi], type=f.type)
@@ -60,3 +59,21 @@ def write_dataset(schema: DatasetSchema, cols: dict[str, np.ndarray], events: Ev
         table = pa.Table.from_arrays([arrays[f.name] for f in arrow], schema=arrow)
         write_day(table, root, d)
         schema.rows_per_day[str(d)] = hi - lo
+
+
+def _history_index(events: Events) -> tuple[np.ndarray, ...]:
+    """History ranges over the logged rows in (user, time) order: ``perm`` maps that order back
+    to example ids, ``start``/``end`` are each position's range and ``pos_of`` every row's
+    position (a sampled row takes its positive's)."""
+    n = len(events.t)
+    rows = np.arange(n)
+    if events.logged is None:
+        host = rows
+    else:
+        rows = np.flatnonzero(events.logged)
+        host = np.maximum.accumulate(np.where(events.logged, np.arange(n), 0))
+    perm = rows[np.lexsort((rows, events.t[rows], events.user[rows]))]
+    start, end = history_ranges(events.user[perm], events.t[perm], events.max_events)
+    pos_of = np.empty(n, dtype=np.int64)
+    pos_of[perm] = np.arange(len(perm))
+    return perm, start, end, pos_of[host]
