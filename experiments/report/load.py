@@ -27,8 +27,10 @@ REQUIRED_COLUMNS: tuple[str, ...] = (
     "variant", "seed", "domain", "task", "teacher_lag_days", "ne", "auc", "calibration",
     "ne_baseline", "ne_teacher", "ne_oracle", "delta_ne", "transfer_ratio", "efficiency_vs_kd",
 )
-#: Optional columns: parsed as numbers when present (older runs lack them).
-OPTIONAL_NUMERIC: tuple[str, ...] = ("ne_source", "ne_feature_oracle")
+#: Optional columns: parsed as numbers when present (older runs lack them). ``world`` is the
+#: synthetic world's seed (0 for real data); a results.csv without it is one world, 0.
+OPTIONAL_NUMERIC: tuple[str, ...] = ("ne_source", "ne_feature_oracle", "world")
+WORLD = "world"
 NUMERIC_COLUMNS: tuple[str, ...] = (
     "seed", "teacher_lag_days", "ne", "auc", "calibration", "ne_baseline", "ne_teacher",
     "ne_oracle", "delta_ne", "transfer_ratio", "efficiency_vs_kd",
@@ -99,17 +101,32 @@ def validate_results(frame: pd.DataFrame, source: str) -> pd.DataFrame:
     for col in ("variant", "domain", "task"):
         out[col] = out[col].astype(str)
     out["seed"] = out["seed"].astype(int)
+    out[WORLD] = _worlds(out, source)
     lags = out["teacher_lag_days"]
     if (lags == lags.round()).all():
         out["teacher_lag_days"] = lags.astype(int)
-    dup = out.duplicated(subset=[*KEYS, "seed"])
+    dup = out.duplicated(subset=[*KEYS, WORLD, "seed"])
     if dup.any():
         r = out[dup].iloc[0]
         raise ConfigError(
             f"{source}: duplicate row for variant={r['variant']} seed={r['seed']} "
-            f"domain={r['domain']} task={r['task']} teacher_lag_days={r['teacher_lag_days']}"
+            f"domain={r['domain']} task={r['task']} teacher_lag_days={r['teacher_lag_days']} "
+            f"world={r[WORLD]}"
         )
     return out
+
+
+def _worlds(frame: pd.DataFrame, source: str) -> pd.Series:
+    """The ``world`` column as ints; 0 (one world) where an older results.csv has none."""
+    if WORLD not in frame.columns:
+        return pd.Series(0, index=frame.index, dtype=int)
+    world = frame[WORLD]
+    bad = world.isna() | (world != world.round())
+    if bad.any():
+        i = int(np.flatnonzero(bad.to_numpy())[0])
+        raise ConfigError(f"{source}: column {WORLD!r} row {i + 1}: expected an integer world "
+                          f"seed, got {world.iloc[i]!r}")
+    return world.astype(int)
 
 
 def load_spec(run_dir: Path) -> dict[str, Any] | None:

@@ -15,7 +15,12 @@ from experiments.report.text import (
     reference_line,
     sentences,
 )
+from experiments.report.tuning_edges import edge_sentences
+from experiments.report.tuning_plots import write_tuning_plots
+from experiments.report.verdicts import ci, delta_cell, interval_table, rule_paragraph
 from transfer.io.atomic import atomic_write_bytes
+
+INTERVALS_CSV = "intervals.csv"
 
 
 def render_report(run_dir: str | Path) -> str:
@@ -24,18 +29,25 @@ def render_report(run_dir: str | Path) -> str:
 
 
 def render(run: RunView) -> str:
-    out: list[str] = [f"# gemkd report: {run.name}", ""]
+    out: list[str] = [f"# gemkd report: {run.name}", "", rule_paragraph(run), ""]
     where = f"domain {run.domain}, task {run.task}, teacher lag {lag_str(run.lag)} days"
-    out += [
-        f"Run directory `{run.dir}`. Every number is mean ± std over seeds (sample std); "
+    definitions = (
         "ΔNE = NE(baseline) − NE(variant), TR = ΔNE / (NE(baseline) − NE(teacher)), "
         "efficiency vs KD = ΔNE / ΔNE(plain KD), gap closed = ΔNE / (NE(baseline) − NE(oracle)); "
         "the teacher's share of the oracle gap = (NE(baseline) − NE(teacher)) / (NE(baseline) − "
-        "NE(oracle)) is how much there is to transfer. TR is left empty (—) where the teacher's "
-        "own advantage is within 2 std of the baseline's seed noise, efficiency vs KD where plain "
-        "KD does not gain: ratios to noise mean nothing.",
-        "",
-    ]
+        "NE(oracle)) is how much there is to transfer.")
+    if run.has_intervals:
+        out += [f"Run directory `{run.dir}`; every interval is in `{INTERVALS_CSV}`. "
+                f"{definitions} AUC, calibration, gap closed and the teachers' NE are mean ± std "
+                "over seeds (sample std). TR is left empty (—) where the teacher's own advantage "
+                "NE(baseline) − NE(teacher) has an interval that does not lie above 0, "
+                "efficiency vs KD where plain KD's ΔNE has none above 0: ratios to noise mean "
+                "nothing.", ""]
+    else:
+        out += [f"Run directory `{run.dir}`. Every number is mean ± std over seeds (sample "
+                f"std); {definitions} TR is left empty (—) where the teacher's own advantage is "
+                "within 2 std of the baseline's seed noise, efficiency vs KD where plain KD does "
+                "not gain: ratios to noise mean nothing.", ""]
     few = run.summary[run.summary["n_seeds"] < 3]
     if not few.empty:
         out += [f"**Warning:** {len(few)} cell(s) have fewer than 3 seeds (min "
@@ -46,19 +58,17 @@ def render(run: RunView) -> str:
     out += _sources(run)
 
     out += ["## What it means", "", " ".join(sentences(run)), ""]
-    kd_gain = run.cell()
-    kd_gain = kd_gain[kd_gain["variant"] == "kd"]["delta_ne"]
-    if len(kd_gain) and not (kd_gain > 0).all():
-        out += ["**Efficiency vs KD is not defined here** (shown as —): plain KD did not lower "
-                f"NE on {int((kd_gain <= 0).sum())} of {len(kd_gain)} seeds, and a ratio to a "
-                "gain that is not a gain means nothing; compare the ΔNE column instead.", ""]
+    out += _efficiency_note(run)
 
     out += [f"## Every task (domain {run.domain}, teacher lag {lag_str(run.lag)} days)", ""]
-    rows = []
-    for task in run.tasks:
-        for _, r in run.rows(task=task).iterrows():
-            rows.append([task, r["variant"], *metric_row(r, run.has_oracle)])
-    out += [md_table(("task", "variant", *metric_header(run.has_oracle)), rows, left=2), ""]
+    if run.has_intervals:
+        out += [interval_table(run, run.tasks), ""]
+    else:
+        rows = []
+        for task in run.tasks:
+            for _, r in run.rows(task=task).iterrows():
+                rows.append([task, r["variant"], *metric_row(r, run.has_oracle)])
+        out += [md_table(("task", "variant", *metric_header(run.has_oracle)), rows, left=2), ""]
     out += [f"- {task}: {reference_line(run, task)}" for task in run.tasks] + [""]
 
     if len(run.domains) > 1:
@@ -66,11 +76,8 @@ def render(run: RunView) -> str:
                 f"{lag_str(run.lag)} days)", ""]
         s = run.summary[(run.summary["teacher_lag_days"] == run.lag)
                         & (run.summary["task"] == run.task)]
-        rows = []
-        for v in run.variants:
-            sv = s[s["variant"] == v].set_index("domain")
-            rows.append([v] + [pm(sv.at[d, "delta_ne_mean"], sv.at[d, "delta_ne_std"])
-                               if d in sv.index else "—" for d in run.domains])
+        cells = {d: _delta_cells(run, s[s["domain"] == d], domain=d) for d in run.domains}
+        rows = [[v] + [cells[d].get(v, "—") for d in run.domains] for v in run.variants]
         out += [md_table(("variant", *run.domains), rows), ""]
 
     if len(run.lags) > 1:
@@ -83,6 +90,35 @@ def render(run: RunView) -> str:
     if present:
         out += ["## Plots", ""] + [f"![{n[:-4]}](plots/{n})" for n in present] + [""]
     return "\n".join(out).rstrip() + "\n"
+
+
+def _delta_cells(run: RunView, summary: Any, **where: Any) -> dict[str, str]:
+    """ΔNE per variant of one slice: with its interval, else mean ± std over seeds."""
+    if run.has_intervals:
+        return delta_cell(run, **where)
+    return {r["variant"]: pm(r["delta_ne_mean"], r["delta_ne_std"])
+            for _, r in summary.iterrows()}
+
+
+def _efficiency_note(run: RunView) -> list[str]:
+    """Why the efficiency column is empty, when plain KD's gain is not one."""
+    if run.has_intervals:
+        kd = run.interval_rows()
+        kd = kd[kd["variant"] == "kd"]
+        if kd.empty or not kd["efficiency_vs_kd"].isna().all():
+            return []
+        r = kd.iloc[0]
+        interval = ci(r["delta_ne"], r["delta_ne_lo"], r["delta_ne_hi"])
+        return ["**Efficiency vs KD is not defined here** (shown as —): plain KD's ΔNE "
+                f"interval ({interval}) does not lie above 0, and a ratio to a gain that may "
+                "not be one means nothing; the ΔNE − ΔNE(KD) column carries the comparison.", ""]
+    kd_gain = run.cell()
+    kd_gain = kd_gain[kd_gain["variant"] == "kd"]["delta_ne"]
+    if len(kd_gain) and not (kd_gain > 0).all():
+        return ["**Efficiency vs KD is not defined here** (shown as —): plain KD did not lower "
+                f"NE on {int((kd_gain <= 0).sum())} of {len(kd_gain)} seeds, and a ratio to a "
+                "gain that is not a gain means nothing; compare the ΔNE column instead.", ""]
+    return []
 
 
 def _sources(run: RunView) -> list[str]:
@@ -104,14 +140,12 @@ def lag_section(run: RunView) -> list[str]:
            "the labels-only baseline's. `plots/ne_vs_lag.png` draws NE against lag per variant.",
            ""]
     s = run.summary[(run.summary["domain"] == run.domain) & (run.summary["task"] == run.task)]
-    rows = []
-    for v in run.variants:
-        sv = s[s["variant"] == v].set_index("teacher_lag_days")
-        rows.append([v] + [pm(sv.at[lag, "delta_ne_mean"], sv.at[lag, "delta_ne_std"])
-                           if lag in sv.index else "—" for lag in run.lags])
+    cells = {lag: _delta_cells(run, s[s["teacher_lag_days"] == lag], lag=lag)
+             for lag in run.lags}
+    rows = [[v] + [cells[lag].get(v, "—") for lag in run.lags] for v in run.variants]
     fm, own, base = [], [], []
     for lag in run.lags:
-        c = run.cell(lag=lag).groupby("seed")[["ne_baseline", "ne_teacher"]].mean()
+        c = run.cell(lag=lag).groupby(["world", "seed"])[["ne_baseline", "ne_teacher"]].mean()
         fm.append(pm(*seed_stats(c["ne_baseline"] - c["ne_teacher"])))
         own.append(pm(*seed_stats(c["ne_teacher"])))
         base.append(pm(*seed_stats(c["ne_baseline"])))
@@ -139,6 +173,14 @@ def _tuning_section(run: RunView) -> list[str]:
             rows.append([v, param, tried, value, val_ne])
     out += ["Every variant gets the same budget; efficiency is against the tuned plain KD.", "",
             md_table(("variant", "param", "tried", "chosen", "val NE (chosen)"), rows, left=4), ""]
+    edges = edge_sentences(tuning)
+    out += ([f"- **{e}**" for e in edges] + [""]) if edges else \
+        (["No chosen value sits at the edge of its searched range (a natural bound such as "
+          "KD's α = 1 is not an edge)."] if "at_edge" in tuning.columns else []) + [""]
+    plots = sorted((run.dir / "plots").glob("tuning_*.png"))
+    if plots:
+        out += ["Validation NE of every trial against each knob:", ""]
+        out += [f"![{p.stem}](plots/{p.name})" for p in plots] + [""]
     return out
 
 
@@ -162,8 +204,13 @@ def _setup_section(run: RunView) -> list[str]:
 
 
 def write_plots(run_dir: str | Path) -> list[Path]:
-    """Write the run's PNGs under ``run_dir/plots/`` (see :mod:`experiments.report.plots`)."""
-    return write_run_plots(RunView(run_dir))
+    """Write the run's PNGs under ``run_dir/plots/`` (see :mod:`experiments.report.plots`),
+    and one of validation NE against each tuned knob per variant (``tuning_<variant>.png``)."""
+    written = write_run_plots(RunView(run_dir))
+    tuning = load_tuning(run_dir)
+    if tuning is not None and "trial" in tuning.columns:
+        written += write_tuning_plots(tuning, Path(run_dir) / "plots")
+    return written
 
 
 def write_report(run_dir: str | Path) -> Path:
@@ -177,14 +224,21 @@ def write_report_for(run: RunView) -> Path:
     return path
 
 
+def write_intervals(run: RunView) -> Path:
+    """``run_dir/intervals.csv``: one row per (lag, domain, task, variant), atomically."""
+    path = run.dir / INTERVALS_CSV
+    atomic_write_bytes(path, run.intervals.table.to_csv(index=False).encode("utf-8"))
+    return path
 
 
 def report_command(run_dir: str | Path) -> str:
-    """``gemkd report RUN_DIR``: write the plots and report.md; return the text to print."""
+    """``gemkd report RUN_DIR``: write the plots, report.md and intervals.csv; return the text
+    to print."""
     run = RunView(run_dir)
-    plots = write_run_plots(run)
+    plots = write_plots(run_dir)
     report = write_report_for(run)
+    intervals = write_intervals(run)
     where = (f"domain {run.domain}, task {run.task}, teacher lag {lag_str(run.lag)} days")
     lines = [f"{run.name}: {where}", main_table(run), "", " ".join(sentences(run)), "",
-             f"wrote {report}"] + [f"wrote {p}" for p in plots]
+             f"wrote {report}", f"wrote {intervals}"] + [f"wrote {p}" for p in plots]
     return "\n".join(lines)

@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import replace
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from experiments.report.intervals import Intervals, run_intervals
 from experiments.report.load import (
     ALL,
     FIRST_TASK,
@@ -147,6 +150,22 @@ class RunView:
         name = (self.spec or {}).get("name")
         self.name = str(name) if name else self.dir.resolve().name
 
+    @cached_property
+    def intervals(self) -> Intervals:
+        """95 % intervals and verdicts (experiments.report.intervals), computed on first use:
+        a bootstrap when the run has per-user evaluation files, NaN intervals otherwise."""
+        iv = run_intervals(self.dir, self.raw, self.spec)
+        return replace(iv, table=sort_summary(iv.table, self.tasks, self.order))
+
+    @property
+    def has_intervals(self) -> bool:
+        return self.intervals.resolved
+
+    def interval_rows(self, *, lag: Any = None, domain: str | None = None,
+                      task: str | None = None) -> pd.DataFrame:
+        """Interval rows (one per variant) of a lag × domain × task slice (default: the main)."""
+        return self._slice(self.intervals.table, lag, domain, task)
+
     def rows(self, *, lag: Any = None, domain: str | None = None,
              task: str | None = None) -> pd.DataFrame:
         """Summary rows (one per variant) of a lag × domain × task slice (default: the main)."""
@@ -173,7 +192,8 @@ class RunView:
         evaluation slice, and the teacher's share of the baseline's gap to each oracle."""
         cols = ["ne_baseline", "ne_teacher", "ne_oracle", "ne_feature_oracle"]
         cell = self.cell(**where)
-        per_seed = cell.reindex(columns=["seed", *cols]).groupby("seed")[cols].mean()
+        per_seed = (cell.reindex(columns=["world", "seed", *cols])
+                    .groupby(["world", "seed"])[cols].mean())
         out = {c: seed_stats(per_seed[c]) for c in cols}
         gain = per_seed["ne_baseline"] - per_seed["ne_teacher"]
         for name, col in (("teacher_share", "ne_oracle"),

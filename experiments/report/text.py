@@ -1,4 +1,8 @@
-"""The report's tables and its generated "what it means" sentences (never canned)."""
+"""The report's tables and its generated "what it means" sentences (never canned).
+
+A run with per-user evaluation files gets interval tables and verdicts
+(:mod:`experiments.report.verdicts`); an older run keeps mean ± std over seeds, and its
+sentences compare differences with the seed spread without calling any of them a verdict."""
 
 from __future__ import annotations
 
@@ -8,6 +12,10 @@ from pathlib import Path
 import pandas as pd
 
 from experiments.report.summary import RunView, f4, lag_str, md_table, pm, seed_stats
+from experiments.report.verdicts import interval_sentences, interval_table
+
+#: How an old run (no per-user files) words a difference beyond its seed spread.
+NO_VERDICT = "but without per-user evaluation files that is seed spread on one world, not a verdict"
 
 
 def metric_row(r: pd.Series, oracle: bool = True) -> list[str]:
@@ -33,6 +41,8 @@ def metric_header(oracle: bool = True) -> tuple[str, ...]:
 
 
 def main_table(run: RunView) -> str:
+    if run.has_intervals:
+        return interval_table(run)
     rows = [[r["variant"], *metric_row(r, run.has_oracle)] for _, r in run.rows().iterrows()]
     return md_table(("variant", *metric_header(run.has_oracle)), rows)
 
@@ -62,9 +72,11 @@ def pct(mean: float, std: float) -> str:
 
 
 def paired_diff(cell: pd.DataFrame, a: str, b: str, col: str = "ne") -> tuple[float, float]:
-    """Mean and std over seeds of ``a - b`` in ``col``, paired on seed when ≥ 2 seeds match."""
-    sa = cell[cell["variant"] == a].set_index("seed")[col]
-    sb = cell[cell["variant"] == b].set_index("seed")[col]
+    """Mean and std over seeds of ``a - b`` in ``col``, paired on (world, seed) when ≥ 2
+    match."""
+    keys = [k for k in ("world", "seed") if k in cell.columns]
+    sa = cell[cell["variant"] == a].set_index(keys)[col]
+    sb = cell[cell["variant"] == b].set_index(keys)[col]
     common = sa.index.intersection(sb.index)
     if len(common) >= 2:
         return seed_stats(sa.loc[common] - sb.loc[common])
@@ -87,6 +99,8 @@ def what_it_means(run_dir: str | Path) -> list[str]:
 
 
 def sentences(run: RunView) -> list[str]:
+    if run.has_intervals:
+        return interval_sentences(run)
     rows = run.rows().set_index("variant")
     cell = run.cell()
     where = f"on {run.task} at domain {run.domain} (teacher lag {lag_str(run.lag)} days)"
@@ -111,7 +125,7 @@ def sentences(run: RunView) -> list[str]:
         best = methods[0]
         d, s = paired_diff(cell, "kd", best)
         exceeds, phrase = vs_2std(d, s)
-        verdict = {True: "so it is a real gain over plain KD",
+        verdict = {True: NO_VERDICT,
                    False: "so it is not distinguishable from seed noise",
                    None: "so its significance is unknown"}[exceeds]
         first = (f"The best variant {where} is {best} with NE {ne(best)}, {f4(d)} ± {f4(s)} "
@@ -123,7 +137,7 @@ def sentences(run: RunView) -> list[str]:
         runner = methods[1]
         d, s = paired_diff(cell, runner, "kd")
         exceeds, phrase = vs_2std(d, s)
-        verdict = {True: "so plain KD's lead is real",
+        verdict = {True: NO_VERDICT,
                    False: "so plain KD's lead is within seed noise",
                    None: "so its significance is unknown"}[exceeds]
         first = (f"Plain KD is the best variant {where} with NE {ne('kd')}, and the runner-up "
@@ -143,10 +157,8 @@ def sentences(run: RunView) -> list[str]:
             verdict = "so whether KD beats the baseline is unknown"
         elif not exceeds:
             verdict = "so KD's effect over labels alone is not distinguishable from seed noise"
-        elif d > 0:
-            verdict = "so KD beats the baseline and the teacher's knowledge reaches the student"
         else:
-            verdict = "so KD hurts this student"
+            verdict = NO_VERDICT
         second = (f"Plain KD {verb} ± {f4(s)} against the labels-only baseline (TR {tr}), "
                   f"{phrase}, {verdict}.")
     return [first, second]

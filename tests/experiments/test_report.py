@@ -256,3 +256,86 @@ def test_results_page_puts_runs_side_by_side(run_dir, tmp_path):
     # both runs sweep lags 0 and 7: each section carries its staleness table
     assert text.count("### ΔNE vs teacher lag") == 2 and "| teacher (ΔNE_FM) |" in text
     assert main(["report", str(run_dir), str(other)]) == 2  # several only with --markdown
+
+
+# ---- runs with per-user evaluation files: intervals and verdicts ---------------------------------
+
+@pytest.fixture(scope="module")
+def cluster_run_dir(tmp_path_factory) -> Path:
+    from tests.experiments.cluster_run import make_cluster_run
+
+    return make_cluster_run(tmp_path_factory.mktemp("clusters"), worlds=(0, 1, 2), lags=(0, 3))
+
+
+CI = r"-?\d\.\d{4} \[-?\d\.\d{4}, -?\d\.\d{4}\]"
+
+
+def test_report_states_the_rule_and_shows_intervals(cluster_run_dir):
+    out = report_command(cluster_run_dir)
+    text = (cluster_run_dir / "report.md").read_text()
+    first = text.split("\n\n")[1]
+    assert first.startswith("Intervals are 95 % percentile intervals of a paired, user-level "
+                            "bootstrap (200 resamples, seed 0) nested with the training seeds "
+                            "and the worlds")
+    assert "excludes 0" in first and "sign agrees in a majority of the worlds" in first
+    assert "mean over the 3 worlds (0, 1, 2)" in first
+    assert re.search(r"the ΔNE intervals' half-width is 0\.\d{4} \(median", first)
+    assert "2 std" not in text
+    main = text.split("## Main result")[1].split("\n## ")[0]
+    lines = [ln for ln in main.splitlines() if ln.startswith("| ")]
+    assert "| ΔNE vs baseline [95 % CI] |" in lines[0] and "efficiency vs KD [95 % CI]" in lines[0]
+    assert [f"world {w}: ΔNE (eff.)" in lines[0] for w in (0, 1, 2)] == [True] * 3
+    aux = next(ln for ln in lines if ln.startswith("| kd_aux |"))
+    assert re.match(rf"\| kd_aux \| {CI} \| {CI} \| real gain \(3/3 worlds\) \| {CI} \| "
+                    r"1\.\d\d× \[1\.\d\d, 1\.\d\d\] \| beats KD \(3/3 worlds\) \|", aux)
+    assert aux.count("×)") == 3  # each world's ΔNE with its efficiency
+    assert re.search(rf"\| kd_repr \| {CI} \| {CI} \| real gain \(3/3 worlds\) \| {CI} \| "
+                     r".+ \| not resolved \([0-3]/3 worlds\) \|", main)
+    by_domain = text.split("## ΔNE vs baseline by domain")[1].split("\n## ")[0]
+    assert re.search(rf"\| kd \| {CI} \| {CI} \| {CI} \|", by_domain)
+    by_lag = text.split("## ΔNE vs teacher lag")[1].split("\n## ")[0]
+    assert re.search(rf"\| kd_aux \| {CI} \| {CI} \|", by_lag)
+    sents = _sentences(cluster_run_dir)
+    assert "is kd_aux" in sents[0] and "so it beats plain KD (3 of 3 worlds agree)" in sents[0]
+    assert "a real gain (3 of 3 worlds agree), so the teacher's knowledge" in sents[1]
+    written = pd.read_csv(cluster_run_dir / "intervals.csv")
+    assert f"wrote {cluster_run_dir / 'intervals.csv'}" in out
+    assert len(written) == 2 * 3 * 2 * 4 and written["delta_ne_lo"].notna().all()
+    assert written.iloc[0][["teacher_lag_days", "domain", "task", "variant"]].tolist() == \
+        [0, "all", "click", "baseline"]
+
+
+def test_report_of_one_world_says_its_verdicts_are_that_worlds(tmp_path):
+    from tests.experiments.cluster_run import make_cluster_run
+
+    run = make_cluster_run(tmp_path / "r", worlds=(4,), noise={"baseline": 1.6, "kd": 0.9,
+                                                               "kd_repr": 0.95})
+    text = render_report(run)
+    first = text.split("\n\n")[1]
+    assert "This run has one world (world 4), so every verdict here is that one world's" in first
+    assert "world 4: ΔNE" not in text  # per-world columns only with several worlds
+    sents = _sentences(run)
+    assert sents[0].startswith("Plain KD is the best variant") and "kd_repr" in sents[0]
+    assert "an interval that holds 0, so plain KD's lead is not resolved" in sents[0]
+
+
+def test_report_of_a_run_without_clusters_says_it_has_no_verdicts(run_dir):
+    text = render_report(run_dir)
+    assert text.split("\n\n")[1].startswith("This run predates per-user evaluation files")
+    sents = what_it_means(run_dir)
+    assert "not a verdict" in sents[0] and "not a verdict" in sents[1]
+    assert "real" not in " ".join(sents)
+    report_command(run_dir)
+    written = pd.read_csv(run_dir / "intervals.csv")
+    assert written["delta_ne_lo"].isna().all() and written["delta_ne"].notna().all()
+
+
+def test_results_page_shows_intervals_and_rule(cluster_run_dir, run_dir, tmp_path):
+    from experiments.report.results_md import write_results
+
+    text = write_results(tmp_path / "RESULTS.md", [cluster_run_dir, run_dir]).read_text()
+    summary = text.split("\n## ")[1]
+    assert re.search(rf"\| kd_aux \| {CI} \(real gain\) \| 0\.0140 ± ", summary)
+    clusters, old = text.split("\n## ")[2:]
+    assert "Intervals are 95 % percentile intervals" in clusters and "| real gain" in clusters
+    assert "This run predates per-user evaluation files" in old

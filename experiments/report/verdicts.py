@@ -1,0 +1,257 @@
+"""The report's text for a run with intervals (DESIGN §6): ``point [lo, hi]`` cells, the tables
+with verdicts and per-world columns, the opening paragraph that states the rule and what the run
+could detect, and the two "what it means" sentences — every verdict taken from
+:mod:`experiments.report.intervals`, none from a seed std."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+
+from experiments.report.intervals import BEATS, BELOW, GAIN, LOSS
+from experiments.report.summary import RunView, f4, lag_str, md_table, pm
+
+
+def ci(point: float, lo: float, hi: float) -> str:
+    """``0.0079 [0.0061, 0.0098]``; the point alone where there is no interval."""
+    if not math.isfinite(point):
+        return "—"
+    if not (math.isfinite(lo) and math.isfinite(hi)):
+        return f4(point)
+    return f"{f4(point)} [{f4(lo)}, {f4(hi)}]"
+
+
+def ratio_ci(point: float, lo: float, hi: float, unit: str = "") -> str:
+    """A ratio to 2 decimals: ``1.21× [0.95, 1.48]``."""
+    if not math.isfinite(point):
+        return "—"
+    head = f"{point:.2f}{unit}"
+    if not (math.isfinite(lo) and math.isfinite(hi)):
+        return head
+    return f"{head} [{lo:.2f}, {hi:.2f}]"
+
+
+def _cell(r: pd.Series, name: str, lo: str, hi: str) -> str:
+    return ci(r[name], r[lo], r[hi])
+
+
+def verdict_cell(r: pd.Series, kind: str) -> str:
+    """The verdict with the worlds that agree on its sign, when there are several."""
+    text = r[f"{kind}_verdict"]
+    if not isinstance(text, str) or not text:
+        return "—"
+    col = "worlds_agree_delta_ne" if kind == "gain" else "worlds_agree_vs_kd"
+    n = int(r["n_worlds"])
+    return f"{text} ({int(r[col])}/{n} worlds)" if n > 1 else text
+
+
+def interval_header(run: RunView, with_worlds: bool) -> tuple[str, ...]:
+    """Columns of the interval tables: the verdicts sit next to the interval they read."""
+    last = "gap closed to oracle" if run.has_oracle else "calibration (Σp/Σy)"
+    head = ("NE [95 % CI]", "ΔNE vs baseline [95 % CI]", "gain", "ΔNE − ΔNE(KD) [95 % CI]",
+            "efficiency vs KD [95 % CI]", "vs KD", "TR [95 % CI]", "AUC (mean ± std)", last,
+            "seeds")
+    if with_worlds:
+        head += tuple(f"world {w}: ΔNE (eff.)" for w in run.intervals.worlds)
+    return head
+
+
+def interval_row(run: RunView, r: pd.Series | None, s: pd.Series,
+                 with_worlds: bool) -> list[str]:
+    """Cells of one variant: intervals from ``r`` (None: no per-user files for it), AUC, the
+    oracle gap or calibration and seeds from the summary row ``s``."""
+    last = (pm(s["gap_closed_mean"], s["gap_closed_std"]) if run.has_oracle
+            else pm(s["calibration_mean"], s["calibration_std"]))
+    tail = [pm(s["auc_mean"], s["auc_std"]), last, str(int(s["n_seeds"]))]
+    if r is None:
+        cells = ["—"] * 7 + tail
+    else:
+        cells = [_cell(r, "ne", "ne_lo", "ne_hi"),
+                 _cell(r, "delta_ne", "delta_ne_lo", "delta_ne_hi"), verdict_cell(r, "gain"),
+                 _cell(r, "vs_kd", "vs_kd_lo", "vs_kd_hi"),
+                 ratio_ci(r["efficiency_vs_kd"], r["efficiency_lo"], r["efficiency_hi"], "×"),
+                 verdict_cell(r, "kd"), ratio_ci(r["transfer_ratio"], r["tr_lo"], r["tr_hi"]),
+                 *tail]
+    if with_worlds:
+        cells += _world_cells(run, s)
+    return cells
+
+
+def _world_cells(run: RunView, s: pd.Series) -> list[str]:
+    bw = run.intervals.by_world
+    bw = bw[(bw["teacher_lag_days"] == s["teacher_lag_days"]) & (bw["domain"] == s["domain"])
+            & (bw["task"] == s["task"]) & (bw["variant"] == s["variant"])].set_index("world")
+    cells = []
+    for w in run.intervals.worlds:
+        if w not in bw.index or not math.isfinite(bw.at[w, "delta_ne"]):
+            cells.append("—")
+            continue
+        eff = bw.at[w, "efficiency_vs_kd"]
+        cells.append(f4(bw.at[w, "delta_ne"]) + (f" ({eff:.2f}×)" if math.isfinite(eff) else ""))
+    return cells
+
+
+def interval_table(run: RunView, tasks: list[str] | None = None) -> str:
+    """The main table (``tasks`` None: the main task, with a column per world when there are
+    several) or the every-task table (a task column, no world columns)."""
+    with_worlds = tasks is None and len(run.intervals.worlds) > 1
+    rows = []
+    for task in tasks or [run.task]:
+        iv = run.interval_rows(task=task).set_index("variant")
+        for _, s in run.rows(task=task).iterrows():
+            r = iv.loc[s["variant"]] if s["variant"] in iv.index else None
+            label = [task, s["variant"]] if tasks else [s["variant"]]
+            rows.append([*label, *interval_row(run, r, s, with_worlds)])
+    label = ("task", "variant") if tasks else ("variant",)
+    return md_table((*label, *interval_header(run, with_worlds)), rows, left=len(label))
+
+
+def delta_cell(run: RunView, **where) -> dict[str, str]:
+    """ΔNE with its interval per variant of a slice (the domain and lag tables)."""
+    iv = run.interval_rows(**where)
+    return {r["variant"]: _cell(r, "delta_ne", "delta_ne_lo", "delta_ne_hi")
+            for _, r in iv.iterrows()}
+
+
+def detectable(run: RunView) -> tuple[float, float, float, float]:
+    """Median and largest half-width of ΔNE's and of ΔNE − ΔNE(KD)'s intervals over the main
+    slice's variants (the reference rows, of width 0, left out)."""
+    iv = run.interval_rows()
+    d = iv.loc[iv["variant"] != "baseline", "delta_ne_half_width"].dropna()
+    k = iv.loc[iv["variant"] != "kd", "vs_kd_half_width"].dropna()
+
+    def stats(x: pd.Series) -> tuple[float, float]:
+        return (float(np.median(x)), float(x.max())) if len(x) else (math.nan, math.nan)
+
+    return (*stats(d), *stats(k))
+
+
+def rule_paragraph(run: RunView) -> str:
+    """The report's first paragraph: how intervals are made, when a verdict holds, how many
+    worlds it rests on, and the smallest difference the run could resolve."""
+    iv = run.intervals
+    if not iv.resolved:
+        return ("This run predates per-user evaluation files (no `clusters/` folder), so it has "
+                "no intervals: every number below is mean ± std over seeds, which holds neither "
+                "the evaluation users' noise nor the world's, and no difference below is a "
+                "verdict (DESIGN §6).")
+    n = len(iv.worlds)
+    text = (f"Intervals are 95 % percentile intervals of a paired, user-level bootstrap "
+            f"({iv.samples} resamples, seed {iv.seed}) nested with the training seeds and the "
+            "worlds: each resample draws the worlds with replacement, then within each world its "
+            "evaluation users (a user with all their impressions, in every domain) and its "
+            "seeds, the same draws for every variant, so differences are paired. A verdict "
+            "holds only when the pooled interval excludes 0 — ΔNE for a real gain or loss, "
+            "ΔNE − ΔNE(KD) for beating or falling below plain KD (efficiency vs KD beside it) — "
+            "and its sign agrees in a majority of the worlds.")
+    if n == 1:
+        text += (f" This run has one world (world {iv.worlds[0]}), so every verdict here is "
+                 "that one world's: a second world may overturn it (DESIGN §6).")
+    else:
+        text += (f" Point estimates are the mean over the {n} worlds "
+                 f"({', '.join(map(str, iv.worlds))}) of each world's mean over seeds; the "
+                 "world columns give each world's own ΔNE (and efficiency vs KD).")
+    d_med, d_max, k_med, k_max = detectable(run)
+    if math.isfinite(d_med):
+        text += (f" What this run could detect (domain {run.domain}, task {run.task}, lag "
+                 f"{lag_str(run.lag)}): the ΔNE intervals' half-width is {f4(d_med)} (median "
+                 f"over variants, at most {f4(d_max)})")
+        if math.isfinite(k_med):
+            text += f", that of the difference to plain KD {f4(k_med)} (at most {f4(k_max)})"
+        text += "; a smaller effect reads as not resolved."
+    return text
+
+
+def _agree(r: pd.Series, col: str) -> str:
+    n = int(r["n_worlds"])
+    return f" ({int(r[col])} of {n} worlds agree)" if n > 1 else ""
+
+
+def _unresolved(r: pd.Series, stat: str, question: str) -> str:
+    """Why a verdict is not resolved: the interval holds 0, or the worlds disagree."""
+    lo, hi = r[f"{stat}_lo"], r[f"{stat}_hi"]
+    col = "worlds_agree_delta_ne" if stat == "delta_ne" else "worlds_agree_vs_kd"
+    if not (math.isfinite(lo) and math.isfinite(hi)):
+        return f"with no interval, so {question} is not resolved"
+    if lo > 0 or hi < 0:
+        return (f"but only {int(r[col])} of {int(r['n_worlds'])} worlds agree on its sign, so "
+                f"{question} is not resolved")
+    return (f"an interval that holds 0, so {question} is not resolved (this run resolves "
+            f"about ±{f4(r[f'{stat}_half_width'])})")
+
+
+def interval_sentences(run: RunView) -> list[str]:
+    """The two "what it means" sentences, each verdict the interval rule's."""
+    rows = run.interval_rows().set_index("variant")
+    where = f"on {run.task} at domain {run.domain} (teacher lag {lag_str(run.lag)} days)"
+    methods = [v for v in rows.index if v != "baseline" and math.isfinite(rows.at[v, "ne"])]
+    methods.sort(key=lambda v: rows.at[v, "ne"])
+    has_kd = "kd" in methods
+
+    def delta(v: str) -> str:
+        return _cell(rows.loc[v], "delta_ne", "delta_ne_lo", "delta_ne_hi")
+
+    if not methods:
+        first = (f"Only the labels-only baseline ran {where}, so there is no transfer method to "
+                 f"rank.")
+    elif not has_kd:
+        best = methods[0]
+        first = (f"The best variant {where} is {best} with ΔNE {delta(best)} against the "
+                 f"labels-only baseline, {_gain(rows.loc[best], 'it')}, but plain KD is not in "
+                 f"this run so its efficiency against KD cannot be judged.")
+    elif methods[0] != "kd":
+        best = methods[0]
+        r = rows.loc[best]
+        eff = ratio_ci(r["efficiency_vs_kd"], r["efficiency_lo"], r["efficiency_hi"], "×")
+        eff = f" (efficiency {eff})" if eff != "—" else ""
+        if r["kd_verdict"] == BEATS:
+            verdict = f"so it beats plain KD{_agree(r, 'worlds_agree_vs_kd')}"
+        elif r["kd_verdict"] == BELOW:
+            verdict = f"so it falls below plain KD{_agree(r, 'worlds_agree_vs_kd')}"
+        else:
+            verdict = _unresolved(r, "vs_kd", "whether it beats plain KD")
+        first = (f"The best variant {where} is {best}, its ΔNE "
+                 f"{_cell(r, 'vs_kd', 'vs_kd_lo', 'vs_kd_hi')} above plain KD's{eff}, "
+                 f"{verdict}.")
+    elif len(methods) == 1:
+        first = (f"Plain KD is the only transfer method {where}, with ΔNE {delta('kd')}, so "
+                 f"there is nothing richer to rank it against.")
+    else:
+        runner = methods[1]
+        r = rows.loc[runner]
+        gap = ci(-r["vs_kd"], -r["vs_kd_hi"], -r["vs_kd_lo"])
+        if r["kd_verdict"] == BELOW:
+            verdict = f"so plain KD's lead is real{_agree(r, 'worlds_agree_vs_kd')}"
+        elif r["kd_verdict"] == BEATS:
+            verdict = f"yet {runner} beats plain KD{_agree(r, 'worlds_agree_vs_kd')}"
+        else:
+            verdict = _unresolved(r, "vs_kd", "plain KD's lead")
+        first = (f"Plain KD is the best variant {where} with ΔNE {delta('kd')}, and the "
+                 f"runner-up {runner}'s ΔNE is {gap} below it, {verdict}.")
+
+    if not has_kd:
+        second = ("Plain KD is not in this run, so it cannot be said whether KD beats the "
+                  "labels-only baseline.")
+    else:
+        r = rows.loc["kd"]
+        if r["delta_ne"] >= 0:
+            verb = f"lowers NE by {delta('kd')}"
+        else:
+            verb = f"raises NE by {ci(-r['delta_ne'], -r['delta_ne_hi'], -r['delta_ne_lo'])}"
+        tr = ratio_ci(r["transfer_ratio"], r["tr_lo"], r["tr_hi"])
+        second = (f"Plain KD {verb} against the labels-only baseline (TR {tr}), "
+                  f"{_gain(r, 'KD')}.")
+    return [first, second]
+
+
+def _gain(r: pd.Series, who: str) -> str:
+    agree = _agree(r, "worlds_agree_delta_ne")
+    if r["gain_verdict"] == GAIN:
+        tail = (", so the teacher's knowledge reaches the student" if who == "KD" else "")
+        return f"a real gain{agree}{tail}"
+    if r["gain_verdict"] == LOSS:
+        return f"a real loss{agree}, so {who} hurts this student"
+    target = "KD" if who == "KD" else "it"
+    return _unresolved(r, "delta_ne", f"whether {target} beats the labels-only baseline")

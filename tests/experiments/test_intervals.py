@@ -1,0 +1,235 @@
+"""Intervals and verdicts of a run directory (experiments.report.intervals) from per-user
+evaluation files built with their results.csv from the same per-example predictions."""
+
+from __future__ import annotations
+
+import math
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+
+from experiments.report.clusters import load_eval_sets, point_frame
+from experiments.report.intervals import (
+    BEATS,
+    COLUMNS,
+    GAIN,
+    UNRESOLVED,
+    run_intervals,
+    verdict,
+)
+from experiments.report.load import load_results
+from tests.experiments.cluster_run import make_cluster_run
+from tests.experiments.test_report import make_results, make_run
+from transfer.errors import ConfigError
+
+LAGS = (0, 3)
+
+
+@pytest.fixture(scope="module")
+def three_worlds(tmp_path_factory) -> Path:
+    return make_cluster_run(tmp_path_factory.mktemp("worlds"), worlds=(0, 1, 2), lags=LAGS)
+
+
+@pytest.fixture(scope="module")
+def one_world(tmp_path_factory) -> Path:
+    return make_cluster_run(tmp_path_factory.mktemp("one"), worlds=(4,))
+
+
+def _row(table: pd.DataFrame, variant: str, lag=0, domain="all", task="click") -> pd.Series:
+    r = table[(table["variant"] == variant) & (table["teacher_lag_days"] == lag)
+              & (table["domain"] == domain) & (table["task"] == task)]
+    assert len(r) == 1
+    return r.iloc[0]
+
+
+def test_files_reproduce_results_ne(three_worlds):
+    """NE from the cluster sums = RankingMetrics' NE in results.csv, row by row (incl. the
+    conversion task, whose NE divides by the evaluation labels' own rate)."""
+    results = load_results(three_worlds)
+    points = point_frame(load_eval_sets(three_worlds))
+    keys = ["world", "teacher_lag_days", "variant", "seed", "domain", "task"]
+    both = points.merge(results[[*keys, "ne"]], on=keys, suffixes=("", "_ref"))
+    assert len(both) == len(results) == 3 * 2 * 4 * 3 * 3 * 2
+    assert (both["ne"] - both["ne_ref"]).abs().max() < 1e-9
+
+
+def test_point_estimates_are_means_over_worlds_of_seed_means(three_worlds):
+    table = run_intervals(three_worlds).table
+    res = load_results(three_worlds)
+    res["fm"] = res["ne_baseline"] - res["ne_teacher"]
+    keys = ["teacher_lag_days", "domain", "task", "variant"]
+    means = res.groupby([*keys, "world"])[["ne", "delta_ne", "fm"]].mean().groupby(keys).mean()
+    for lag in LAGS:
+        for domain in ("all", "d0", "d1"):
+            for task in ("click", "conversion"):
+                kd = means.loc[(lag, domain, task, "kd")]
+                for v in ("baseline", "kd", "kd_aux", "kd_repr"):
+                    r, m = _row(table, v, lag, domain, task), means.loc[(lag, domain, task, v)]
+                    assert r["ne"] == pytest.approx(m["ne"], abs=1e-9)
+                    assert r["delta_ne"] == pytest.approx(m["delta_ne"], abs=1e-9)
+                    assert r["vs_kd"] == pytest.approx(m["delta_ne"] - kd["delta_ne"], abs=1e-9)
+                    assert r["efficiency_vs_kd"] == pytest.approx(
+                        m["delta_ne"] / kd["delta_ne"], rel=1e-9)
+                    assert r["transfer_ratio"] == pytest.approx(m["delta_ne"] / m["fm"],
+                                                                rel=1e-9)
+
+
+def test_intervals_and_verdicts(three_worlds):
+    iv = run_intervals(three_worlds)
+    table = iv.table
+    assert list(table.columns) == COLUMNS and iv.resolved and iv.worlds == [0, 1, 2]
+    assert len(table) == 2 * 3 * 2 * 4 and iv.samples == 200
+    for stat, lo, hi in (("ne", "ne_lo", "ne_hi"), ("delta_ne", "delta_ne_lo", "delta_ne_hi"),
+                         ("vs_kd", "vs_kd_lo", "vs_kd_hi")):
+        assert (table[lo] <= table[hi]).all()
+        assert ((table[lo] <= table[stat] + 1e-12) & (table[stat] <= table[hi] + 1e-12)).mean() \
+            > 0.9
+    base, kd = table[table["variant"] == "baseline"], table[table["variant"] == "kd"]
+    assert (base[["delta_ne", "delta_ne_lo", "delta_ne_hi"]].abs() < 1e-12).all().all()
+    assert (kd[["vs_kd", "vs_kd_lo", "vs_kd_hi"]].abs() < 1e-12).all().all()  # paired
+    assert (kd[["efficiency_vs_kd", "efficiency_lo", "efficiency_hi"]] - 1).abs().max().max() \
+        < 1e-12
+    assert (base["gain_verdict"] == "").all() and (kd["kd_verdict"] == "").all()
+    assert (base["kd_verdict"] == "below KD").all()
+    np.testing.assert_allclose(table["delta_ne_half_width"],
+                               (table["delta_ne_hi"] - table["delta_ne_lo"]) / 2)
+    np.testing.assert_allclose(table["vs_kd_half_width"],
+                               (table["vs_kd_hi"] - table["vs_kd_lo"]) / 2)
+    aux = table[table["variant"] == "kd_aux"]
+    assert (aux["gain_verdict"] == GAIN).all() and (aux["kd_verdict"] == BEATS).all()
+    assert (aux["efficiency_lo"] > 1).all() and (aux["n_worlds"] == 3).all()
+    # kd_repr is KD with other noise: as good as KD, and the run says it cannot tell
+    repr_ = _row(table, "kd_repr")
+    assert repr_["vs_kd_lo"] < 0 < repr_["vs_kd_hi"] and repr_["kd_verdict"] == UNRESOLVED
+    assert repr_["efficiency_lo"] < 1 < repr_["efficiency_hi"]
+
+
+def test_worlds_agree_counts_world_signs(three_worlds):
+    iv = run_intervals(three_worlds)
+    bw = iv.by_world
+    assert len(bw) == len(iv.table) * 3 and set(bw["n_seeds"]) == {3}
+    for _, r in iv.table.iterrows():
+        w = bw[(bw["teacher_lag_days"] == r["teacher_lag_days"]) & (bw["domain"] == r["domain"])
+               & (bw["task"] == r["task"]) & (bw["variant"] == r["variant"])]
+        assert w["ne"].mean() == pytest.approx(r["ne"], abs=1e-12)
+        assert r["worlds_agree_delta_ne"] == (np.sign(w["delta_ne"])
+                                              == np.sign(r["delta_ne"])).sum()
+        assert r["worlds_agree_vs_kd"] == (np.sign(w["vs_kd"]) == np.sign(r["vs_kd"])).sum()
+
+
+def test_a_gain_in_one_world_of_three_is_not_a_verdict(tmp_path):
+    """kd_repr far better than KD in world 0, a little worse in worlds 1 and 2: the pooled
+    difference is positive but only 1 of 3 worlds agrees, so it does not beat KD."""
+    run = make_cluster_run(tmp_path / "r", worlds=(0, 1, 2),
+                           noise={"baseline": 1.6, "kd": 0.9, "kd_repr": 1.0},
+                           world_noise={0: {"kd_repr": 0.2}})
+    iv = run_intervals(run)
+    r = _row(iv.table, "kd_repr")
+    assert r["vs_kd"] > 0 and r["worlds_agree_vs_kd"] == 1
+    assert r["kd_verdict"] == UNRESOLVED
+    w = iv.by_world
+    w = w[(w["variant"] == "kd_repr") & (w["domain"] == "all") & (w["task"] == "click")]
+    assert (w.set_index("world")["vs_kd"] > 0).tolist() == [True, False, False]
+
+
+def test_verdict_rule():
+    assert verdict(0.01, 0.03, 3, 3, "up", "down") == "up"
+    assert verdict(-0.03, -0.01, 2, 3, "up", "down") == "down"
+    assert verdict(0.01, 0.03, 1, 3, "up", "down") == UNRESOLVED  # worlds disagree
+    assert verdict(0.01, 0.03, 1, 2, "up", "down") == UNRESOLVED  # a tie is no majority
+    assert verdict(-0.01, 0.03, 3, 3, "up", "down") == UNRESOLVED  # holds 0
+    assert verdict(math.nan, math.nan, 1, 1, "up", "down") == UNRESOLVED
+    assert verdict(0.01, 0.03, 1, 1, "up", "down") == "up"  # one world: its own verdict
+
+
+def test_same_seed_same_intervals_other_seed_others(one_world, tmp_path):
+    a, b = run_intervals(one_world), run_intervals(one_world)
+    pd.testing.assert_frame_equal(a.table, b.table)
+    other = tmp_path / "other"
+    shutil.copytree(one_world, other)
+    spec = yaml.safe_load((other / "spec.yaml").read_text())
+    spec["bootstrap"] = {"samples": 300, "seed": 1}
+    (other / "spec.yaml").write_text(yaml.safe_dump(spec))
+    c = run_intervals(other)
+    assert c.samples == 300 and c.seed == 1
+    assert np.allclose(a.table["ne"], c.table["ne"])  # points do not depend on the draws
+    assert not np.allclose(a.table["ne_lo"], c.table["ne_lo"])
+    del spec["bootstrap"]  # an older spec: the defaults (1000 resamples, seed 0)
+    (other / "spec.yaml").write_text(yaml.safe_dump(spec))
+    assert run_intervals(other).samples == 1000
+
+
+def test_one_world_and_results_without_world(tmp_path):
+    run = make_cluster_run(tmp_path / "r", worlds=(0,), world_column=False)
+    assert "world" not in pd.read_csv(run / "results.csv").columns
+    iv = run_intervals(run)
+    assert iv.resolved and iv.worlds == [0] and (iv.table["n_worlds"] == 1).all()
+    assert _row(iv.table, "kd_aux")["gain_verdict"] == GAIN
+
+
+def test_tr_is_against_gem_and_other_teachers_are_ignored(one_world, tmp_path):
+    run = tmp_path / "r"
+    shutil.copytree(one_world, run)
+    folder = run / "clusters" / "world=4" / "lag=0"
+    with np.load(folder / "teacher__gem.npz") as f:
+        arrays = {k: f[k] for k in f.files}
+    np.savez(folder / "teacher__domain_fm.npz", **{**arrays, "loss": arrays["loss"] * 0.5})
+    pd.testing.assert_frame_equal(run_intervals(run).table, run_intervals(one_world).table)
+    (folder / "teacher__gem.npz").unlink()
+    table = run_intervals(run).table
+    assert table["transfer_ratio"].isna().all() and table["delta_ne"].notna().all()
+
+
+def test_files_of_another_evaluation_are_refused(one_world, tmp_path):
+    run = tmp_path / "r"
+    shutil.copytree(one_world, run)
+    path = run / "clusters" / "world=4" / "lag=0" / "kd__seed1.npz"
+    with np.load(path) as f:
+        arrays = {k: f[k] for k in f.files}
+    np.savez(path, **{**arrays, "user_id": arrays["user_id"] + 1})
+    with pytest.raises(ConfigError, match=r"kd__seed1\.npz: array 'user_id' differs"):
+        run_intervals(run)
+    np.savez(path, **{k: v for k, v in arrays.items() if k != "pos"})
+    with pytest.raises(ConfigError, match="missing array 'pos'"):
+        run_intervals(run)
+    np.savez(path, **arrays)
+    res = pd.read_csv(run / "results.csv")
+    res.loc[0, "ne"] += 0.01
+    res.to_csv(run / "results.csv", index=False)
+    with pytest.raises(ConfigError, match="differs from results.csv in 1 row"):
+        run_intervals(run)
+
+
+def test_a_run_without_clusters_has_points_and_no_intervals(tmp_path):
+    run = make_run(tmp_path / "old", make_results(), extras=False)
+    iv = run_intervals(run)
+    assert not iv.resolved and iv.worlds == [0]
+    table = iv.table
+    assert list(table.columns) == COLUMNS
+    for col in ("ne_lo", "delta_ne_hi", "vs_kd_lo", "efficiency_hi", "tr_lo",
+                "delta_ne_half_width"):
+        assert table[col].isna().all()
+    kd = _row(table, "kd")
+    assert kd["delta_ne"] == pytest.approx(0.0100) and kd["ne"] == pytest.approx(0.792)
+    aux = _row(table, "kd_aux")
+    assert aux["vs_kd"] == pytest.approx(0.0040) and aux["efficiency_vs_kd"] == pytest.approx(1.4)
+    assert aux["gain_verdict"] == UNRESOLVED and aux["kd_verdict"] == UNRESOLVED
+    assert kd["kd_verdict"] == "" and _row(table, "baseline")["gain_verdict"] == ""
+
+
+def test_ratios_to_a_kd_gain_that_may_not_be_one_are_left_empty(tmp_path):
+    """KD no better than the baseline: efficiency is empty, the paired difference is not."""
+    from experiments.report import render_report
+
+    run = make_cluster_run(tmp_path / "r", noise={"baseline": 1.6, "kd": 1.6, "kd_aux": 0.5})
+    table = run_intervals(run).table
+    kd = _row(table, "kd")
+    assert kd["delta_ne_lo"] < 0 < kd["delta_ne_hi"] and kd["gain_verdict"] == UNRESOLVED
+    assert table[["efficiency_vs_kd", "efficiency_lo", "efficiency_hi"]].isna().all().all()
+    aux = _row(table, "kd_aux")
+    assert aux["kd_verdict"] == BEATS and aux["transfer_ratio"] > 0.5
+    assert "**Efficiency vs KD is not defined here**" in render_report(run)
