@@ -13,6 +13,7 @@ from adapters.student_adapter import StudentAdapter
 from transfer.errors import ConfigError
 from transfer.methods import MethodContext, StepState, TransferMethod
 from transfer.methods.losses import masked_mean
+from transfer.methods.space import IntRange, Range
 
 OBJECTIVES = ("bce", "brier")
 OPTIMIZERS = {"adam": torch.optim.Adam, "adamw": torch.optim.AdamW, "sgd": torch.optim.SGD}
@@ -35,11 +36,16 @@ class Adapter(TransferMethod):
     *before* that step, i.e. one step stale; ``separate`` updates the adapter first with its own
     ``optimizer`` (adam | adamw | sgd) and a backward of its own, then distils from the updated
     adapter (ExFM's order, ~2 extra passes of a tiny MLP per step: measured 1.6× a labels-only
-    epoch for a small student, against ~1.1× fused)."""
+    epoch for a small student, against ~1.1× fused).
+
+    Tuned: ``adapter_hidden`` IntRange(4, 64, log=True), default 16 — a width, so log-scaled; the
+    adapter maps a few logits (+ domain, staleness) to a few logits, and 4–64 spans too small
+    to fit a per-domain correction up to more than its inputs can use."""
 
     needs = frozenset({"teacher"})
     requires = frozenset({"kd_loss"})
-    tunable: ClassVar[dict[str, list]] = {"adapter_hidden": [16]}
+    tunable: ClassVar[dict[str, Range]] = {
+        "adapter_hidden": IntRange(4, 64, log=True, default=16)}
 
     def __init__(self, adapter_hidden: int = 16, adapter_lr: float = 1e-2,
                  optimizer: str = "adam", objective: str = "bce", domain_dim: int = 4,

@@ -1,21 +1,22 @@
-"""A variant's transfer methods: resolved from the spec, their tuning grid, built per run.
+"""A variant's transfer methods: resolved from the spec, their search space, built per run.
 
 Methods are named by a built-in name (``adapters.methods.BUILTIN_METHODS``) or an import path
-(DESIGN §5.1). A method's knobs are its ``__init__`` arguments; those listed in its ``tunable``
-are tried from the spec's ``tuning:`` list for that knob (else the method's default list),
-unless the variant fixes them in ``init_args``. Every variant gets the same rule: the product of
-its methods' lists, chosen on the validation day.
+(DESIGN §5.1). A method's knobs are its ``__init__`` arguments; those its ``tunable`` declares
+(ranges, :mod:`transfer.methods.space`) are searched — over the spec's ``tuning:`` list or range
+for that knob, else the declared range — unless the variant fixes them in ``init_args``:
+:func:`search_space`, explored by :mod:`experiments.run.search` with the same number of trials
+for every variant.
 """
 
 from __future__ import annotations
 
-import itertools
 from typing import Any
 
 from adapters.methods import BUILTIN_METHODS
 from experiments.spec.model import PluginSpec, RunSpec, VariantSpec
 from transfer.errors import ConfigError
 from transfer.methods import TransferMethod
+from transfer.methods.space import Range, method_space, variant_space
 from transfer.plugins import check_init_args, instantiate, resolve_class
 
 _PROTOCOL = "a transfer method subclasses transfer.methods.TransferMethod (docs/custom_method.md)"
@@ -31,29 +32,31 @@ def method_defaults(spec: RunSpec, m: PluginSpec) -> dict[str, Any]:
     return {"loss": spec.kd_loss} if cls.__name__ == "KD" and "loss" not in m.init_args else {}
 
 
-def tunable_lists(spec: RunSpec, variant: VariantSpec) -> dict[str, list[Any]]:
-    """Knob → values to try for ``variant`` (its methods' tunables not fixed by init_args)."""
-    lists: dict[str, list[Any]] = {}
-    owner: dict[str, str] = {}
+def _space(spec: RunSpec, variant: VariantSpec) -> dict[str, Range]:
+    return variant_space(variant.name, [(m.class_path, method_class(m).tunable, m.init_args)
+                                        for m in variant.methods], spec.tuning.knobs)
+
+
+def search_space(spec: RunSpec, variant: VariantSpec) -> dict[str, Range]:
+    """Knob → the range the search explores for ``variant`` (keys sorted), checked: two methods
+    tuning one knob, a bad spec range, or a value the method's constructor rejects at a bound,
+    the default or a listed choice (each with the other knobs at their defaults) is a
+    ``ConfigError`` now, not minutes into the run."""
+    space = _space(spec, variant)
     for m in variant.methods:
         cls = method_class(m)
-        for knob, default in cls.tunable.items():
-            if knob in m.init_args:
-                continue
-            if knob in owner:
-                raise ConfigError(f"variant {variant.name!r}: methods {owner[knob]!r} and "
-                                  f"{m.class_path!r} both tune {knob!r}")
-            owner[knob] = m.class_path
-            lists[knob] = list(spec.tuning.knobs.get(knob, default))
-    return lists
-
-
-def grid(spec: RunSpec, variant: VariantSpec) -> list[dict[str, Any]]:
-    """Every combination of the variant's knob values (keys sorted: a stable order)."""
-    lists = tunable_lists(spec, variant)
-    keys = sorted(lists)
-    return [dict(zip(keys, combo, strict=True))
-            for combo in itertools.product(*(lists[k] for k in keys))]
+        base = {**method_defaults(spec, m), **m.init_args}
+        own = method_space(m.class_path, cls.tunable, m.init_args, spec.tuning.knobs)
+        centre = {k: r.center() for k, r in own.items()}
+        for knob, rng in own.items():
+            for value in rng.probe_values():
+                try:
+                    instantiate(cls, "method", (), {**base, **centre, knob: value})
+                except ConfigError as e:
+                    raise ConfigError(f"spec tuning: {knob}={value!r} ({rng.describe()}) for "
+                                      f"method {m.class_path!r} of variant {variant.name!r}: "
+                                      f"{e}") from None
+    return space
 
 
 def build_methods(spec: RunSpec, variant: VariantSpec, params: dict[str, Any]
@@ -76,8 +79,9 @@ def variant_needs(variant: VariantSpec) -> set[str]:
 
 
 def check_variant(spec: RunSpec, variant: VariantSpec) -> None:
-    """Every method resolves, its init_args bind, what it requires another provides, and the
-    spec's tuning lists name knobs some method tunes."""
+    """Every method resolves, its init_args bind, what it requires another provides, the
+    spec's tuning lists name knobs some method tunes, and its search space is sound
+    (:func:`search_space`)."""
     provided: set[str] = set()
     classes = []
     for m in variant.methods:
@@ -91,19 +95,11 @@ def check_variant(spec: RunSpec, variant: VariantSpec) -> None:
             raise ConfigError(f"variant {variant.name!r}: method {m.class_path!r} requires "
                               f"{missing[0]!r}, which no method of the variant provides "
                               "(e.g. add kd)")
-    lists = tunable_lists(spec, variant)
     for m, cls in zip(variant.methods, classes, strict=True):
         base = {**method_defaults(spec, m), **m.init_args}
+        own = method_space(m.class_path, cls.tunable, m.init_args, spec.tuning.knobs)
         try:  # the fixed values as the runs will build them (a bad one fails now, not minutes in)
-            instantiate(cls, "method", (), {**base, **{k: v[0] for k, v in lists.items()
-                                                       if k in cls.tunable}})
+            instantiate(cls, "method", (), {**base, **{k: r.center() for k, r in own.items()}})
         except ConfigError as e:
             raise ConfigError(f"variant {variant.name!r}: method {m.class_path!r}: {e}") from None
-        for knob in cls.tunable:
-            for value in lists.get(knob, []):  # an out-of-range value fails now, not minutes in
-                try:
-                    instantiate(cls, "method", (), {**base, knob: value})
-                except ConfigError as e:
-                    raise ConfigError(f"spec tuning: {knob}={value!r} for method "
-                                      f"{m.class_path!r} of variant {variant.name!r}: {e}"
-                                      ) from None
+    search_space(spec, variant)  # every bound and listed value, each built once

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from adapters.methods import BUILTIN_METHODS
 from experiments.run import steps
-from experiments.run.methods import check_variant, method_class, variant_needs
+from experiments.run.methods import check_variant, method_class, search_space, variant_needs
 from experiments.spec.model import PluginSpec, RunSpec
 from transfer.errors import ConfigError
 
@@ -46,7 +46,7 @@ def check_spec(spec: RunSpec) -> None:
     used: set[str] = set()
     for variant in spec.variants:
         check_variant(spec, variant)
-        used |= {k for m in variant.methods for k in method_class(m).tunable}
+        used |= set(search_space(spec, variant))
     unknown = sorted(set(spec.tuning.knobs) - builtin - used)
     if unknown:
         raise ConfigError(f"spec tuning: unknown key {unknown[0]!r}; this spec's variants tune: "

@@ -7,7 +7,7 @@ import torch
 
 from adapters.methods import Adapter, AuxHead, ParamShare, Repr
 from adapters.methods.param_share import fit_width, teacher_table
-from experiments.run.methods import build_methods, check_variant, grid
+from experiments.run.methods import build_methods, check_variant, search_space
 from experiments.spec import load_spec, parse_variants
 from students import build_student
 from teachers import GEM
@@ -176,9 +176,10 @@ def test_variants_compose_and_their_grids(tmp_path):
     spec = load_spec(None, ["variants={kd: [kd], both: [kd, aux_head, adapter], "
                             "fixed: [{class_path: kd, init_args: {kd_weight: 3.0}}]}"])
     kd, both, fixed = spec.variants
-    assert [p for p in grid(spec, kd)] == [{"kd_weight": w, "temperature": 1.0}
-                                          for w in (0.5, 1.0, 2.0, 4.0, 8.0)]
-    assert len(grid(spec, both)) == 5 * 2 and grid(spec, fixed) == [{"temperature": 1.0}]
+    assert list(search_space(spec, kd)) == ["alpha", "temperature"]
+    assert list(search_space(spec, both)) == ["adapter_hidden", "alpha", "aux_beta",
+                                              "temperature"]
+    assert list(search_space(spec, fixed)) == ["temperature"]  # λ fixed: neither α nor λ
     (method,) = build_methods(spec, fixed, {"temperature": 1.0})
     assert method.kd_weight == 3.0
     built = build_methods(spec, both, {"kd_weight": 2.0, "temperature": 1.0, "aux_beta": 0.5,
@@ -189,7 +190,7 @@ def test_variants_compose_and_their_grids(tmp_path):
 
 @pytest.mark.parametrize("variants, message", [
     ({"a": ["aux_head"]}, "requires 'kd_loss'"),
-    ({"a": ["kd", "kd"]}, "both tune 'kd_weight'"),
+    ({"a": ["kd", "kd"]}, "both tune 'alpha'"),
     ({"a": ["boost"]}, "unknown method 'boost'"),
     ({"a": ["transfer.methods.MethodContext"]}, "not a transfer.methods.base.TransferMethod"),
     ({"a": [{"class_path": "kd", "init_args": {"weight": 1}}]}, "unknown init_args.weight"),

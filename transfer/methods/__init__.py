@@ -2,7 +2,7 @@
 
 The other built-ins build modules of ``adapters`` and live there (``adapters.methods``); a
 user's own method is a :class:`TransferMethod` subclass in the user's package, named by its
-import path in a spec.
+import path in a spec. A method's knobs are declared as ranges (:mod:`transfer.methods.space`).
 """
 
 from transfer.methods.base import (
@@ -14,6 +14,7 @@ from transfer.methods.base import (
     TransferMethod,
 )
 from transfer.methods.kd import KD
+from transfer.methods.space import Categorical, IntRange, LogUniform, Range, Uniform
 
-__all__ = ["KD", "NEEDS", "MethodContext", "StepState", "TeacherFn", "TeacherTargets",
-           "TransferMethod"]
+__all__ = ["KD", "NEEDS", "Categorical", "IntRange", "LogUniform", "MethodContext", "Range",
+           "StepState", "TeacherFn", "TeacherTargets", "TransferMethod", "Uniform"]

@@ -13,7 +13,8 @@ hook                          what it is for
                               codes, ``teacher_weights``: the teacher checkpoint) and
                               capabilities it offers other methods (``kd_loss``)
 ``requires``                  capabilities another method of the variant must provide
-``tunable``                   its knobs (``__init__`` argument names) with default lists
+``tunable``                   its knobs (``__init__`` argument names) → their ranges
+                              (:mod:`transfer.methods.space`; a list is a choice)
 ``feature_dim(ctx)``          width of the representation features it feeds the student
 ``setup(ctx)``                build its parts once the student exists
 ``init_output_bias(logit)``   optional, looked up by name: start a head of its own at the
@@ -38,6 +39,7 @@ from torch import Tensor, nn
 
 from transfer.data.batch import Batch
 from transfer.data.schema import DatasetSchema
+from transfer.methods.space import Range
 from transfer.models import StudentOutput
 
 NEEDS = ("teacher", "teacher_emb", "codes", "teacher_weights")
@@ -94,7 +96,8 @@ class StepState:
     """One training step as the methods see it. The teacher is looked up on first use; a
     method may replace the KD target (``kd_logits``, the adapter does), name the logits a
     distillation loss applies to (``distill_logits`` with ``distill_weight``, the auxiliary head
-    does) or scale the serving head's label loss (``label_weight``). ``staleness`` (days since
+    does) or scale the serving head's label loss (``label_weight``: multiply it, so that
+    two methods' scales compose, KD's 1 − α and the auxiliary head's). ``staleness`` (days since
     the teacher's training ended, ``[B]`` float) is given, or computed on first use from
     ``trained_until_day``: most variants never read it, and two eager ops a step add up."""
 
@@ -144,7 +147,7 @@ class TransferMethod(nn.Module):
     needs: ClassVar[frozenset[str]] = frozenset()
     provides: ClassVar[frozenset[str]] = frozenset()
     requires: ClassVar[frozenset[str]] = frozenset()
-    tunable: ClassVar[dict[str, list[Any]]] = {}
+    tunable: ClassVar[dict[str, Range | list[Any]]] = {}
 
     @property
     def name(self) -> str:

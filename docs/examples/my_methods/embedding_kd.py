@@ -22,8 +22,10 @@ from transfer.models import StudentOutput
 class EmbeddingKD(TransferMethod):
     """``emb_weight · ‖LN(W · e_student) − LN(e_teacher)‖² / E`` per row, masked.
 
-    ``emb_weight`` is tuned from ``[0.1, 1.0]`` unless the spec fixes it; ``hidden`` > 0 puts
-    a hidden layer in the projection (a FitNets "regressor")."""
+    ``emb_weight`` is tuned from ``[0.1, 1.0]`` unless the spec fixes it (a plain list is a
+    choice; a range, ``transfer.methods.LogUniform(0.01, 1.0, default=0.1)``, would let the
+    search look between and flag a choice at its edge); ``hidden`` > 0 puts a hidden layer in
+    the projection (a FitNets "regressor")."""
 
     needs = frozenset({"teacher_emb"})
     tunable: ClassVar[dict[str, list]] = {"emb_weight": [0.1, 1.0]}

@@ -1,0 +1,346 @@
+"""The equal-budget search of one variant's knobs (DESIGN §6 "Fair comparison"), by Optuna.
+
+One :class:`Search` is one Optuna study: one (variant, lag, world), ``trials`` trials (the same
+number for every variant with knobs), sampler ``tpe``, ``random`` or ``grid``. A runner drives it
+without knowing Optuna::
+
+    search = Search(space, spec.tuning.sampler, spec.tuning.trials, spec.seeds[0],
+                    run_dir / "tuning", study_name(variant.name, lag, world))
+    while (params := search.next()) is not None:
+        search.tell(params, mean validation NE of tuning.seeds students built with params)
+    chosen, edges = search.best(), search.at_edge()
+
+(:func:`run_search` is that loop.) Several studies interleave freely — ask each for its next
+params, train their students side by side, tell each its score when it is in — as long as each
+study has at most one trial out: ``next()`` returns the same params until they are told.
+:class:`SearchTuner` is that in rounds, for a runner that trains every variant's candidate of
+a round as one batch; a space with nothing to choose (:func:`single_point`: the labels-only
+baseline) needs no validation run.
+
+Why it is built so:
+
+- **Resumable.** The study lives in ``storage_dir/<name>.journal`` (Optuna's ``JournalStorage``,
+  one file per study): a killed run's completed trials are not repeated, and the trial the kill
+  interrupted is handed out again by ``next()``.
+- **Deterministic.** The sampler is built afresh for every ask, seeded by (``seed``, ``name``,
+  trial number), and reads the history from storage; asks and tells are strictly sequential per
+  study. So trial k's params depend on trials 0..k−1 only — not on a kill and resume, nor on
+  other studies running beside it. (The grid sampler is seeded per study: its order is one
+  shuffle of the grid.)
+- **The defaults first.** Trial 0 (``tpe``, ``random``) is every knob at its declared default
+  (``Range.center``): a tuned variant is never worse on validation than its documented start.
+- **Duplicates are free.** Params identical to a finished trial's (a one-point space, a small
+  categorical space, an exhausted grid) are told that trial's score at once, without training.
+- **TPE starts guided early**: ``n_startup_trials = min(10, max(3, trials // 4))`` random trials
+  (Optuna's default, 10, would leave a budget of 8 entirely random).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import optuna
+from optuna.distributions import (
+    BaseDistribution,
+    CategoricalDistribution,
+    FloatDistribution,
+    IntDistribution,
+)
+from optuna.storages import JournalStorage
+from optuna.storages.journal import JournalFileBackend
+from optuna.trial import TrialState
+
+from transfer.errors import ConfigError
+from transfer.methods.space import Categorical, IntRange, Range, space_signature
+
+SAMPLERS = ("tpe", "random", "grid")
+_PRIMITIVE = (type(None), bool, int, float, str)
+
+
+@dataclass(frozen=True)
+class TrialRecord:
+    """One finished trial: its ``value`` (validation NE; NaN for a failed one) and, for a
+    duplicate that was not trained, the trial whose score it reused."""
+
+    number: int
+    params: dict[str, Any]
+    value: float
+    reused_from: int | None = None
+
+
+def study_name(variant: str, lag: int, world: int | None = None) -> str:
+    """The study of one (variant, teacher lag, world); ``world`` None: the spec's one world."""
+    return f"{variant}-lag{lag}" + ("" if world is None else f"-world{world}")
+
+
+def grid_values(space: Mapping[str, Range]) -> dict[str, list[Any]]:
+    """The grid of a ``grid`` search: every knob must be a list (:class:`Categorical`)."""
+    bad = [k for k, r in space.items() if not isinstance(r, Categorical)]
+    if bad:
+        raise ConfigError(f"spec tuning: sampler grid needs a list of values for knob "
+                          f"{bad[0]!r} (its range is {space[bad[0]].describe()}): give "
+                          f"tuning: {{{bad[0]}: [v1, v2, ...]}}, or use sampler tpe or random")
+    return {k: list(r.values) for k, r in space.items()}
+
+
+class _AskTellGrid(optuna.samplers.GridSampler):
+    """``GridSampler`` without its ``study.stop()`` after a trial: that ends an ``optimize``
+    loop, and ask-and-tell has none (Optuna raises there)."""
+
+    def after_trial(self, study, trial, state, values) -> None:
+        return None
+
+
+class _Codec:
+    """Knob values ↔ Optuna's: a choice that is not a plain scalar (a list, a mapping) is
+    stored as its JSON text."""
+
+    def __init__(self, space: Mapping[str, Range]) -> None:
+        self.space = dict(space)
+        self.choices = {k: [self._encode(v) for v in r.values] for k, r in self.space.items()
+                        if isinstance(r, Categorical)}
+
+    @staticmethod
+    def _encode(value: Any) -> Any:
+        return value if isinstance(value, _PRIMITIVE) else json.dumps(value, sort_keys=True)
+
+    def distributions(self) -> dict[str, BaseDistribution]:
+        out: dict[str, BaseDistribution] = {}
+        for k, r in self.space.items():
+            if isinstance(r, Categorical):
+                out[k] = CategoricalDistribution(self.choices[k])
+            elif isinstance(r, IntRange):
+                out[k] = IntDistribution(int(r.low), int(r.high), log=r.log)
+            else:
+                out[k] = FloatDistribution(float(r.low), float(r.high), log=r.log)
+        return out
+
+    def encode(self, params: Mapping[str, Any]) -> dict[str, Any]:
+        return {k: (self._encode(v) if k in self.choices else v) for k, v in params.items()}
+
+    def decode(self, params: Mapping[str, Any]) -> dict[str, Any]:
+        out = {}
+        for k in self.space:
+            v = params[k]
+            out[k] = self.space[k].values[self.choices[k].index(v)] if k in self.choices else v
+        return out
+
+
+class Search:
+    """One study (see the module docstring): ``space`` knob → range (e.g.
+    ``experiments.run.methods.search_space``), ``sampler`` tpe | random | grid, ``trials`` its
+    budget, ``seed`` the spec's seed, ``storage_dir`` where the study is kept (the run's
+    ``tuning/``), ``name`` the study (:func:`study_name`). Resuming a study with another space,
+    sampler or seed is a ``ConfigError``; with another ``trials`` it stops at the new count."""
+
+    def __init__(self, space: Mapping[str, Range], sampler: str, trials: int, seed: int,
+                 storage_dir: Path, name: str) -> None:
+        if sampler not in SAMPLERS:
+            raise ConfigError(f"spec tuning: sampler must be one of {', '.join(SAMPLERS)}, "
+                              f"got {sampler!r}")
+        if trials < 1:
+            raise ConfigError(f"spec tuning: trials must be >= 1, got {trials}")
+        self.space = dict(sorted(space.items()))
+        self.sampler, self.n_trials, self.seed, self.name = sampler, int(trials), int(seed), name
+        self._grid = grid_values(self.space) if sampler == "grid" else None
+        self._grid_size = math.prod(len(v) for v in (self._grid or {}).values())
+        self._codec = _Codec(self.space)
+        self._dists = self._codec.distributions()
+        self.path = Path(storage_dir) / f"{_file_stem(name)}.journal"
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        _drop_torn_line(self.path)
+        optuna.logging.set_verbosity(optuna.logging.WARNING)  # gemkd is quiet: no per-trial INFO
+        storage = JournalStorage(JournalFileBackend(str(self.path)))
+        self._study = optuna.create_study(storage=storage, study_name=name,
+                                          direction="minimize", load_if_exists=True,
+                                          sampler=self._make_sampler(0))
+        self._check_identity()
+        if sampler != "grid" and not self._study.get_trials(deepcopy=False):
+            self._study.enqueue_trial(self._codec.encode({k: r.center()
+                                                          for k, r in self.space.items()}))
+
+    # ------------------------------------------------------------------ driving
+    def next(self) -> dict[str, Any] | None:
+        """The next params to score, or None when ``trials`` trials are finished. Until they
+        are told, the same params again (a resumed run gets the trial a kill interrupted)."""
+        while True:
+            trials = self._study.get_trials(deepcopy=False)
+            finished = [t for t in trials if t.state.is_finished()]
+            running = [t for t in trials if t.state == TrialState.RUNNING]
+            if running:  # handed out and not told: a resumed run gets it again
+                number, params = running[-1].number, self._codec.decode(running[-1].params)
+            elif len(finished) >= self.n_trials:
+                return None
+            else:
+                number, params = self._ask(trials, finished)
+            twin = next((t for t in finished if self._codec.decode(t.params) == params), None)
+            if twin is None:
+                return params
+            # a duplicate costs no training: it gets its twin's result (recorded on the study:
+            # a trial's own attributes need its Trial object, which a resumed run has not)
+            self._study.set_user_attr(f"reused:{number}", twin.number)
+            if twin.state == TrialState.COMPLETE:
+                self._study.tell(number, twin.value)
+            else:
+                self._study.tell(number, state=TrialState.FAIL)
+
+    def _ask(self, trials: list, finished: list) -> tuple[int, dict[str, Any]]:
+        """Ask the sampler, built for this trial, for the next params."""
+        number = sum(t.state != TrialState.WAITING for t in trials)
+        waiting = len(trials) > number
+        if self._grid is not None and not waiting and number >= self._grid_size:
+            # the grid is exhausted: repeat its points in order (free, as duplicates)
+            self._study.enqueue_trial(finished[number % len(finished)].params)
+        self._study.sampler = self._make_sampler(number)
+        trial = self._study.ask(self._dists)
+        return trial.number, self._codec.decode(trial.params)
+
+    def tell(self, params: Mapping[str, Any], value: float) -> None:
+        """Record ``value`` (lower is better) for the params ``next()`` handed out; a value
+        that is not finite (a diverged student) marks the trial failed."""
+        running = [t for t in self._study.get_trials(deepcopy=False)
+                   if t.state == TrialState.RUNNING]
+        if not running or self._codec.decode(running[-1].params) != dict(params):
+            raise ValueError(f"study {self.name}: tell({dict(params)}) does not answer the "
+                             "params next() handed out")
+        value = float(value)
+        if math.isfinite(value):
+            self._study.tell(running[-1].number, value)
+        else:
+            self._study.tell(running[-1].number, state=TrialState.FAIL)
+
+    # ------------------------------------------------------------------ results
+    def history(self) -> list[TrialRecord]:
+        """Every finished trial, in trial order."""
+        out = []
+        reused = self._study.user_attrs
+        for t in self._study.get_trials(deepcopy=False):
+            if not t.state.is_finished():
+                continue
+            value = t.value if t.state == TrialState.COMPLETE else math.nan
+            out.append(TrialRecord(t.number, self._codec.decode(t.params), float(value),
+                                   reused.get(f"reused:{t.number}")))
+        return out
+
+    def trials(self) -> list[tuple[dict[str, Any], float]]:
+        """``(params, value)`` of every finished trial, in trial order (NaN: failed)."""
+        return [(r.params, r.value) for r in self.history()]
+
+    @property
+    def done(self) -> bool:
+        return len(self.history()) >= self.n_trials
+
+    def best_trial(self) -> TrialRecord:
+        """The trial with the lowest value (the earliest of equals). ``LookupError`` if no
+        trial has completed."""
+        scored = [r for r in self.history() if math.isfinite(r.value)]
+        if not scored:
+            raise LookupError(f"study {self.name}: no trial has completed")
+        return min(scored, key=lambda r: (r.value, r.number))
+
+    def best(self) -> dict[str, Any]:
+        """The chosen params: those of :meth:`best_trial`."""
+        return self.best_trial().params
+
+    def at_edge(self) -> dict[str, str]:
+        """Knob → ``"low"``/``"high"`` for a chosen value within 5 % of a bound that is not
+        natural, in the range's own scale (log for log ranges; the ends of a list of numbers):
+        the range to widen."""
+        best = self.best()
+        return {k: side for k, r in self.space.items() if (side := r.edge(best[k])) is not None}
+
+    # ------------------------------------------------------------------ internals
+    def _trial_seed(self, number: int | None) -> int:
+        key = f"{self.seed}|{self.name}|{'study' if number is None else number}"
+        return int.from_bytes(hashlib.sha256(key.encode()).digest()[:4], "little")
+
+    def _make_sampler(self, number: int) -> optuna.samplers.BaseSampler:
+        if self._grid is not None:
+            return _AskTellGrid({k: self._codec.choices[k] for k in self._grid},
+                                seed=self._trial_seed(None))
+        if self.sampler == "random":
+            return optuna.samplers.RandomSampler(seed=self._trial_seed(number))
+        return optuna.samplers.TPESampler(seed=self._trial_seed(number),
+                                          n_startup_trials=min(10, max(3, self.n_trials // 4)))
+
+    def _check_identity(self) -> None:
+        want = {"space": space_signature(self.space), "sampler": self.sampler,
+                "seed": self.seed}
+        have = self._study.user_attrs
+        for key, value in want.items():
+            if key not in have:
+                self._study.set_user_attr(key, value)
+            elif have[key] != value:
+                raise ConfigError(f"tuning study {self.name!r} in {self.path} was started with "
+                                  f"another {key} ({have[key]!r}, now {value!r}): remove "
+                                  "that file to start its search over")
+
+
+def run_search(search: Search, score: Callable[[dict[str, Any]], float]) -> dict[str, Any]:
+    """Drive ``search`` serially: ``score(params)`` (e.g. the mean validation NE over the
+    tuning seeds) for each trial it asks for; return the chosen params."""
+    while (params := search.next()) is not None:
+        search.tell(params, score(params))
+    return search.best()
+
+
+def single_point(space: Mapping[str, Range]) -> dict[str, Any] | None:
+    """The one point of a space with nothing to choose (no knobs, or one value each), else
+    None: such a variant needs no validation run at all."""
+    if all(isinstance(r, Categorical) and len(r.values) == 1 for r in space.values()):
+        return {k: r.values[0] for k, r in space.items()}
+    return None
+
+
+class SearchTuner:
+    """A :class:`Search` in rounds (the runner's ``Tuner``: ``ask`` → the next candidates, empty
+    when done; ``tell``; ``best``; ``scored``): one candidate a round, since trial k's params
+    depend on trial k − 1's score. A space with one point (the labels-only baseline: none) asks
+    for nothing and is chosen as it is."""
+
+    def __init__(self, search: Search) -> None:
+        self.search = search
+        self._fixed = single_point(search.space)
+
+    def ask(self) -> list[dict[str, Any]]:
+        if self._fixed is not None:
+            return []
+        params = self.search.next()
+        return [] if params is None else [params]
+
+    def tell(self, params: dict[str, Any], value: float) -> None:
+        self.search.tell(params, value)
+
+    def best(self) -> dict[str, Any]:
+        return dict(self._fixed) if self._fixed is not None else self.search.best()
+
+    def scored(self) -> list[tuple[dict[str, Any], float]]:
+        return [] if self._fixed is not None else self.search.trials()
+
+
+def _file_stem(name: str) -> str:
+    stem = re.sub(r"[^A-Za-z0-9._=-]+", "_", name)
+    return stem if stem == name else f"{stem}-{hashlib.sha1(name.encode()).hexdigest()[:8]}"
+
+
+def _drop_torn_line(path: Path) -> None:
+    """A process killed mid-append can leave a journal's last line without its newline; the
+    next append would glue onto it and make the file unreadable. Cut it (it was never
+    committed: Optuna writes a record in one append)."""
+    if not path.exists() or path.stat().st_size == 0:
+        return
+    data = path.read_bytes()
+    if data.endswith(b"\n"):
+        return
+    with open(path, "r+b") as f:
+        f.truncate(data.rfind(b"\n") + 1)
+        f.flush()
+        os.fsync(f.fileno())
