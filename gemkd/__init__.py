@@ -23,6 +23,8 @@ _API: dict[str, str] = {
     "load_spec": "experiments.spec",
     "RunSpec": "experiments.spec",
     "run_experiment": "experiments.run.runner",
+    "make_executor": "experiments.run.executors",
+    "run_intervals": "experiments.report.intervals",
     "fit_teacher": "experiments.teacher_fit",
     "export_teacher": "experiments.teacher_export",
     "load_teacher_config": "experiments.teacher_config",

@@ -54,3 +54,13 @@ def dataset_table(root: Path):
 
     schema = DatasetSchema.load(root)
     return pa.concat_tables([pq.read_table(day_path(root, d)) for d in schema.days])
+
+
+@pytest.fixture(autouse=True)
+def _serial_sweeps(monkeypatch):
+    """``gemkd run`` without ``--workers`` trains its student runs side by side on every core;
+    the tests' tiny sweeps would spend more on starting workers than on training, so they run
+    serially unless a test asks for workers (tests/experiments/test_fanout.py)."""
+    from experiments.run import executors
+
+    monkeypatch.setattr(executors, "default_workers", lambda threads: 1)

@@ -17,7 +17,7 @@ DESCRIPTION = ("Teacher-student knowledge transfer for ads ranking: make or impo
                "command exits 0 on success and 2 on bad input, printing one line 'error: ...'.")
 EPILOG = "Run 'gemkd COMMAND --help' for a command's options; README.md has the full reference."
 #: integer options that count something (threads, processes, rows, days): 0 or less is a mistake
-COUNTS = ("threads", "devices", "num_nodes", "batch_size", "n_days", "max_history")
+COUNTS = ("threads", "workers", "devices", "num_nodes", "batch_size", "n_days", "max_history")
 
 
 def build_parser() -> argparse.ArgumentParser:

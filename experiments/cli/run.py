@@ -6,11 +6,13 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from experiments.run.executors import EXECUTORS
 from transfer.errors import ConfigError
 
 
 def _run(args: argparse.Namespace) -> None:
     from experiments.report import report_command
+    from experiments.run.executors import make_executor
     from experiments.run.runner import run_experiment
     from experiments.run.validate import check_spec
     from experiments.spec import load_spec
@@ -24,16 +26,17 @@ def _run(args: argparse.Namespace) -> None:
     if args.logger is not None:
         spec.logger = None if args.logger == "none" else args.logger
     out = args.out or str(Path("runs") / spec.name)
+    check_spec(spec)  # before a worker pool or a Ray connection starts
+    executor = make_executor(args.workers, args.threads, args.executor, args.verbose)
     if fs.is_remote(out):  # an object store: a local working copy, mirrored as the run goes
         from experiments.run.remote import working_copy
 
-        check_spec(spec)  # before anything is downloaded
         with working_copy(out) as copy:
             print(f"working copy of {out}: {copy.local}")
-            run_experiment(spec, copy.local, sync=copy.sync)
+            run_experiment(spec, copy.local, sync=copy.sync, executor=executor)
             print(report_command(copy.local))
         return
-    run_experiment(spec, Path(out))
+    run_experiment(spec, Path(out), executor=executor)
     print(report_command(out))
 
 
@@ -61,6 +64,14 @@ def add_parser(sub) -> None:
     r.add_argument("--threads", type=int, default=None,
                    help="torch CPU threads for this process (default: torch's own choice); "
                         "use 1 when two jobs share the cores")
+    r.add_argument("--workers", type=int, default=None,
+                   help="student runs side by side in this many local processes (default: as "
+                        "many as the cores allow at --threads each; 1: one after another in "
+                        "this process). Results do not depend on it")
+    r.add_argument("--executor", choices=list(EXECUTORS), default="local",
+                   help="local: this machine's processes (--workers); ray: tasks on the Ray "
+                        "cluster at RAY_ADDRESS (or a local instance), --threads CPUs each; "
+                        "needs pip install 'gemkd[ray]' and a run directory every node reads")
     r.add_argument("--logger", choices=["none", "csv", "tensorboard", "mlflow"], default=None,
                    help="log the teacher fit and every student run to an experiment tracker "
                         "under RUN_DIR/logs (default: the spec's logger key, else none); "

@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+from dataclasses import dataclass
 from pathlib import Path
 
 from experiments.run import steps
@@ -17,15 +18,35 @@ from experiments.spec.model import RunSpec
 from transfer.io import fs
 
 
+@dataclass(frozen=True)
+class InputPaths:
+    """Where a lag's upstream steps put what its students learn from: the teacher sources'
+    stores (``gem``, ``domain_fm``), the LoopFM code store and GEM's checkpoint (None for an
+    imported store). Paths, not opened objects: a worker process opens them itself."""
+
+    stores: dict[str, Path]
+    codes: Path | None = None
+    ckpt: Path | None = None
+
+    def open(self, max_events: int) -> Inputs:
+        """The opened inputs (in this process)."""
+        from experiments.teacher_checkpoint import model_weights
+        from transfer.repr_features import AsOfCodes, CodeStore
+
+        codes = (None if self.codes is None
+                 else AsOfCodes(CodeStore(self.codes), max_events=max_events))
+        ckpt = self.ckpt
+        weights = None if ckpt is None else (lambda: model_weights(ckpt))
+        return Inputs(dict(self.stores), codes, weights)
+
+
 def lag_inputs(spec: RunSpec, lag: int, data, data_key: dict, fm_domains: list[str],
-               cache: Path, log, tracker=None) -> Inputs:
-    """The teacher sources, codes and teacher weights the lag's students use."""
-    from experiments.teacher_checkpoint import model_weights
-    from transfer.repr_features import AsOfCodes, CodeStore
+               cache: Path, log, tracker=None) -> InputPaths:
+    """The teacher sources, codes and teacher checkpoint the lag's students use."""
     from transfer.training.trainer import best_or_last
 
     needs = set().union(*(variant_needs(v) for v in spec.variants))
-    weights = None
+    ckpt = None
     if spec.teacher.store is not None:
         stores = {"gem": fs.as_where(spec.teacher.store)}
         log(f"  teacher: the imported store {stores['gem']}")
@@ -36,7 +57,6 @@ def lag_inputs(spec: RunSpec, lag: int, data, data_key: dict, fm_domains: list[s
         layer = spec.repr.layer or gem_cfg.repr_layer
         stores = {"gem": steps.export_teacher(gem_run, data, layer, cache, log)}
         ckpt = best_or_last(gem_run)
-        weights = lambda: model_weights(ckpt)  # noqa: E731 - loaded only by param sharing
     if any(v.teacher == "domain_fm" for v in spec.variants):
         fm_cfg = steps.teacher_config(spec, lag, spec.hierarchical)
         if fm_cfg.init_from == "gem":  # the domain FMs start from this lag's GEM (validated)
@@ -45,13 +65,12 @@ def lag_inputs(spec: RunSpec, lag: int, data, data_key: dict, fm_domains: list[s
                                              cache, log)
     codes = None
     if "codes" in needs:
-        codes_dir = steps.build_codes(stores["gem"], spec.teacher_window(lag), spec.repr,
-                                      spec.seeds[0], cache, log)
-        codes = AsOfCodes(CodeStore(codes_dir), max_events=spec.repr.max_events)
-    return Inputs(stores, codes, weights)
+        codes = steps.build_codes(stores["gem"], spec.teacher_window(lag), spec.repr,
+                                  spec.seeds[0], cache, log)
+    return InputPaths(stores, codes, ckpt)
 
 
-def inputs_tag(spec: RunSpec, inputs: Inputs) -> str:
+def inputs_tag(spec: RunSpec, inputs: InputPaths) -> str:
     """What a student run's result depends on besides variant, seed and lag: the spec's student
     settings, the cached upstream steps (their names carry their config hashes) and the source
     of the user's own student and method classes. A rerun
@@ -63,7 +82,7 @@ def inputs_tag(spec: RunSpec, inputs: Inputs) -> str:
                  if k not in ("name", "seeds", "variants", "teacher_lag_days", "logger")}
     upstream = {k: fs.name(fs.parent(v)) for k, v in inputs.stores.items()}
     if inputs.codes is not None:
-        upstream["codes"] = fs.name(fs.parent(inputs.codes.store.path))
+        upstream["codes"] = fs.name(fs.parent(inputs.codes))
     variants = {v.name: v.to_value() for v in spec.variants}
     plugins = plugin_key([spec.student.class_path,
                           *(m.class_path for v in spec.variants for m in v.methods)])
@@ -75,13 +94,16 @@ def inputs_tag(spec: RunSpec, inputs: Inputs) -> str:
 
 def count_work(spec: RunSpec, makes_data: bool) -> tuple[int, int]:
     """``(student runs, cached steps)`` the run will go through, before any starts: tuning
-    candidates (where a variant has more than one) and final runs per variant × seed × lag;
-    the data step and, per lag, teacher + store, domain FMs and codes as the variants need."""
-    from experiments.run.methods import grid
+    trials (at most; a repeated suggestion costs no run) and final runs per variant × seed ×
+    lag;
+    the data step and, per lag, teacher + store, domain FMs and codes as the variants need;
+    all of it once per world."""
+    from experiments.run.tuning import planned_runs
 
-    per_lag = sum((n if (n := len(grid(spec, v))) > 1 else 0) + len(spec.seeds)
-                  for v in spec.variants)
+    per_lag = sum(planned_runs(spec, v) + len(spec.seeds) for v in spec.variants)
     needs = set().union(*(variant_needs(v) for v in spec.variants))
     lag_steps = (2 if spec.teacher.store is None else 0)
     lag_steps += any(v.teacher == "domain_fm" for v in spec.variants) + ("codes" in needs)
-    return per_lag * len(spec.lags), int(makes_data) + lag_steps * len(spec.lags)
+    worlds = len(spec.worlds)
+    return (per_lag * len(spec.lags) * worlds,
+            (int(makes_data) + lag_steps * len(spec.lags)) * worlds)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pandas as pd
 
-RESULT_COLUMNS = ["variant", "seed", "domain", "task", "teacher_lag_days", "ne", "auc",
+RESULT_COLUMNS = ["variant", "seed", "world", "domain", "task", "teacher_lag_days", "ne", "auc",
                   "calibration", "ne_baseline", "ne_teacher", "ne_source", "ne_oracle",
                   "ne_feature_oracle", "delta_ne", "transfer_ratio", "efficiency_vs_kd",
                   "train_seconds", "examples_per_second"]
@@ -16,17 +16,19 @@ BASELINE, KD = "baseline", "kd"
 
 
 def rows_of(variant: str, seed: int, lag: int, res: dict, teacher: dict, source: dict,
-            oracle: dict, feature: dict, tasks: list[str], domains: list[str]) -> list[dict]:
+            oracle: dict, feature: dict, tasks: list[str], domains: list[str],
+            world: int = 0) -> list[dict]:
     """``teacher`` are GEM's metrics on the evaluation data (``ne_teacher``, TR's reference),
     ``source`` those of the teacher the variant learned from (``ne_source``: the domain FM for
-    hierarchical transfer; empty for labels only)."""
+    hierarchical transfer; empty for labels only); ``world`` the synthetic world's seed (0 for
+    real data)."""
     rows = []
     # a single-domain dataset's one domain may itself be named "all" (the importer's default)
     names = list(dict.fromkeys([*domains, "all"]))
     for task, domain in itertools.product(tasks, names):
         m = res["metrics"]
         rows.append({
-            "variant": variant, "seed": seed, "domain": domain, "task": task,
+            "variant": variant, "seed": seed, "world": world, "domain": domain, "task": task,
             "teacher_lag_days": lag, "ne": m[f"ne/{task}/{domain}"],
             "auc": m.get(f"auc/{task}/{domain}", float("nan")),
             "calibration": m[f"calibration/{task}/{domain}"],
@@ -46,7 +48,9 @@ def derive(df: pd.DataFrame) -> pd.DataFrame:
     TR is left empty where the teacher's own advantage ΔNE_FM = NE(baseline) − NE(teacher) is
     within 2 std of the baseline's seed noise (a ratio to noise means nothing); efficiency vs
     KD is left empty where plain KD does not gain."""
-    keys = ["seed", "domain", "task", "teacher_lag_days"]
+    if "world" not in df.columns:  # rows of one world, from before worlds were replicated
+        df = df.assign(world=0)
+    keys = ["seed", "world", "domain", "task", "teacher_lag_days"]
     base = df[df.variant == BASELINE][keys + ["ne"]].rename(columns={"ne": "ne_baseline"})
     df = df.merge(base, on=keys, how="left")
     df["delta_ne"] = df["ne_baseline"] - df["ne"]
@@ -62,7 +66,7 @@ def derive(df: pd.DataFrame) -> pd.DataFrame:
 def _teacher_gains(df: pd.DataFrame, fm: pd.Series) -> pd.Series:
     """Per row: is the mean ΔNE_FM of its (domain, task, lag) cell above 2 std of the baseline's
     NE over seeds? True where one seed leaves the noise unknown."""
-    cell = ["domain", "task", "teacher_lag_days"]
+    cell = ["world", "domain", "task", "teacher_lag_days"]
     grouped = df.assign(fm=fm).groupby(cell)
     noise = grouped["ne_baseline"].transform(lambda s: s.drop_duplicates().std())
     mean_fm = grouped["fm"].transform("mean")

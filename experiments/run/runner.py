@@ -1,9 +1,13 @@
-"""``run_experiment``: data → teacher(s) per lag → store → codes → tuning → variants × seeds.
+"""``run_experiment``: per world: data → per lag: teacher(s) → store → codes → tuning →
+variants × seeds.
 
 Every expensive step is cached by its config hash under ``RUN_DIR/cache`` (reruns and resumed
 crashes skip it); each finished student run is appended to ``RUN_DIR/runs.jsonl``, so a killed
-run continues where it stopped and ends with the same ``results.csv``. One run at a time owns a
-run directory (a lock that dies with its process); a second is refused, naming the first.
+run continues where it stopped and ends with the same ``results.csv``. Student runs go to an
+executor (this process, local workers or Ray) in batches — a tuning round, the final runs of a
+lag — and come back in any order: each is seeded by its own key, so the results do not depend
+on where or in which order they ran. One run at a time owns a run directory (a lock that dies
+with its process); a second is refused, naming the first.
 """
 
 from __future__ import annotations
@@ -12,7 +16,6 @@ import json
 import platform
 import shutil
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -21,13 +24,16 @@ import pandas as pd
 import yaml
 
 from experiments.run import steps
+from experiments.run.context import LagCell, RunContext
+from experiments.run.executors import Executor, Serial
 from experiments.run.inputs import count_work, inputs_tag, lag_inputs
+from experiments.run.jobs import StudentRun
 from experiments.run.methods import variant_needs
 from experiments.run.progress import Progress
 from experiments.run.results import derive, load_done, record, rows_of
-from experiments.run.student import StudentJob, train_student
-from experiments.run.tracking import log_results, run_tracker, student_logger
-from experiments.run.tuning import tune
+from experiments.run.tracking import log_results, run_tracker
+from experiments.run.tuning import tune_variants
+from experiments.run.tuning_table import TUNING_COLUMNS
 from experiments.run.validate import DataMismatch, check_data, check_spec, data_name
 from experiments.spec.model import RunSpec
 from transfer.errors import GemkdError
@@ -38,26 +44,30 @@ LOCK = ".lock"
 TEACHER_NEEDS = {"teacher", "teacher_emb"}
 
 
-def run_experiment(spec: RunSpec, out: str | Path,
-                   sync: Callable[[], None] | None = None) -> pd.DataFrame:
+def run_experiment(spec: RunSpec, out: str | Path, sync: Callable[[], None] | None = None,
+                   executor: Executor | None = None) -> pd.DataFrame:
     """Run ``spec`` into the run directory ``out`` (created; a rerun resumes) and return the
     results table (also written to ``out/results.csv``). Every check of the spec runs before
     any work; where the data's days, domains and tasks are known only once it is built (real
     data), a mismatch found then removes the run directory this call created, as does any error
-    before a step or student run finished. ``sync`` is called
-    after every finished step and student run (a remote run directory's mirror)."""
+    before a step or student run finished. ``sync`` is called after every finished step and
+    student run (a remote run directory's mirror). ``executor`` runs the student runs (default:
+    one after another in this process; :func:`experiments.run.executors.make_executor`)."""
     out = Path(out)
     check_spec(spec)
     tracker = run_tracker(spec, out)
     created = not out.exists()
     out.mkdir(parents=True, exist_ok=True)
+    executor = executor or Serial()
     try:
         with exclusive(out / LOCK, str(out)):
-            return _run(spec, out, tracker, sync)
+            return _run(spec, out, tracker, sync, executor)
     except GemkdError as e:  # bad input found only once the data was read
         if created and (isinstance(e, DataMismatch) or not _holds_work(out)):
             shutil.rmtree(out, ignore_errors=True)
         raise
+    finally:
+        executor.close()
 
 
 def _holds_work(out: Path) -> bool:
@@ -65,12 +75,13 @@ def _holds_work(out: Path) -> bool:
     return any((out / "cache").glob("*/DONE")) or (out / "runs.jsonl").is_file()
 
 
-def _run(spec: RunSpec, out: Path, tracker, sync) -> pd.DataFrame:
+def _run(spec: RunSpec, out: Path, tracker, sync, executor: Executor) -> pd.DataFrame:
     plan = steps.data_plan(spec)
     runs, n_steps = count_work(spec, plan.make is not None)
     log = Progress(out / "log.txt", runs, n_steps, on_change=sync)
+    ctx = RunContext(spec, out, log, executor, tracker, load_done(out / "runs.jsonl"))
     try:
-        return _steps(spec, out, out / "cache", log, tracker)
+        return _steps(ctx)
     except Exception as e:  # the run's log ends with what stopped it, as stderr does
         log.record(f"error: {e}" if isinstance(e, GemkdError) else
                    f"error: {type(e).__name__}: {e}")
@@ -79,73 +90,98 @@ def _run(spec: RunSpec, out: Path, tracker, sync) -> pd.DataFrame:
         log.close()
 
 
-def _steps(spec: RunSpec, out: Path, cache: Path, log: Progress, tracker) -> pd.DataFrame:
+def _steps(ctx: RunContext) -> pd.DataFrame:
+    spec, out, log = ctx.spec, ctx.out, ctx.log
     (out / "spec.yaml").write_text(yaml.safe_dump(spec.to_dict(), sort_keys=False))
     (out / "environment.json").write_text(json.dumps(_environment(), indent=2))
     (out / "command.txt").write_text(" ".join(sys.argv) + "\n")
+    worlds = spec.worlds
     log(f"experiment {spec.name}: variants {spec.variant_names}, seeds {spec.seeds}, "
-        f"lags {spec.lags}")
+        f"lags {spec.lags}" + (f", worlds {worlds}" if worlds != [None] else ""))
+    rows: list[dict] = []
+    tuning_rows: list[dict] = []
+    for world in worlds:
+        rows += _world(ctx, world, tuning_rows)
+    pd.DataFrame(tuning_rows, columns=list(TUNING_COLUMNS)).to_csv(out / "tuning.csv", index=False)
+    results = derive(pd.DataFrame(rows))
+    results.to_csv(out / "results.csv", index=False)
+    log_results(ctx.tracker, results, out)
+    log(f"wrote {out / 'results.csv'} ({len(results)} rows)")
+    return results
 
-    data, data_key = steps.prepare_data(spec, cache, log)
+
+def _world(ctx: RunContext, world: int | None, tuning_rows: list[dict]) -> list[dict]:
+    """Every lag of one world (the data's own when ``world`` is None): its rows of results."""
+    spec, log = ctx.spec, ctx.log
+    if world is not None:
+        log(f"=== world {world}")
+    data, data_key = steps.prepare_data(spec, ctx.cache, log, world)
     from transfer.data.schema import DatasetSchema
 
     schema = DatasetSchema.load(data)
     check_data(spec, schema.days, schema.domains, schema.tasks, data_name(spec), mismatch=True)
-    tasks, domains = list(spec.student_tasks), schema.domains
+    tasks, domains = ctx.tasks, schema.domains
     only = [spec.student_domain] if spec.student_domain else None  # the vertical's own traffic
-    student_days, eval_days = tuple(spec.student_days), tuple(spec.eval_days)
-    base_rates = training_base_rates(data, student_days, tasks, only)
+    eval_days = tuple(spec.eval_days)
+    base_rates = training_base_rates(data, tuple(spec.student_days), tasks, only)
     oracle, feature = {}, {}
     if steps.has_oracle(data):  # the floor, and what a model could reach from what it sees
         oracle = steps.eval_metrics(data, eval_days, tasks, domains, base_rates,
                                     steps.oracle_logits, only)
         feature = steps.feature_oracle_metrics(data, eval_days, tasks, domains, base_rates, only)
-    done = load_done(out / "runs.jsonl")
-    tuning_rows: list[dict] = []
-    rows: list[dict] = []
+    label = world if world is not None else int(data_key.get("seed", 0) or 0)
+    rows = []
     for lag in spec.lags:
         first, train_end = spec.teacher_window(lag)
         log(f"== teacher lag {lag}: teacher learns from days [{first}, {train_end})")
-        inputs = lag_inputs(spec, lag, data, data_key, only or domains, cache, log, tracker)
+        inputs = lag_inputs(spec, lag, data, data_key, only or domains, ctx.cache, log,
+                            ctx.tracker)
+        cell = LagCell(label, lag, data, train_end, inputs, inputs_tag(spec, inputs), base_rates,
+                       "" if world is None else f"w{world}|")
         sources = {name: steps.eval_metrics(data, eval_days, tasks, domains, base_rates,
-                                            steps.store_logits(store, tasks), only)
+                                            steps.store_logits(store, tasks), only,
+                                            clusters=cell.clusters(ctx.out, f"teacher__{name}"))
                    for name, store in inputs.stores.items()}
         for name, m in sources.items():
             log(f"  {name} teacher NE on evaluation days: "
                 f"{ {t: round(m[f'ne/{t}/all'], 4) for t in tasks} }")
-        tag = inputs_tag(spec, inputs)
+        chosen = tune_variants(ctx, cell, tuning_rows)
+        finals = _final_runs(ctx, cell, chosen)
         for variant in spec.variants:
-            params = tune(spec, variant, lag, train_end, data, inputs, base_rates, done, out,
-                          log, tuning_rows, tag, tracker)
+            source = sources[variant.teacher] if variant_needs(variant) & TEACHER_NEEDS else {}
             for seed in spec.seeds:
-                key = f"final|{variant.name}|{seed}|{lag}|{tag}"
-                if key not in done:
-                    job = StudentJob(variant, params, seed, student_days, eval_days,
-                                     train_end - 1)
-                    curve = out / "curves" / f"{variant.name}_seed{seed}_lag{lag}.csv"
-                    logger = student_logger(tracker, "final", variant.name, seed, lag, params)
-                    t0 = time.monotonic()
-                    res = train_student(spec, job, data, inputs, base_rates, curve,
-                                        logger=logger)
-                    done[key] = record(out / "runs.jsonl", key, res)
-                    log(f"  {variant.name:15s} seed {seed}: NE {tasks[0]} "
-                        f"{res['metrics'][f'ne/{tasks[0]}/all']:.4f} "
-                        f"({res['examples_per_second']:.0f} ex/s)")
-                    log.run_done(time.monotonic() - t0)
-                else:
-                    log(f"[cached] {variant.name} seed {seed} (runs.jsonl)")
-                    log.run_done(None)
-                source = sources[variant.teacher] if variant_needs(variant) & TEACHER_NEEDS \
-                    else {}
-                rows += rows_of(variant.name, seed, lag, done[key], sources["gem"], source,
-                                oracle, feature, tasks, only or domains)
-    tuning_columns = ["variant", "teacher_lag_days", "param", "value", "chosen", "val_ne"]
-    pd.DataFrame(tuning_rows, columns=tuning_columns).to_csv(out / "tuning.csv", index=False)
-    results = derive(pd.DataFrame(rows))
-    results.to_csv(out / "results.csv", index=False)
-    log_results(tracker, results, out)
-    log(f"wrote {out / 'results.csv'} ({len(results)} rows)")
-    return results
+                rows += rows_of(variant.name, seed, lag, ctx.done[finals[variant.name, seed]],
+                                sources["gem"], source, oracle, feature, tasks, only or domains,
+                                world=label)
+    return rows
+
+
+def _final_runs(ctx: RunContext, cell: LagCell, chosen: dict[str, dict[str, Any]]
+                ) -> dict[tuple[str, int], str]:
+    """Train every variant × seed of the cell (those not in the ledger), all in one batch;
+    returns each one's ledger key."""
+    spec, log = ctx.spec, ctx.log
+    keys, todo = {}, []
+    for variant in spec.variants:
+        for seed in spec.seeds:
+            key = f"final|{variant.name}|{seed}|{cell.lag}|{cell.world_key}{cell.tag}"
+            keys[variant.name, seed] = key
+            if key in ctx.done:
+                log(f"[cached] {variant.name} seed {seed} (runs.jsonl)")
+                log.run_done(None)
+            else:
+                todo.append(cell.request(ctx, "final", variant.name, chosen[variant.name], seed,
+                                         tuple(spec.student_days), tuple(spec.eval_days), key))
+    task = ctx.tasks[0]
+
+    def done(run: StudentRun, res: dict[str, Any]) -> None:
+        ctx.done[run.key] = record(ctx.out / "runs.jsonl", run.key, res)
+        log(f"  {run.variant:15s} seed {run.seed}: NE {task} "
+            f"{res['metrics'][f'ne/{task}/all']:.4f} ({res['examples_per_second']:.0f} ex/s)")
+        log.run_done(res["train_seconds"])
+
+    ctx.execute(todo, done)
+    return keys
 
 
 def _environment() -> dict[str, Any]:

@@ -66,9 +66,9 @@ def _src(d, default: Path | None = None) -> Path:
     return src
 
 
-def data_plan(spec: RunSpec) -> DataPlan:
-    """The data step's plan; a bad ``data:`` section is a ConfigError here, before anything is
-    written."""
+def data_plan(spec: RunSpec, world: int | None = None) -> DataPlan:
+    """The data step's plan (``world``: the synthetic world's seed, one of ``data.seeds``); a
+    bad ``data:`` section is a ConfigError here, before anything is written."""
     d, source = spec.data, spec.data.source
     if source == "synthetic":
         from transfer.data.synth import SynthConfig, generate
@@ -80,6 +80,8 @@ def data_plan(spec: RunSpec) -> DataPlan:
         preset = d.preset or "small"
         values = load_yaml(find_config(preset, "data", spec.source_dir))
         values.update(d.overrides)
+        if world is not None:
+            values["seed"] = world
         cfg = build_dataclass(SynthConfig, values, source=f"spec data (preset {preset})")
         key = {"source": source, **dataclasses.asdict(cfg)}
         return DataPlan(key, lambda out: generate(cfg, out, overwrite=True),
@@ -141,10 +143,11 @@ def _existing_dataset(d) -> DataPlan:
                     tasks=list(schema.tasks))
 
 
-def prepare_data(spec: RunSpec, cache: Path, log) -> tuple[Any, dict]:
+def prepare_data(spec: RunSpec, cache: Path, log, world: int | None = None
+                 ) -> tuple[Any, dict]:
     """Generate (synthetic) or convert (real data) the dataset; returns its location and cache
     key (a dataset of source ``dataset`` is used where it is)."""
-    plan = data_plan(spec)
+    plan = data_plan(spec, world)
     if plan.make is None:
         log(f"[data] {plan.path}")
         return plan.path, plan.key
@@ -242,14 +245,23 @@ def oracle_logits(batch) -> torch.Tensor:
 
 def eval_metrics(data: Path, days: tuple[int, int], tasks: list[str], domains: list[str],
                  base_rates: dict[str, float], logits_fn,
-                 only: list[str] | None = None) -> dict[str, float]:
-    """NE/AUC/calibration of ``logits_fn(batch)`` on ``days`` (and domains ``only``)."""
+                 only: list[str] | None = None, clusters: Path | None = None
+                 ) -> dict[str, float]:
+    """NE/AUC/calibration of ``logits_fn(batch)`` on ``days`` (and domains ``only``);
+    ``clusters``: also write the per-user loss sums there (the report's bootstrap)."""
     from transfer.data.reader import DatasetReader
     from transfer.metrics import RankingMetrics
+    from transfer.metrics.clusters import ClusterLoss
 
     metrics = RankingMetrics(tasks, len(domains), domains, base_rates=base_rates)
+    sums = ClusterLoss(len(tasks))
     for batch in DatasetReader(data, days=days, batch_size=8192, tasks=tasks, domains=only):
-        metrics.update(logits_fn(batch), batch.labels, batch.domain)
+        logits = logits_fn(batch)
+        metrics.update(logits, batch.labels, batch.domain)
+        if clusters is not None:
+            sums.update(logits, batch.labels, batch.user_id, batch.domain)
+    if clusters is not None:
+        sums.save(clusters, tasks, domains, base_rates)
     return {k: float(v) for k, v in metrics.compute().items()}
 
 

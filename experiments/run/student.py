@@ -18,6 +18,7 @@ from transfer.data.datamodule import AdsDataModule
 from transfer.data.schema import DatasetSchema
 from transfer.distill import DistillModule, StoreTeacher
 from transfer.methods import MethodContext
+from transfer.metrics.clusters import ClusterLoss
 from transfer.store import TeacherStore
 from transfer.training.ema import StreamEMA
 
@@ -41,6 +42,19 @@ class Inputs:
     stores: dict[str, Path]
     codes: Any = None
     teacher_weights: Any = None
+
+
+class UserLoss(pl.Callback):
+    """The test pass's log loss summed per (user, domain): what the user-level bootstrap of the
+    report resamples (a few kB per run instead of every prediction)."""
+
+    def __init__(self, n_tasks: int) -> None:
+        self.sums = ClusterLoss(n_tasks)
+
+    def on_test_batch_end(self, trainer, module, outputs, batch, batch_idx,
+                          dataloader_idx: int = 0) -> None:
+        self.sums.update(outputs["logits"], batch.labels, batch.user_id, batch.domain,
+                         outputs["mask"])
 
 
 class _Curve(pl.Callback):
@@ -98,12 +112,18 @@ def build_module(spec: RunSpec, job: StudentJob, data: Path, inputs: Inputs,
 def train_student(spec: RunSpec, job: StudentJob, data: Path, inputs: Inputs,
                   base_rates: dict[str, float], curve_path: Path | None = None,
                   callbacks: list[pl.Callback] | None = None,
-                  logger: Any = False) -> dict[str, Any]:
+                  logger: Any = False, clusters_path: Path | None = None) -> dict[str, Any]:
     """Returns ``{"metrics": {...}, "train_seconds", "examples_per_second", "coverage"}``;
     ``callbacks`` are added to the student's Trainer (e.g. a benchmark's clock); ``logger`` a
-    Lightning logger for the fit and the evaluation (False: none, the default)."""
+    Lightning logger for the fit and the evaluation (False: none, the default);
+    ``clusters_path``: write the evaluation's per-user loss sums there (the bootstrap's input,
+    :mod:`transfer.metrics.clusters`)."""
     pl.seed_everything(job.seed, verbose=False)
     module, teacher = build_module(spec, job, data, inputs, base_rates)
+    user_loss = None
+    if clusters_path is not None:
+        user_loss = UserLoss(len(spec.student_tasks))
+        callbacks = [*(callbacks or []), user_loss]
     dm = student_datamodule(spec, job, data, module.model)
     curve = _Curve()
     if spec.ema_decay is not None:  # evaluate the stream's moving average of the weights
@@ -119,6 +139,9 @@ def train_student(spec: RunSpec, job: StudentJob, data: Path, inputs: Inputs,
     trainer.fit(module, datamodule=dm)
     seconds = time.perf_counter() - t0
     trainer.test(module, datamodule=dm, verbose=False)
+    if user_loss is not None:
+        user_loss.sums.save(clusters_path, list(spec.student_tasks), list(module.domains),
+                            base_rates)
     if curve_path is not None:
         curve_path.parent.mkdir(parents=True, exist_ok=True)
         with open(curve_path, "w", newline="") as f:

@@ -1,54 +1,102 @@
-"""The fair-comparison rule (DESIGN §6): every variant picks its knobs from the same kind of
-short lists on the last student day (validation), first seed only."""
+"""The fair-comparison rule (DESIGN §6): every variant picks its knobs on the validation day
+(the last student day) by the same search — an Optuna study of ``tuning.trials`` trials over its
+methods' declared ranges (:mod:`experiments.run.search`) — each candidate scored by the mean
+validation NE of the first task over ``tuning.seeds`` training seeds.
+
+Tuning goes in rounds: each round asks every variant's tuner for its next candidates, trains
+them all as one batch of student runs (side by side on the run's executor) and tells each tuner
+its scores. A tuner's sequence of candidates depends only on its own scores, so the choices do
+not depend on how many workers trained them or in which order.
+"""
 
 from __future__ import annotations
 
 import json
-import time
-from pathlib import Path
+import math
 from typing import Any
 
-from experiments.run.methods import grid
+from experiments.run.context import LagCell, RunContext
+from experiments.run.jobs import StudentRun
+from experiments.run.methods import search_space
 from experiments.run.results import record
-from experiments.run.student import Inputs, StudentJob, train_student
-from experiments.run.tracking import student_logger
+from experiments.run.search import Search, SearchTuner, single_point, study_name
+from experiments.run.tuning_table import tuning_rows as rows_of_search
 from experiments.spec.model import RunSpec, VariantSpec
+from transfer.methods.space import Categorical
 
 
-def tune(spec: RunSpec, variant: VariantSpec, lag: int, train_end: int, data: Path,
-         inputs: Inputs, base_rates: dict[str, float], done: dict, out: Path, log,
-         tuning_rows: list[dict], tag: str, tracker=None) -> dict[str, Any]:
-    """The variant's knobs: the only combination, or the one with the lowest validation NE of
-    the first task (each candidate trained once through the student days but the last).
-    ``log.run_done`` (a progress log) hears of each candidate."""
-    run_done = getattr(log, "run_done", lambda seconds: None)
-    candidates = grid(spec, variant)
-    if len(candidates) <= 1:
-        params = candidates[0] if candidates else {}
-        for k, v in params.items():
-            tuning_rows.append({"variant": variant.name, "teacher_lag_days": lag, "param": k,
-                                "value": v, "chosen": True, "val_ne": float("nan")})
-        return params
+def make_tuner(ctx: RunContext, cell: LagCell, variant: VariantSpec) -> SearchTuner:
+    """The variant's Optuna study for the cell, kept under ``RUN_DIR/tuning`` (a killed run
+    resumes it); the study's name carries the cell's input tag, so a changed spec starts a new
+    search instead of continuing another's."""
+    spec = ctx.spec
+    name = f"{study_name(variant.name, cell.lag, cell.world)}-{cell.tag}"
+    return SearchTuner(Search(search_space(spec, variant), spec.tuning.sampler,
+                              spec.tuning.trials, spec.seeds[0], ctx.out / "tuning", name))
+
+
+def validation_seeds(spec: RunSpec) -> list[int]:
+    """The ``tuning.seeds`` training seeds a candidate is scored over (the first is the
+    spec's first seed)."""
+    return [spec.seeds[0] + i for i in range(spec.tuning.seeds)]
+
+
+def planned_runs(spec: RunSpec, variant: VariantSpec) -> int:
+    """At most this many validation runs for the variant's search (a duplicate suggestion
+    costs none): ``trials`` — or the number of points of a space of lists, if fewer — times
+    ``tuning.seeds``; none when the space has one point."""
+    space = search_space(spec, variant)
+    if single_point(space) is not None:
+        return 0
+    points = math.prod(len(r.values) if isinstance(r, Categorical) else spec.tuning.trials
+                       for r in space.values())
+    return min(spec.tuning.trials, points) * len(validation_seeds(spec))
+
+
+def tune_variants(ctx: RunContext, cell: LagCell, tuning_rows: list[dict]
+                  ) -> dict[str, dict[str, Any]]:
+    """Each variant's chosen knobs for the cell; every candidate's score goes to
+    ``tuning_rows`` (tuning.csv)."""
+    spec, log = ctx.spec, ctx.log
+    tuners = {v.name: make_tuner(ctx, cell, v) for v in spec.variants}
     first, end = spec.student_days
-    task = spec.student_tasks[0]
-    scores = []
-    for params in candidates:
-        key = f"tune|{variant.name}|{lag}|{json.dumps(params, sort_keys=True)}|{tag}"
-        if key not in done:
-            job = StudentJob(variant, params, spec.seeds[0], (first, end - 1), (end - 1, end),
-                             train_end - 1)
-            logger = student_logger(tracker, "tune", variant.name, spec.seeds[0], lag, params)
-            t0 = time.monotonic()
-            res = train_student(spec, job, data, inputs, base_rates, logger=logger)
-            done[key] = record(out / "runs.jsonl", key, res)
-            run_done(time.monotonic() - t0)
-        else:
-            run_done(None)
-        scores.append(done[key]["metrics"][f"ne/{task}/all"])
-    best = min(range(len(candidates)), key=lambda i: scores[i])
-    for i, (params, score) in enumerate(zip(candidates, scores, strict=True)):
-        for k, v in params.items():
-            tuning_rows.append({"variant": variant.name, "teacher_lag_days": lag, "param": k,
-                                "value": v, "chosen": i == best, "val_ne": score})
-    log(f"  tuned {variant.name}: {candidates[best]} (validation NE {scores[best]:.4f})")
-    return candidates[best]
+    train, val = (first, end - 1), (end - 1, end)
+    task = ctx.tasks[0]
+    while True:
+        asked = [(name, params) for name, t in tuners.items() for params in t.ask()]
+        if not asked:
+            break
+        todo: list[StudentRun] = []
+        keys: dict[tuple[str, str], list[str]] = {}
+        for name, params in asked:
+            blob = json.dumps(params, sort_keys=True)
+            for seed in validation_seeds(spec):
+                # the first seed's key is the one earlier versions wrote: their ledger is reused
+                seed_part = "" if seed == spec.seeds[0] else f"|s{seed}"
+                key = f"tune|{name}|{cell.lag}|{blob}{seed_part}|{cell.world_key}{cell.tag}"
+                keys.setdefault((name, blob), []).append(key)
+                if key in ctx.done:
+                    log.run_done(None)
+                else:
+                    todo.append(cell.request(ctx, "tune", name, params, seed, train, val, key))
+        _execute(ctx, todo)
+        for name, params in asked:
+            runs = keys[name, json.dumps(params, sort_keys=True)]
+            score = sum(ctx.done[k]["metrics"][f"ne/{task}/all"] for k in runs) / len(runs)
+            tuners[name].tell(params, score)
+    chosen = {}
+    for name, t in tuners.items():
+        chosen[name] = t.best()
+        tuning_rows += rows_of_search(t.search, name, cell.lag, cell.world)
+        if t.scored():
+            log(f"  tuned {name}: {chosen[name]} (validation NE "
+                f"{min(s for _, s in t.scored()):.4f})")
+    return chosen
+
+
+def _execute(ctx: RunContext, runs: list[StudentRun]) -> None:
+    def done(run: StudentRun, res: dict[str, Any]) -> None:
+        ctx.done[run.key] = record(ctx.out / "runs.jsonl", run.key, res)
+        ctx.log.run_done(res["train_seconds"])
+
+    ctx.execute(runs, done)

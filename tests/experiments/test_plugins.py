@@ -65,7 +65,7 @@ def test_a_method_from_outside_the_packages(tmp_path):
     tuning = pd.read_csv(out / "tuning.csv")
     mine = tuning[tuning.variant == "mine"]
     assert set(mine.param) == {"emb_weight", "kd_weight", "temperature"}
-    assert sorted(mine[mine.param == "emb_weight"].value) == [0.5, 2.0]
+    assert sorted(set(mine[mine.param == "emb_weight"].value)) == [0.5, 2.0]  # 8 trials
     assert mine[mine.param == "emb_weight"].chosen.sum() == 1
     spec = yaml.safe_load((out / "spec.yaml").read_text())
     assert spec["variants"]["mine"] == ["kd", "my_methods.embedding_kd.EmbeddingKD"]

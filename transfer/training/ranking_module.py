@@ -266,12 +266,15 @@ class RankingModule(pl.LightningModule):
         """The logits that are evaluated (and served); subclasses with other models override."""
         return self.model(batch).logits
 
-    def _eval_step(self, batch: Batch, metrics: RankingMetrics, split: str) -> None:
+    def _eval_step(self, batch: Batch, metrics: RankingMetrics, split: str) -> dict[str, Tensor]:
+        """Updates the split's metrics; returns ``{"logits", "mask"}`` (detached) for callbacks
+        that keep more than the metrics (e.g. per-user loss sums for a bootstrap)."""
         logits = self.serving_logits(batch)
         mask = self.label_mask(batch)
         total, _ = self.loss(logits, batch.labels, mask)
         self.log(f"{split}/loss", total, batch_size=len(batch), sync_dist=True)
         metrics.update(logits.float(), batch.labels, batch.domain, mask)
+        return {"logits": logits.detach().float(), "mask": mask}
 
     def _eval_end(self, metrics: RankingMetrics, split: str) -> None:
         values = metrics.compute()  # torchmetrics syncs the states across ranks
@@ -292,8 +295,8 @@ class RankingModule(pl.LightningModule):
             return
         self._eval_end(self.val_metrics, "val")
 
-    def test_step(self, batch: Batch, batch_idx: int) -> None:
-        self._eval_step(batch, self.test_metrics, "test")
+    def test_step(self, batch: Batch, batch_idx: int) -> dict[str, Tensor]:
+        return self._eval_step(batch, self.test_metrics, "test")
 
     def on_test_epoch_end(self) -> None:
         self._eval_end(self.test_metrics, "test")

@@ -1,0 +1,82 @@
+"""The state of one ``gemkd run`` as one object: the spec, the run directory, its log, tracker,
+executor and ledger, and — per world and teacher lag — what the lag's students learn from. The
+pipeline's functions take it instead of a dozen arguments, and build every student run's
+self-contained request from it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from experiments.run.executors import Executor
+from experiments.run.inputs import InputPaths
+from experiments.run.jobs import StudentRun
+from experiments.spec.model import RunSpec
+
+
+@dataclass
+class RunContext:
+    """``log`` is the run's :class:`~experiments.run.progress.Progress`; ``done`` the ledger
+    (``runs.jsonl``: key → record)."""
+
+    spec: RunSpec
+    out: Path
+    log: Any
+    executor: Executor
+    tracker: Any = None
+    done: dict[str, dict] = field(default_factory=dict)
+
+    @property
+    def cache(self) -> Path:
+        return self.out / "cache"
+
+    @property
+    def tasks(self) -> list[str]:
+        return list(self.spec.student_tasks)
+
+    def execute(self, runs: list[StudentRun],
+                done: Callable[[StudentRun, dict[str, Any]], None]) -> None:
+        """Hand ``runs`` to the executor; ``done`` hears of each, in this process."""
+        if runs:
+            self.executor.run(runs, done)
+
+
+@dataclass
+class LagCell:
+    """One (world, teacher lag): its data, the teacher's window end, the students' inputs and
+    the tag that ties a ledger line to exactly those inputs."""
+
+    world: int
+    lag: int
+    data: Path
+    train_end: int
+    inputs: InputPaths
+    tag: str
+    base_rates: dict[str, float]
+    world_key: str = ""  # "" for a run of one world, "w<seed>|" when it replicates worlds
+
+    def clusters(self, out: Path, name: str) -> Path:
+        """Where the per-user loss sums of ``name``'s evaluation go (the report reads them)."""
+        return out / "clusters" / f"world={self.world}" / f"lag={self.lag}" / f"{name}.npz"
+
+    def request(self, ctx: RunContext, phase: str, variant: str, params: dict[str, Any],
+                seed: int, train_days: tuple[int, int], eval_days: tuple[int, int],
+                key: str) -> StudentRun:
+        """A self-contained student run of this cell (final runs keep their curve and
+        per-user evaluation sums)."""
+        final = phase == "final"
+        suffix = f"_w{self.world}" if self.world_key else ""
+        curve = ctx.out / "curves" / f"{variant}_seed{seed}_lag{self.lag}{suffix}.csv"
+        return StudentRun(
+            key=key, phase=phase, spec=ctx.spec, variant=variant, params=dict(params),
+            seed=seed, lag=self.lag, world=self.world, train_days=tuple(train_days),
+            eval_days=tuple(eval_days), trained_until_day=self.train_end - 1,
+            data=str(self.data), stores={k: str(v) for k, v in self.inputs.stores.items()},
+            base_rates=dict(self.base_rates),
+            codes=None if self.inputs.codes is None else str(self.inputs.codes),
+            ckpt=None if self.inputs.ckpt is None else str(self.inputs.ckpt),
+            curve=str(curve) if final else None,
+            clusters=str(self.clusters(ctx.out, f"{variant}__seed{seed}")) if final else None,
+            tracker=ctx.tracker)

@@ -1,0 +1,178 @@
+"""Where a sweep's student runs execute (DESIGN §6, §8): in this process, in local worker
+processes, or as tasks on an existing Ray cluster. Every executor takes the same
+:class:`~experiments.run.jobs.StudentRun` requests and hands each result back as it finishes;
+the caller (one process) writes the ledger, so a dead worker loses only its own run and a
+killed sweep resumes from ``runs.jsonl``."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import sys
+from collections.abc import Callable
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
+from typing import Any, Literal, Protocol
+
+from experiments.run.jobs import StudentRun, execute
+from transfer.errors import ConfigError
+
+ExecutorName = Literal["local", "ray"]
+EXECUTORS: tuple[str, ...] = ("local", "ray")
+Done = Callable[[StudentRun, dict[str, Any]], None]
+RETRIES = 1  # a run whose worker died is tried once more on a fresh pool
+
+
+class Executor(Protocol):
+    def run(self, runs: list[StudentRun], done: Done) -> None:
+        """Execute every run; call ``done(run, result)`` in this process as each finishes."""
+
+    def close(self) -> None: ...
+
+
+class Serial:
+    """One run after another in this process (``--workers 1``)."""
+
+    def run(self, runs: list[StudentRun], done: Done) -> None:
+        for r in runs:
+            done(r, execute(r))
+
+    def close(self) -> None:
+        pass
+
+
+def _start_worker(threads: int, verbose: bool, path: list[str], env: dict[str, str]) -> None:
+    """A worker's process-wide settings, as the command has them: torch threads, quiet
+    logging, the import path (a user's plug-ins) and the environment (the fork server that
+    starts workers may be older than both)."""
+    import torch
+
+    from experiments.cli import output
+
+    sys.path[:] = path
+    os.environ.clear()
+    os.environ.update(env)
+    torch.set_num_threads(threads)
+    output.configure(verbose, lightning=True)
+
+
+class LocalProcesses:
+    """``workers`` processes on this machine, each with ``threads`` torch threads. Started on
+    first use and kept for the whole sweep: a worker opens a lag's stores and codes once. The
+    ``forkserver`` start method: a fork of a process that has run torch can deadlock in its
+    thread pools, and ``spawn`` would import torch anew for every worker."""
+
+    def __init__(self, workers: int, threads: int, verbose: bool = False) -> None:
+        self.workers, self.threads, self.verbose = workers, threads, verbose
+        self._pool: ProcessPoolExecutor | None = None
+
+    def _get(self) -> ProcessPoolExecutor:
+        if self._pool is None:
+            ctx = multiprocessing.get_context("forkserver")
+            ctx.set_forkserver_preload(["experiments.run.jobs", "experiments.run.student"])
+            self._pool = ProcessPoolExecutor(
+                self.workers, mp_context=ctx, initializer=_start_worker,
+                initargs=(self.threads, self.verbose, list(sys.path), dict(os.environ)))
+        return self._pool
+
+    def run(self, runs: list[StudentRun], done: Done) -> None:
+        """A worker that dies (killed, out of memory) breaks the pool: the runs it did not
+        finish go to a new pool, once more each; a run that kills its worker twice is an
+        error naming it. Finished runs were handed to ``done`` already and are not redone."""
+        todo, lost = list(runs), dict.fromkeys((r.key for r in runs), 0)
+        while todo:
+            try:
+                self._run_on_pool(todo, done)
+                return
+            except BrokenProcessPool as e:
+                self.close()
+                todo = [r for r in todo if r.key not in self._finished]
+                for r in todo:
+                    lost[r.key] += 1
+                    if lost[r.key] > RETRIES:
+                        raise RuntimeError(f"student run {r.key!r}: its worker died "
+                                           f"{lost[r.key]} times ({e})") from None
+
+    def _run_on_pool(self, runs: list[StudentRun], done: Done) -> None:
+        pool = self._get()
+        self._finished: set[str] = set()
+        pending = {pool.submit(execute, r): r for r in runs}
+        try:
+            while pending:
+                finished, _ = wait(pending, return_when=FIRST_COMPLETED)
+                broken = None
+                for f in finished:  # the runs that did finish are kept before a break is raised
+                    run = pending.pop(f)
+                    if isinstance(f.exception(), BrokenProcessPool):
+                        broken = f.exception()
+                        continue
+                    result = f.result()
+                    self._finished.add(run.key)
+                    done(run, result)
+                if broken is not None:
+                    raise broken
+        except BaseException:
+            for f in pending:
+                f.cancel()
+            raise
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pool = None
+
+
+class RayTasks:
+    """Each run a Ray task on the cluster at ``RAY_ADDRESS`` (or a local instance Ray starts),
+    ``threads`` CPUs each. The run directory and data must be on storage every node reads (a
+    shared file system); results come back to this process, which writes the ledger."""
+
+    def __init__(self, threads: int, address: str | None = None) -> None:
+        try:
+            import ray
+        except ImportError:
+            raise ConfigError("--executor ray needs Ray: pip install 'gemkd[ray]'") from None
+        self.ray, self.threads = ray, threads
+        if not ray.is_initialized():
+            ray.init(address=address or os.environ.get("RAY_ADDRESS"),
+                     include_dashboard=False, log_to_driver=False,
+                     runtime_env={"env_vars": {"OMP_NUM_THREADS": str(threads)}})
+        self._task = ray.remote(num_cpus=threads)(_ray_execute)
+
+    def run(self, runs: list[StudentRun], done: Done) -> None:
+        pending = {self._task.remote(r, self.threads): r for r in runs}
+        while pending:
+            finished, _ = self.ray.wait(list(pending), num_returns=1)
+            for ref in finished:
+                done(pending.pop(ref), self.ray.get(ref))
+
+    def close(self) -> None:
+        pass
+
+
+def _ray_execute(run: StudentRun, threads: int) -> dict[str, Any]:
+    import torch
+
+    torch.set_num_threads(threads)
+    return execute(run)
+
+
+def default_workers(threads: int) -> int:
+    """As many workers as the cores allow at ``threads`` torch threads each."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return max(1, (cores or 1) // max(1, threads))
+
+
+def make_executor(workers: int | None = None, threads: int | None = None,
+                  executor: str = "local", verbose: bool = False) -> Executor:
+    """``workers`` 1: the serial path; None: :func:`default_workers`. ``executor`` ``ray``
+    sends runs to a Ray cluster instead (``workers`` is then the cluster's business)."""
+    threads = threads or 1
+    if executor not in EXECUTORS:
+        raise ConfigError(f"--executor {executor!r}: expected one of {', '.join(EXECUTORS)}")
+    if executor == "ray":
+        return RayTasks(threads)
+    workers = default_workers(threads) if workers is None else workers
+    if workers < 1:
+        raise ConfigError(f"--workers must be >= 1, got {workers}")
+    return Serial() if workers == 1 else LocalProcesses(workers, threads, verbose)

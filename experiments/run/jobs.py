@@ -1,0 +1,75 @@
+"""One student run as a self-contained request: everything a worker process (or a Ray task on
+another machine) needs to train and evaluate it, by value or by path, and nothing that ties it
+to the process that planned it. A run's result depends only on its request (each is seeded by
+its own seed), so a sweep gives the same results whichever worker ran which run, in any order.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from experiments.spec.model import RunSpec
+from transfer.io import fs
+
+
+@dataclass(frozen=True)
+class StudentRun:
+    """``key`` is the run's line in ``runs.jsonl``; ``phase`` ``tune`` (a validation run of a
+    search trial) or ``final``; ``clusters``: where to write the per-user loss sums of the
+    evaluation (final runs), ``curve``: the training-loss CSV."""
+
+    key: str
+    phase: str
+    spec: RunSpec
+    variant: str
+    params: dict[str, Any]
+    seed: int
+    lag: int
+    world: int
+    train_days: tuple[int, int]
+    eval_days: tuple[int, int]
+    trained_until_day: int
+    data: str
+    stores: dict[str, str]
+    base_rates: dict[str, float]
+    codes: str | None = None
+    ckpt: str | None = None
+    curve: str | None = None
+    clusters: str | None = None
+    tracker: Any = None  # a transfer.training.loggers.Tracker, or None
+
+
+#: Inputs opened by this process, by what they were opened from: a worker pays for opening a
+#: store's join index or the code store's as-of index once, not once per run.
+_OPEN: dict[tuple, Any] = {}
+
+
+def _inputs(run: StudentRun):
+    from experiments.run.inputs import InputPaths
+
+    paths = InputPaths({k: fs.as_where(v) for k, v in run.stores.items()},
+                       Path(run.codes) if run.codes else None,
+                       Path(run.ckpt) if run.ckpt else None)
+    key = (tuple(sorted(run.stores.items())), run.codes, run.ckpt, run.spec.repr.max_events)
+    if key not in _OPEN:
+        _OPEN.clear()  # one lag's inputs at a time: the next lag's replace them
+        _OPEN[key] = paths.open(run.spec.repr.max_events)
+    return _OPEN[key]
+
+
+def execute(run: StudentRun) -> dict[str, Any]:
+    """Train and evaluate ``run``; returns ``runs.jsonl``'s record of it (metrics, timing,
+    teacher coverage)."""
+    from experiments.run.student import StudentJob, train_student
+    from experiments.run.tracking import student_logger
+
+    variant = run.spec.variant(run.variant)
+    job = StudentJob(variant, dict(run.params), run.seed, tuple(run.train_days),
+                     tuple(run.eval_days), run.trained_until_day)
+    logger = student_logger(run.tracker, run.phase, run.variant, run.seed, run.lag,
+                            dict(run.params))
+    return train_student(run.spec, job, fs.as_where(run.data), _inputs(run), dict(run.base_rates),
+                         curve_path=Path(run.curve) if run.curve else None, logger=logger,
+                         clusters_path=Path(run.clusters) if run.clusters else None)
