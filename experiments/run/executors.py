@@ -24,6 +24,8 @@ RETRIES = 1  # a run whose worker died is tried once more on a fresh pool
 
 
 class Executor(Protocol):
+    parallel: int  # runs at a time
+
     def run(self, runs: list[StudentRun], done: Done) -> None:
         """Execute every run; call ``done(run, result)`` in this process as each finishes."""
 
@@ -32,6 +34,8 @@ class Executor(Protocol):
 
 class Serial:
     """One run after another in this process (``--workers 1``)."""
+
+    parallel = 1  # runs at a time (the progress bar's ETA divides by it)
 
     def run(self, runs: list[StudentRun], done: Done) -> None:
         for r in runs:
@@ -64,6 +68,7 @@ class LocalProcesses:
 
     def __init__(self, workers: int, threads: int, verbose: bool = False) -> None:
         self.workers, self.threads, self.verbose = workers, threads, verbose
+        self.parallel = workers
         self._pool: ProcessPoolExecutor | None = None
 
     def _get(self) -> ProcessPoolExecutor:
@@ -138,6 +143,7 @@ class RayTasks:
                      include_dashboard=False, log_to_driver=False,
                      runtime_env={"env_vars": {"OMP_NUM_THREADS": str(threads)}})
         self._task = ray.remote(num_cpus=threads)(_ray_execute)
+        self.parallel = max(1, int(ray.cluster_resources().get("CPU", 1) // threads))
 
     def run(self, runs: list[StudentRun], done: Done) -> None:
         pending = {self._task.remote(r, self.threads): r for r in runs}

@@ -6,6 +6,7 @@ its own seed), so a sweep gives the same results whichever worker ran which run,
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -60,16 +61,19 @@ def _inputs(run: StudentRun):
 
 
 def execute(run: StudentRun) -> dict[str, Any]:
-    """Train and evaluate ``run``; returns ``runs.jsonl``'s record of it (metrics, timing,
-    teacher coverage)."""
+    """Train and evaluate ``run``; returns ``runs.jsonl``'s record of it (metrics, timing —
+    ``train_seconds``, ``eval_seconds`` and the whole ``run_seconds`` — teacher coverage)."""
     from experiments.run.student import StudentJob, train_student
     from experiments.run.tracking import student_logger
 
+    t0 = time.perf_counter()
     variant = run.spec.variant(run.variant)
     job = StudentJob(variant, dict(run.params), run.seed, tuple(run.train_days),
                      tuple(run.eval_days), run.trained_until_day)
     logger = student_logger(run.tracker, run.phase, run.variant, run.seed, run.lag,
                             dict(run.params))
-    return train_student(run.spec, job, fs.as_where(run.data), _inputs(run), dict(run.base_rates),
-                         curve_path=Path(run.curve) if run.curve else None, logger=logger,
-                         clusters_path=Path(run.clusters) if run.clusters else None)
+    res = train_student(run.spec, job, fs.as_where(run.data), _inputs(run), dict(run.base_rates),
+                        curve_path=Path(run.curve) if run.curve else None, logger=logger,
+                        clusters_path=Path(run.clusters) if run.clusters else None)
+    # the whole run as its worker saw it: training + evaluation + every fixed cost
+    return {**res, "run_seconds": time.perf_counter() - t0}

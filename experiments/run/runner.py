@@ -178,7 +178,7 @@ def _final_runs(ctx: RunContext, cell: LagCell, chosen: dict[str, dict[str, Any]
         ctx.done[run.key] = record(ctx.out / "runs.jsonl", run.key, res)
         log(f"  {run.variant:15s} seed {run.seed}: NE {task} "
             f"{res['metrics'][f'ne/{task}/all']:.4f} ({res['examples_per_second']:.0f} ex/s)")
-        log.run_done(res["train_seconds"])
+        log.run_done(res["run_seconds"] / ctx.executor.parallel)
 
     ctx.execute(todo, done)
     return keys

@@ -113,7 +113,8 @@ def train_student(spec: RunSpec, job: StudentJob, data: Path, inputs: Inputs,
                   base_rates: dict[str, float], curve_path: Path | None = None,
                   callbacks: list[pl.Callback] | None = None,
                   logger: Any = False, clusters_path: Path | None = None) -> dict[str, Any]:
-    """Returns ``{"metrics": {...}, "train_seconds", "examples_per_second", "coverage"}``;
+    """Returns ``{"metrics": {...}, "train_seconds", "eval_seconds", "examples_per_second",
+    "coverage"}``;
     ``callbacks`` are added to the student's Trainer (e.g. a benchmark's clock); ``logger`` a
     Lightning logger for the fit and the evaluation (False: none, the default);
     ``clusters_path``: write the evaluation's per-user loss sums there (the bootstrap's input,
@@ -138,7 +139,9 @@ def train_student(spec: RunSpec, job: StudentJob, data: Path, inputs: Inputs,
     t0 = time.perf_counter()
     trainer.fit(module, datamodule=dm)
     seconds = time.perf_counter() - t0
+    t1 = time.perf_counter()
     trainer.test(module, datamodule=dm, verbose=False)
+    eval_seconds = time.perf_counter() - t1
     if user_loss is not None:
         user_loss.sums.save(clusters_path, list(spec.student_tasks), list(module.domains),
                             base_rates)
@@ -149,7 +152,7 @@ def train_student(spec: RunSpec, job: StudentJob, data: Path, inputs: Inputs,
             w.writerow(["step", "train_loss"])
             w.writerows(curve.rows)
     return {"metrics": module.last_metrics["test"], "train_seconds": seconds,
-            "examples_per_second": curve.examples / seconds,
+            "eval_seconds": eval_seconds, "examples_per_second": curve.examples / seconds,
             "coverage": teacher.coverage if teacher else float("nan")}
 
 
@@ -166,11 +169,12 @@ PREFETCH_BATCHES = 16
 def student_datamodule(spec: RunSpec, job: StudentJob, data: Path,
                        student: torch.nn.Module) -> AdsDataModule:
     """The student's data: its days in time order (no shuffle: one streaming pass), its domain,
-    only the columns it reads, training batches prefetched in a background thread."""
+    only the columns it reads, training batches prefetched in a background thread, decoded row
+    groups kept for the process's next student (a sweep's worker reads its days once)."""
     only = [spec.student_domain] if spec.student_domain else None
     return AdsDataModule(data, train_days=job.train_days, test_days=job.eval_days,
                          batch_size=spec.batch_size, shuffle=False, prefetch=PREFETCH_BATCHES,
-                         tasks=list(spec.student_tasks), domains=only,
+                         tasks=list(spec.student_tasks), domains=only, cache=True,
                          **student_projection(student))
 
 

@@ -97,6 +97,6 @@ def tune_variants(ctx: RunContext, cell: LagCell, tuning_rows: list[dict]
 def _execute(ctx: RunContext, runs: list[StudentRun]) -> None:
     def done(run: StudentRun, res: dict[str, Any]) -> None:
         ctx.done[run.key] = record(ctx.out / "runs.jsonl", run.key, res)
-        ctx.log.run_done(res["train_seconds"])
+        ctx.log.run_done(res["run_seconds"] / ctx.executor.parallel)
 
     ctx.execute(runs, done)

@@ -32,6 +32,7 @@ from transfer.data.schema import (
     DatasetSchema,
     seq_type,
 )
+from transfer.data.unit_cache import UNITS, UnitCache
 from transfer.data.writer import day_path
 from transfer.errors import DataError
 from transfer.io import fs
@@ -82,7 +83,9 @@ class DatasetReader(IterableDataset):
 
     ``days`` is a half-open range ``(first, end)``; ``max_seq_len`` keeps the most recent events
     of longer histories; ``domains`` (names) keeps only those domains' rows — a vertical model's
-    own traffic. ``rank``/``world_size`` default to the initialised process group.
+    own traffic. ``rank``/``world_size`` default to the initialised process group. ``cache``:
+    keep the decoded row groups in the process (:mod:`transfer.data.unit_cache`) so that the
+    next pass over them — the next student of a sweep — reads from memory.
     """
 
     def __init__(self, root: str | Path, days: tuple[int, int] | None = None,
@@ -91,7 +94,8 @@ class DatasetReader(IterableDataset):
                  dense: list[str] | None = None, sequence: list[str] | None = None,
                  tasks: list[str] | None = None, oracle: bool = True,
                  domains: list[str] | None = None,
-                 rank: int | None = None, world_size: int | None = None) -> None:
+                 rank: int | None = None, world_size: int | None = None,
+                 cache: bool = False) -> None:
         super().__init__()
         if batch_size < 1:
             raise DataError(f"batch_size must be >= 1, got {batch_size}")
@@ -113,6 +117,7 @@ class DatasetReader(IterableDataset):
         self.domain_ids = None if domains is None else np.array(
             [self._domain_id(d) for d in domains], dtype=np.int64)
         self.epoch = 0
+        self.cache = cache
         self._rank, self._world_size = rank, world_size
         self.units = self._scan_units()
 
@@ -188,15 +193,29 @@ class DatasetReader(IterableDataset):
         rng = np.random.default_rng([self.seed, self.epoch, *self._shard()])
         open_path, pf = None, None
         for unit in self.my_units():
-            if unit.path != open_path:  # row groups of one file share its parsed footer
-                open_path, pf = unit.path, validate.open_parquet(unit.path)
-            arrays = self._load(unit, pf)
+            key = self._cache_key(unit)
+            arrays = UNITS.get(key)
+            if arrays is None:
+                if unit.path != open_path:  # row groups of one file share its parsed footer
+                    open_path, pf = unit.path, validate.open_parquet(unit.path)
+                arrays = self._load(unit, pf)
+                UNITS.put(key, arrays)
             n = len(arrays["example_id"])
             order = rng.permutation(n) if self.shuffle else None
             for start in range(0, n, self.batch_size):
                 stop = min(start + self.batch_size, n)
                 rows = order[start:stop] if order is not None else slice(start, stop)
                 yield self._batch(arrays, rows)
+
+    def _cache_key(self, unit: Unit) -> tuple | None:
+        """Where ``cache`` is on, the key of the unit's decoded arrays in the process cache."""
+        if not self.cache:
+            return None
+        domains = None if self.domain_ids is None else tuple(self.domain_ids.tolist())
+        p = self.projection
+        columns = (tuple(p.categorical), tuple(p.dense), tuple(p.sequence), tuple(p.tasks),
+                   p.oracle)
+        return UnitCache.key(unit.path, unit.row_group, columns, domains, self.max_seq_len)
 
     # ---- conversion ------------------------------------------------------------------------
     def _load(self, unit: Unit, pf: pq.ParquetFile) -> dict:
@@ -235,30 +254,48 @@ class DatasetReader(IterableDataset):
         out["labels"] = np.stack(labels, axis=1).astype(np.float32)
         if p.oracle:
             out["oracle"] = np.stack([col(self.schema.oracle[t]) for t in p.tasks], axis=1)
-        offsets, seq = None, {}
+        rows = (None if self.domain_ids is None
+                else np.flatnonzero(np.isin(out["domain"], self.domain_ids)))
+        out["offsets"], out["seq"] = self._sequences(unit, table, rows)
+        if rows is not None:
+            out = {k: (v if k in ("offsets", "seq") else v[rows]) for k, v in out.items()}
+        return out
+
+    def _sequences(self, unit: Unit, table: pa.Table, rows: np.ndarray | None
+                   ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        """Offsets ``[R+1]`` and the event values of the rows ``rows`` (all: None), each history
+        cut to its ``max_seq_len`` most recent events — gathered with one index per row group,
+        so the events a student never reads (other domains' rows, older events) are not copied
+        (every event is still checked: one vectorised pass)."""
+        p = self.projection
+        offsets, values = None, {}
         for name in p.sequence:
             arr = table.column(name).combine_chunks()
             o = arr.offsets.to_numpy().astype(np.int64)
             validate.check_no_null_events(unit.path, name, arr.values, o, unit.first_row)
-            v = arr.values.to_numpy()
             if offsets is None:
                 offsets = o
             elif not np.array_equal(o, offsets):
                 bad = int(np.argmax(o != offsets))
                 raise DataError(f"{unit.path}: column {name!r} row {unit.first_row + bad - 1}: "
                                 f"length differs from {p.sequence[0]!r} (event fields must align)")
-            v = v[o[0]:o[-1]]
-            validate.check_non_negative(unit.path, name, v, unit.first_row, o - o[0])
-            seq[name] = v
+            values[name] = v = arr.values.to_numpy()
+            validate.check_non_negative(unit.path, name, v[o[0]:o[-1]], unit.first_row, o - o[0])
+        n = unit.n_rows if rows is None else len(rows)
         if offsets is None:
-            offsets = np.zeros(unit.n_rows + 1, dtype=np.int64)
-        offsets = offsets - offsets[0]
+            return np.zeros(n + 1, dtype=np.int64), {}
+        starts, ends = offsets[:-1], offsets[1:]
+        if rows is not None:
+            starts, ends = starts[rows], ends[rows]
         if self.max_seq_len is not None:
-            offsets, seq = _keep_recent(offsets, seq, self.max_seq_len)
-        out["offsets"], out["seq"] = offsets, seq
-        if self.domain_ids is not None:
-            out = _select_rows(out, np.flatnonzero(np.isin(out["domain"], self.domain_ids)))
-        return out
+            starts = np.maximum(starts, ends - self.max_seq_len)
+        if rows is None and np.array_equal(starts, offsets[:-1]):  # every event: views, no copy
+            lo, hi = offsets[0], offsets[-1]
+            new, take = offsets - lo, (lambda v: v[lo:hi])  # noqa: E731
+        else:
+            new, idx = gather_ranges(starts, ends - starts)
+            take = (lambda v: v[idx])  # noqa: E731
+        return new, {name: take(v) for name, v in values.items()}
 
     def _domain_id(self, name: str) -> int:
         if name not in self.schema.domains:
@@ -300,26 +337,7 @@ class DatasetReader(IterableDataset):
         )
 
 
-def _select_rows(a: dict, rows: np.ndarray) -> dict:
-    """The arrays of one row group restricted to ``rows`` (jagged fields included)."""
-    offsets, idx = _gather_offsets(a["offsets"], rows)
-    out = {k: v[rows] for k, v in a.items() if k not in ("offsets", "seq")}
-    out["offsets"], out["seq"] = offsets, {k: v[idx] for k, v in a["seq"].items()}
-    return out
-
-
 def _gather_offsets(offsets: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Offsets and value indices of the segments ``rows``, in that order."""
     starts = offsets[rows]
     return gather_ranges(starts, offsets[rows + 1] - starts)
-
-
-def _keep_recent(offsets: np.ndarray, seq: dict[str, np.ndarray], k: int
-                 ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-    """Truncate every history to its ``k`` most recent (last) events."""
-    lengths = np.diff(offsets)
-    if len(lengths) == 0 or lengths.max() <= k:
-        return offsets, seq
-    keep = np.minimum(lengths, k)
-    new, idx = gather_ranges(offsets[1:] - keep, keep)
-    return new, {name: v[idx] for name, v in seq.items()}
