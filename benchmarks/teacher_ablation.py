@@ -42,6 +42,7 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks.common import write_json  # noqa: E402
+from benchmarks.teacher_eval import evaluate_teacher  # noqa: E402
 from experiments.run.steps import (  # noqa: E402
     eval_metrics,
     feature_oracle_metrics,
@@ -49,7 +50,6 @@ from experiments.run.steps import (  # noqa: E402
     oracle_logits,
 )
 from experiments.teacher_config import TeacherTrainConfig, load_teacher_config  # noqa: E402
-from experiments.teacher_eval import evaluate_teacher  # noqa: E402
 from experiments.teacher_fit import fit_teacher  # noqa: E402
 from transfer.config import load_dataclass  # noqa: E402
 from transfer.data.schema import DatasetSchema  # noqa: E402

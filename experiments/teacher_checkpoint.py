@@ -1,5 +1,6 @@
 """Reading a gemkd teacher checkpoint (a Lightning file or a sharded directory): shared by the
-export, the evaluation, parameter sharing and warm starts (``init_from``)."""
+export, the evaluation, parameter sharing and warm starts (``init_from``); a whole teacher is
+rebuilt from one by :func:`experiments.teacher_config.load_teacher`."""
 
 from __future__ import annotations
 
@@ -51,3 +52,4 @@ def model_weights(ckpt: str | Path, what: str = "--ckpt") -> dict[str, torch.Ten
         raise ConfigError(f"{what} {ckpt}: no model weights (expected a gemkd teacher "
                           "checkpoint with 'model.*' entries)")
     return weights
+

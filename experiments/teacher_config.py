@@ -7,12 +7,19 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from transfer.config import build_dataclass, load_yaml
 from transfer.errors import ConfigError
+from transfer.options import Strategy
+
+if TYPE_CHECKING:
+    import torch
+
+    from transfer.data.schema import DatasetSchema
 
 EXPERIMENTS = Path(__file__).resolve().parent
 
@@ -47,7 +54,7 @@ class TeacherTrainConfig:
     seed: int = 0
     precision: str = "32-true"
     compile: bool = False
-    strategy: str = "auto"
+    strategy: Strategy = "auto"
     devices: int = 1
     num_nodes: int = 1
     accelerator: str = "auto"
@@ -79,8 +86,6 @@ class TeacherTrainConfig:
             raise ValueError(f"key 'patience' must be >= 1, got {self.patience}")
         if self.weight_decay < 0 or self.embedding_weight_decay < 0:
             raise ValueError("keys 'weight_decay' and 'embedding_weight_decay' must be >= 0")
-        if self.strategy not in ("auto", "ddp", "fsdp"):
-            raise ValueError(f"key 'strategy' must be auto, ddp or fsdp, got {self.strategy!r}")
         if self.checkpoint_every_n_steps is not None and self.checkpoint_every_n_steps < 1:
             raise ValueError("key 'checkpoint_every_n_steps' must be >= 1")
         if self.max_seq_len is not None and self.max_seq_len < 0:
@@ -124,6 +129,46 @@ def build_model(cfg: TeacherTrainConfig, schema):
     return model
 
 
+@dataclass
+class TrainedTeacher:
+    """A teacher rebuilt from its checkpoint: the model (weights loaded, in train mode as built),
+    its config, the dataset's schema, the weights and the checkpoint they came from."""
+
+    model: torch.nn.Module
+    cfg: TeacherTrainConfig
+    schema: DatasetSchema
+    weights: dict[str, torch.Tensor]
+    ckpt: Path
+
+
+def load_teacher(ckpt: str | Path, data: Any, *, config: str | Path | None = None,
+                 days: tuple[int, int] | None = None) -> TrainedTeacher:
+    """The teacher at ``ckpt`` rebuilt for the dataset ``data``: its config is ``config``
+    (default: the run's resolved ``config.yaml`` beside ``checkpoints/``), ``days`` (if given)
+    are checked against the data, and the checkpoint's weights must fit the model (each a
+    ConfigError otherwise). ``init_from`` is not reloaded: the checkpoint's weights replace it."""
+    from experiments.teacher_checkpoint import check_checkpoint, model_weights
+    from transfer.data.schema import DatasetSchema
+
+    ckpt = check_checkpoint(ckpt)
+    config = Path(config) if config else ckpt.parent.parent / "config.yaml"
+    if not config.is_file():
+        raise ConfigError(f"{config}: no resolved teacher config next to the checkpoint; "
+                          "pass --config")
+    cfg = load_teacher_config(config)
+    schema = DatasetSchema.load(data)
+    if days is not None:
+        schema.check_days("--days", days, data)
+    model = build_model(dataclasses.replace(cfg, init_from=None), schema)
+    weights = model_weights(ckpt)
+    try:
+        model.load_state_dict(weights)
+    except RuntimeError as e:
+        raise ConfigError(f"--ckpt {ckpt}: weights do not fit the model of {config} on "
+                          f"{data} ({str(e).splitlines()[1].strip()})") from None
+    return TrainedTeacher(model, cfg, schema, weights, ckpt)
+
+
 def load_weights(model, ckpt: str | Path) -> None:
     """Start ``model`` from a checkpoint's model weights; a checkpoint of another architecture
     (missing, unexpected or differently shaped tensors) is a ConfigError that names them."""
@@ -146,9 +191,15 @@ def load_weights(model, ckpt: str | Path) -> None:
     model.load_state_dict(weights)
 
 
-def build_run(cfg: TeacherTrainConfig, data: str | Path):
+def build_run(cfg: TeacherTrainConfig, data: str | Path, *, domains: list[str] | None = None,
+              distill_from: str | Path | None = None):
     """``(datamodule, module)`` for ``cfg`` on the dataset ``data``; every split's files are
-    opened (footers, columns) here, so bad data fails before a run directory is written."""
+    opened (footers, columns) here, so bad data fails before a run directory is written.
+
+    ``domains`` keeps only those domains' rows (training, validation, the base rates);
+    ``distill_from`` (a teacher-output store) trains the model on its labels plus KD from that
+    store (λ = 1), as a student is trained (``DistillModule``: a domain FM of hierarchical
+    transfer); its output biases then start at the base rates even after ``init_from``."""
     import lightning.pytorch as pl
 
     from transfer.data.datamodule import AdsDataModule
@@ -165,21 +216,30 @@ def build_run(cfg: TeacherTrainConfig, data: str | Path):
         val_days=tuple(cfg.val_days) if cfg.val_days else None,
         test_days=tuple(cfg.test_days) if cfg.test_days else None,
         batch_size=cfg.batch_size, num_workers=cfg.num_workers, seed=cfg.seed,
-        max_seq_len=cfg.max_seq_len,
+        max_seq_len=cfg.max_seq_len, domains=domains,
     )
     for split in ("train", "val", "test"):
         if dm.days[split] is not None:
             dm.reader(split)
     model = build_model(cfg, schema)
+    args = dict(lr=cfg.lr, embedding_lr=cfg.embedding_lr, weight_decay=cfg.weight_decay,
+                embedding_weight_decay=cfg.embedding_weight_decay, task_weights=cfg.task_weights,
+                base_rates=training_base_rates(data, cfg.train_days, schema.tasks, domains),
+                repr_layer=cfg.repr_layer, compile=cfg.compile, fsdp_replicate=cfg.fsdp_replicate)
     try:
-        module = RankingModule(
-            model, schema.tasks, schema.domains, lr=cfg.lr, embedding_lr=cfg.embedding_lr,
-            weight_decay=cfg.weight_decay, embedding_weight_decay=cfg.embedding_weight_decay,
-            task_weights=cfg.task_weights,
-            base_rates=training_base_rates(data, cfg.train_days, schema.tasks),
-            repr_layer=cfg.repr_layer, compile=cfg.compile, fsdp_replicate=cfg.fsdp_replicate,
-            init_output_bias=cfg.init_output_bias and cfg.init_from is None,
-        )
+        if distill_from is None:
+            module = RankingModule(model, schema.tasks, schema.domains, **args,
+                                   init_output_bias=cfg.init_output_bias and cfg.init_from is None)
+        else:
+            from transfer.distill import DistillModule, StoreTeacher
+            from transfer.methods import KD
+            from transfer.store import TeacherStore
+
+            teacher = StoreTeacher(TeacherStore(distill_from), schema.tasks)
+            module = DistillModule(model, schema.tasks, schema.domains,
+                                   methods=[KD(kd_weight=1.0)], teacher=teacher,
+                                   grad_clip=cfg.grad_clip, compute_auc=False,
+                                   init_output_bias=cfg.init_output_bias, **args)
     except ValueError as e:
         raise ConfigError(f"config {cfg.name!r}: {e}") from None
     return dm, module

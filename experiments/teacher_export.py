@@ -1,5 +1,6 @@
 """``export_teacher``: a trained teacher's logits and one layer's embedding → a store (the
-library function under ``gemkd teacher export``).
+library function under ``gemkd teacher export``), and :func:`export_model`, the same for a model
+already in memory (the domain FMs of hierarchical transfer).
 
 The model is rebuilt from the run's resolved ``config.yaml`` (next to ``checkpoints/``) and its
 weights are loaded from the checkpoint (a Lightning ``.ckpt`` file, or the sharded directory
@@ -10,69 +11,71 @@ the store is complete (manifest last, renamed into place) or absent.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import torch
 
-from experiments.teacher_checkpoint import check_checkpoint, model_weights
-from experiments.teacher_config import build_model, load_teacher_config
+from experiments.teacher_config import TeacherTrainConfig, load_teacher
 from transfer.errors import ConfigError, GemkdError
-
-EMB_DTYPES = ("float16", "int8")
+from transfer.options import EMB_DTYPES, EmbDtype
 
 
 def export_teacher(ckpt: str | Path, data: str | Path, out: str | Path, *,
                    days: tuple[int, int] | None = None, layer: str | None = None,
-                   emb_dtype: str = "float16", config: str | Path | None = None,
+                   emb_dtype: EmbDtype = "float16", config: str | Path | None = None,
                    batch_size: int = 4096, devices: int = 1, num_nodes: int = 1,
                    overwrite: bool = False, progress: bool = True):
     """Write the teacher at ``ckpt`` over ``data`` (the half-open ``days``, default all) into
     the store ``out``; ``layer`` defaults to the config's ``repr_layer``. Returns the store's
     manifest (on the global-zero process; None elsewhere)."""
-    import lightning.pytorch as pl
+    from transfer.store import weights_hash
 
+    _check_emb_dtype(emb_dtype)
+    teacher = load_teacher(ckpt, data, config=config, days=days)
+    return export_model(
+        teacher.model, teacher.cfg, data, out, teacher_version=weights_hash(teacher.weights),
+        days=days, layer=layer, emb_dtype=emb_dtype, batch_size=batch_size, devices=devices,
+        num_nodes=num_nodes, overwrite=overwrite, progress=progress,
+        extra={"checkpoint": str(teacher.ckpt), "data": str(data), "days": list(days or [])})
+
+
+def export_model(model: torch.nn.Module, cfg: TeacherTrainConfig, data: str | Path,
+                 out: str | Path, *, teacher_version: str, teacher_name: str | None = None,
+                 days: tuple[int, int] | None = None, domains: list[str] | None = None,
+                 layer: str | None = None, emb_dtype: EmbDtype = "float16",
+                 batch_size: int = 4096, devices: int = 1, num_nodes: int = 1,
+                 overwrite: bool = False, progress: bool = True,
+                 extra: dict[str, Any] | None = None):
+    """Write ``model`` (trained under ``cfg``: its ``accelerator``, ``precision``,
+    ``max_seq_len``, ``repr_layer`` and ``train_days``) over ``data`` (``days``, default all; only
+    ``domains``' rows when given) into the store ``out``, named ``teacher_name`` (default the
+    config's) at ``teacher_version``. Returns the manifest (global zero; None elsewhere)."""
     from transfer.data.datamodule import AdsDataModule
     from transfer.data.schema import DatasetSchema
-    from transfer.store import StoreCallback, weights_hash
-    from transfer.training import RankingModule
+    from transfer.store import StoreCallback
+    from transfer.training import RankingModule, make_trainer
 
-    if emb_dtype not in EMB_DTYPES:
-        raise ConfigError(f"emb_dtype {emb_dtype!r}: expected one of {', '.join(EMB_DTYPES)}")
-    ckpt = check_checkpoint(ckpt)
-    config = Path(config) if config else ckpt.parent.parent / "config.yaml"
-    if not config.is_file():
-        raise ConfigError(f"{config}: no resolved teacher config next to the checkpoint; "
-                          "pass --config")
-    cfg = load_teacher_config(config)
+    _check_emb_dtype(emb_dtype)
     schema = DatasetSchema.load(data)
-    if days is not None:
-        schema.check_days("--days", days, data)
-    model = build_model(cfg, schema)
-    weights = model_weights(ckpt)
-    try:
-        model.load_state_dict(weights)
-    except RuntimeError as e:
-        raise ConfigError(f"--ckpt {ckpt}: weights do not fit the model of {config} on "
-                          f"{data} ({str(e).splitlines()[1].strip()})") from None
     layer = layer or cfg.repr_layer
     dims = model.representation_dims()
     if layer not in dims:
         raise ConfigError(f"--layer {layer!r}: the model's layers are {', '.join(dims)}")
-    module = RankingModule(model, schema.tasks, schema.domains, repr_layer=layer,
+    module = RankingModule(model.eval(), schema.tasks, schema.domains, repr_layer=layer,
                            compute_auc=False)
     dm = AdsDataModule(data, predict_days=days, batch_size=batch_size, shuffle=False,
-                       max_seq_len=cfg.max_seq_len)
+                       max_seq_len=cfg.max_seq_len, domains=domains)
     callback = StoreCallback(
-        out, schema.tasks, layer, dims[layer], emb_dtype, teacher_name=cfg.name,
-        teacher_version=weights_hash(weights), trained_until_day=cfg.train_days[1] - 1,
-        overwrite=overwrite,
-        extra={"checkpoint": str(ckpt), "data": str(data), "days": list(days or [])},
+        out, schema.tasks, layer, dims[layer], emb_dtype,
+        teacher_name=cfg.name if teacher_name is None else teacher_name,
+        teacher_version=teacher_version, trained_until_day=cfg.train_days[1] - 1,
+        overwrite=overwrite, extra=extra,
     )
     world = devices * num_nodes
-    trainer = pl.Trainer(
+    trainer = make_trainer(
         accelerator=cfg.accelerator, devices=devices, num_nodes=num_nodes,
         strategy="ddp" if world > 1 else "auto", precision=cfg.precision,
-        callbacks=[callback], logger=False, enable_checkpointing=False,
-        enable_progress_bar=progress, enable_model_summary=False,
+        callbacks=[callback], progress_bar=progress,
     )
     with torch.inference_mode():
         trainer.predict(module, datamodule=dm, return_predictions=False)
@@ -81,3 +84,8 @@ def export_teacher(ckpt: str | Path, data: str | Path, out: str | Path, *,
     if callback.manifest is None:
         raise GemkdError(f"{out}: export finished without a manifest")
     return callback.manifest
+
+
+def _check_emb_dtype(emb_dtype: str) -> None:
+    if emb_dtype not in EMB_DTYPES:
+        raise ConfigError(f"emb_dtype {emb_dtype!r}: expected one of {', '.join(EMB_DTYPES)}")

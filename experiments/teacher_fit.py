@@ -14,6 +14,7 @@ import yaml
 from experiments.teacher_config import TeacherTrainConfig, build_run, load_teacher_config
 from transfer.errors import ConfigError
 from transfer.io import fs
+from transfer.options import Strategy
 from transfer.training.loggers import Tracker, make_logger
 
 
@@ -37,16 +38,19 @@ SELECT_METRIC = "val/loss"
 
 
 def fit_teacher(config: TeacherTrainConfig | str | Path, data: str | Path, out: str | Path, *,
-                strategy: str | None = None, devices: int | None = None,
+                strategy: Strategy | None = None, devices: int | None = None,
                 num_nodes: int | None = None, resume: bool = False,
                 progress: bool = True, tracker: Tracker | str | None = None,
-                run_name: str = "teacher") -> dict[str, Any]:
+                run_name: str = "teacher", domains: list[str] | None = None,
+                distill_from: str | Path | None = None) -> dict[str, Any]:
     """Train ``config`` (a config object or a YAML path) on ``data`` into ``out``; ``strategy``,
     ``devices`` and ``num_nodes`` override the config's. ``resume`` continues from
     ``out/checkpoints/last.ckpt`` when it exists. ``tracker`` also logs the fit to TensorBoard
     or MLflow (a ``Tracker``, or its kind: then under ``out/logs``, experiment = the config's
     name); ``out/metrics.csv`` is always written. Returns the summary written to
-    ``val_metrics.json`` (global step, examples/s, final validation metrics)."""
+    ``val_metrics.json`` (global step, examples/s, final validation metrics). ``domains`` and
+    ``distill_from`` train on those domains' rows only and with KD from a teacher store (a domain
+    FM: :func:`~experiments.teacher_config.build_run`)."""
     from transfer.training import build_trainer, fit
     from transfer.training.trainer import best_or_last, throughput
 
@@ -58,7 +62,7 @@ def fit_teacher(config: TeacherTrainConfig | str | Path, data: str | Path, out: 
     out = _local_run_dir(out)
     if isinstance(tracker, str):
         tracker = Tracker(tracker, out / "logs", cfg.name)
-    dm, module = build_run(cfg, data)
+    dm, module = build_run(cfg, data, domains=domains, distill_from=distill_from)
     loggers = []
     # csv for this run directory alone: that is metrics.csv, written anyway
     if tracker is not None and not (tracker.kind == "csv" and tracker.save_dir == out / "logs"):
@@ -67,7 +71,9 @@ def fit_teacher(config: TeacherTrainConfig | str | Path, data: str | Path, out: 
         out, strategy=cfg.strategy, devices=cfg.devices, num_nodes=cfg.num_nodes,
         max_epochs=cfg.max_epochs, precision=cfg.precision, accelerator=cfg.accelerator,
         log_every_n_steps=cfg.log_every_n_steps, max_steps=cfg.max_steps,
-        checkpoint_every_n_steps=cfg.checkpoint_every_n_steps, grad_clip=cfg.grad_clip,
+        checkpoint_every_n_steps=cfg.checkpoint_every_n_steps,
+        # a module that optimises manually (a domain FM's DistillModule) clips its own gradients
+        grad_clip=cfg.grad_clip if module.automatic_optimization else None,
         select_best=SELECT_METRIC if cfg.select == "best" else None, patience=cfg.patience,
         progress_bar=progress, loggers=loggers,
     )

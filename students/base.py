@@ -20,13 +20,12 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor, nn
 
-from students.embeddings import HashedEmbedding, recent_index
 from transfer.data.batch import Batch
 from transfer.data.schema import DatasetSchema
 from transfer.errors import ConfigError
-from transfer.layers import default_shared_tables
+from transfer.layers import HashedEmbedding, default_shared_tables
 from transfer.models import StudentOutput
-from transfer.ops import segment_mean
+from transfer.ops import keep_last, segment_mean
 
 
 def _subset(kind: str, wanted: list[str], available: list[str]) -> list[str]:
@@ -183,10 +182,8 @@ class StudentBase(nn.Module):
         work on a log without histories."""
         if not self.sequence:
             return self._no_history(batch)
-        offsets = batch.seq_offsets
-        index = None
-        if batch.seq_max_len > self.max_seq_len:  # host int: no sync when nothing is too long
-            index, offsets = recent_index(offsets, self.max_seq_len)
+        # seq_max_len is a host int: no sync when nothing is too long
+        index, offsets, _ = keep_last(batch.seq_offsets, self.max_seq_len, batch.seq_max_len)
         total = self._event_embedding(batch, self.sequence[0], index)
         for name in self.sequence[1:]:
             total = total + self._event_embedding(batch, name, index)

@@ -17,11 +17,11 @@ from torch import Tensor, nn
 
 from teachers.configurable import ConfigurableTeacher, resolve_use_sequence
 from teachers.gem.embeddings import FeatureEmbeddings, HashedEmbedding
-from teachers.gem.pyramid import keep_most_recent
 from transfer.data.batch import Batch
 from transfer.data.schema import DatasetSchema
 from transfer.errors import ConfigError
 from transfer.models import TeacherOutput
+from transfer.ops import keep_last
 
 
 class MLPRanker(ConfigurableTeacher):
@@ -109,16 +109,14 @@ class MLPRanker(ConfigurableTeacher):
 
     def fsdp_units(self) -> list[nn.Module]:
         """The embedding tables of this model (each shared table once)."""
-        return list(self.embeddings.embedding_tables())
+        return list(self.embeddings.embedding_tables().values())
 
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())
 
     def pooled_history(self, batch: Batch) -> Tensor:
         """``[B, d]``: the mean event embedding of each (truncated) history, 0 when empty."""
-        index, offsets, _ = keep_most_recent(
-            batch.seq_offsets, batch.seq_max_len, self.max_history
-        )
+        index, offsets, _ = keep_last(batch.seq_offsets, self.max_history, batch.seq_max_len)
         return self.embeddings.events(batch.seq_values, index, bag_offsets=offsets)
 
     @torch.no_grad()

@@ -14,6 +14,7 @@ from torch import nn
 
 from transfer.data.schema import DatasetSchema
 from transfer.errors import ConfigError
+from transfer.models import optional_hook
 from transfer.plugins import check_init_args, instantiate, resolve_class
 
 BUILTIN_TEACHERS: dict[str, str] = {
@@ -33,8 +34,9 @@ def build_teacher(class_path: str, schema: DatasetSchema, model: Mapping[str, An
     """``cls.from_config(schema, model)`` when the class has it (the built-ins check their own
     keys), else ``cls(schema, **model)`` checked against its signature."""
     cls = resolve_teacher_class(class_path)
-    if hasattr(cls, "from_config"):
-        built = cls.from_config(schema, dict(model))
+    from_config = optional_hook(cls, "from_config")
+    if from_config is not None:
+        built = from_config(schema, dict(model))
     else:
         check_init_args(cls, model, "teacher", ("schema",), stop=(nn.Module,))
         built = instantiate(cls, "teacher", (schema,), model)

@@ -11,6 +11,10 @@
   inside a student: they use the serving logits, the optional distillation-head logits, and the
   optional embedding (the input of an auxiliary head).
 
+Beyond ``forward`` (and a teacher's ``representation_dims``) every member is optional: the
+:class:`OptionalHooks` protocol declares them with their defaults, and :func:`optional_hook` is
+the one place gemkd looks them up.
+
 Both outputs are registered pytree nodes, so FSDP2's hooks and ``torch.compile`` see their
 tensors. They live in ``transfer`` so pipelines can use them without importing the model
 packages.
@@ -18,13 +22,13 @@ packages.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol
 
 import torch
+from torch import nn
 from torch.utils import _pytree
-
-from transfer.data.batch import Batch
 
 
 @dataclass
@@ -51,42 +55,91 @@ _pytree.register_dataclass(TeacherOutput)
 _pytree.register_dataclass(StudentOutput)
 
 
-@runtime_checkable
-class Teacher(Protocol):
-    """``forward(batch) -> TeacherOutput`` and ``representation_dims() -> {name: dim}``.
-
-    Optional members, looked up by name (``hasattr``/``getattr``), so they are not declared
-    here: ``isinstance`` would then reject the models that lack them (docs/custom_teacher.md):
-
-    * ``from_config(schema, model)`` (classmethod): builds the model instead of
-      ``cls(schema, **model)``;
-    * ``init_output_bias(logit [n_tasks])``: starts the output heads at the training base
-      rates' logits, once, when the fit's module is built;
-    * ``fsdp_units() -> list[nn.Module]`` or ``fsdp_wrap_modules() -> tuple[type | nn.Module,
-      ...]``: the FSDP2 units under ``strategy: fsdp`` (without them the model is one unit).
+class OptionalHooks(Protocol):
+    """The optional members of a teacher, a student or a transfer method (docs/custom_teacher.md,
+    custom_student.md, custom_method.md). gemkd calls each through :func:`optional_hook`, the one
+    place they are looked up; an object without one gets the default named here. They are not
+    part of a ``runtime_checkable`` protocol on purpose: a model lacking them is still a model.
     """
 
-    def __call__(self, batch: Batch) -> TeacherOutput: ...
+    @classmethod
+    def from_config(cls, schema: Any, model: Mapping[str, Any]) -> nn.Module:
+        """A teacher class's builder from its config's ``model:`` mapping. Default: gemkd checks
+        the keys and simple annotations against ``cls(schema, **model)`` and calls it."""
+        raise NotImplementedError
 
-    def representation_dims(self) -> dict[str, int]: ...
+    def init_output_bias(self, logit: torch.Tensor) -> None:
+        """Start the output head(s) at ``logit [n_tasks]``, the logits of the training base
+        rates; called once when the training module is built (a teacher's, a student's, a
+        method's own head). Default: the heads start where their initialisation put them."""
+
+    def fsdp_units(self) -> list[nn.Module]:
+        """The module instances ``strategy: fsdp`` shards one by one (deepest first, then the
+        whole model); wins over :meth:`fsdp_wrap_modules`. Default: the model is one unit."""
+        return []
+
+    def fsdp_wrap_modules(self) -> tuple[type[nn.Module] | nn.Module, ...]:
+        """Classes (every submodule of one is a unit) and instances to shard, when there is no
+        :meth:`fsdp_units`. Default: none."""
+        return ()
+
+    def embedding_tables(self) -> dict[str, nn.Embedding]:
+        """A student's tables by feature or event-field name (a shared table under its
+        feature's name): what ``param_share`` copies a teacher's tables into. Default: none,
+        and ``param_share`` refuses the student."""
+        return {}
 
 
-@runtime_checkable
-class Student(Protocol):
-    """``forward(batch, features=None) -> StudentOutput``, built as ``cls(schema, tasks,
-    **init_args)``.
+#: The names :func:`optional_hook` looks up
+HOOKS = frozenset(name for name in vars(OptionalHooks) if not name.startswith("_"))
 
-    Optional members, looked up by name and so not declared here (``isinstance`` would then
-    reject the students that lack them; docs/custom_student.md):
 
-    * ``init_output_bias(logit [n_tasks])``: starts the serving head at the training base
-      rates' logits, once, when the training module is built;
-    * ``embedding_tables() -> {name: nn.Embedding}``: the tables ``param_share`` copies the
-      teacher's into (without it that method refuses the student);
-    * ``fsdp_units()`` / ``fsdp_wrap_modules()``: as for a teacher, read only under FSDP2.
-    """
+def optional_hook(obj: object, name: str) -> Callable[..., Any] | None:
+    """``obj``'s optional hook ``name`` (a member of :class:`OptionalHooks`; bound to ``obj``, a
+    model, a method or a class), or None when ``obj`` does not define it."""
+    if name not in HOOKS:
+        raise ValueError(f"{name!r} is not an optional hook (hooks: {', '.join(sorted(HOOKS))})")
+    hook = getattr(obj, name, None)
+    return hook if callable(hook) else None
 
-    def __call__(self, batch: Batch, features: torch.Tensor | None = None) -> StudentOutput: ...
+
+def start_output_bias(obj: object, logit: torch.Tensor | None) -> None:
+    """``obj.init_output_bias(logit)`` when ``obj`` has the hook and ``logit`` is known."""
+    hook = optional_hook(obj, "init_output_bias")
+    if hook is not None and logit is not None:
+        hook(logit)
+
+
+def fsdp_units(model: nn.Module) -> list[nn.Module]:
+    """The FSDP units ``model`` declares (:meth:`OptionalHooks.fsdp_units`, else the classes and
+    instances of :meth:`OptionalHooks.fsdp_wrap_modules`), each once, without ``model`` itself,
+    deepest first (children before parents); none: the model is one unit."""
+    units_hook = optional_hook(model, "fsdp_units")
+    wrap_hook = optional_hook(model, "fsdp_wrap_modules")
+    if units_hook is not None:
+        units = list(units_hook())
+    elif wrap_hook is not None:
+        spec = tuple(wrap_hook())
+        classes = tuple(s for s in spec if isinstance(s, type))
+        instances = [s for s in spec if isinstance(s, nn.Module)]
+        units = instances + ([m for m in model.modules() if isinstance(m, classes)]
+                             if classes else [])
+    else:
+        units = []
+    order = {id(m): i for i, m in enumerate(model.modules())}
+    seen: set[int] = set()
+    unique = []
+    for m in units:
+        if id(m) not in seen and m is not model:
+            seen.add(id(m))
+            unique.append(m)
+    return sorted(unique, key=lambda m: order.get(id(m), -1), reverse=True)
+
+
+def embedding_tables(model: nn.Module) -> dict[str, nn.Embedding] | None:
+    """``model.embedding_tables()`` (name → table), or None when the model has no such hook."""
+    hook = optional_hook(model, "embedding_tables")
+    return None if hook is None else dict(hook())
 
 
 def as_student_output(out: StudentOutput | TeacherOutput, embedding: str = "trunk"

@@ -6,10 +6,11 @@ from __future__ import annotations
 import re
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
 from transfer.errors import ConfigError
 from transfer.methods import MethodContext, TransferMethod
+from transfer.models import embedding_tables
 
 
 def teacher_table(weights: dict[str, Tensor], feature: str) -> Tensor | None:
@@ -54,13 +55,13 @@ class ParamShare(TransferMethod):
 
     def setup(self, ctx: MethodContext) -> None:
         student = ctx.student
-        if not hasattr(student, "embedding_tables"):
+        own = embedding_tables(student)
+        if own is None:
             raise ConfigError(f"method {self.name}: student {type(student).__name__} has no "
                               "embedding_tables() to share into")
         if ctx.teacher_weights is None:
             raise ConfigError(f"method {self.name} needs a teacher checkpoint (an imported "
                               "store has no weights)")
-        own: dict[str, nn.Embedding] = student.embedding_tables()
         weights = ctx.teacher_weights()
         names = list(own) if self.tables is None else list(self.tables)
         unknown = [n for n in names if n not in own]

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from experiments.run.executors import EXECUTORS
 from transfer.errors import ConfigError
+from transfer.options import TRACKERS
 
 
 def _run(args: argparse.Namespace) -> None:
@@ -72,7 +73,7 @@ def add_parser(sub) -> None:
                    help="local: this machine's processes (--workers); ray: tasks on the Ray "
                         "cluster at RAY_ADDRESS (or a local instance), --threads CPUs each; "
                         "needs pip install 'gemkd[ray]' and a run directory every node reads")
-    r.add_argument("--logger", choices=["none", "csv", "tensorboard", "mlflow"], default=None,
+    r.add_argument("--logger", choices=["none", *TRACKERS], default=None,
                    help="log the teacher fit and every student run to an experiment tracker "
                         "under RUN_DIR/logs (default: the spec's logger key, else none); "
                         "tensorboard and mlflow are extras: pip install 'gemkd[mlflow]'")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 
 from transfer.errors import ConfigError
+from transfer.options import EMB_DTYPES
 
 
 def _mapping(items: list[str]) -> dict[str, str]:
@@ -48,6 +49,6 @@ def add_parser(sub) -> None:
     i.add_argument("--emb-column", default="emb",
                    help="source column of the representation, if any (default emb)")
     i.add_argument("--name", default="external", help="teacher name in the manifest")
-    i.add_argument("--emb-dtype", choices=["float16", "int8"], default="float16")
+    i.add_argument("--emb-dtype", choices=EMB_DTYPES, default=EMB_DTYPES[0])
     i.add_argument("--overwrite", action="store_true", help="replace an existing store")
     i.set_defaults(func=_import)

@@ -8,6 +8,7 @@ import argparse
 import sys
 
 from transfer.errors import ConfigError
+from transfer.options import EMB_DTYPES, STRATEGIES, TRACKERS
 
 
 def _progress(args: argparse.Namespace) -> bool:
@@ -67,13 +68,13 @@ def add_parser(sub) -> None:
                    help="YAML: model: {hparams} + trainer keys (experiments/teachers/*.yaml)")
     f.add_argument("--data", required=True, help="dataset directory")
     f.add_argument("--out", required=True, help="run directory (checkpoints, metrics.csv)")
-    f.add_argument("--strategy", choices=["auto", "ddp", "fsdp"], default=None,
+    f.add_argument("--strategy", choices=STRATEGIES, default=None,
                    help="override the config's strategy")
     f.add_argument("--devices", type=int, default=None,
                    help="override the config's devices (processes per node)")
     f.add_argument("--num-nodes", type=int, default=None,
                    help="override the config's num_nodes (launch with torchrun or SLURM)")
-    f.add_argument("--logger", choices=["csv", "tensorboard", "mlflow"], default="csv",
+    f.add_argument("--logger", choices=TRACKERS, default="csv",
                    help="experiment tracker: metrics.csv is always written; tensorboard "
                         "(RUN_DIR/logs/tensorboard) or mlflow (RUN_DIR/logs/mlruns, or "
                         "MLFLOW_TRACKING_URI) log the fit too (extras gemkd[tensorboard], "
@@ -91,7 +92,7 @@ def add_parser(sub) -> None:
     e.add_argument("--days", default=None, help="half-open day range A:B (default: all)")
     e.add_argument("--layer", default=None,
                    help="named representation to store (default: the config's repr_layer)")
-    e.add_argument("--emb-dtype", choices=["float16", "int8"], default="float16")
+    e.add_argument("--emb-dtype", choices=EMB_DTYPES, default=EMB_DTYPES[0])
     e.add_argument("--config", default=None,
                    help="teacher config (default: RUN_DIR/config.yaml beside the checkpoint)")
     e.add_argument("--batch-size", type=int, default=4096)

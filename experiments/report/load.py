@@ -11,16 +11,16 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from experiments.spec.model import BUILTIN_VARIANTS
 from transfer.config import load_yaml
 from transfer.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
 
-#: Canonical order of the variants (DESIGN §6.1); unknown variants follow, sorted by name.
-VARIANTS: tuple[str, ...] = (
-    "baseline", "kd", "kd_aux", "kd_aux_adapter", "kd_repr", "hierarchical", "full",
-)
+#: Canonical order of the variants: the built-in ones' (DESIGN §6.1); unknown variants follow,
+#: sorted by name.
+VARIANTS: tuple[str, ...] = tuple(BUILTIN_VARIANTS)
 KEYS: tuple[str, ...] = ("teacher_lag_days", "variant", "domain", "task")
 #: Columns ``results.csv`` must have (``train_seconds``/``examples_per_second`` are optional).
 REQUIRED_COLUMNS: tuple[str, ...] = (
@@ -49,7 +49,8 @@ PLOT_NAMES: tuple[str, ...] = (
 )
 ALL = "all"
 FIRST_TASK = "click"
-_CURVE_NAME = re.compile(r"^(?P<variant>.+)_seed(?P<seed>-?\d+)_lag(?P<lag>-?\d+(?:\.\d+)?)$")
+_CURVE_NAME = re.compile(r"^(?P<variant>.+)_seed(?P<seed>-?\d+)_lag(?P<lag>-?\d+(?:\.\d+)?)"
+                         r"(?:_w(?P<world>-?\d+))?$")  # _w<world>: a run over several worlds
 
 
 
@@ -172,7 +173,8 @@ def load_curves(run_dir: str | Path) -> pd.DataFrame | None:
     for path in sorted(cdir.glob("*.csv")):
         m = _CURVE_NAME.match(path.stem)
         if m is None:
-            log.warning("%s: name is not <variant>_seed<k>_lag<l>.csv; skipped", path)
+            log.warning("%s: name is not <variant>_seed<k>_lag<l>[_w<world>].csv; skipped",
+                        path)
             continue
         frame = read_csv(path)
         for col in ("step", "train_loss"):
@@ -183,6 +185,7 @@ def load_curves(run_dir: str | Path) -> pd.DataFrame | None:
         frame = frame[keep].apply(pd.to_numeric, errors="coerce")
         frame["variant"] = m["variant"]
         frame["seed"] = int(m["seed"])
+        frame[WORLD] = int(m["world"]) if m["world"] is not None else 0
         lag = float(m["lag"])
         frame["teacher_lag_days"] = int(lag) if lag.is_integer() else lag
         parts.append(frame)

@@ -12,29 +12,53 @@ from __future__ import annotations
 import functools
 import hashlib
 import importlib
+import importlib.util
 import json
 import shutil
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+from experiments.run.progress import StepLog, step_log
+
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG_FILES = {"config.json", "config.yaml"}  # what a step writes before it starts work
-_DATA = ("transfer/data", "transfer/io", "transfer/errors.py", "transfer/config.py")
-_TEACHER = (*_DATA, "transfer/training", "transfer/ops", "transfer/metrics", "transfer/layers.py",
-            "transfer/models.py", "teachers", "experiments/teacher_config.py",
-            "experiments/teacher_fit.py")
-_STORE = (*_TEACHER, "transfer/store", "experiments/teacher_export.py")
-#: The source (files or package folders, relative to the repository root) each cached step runs.
+_DATA = ("transfer.data", "transfer.io", "transfer.errors", "transfer.config")
+_TEACHER = (*_DATA, "transfer.options", "transfer.training", "transfer.ops", "transfer.metrics",
+            "transfer.layers", "transfer.models", "teachers", "experiments.teacher_config",
+            "experiments.teacher_checkpoint", "experiments.teacher_fit")
+_STORE = (*_TEACHER, "transfer.store", "experiments.teacher_export")
+#: The code each cached step runs: gemkd's modules and packages by import name (a package stands
+#: for every module under it), found by import when a key is made (:func:`step_sources`), so a
+#: module that moved fails loudly instead of silently dropping out of the step's key.
 STEP_CODE: dict[str, tuple[str, ...]] = {
     "data": _DATA,
     "teacher": _TEACHER,
     "store": _STORE,
-    "domain_fm": (*_STORE, "transfer/distill", "transfer/methods", "experiments/run/domain_fm.py"),
-    "codes": (*_STORE, "transfer/repr_features", "adapters/compressor.py"),
-    "students": ("transfer", "teachers", "students", "adapters", "experiments/run",
-                 "experiments/spec"),
+    "domain_fm": (*_STORE, "transfer.distill", "transfer.methods", "experiments.run.domain_fm"),
+    "codes": (*_STORE, "transfer.repr_features", "adapters.compressor"),
+    "students": ("transfer", "teachers", "students", "adapters", "experiments.run",
+                 "experiments.spec"),
 }
+
+
+def step_sources(step: str) -> tuple[str, ...]:
+    """The files and package folders (relative to :data:`ROOT`) of ``STEP_CODE[step]``'s
+    modules; a module that cannot be found is an error naming it."""
+    out = []
+    for module in STEP_CODE[step]:
+        try:
+            spec = importlib.util.find_spec(module)
+        except ModuleNotFoundError:
+            spec = None
+        where = (None if spec is None else spec.submodule_search_locations or
+                 ([spec.origin] if spec.origin else None))
+        if not where:
+            raise RuntimeError(f"experiments.run.cache.STEP_CODE[{step!r}] names {module!r}, "
+                               "which cannot be imported: update STEP_CODE (a moved module "
+                               "must not drop out of the step's cache key)")
+        out.append(str(Path(list(where)[0]).resolve().relative_to(ROOT)))
+    return tuple(out)
 
 
 @functools.cache
@@ -53,6 +77,8 @@ def source_hash(paths: tuple[str, ...], root: Path) -> str:
     files: set[Path] = set()
     for rel in paths:
         p = root / rel
+        if not p.exists():
+            raise FileNotFoundError(f"{p}: no such source file or folder to hash")
         files |= {p} if p.is_file() else set(p.rglob("*.py"))
     for f in sorted(files):
         h.update(str(f.relative_to(root)).encode())
@@ -100,19 +126,23 @@ def config_hash(config: Any) -> str:
 
 def step_key(name: str, config: Any) -> dict[str, Any]:
     """A step's cache key: its config and the hash of the code it runs."""
-    code = STEP_CODE.get(name.split("-")[0], STEP_CODE["students"])
-    return {"config": config, "code": code_hash(code)}
+    step = name.split("-")[0]
+    return {"config": config,
+            "code": code_hash(step_sources(step if step in STEP_CODE else "students"))}
 
 
 def cached_step(cache: Path, name: str, config: Any, run: Callable[[Path], None],
-                log: Callable[[str], None] = print) -> Path:
-    """Run ``run(step_dir)`` unless a finished step with the same config and code exists."""
+                log: StepLog | Callable[[str], None] = print) -> Path:
+    """Run ``run(step_dir)`` unless a finished step with the same config and code exists;
+    ``log`` hears of it (and, a :class:`~experiments.run.progress.StepLog` such as the run's
+    progress, counts the step done either way)."""
+    log = step_log(log)
     key = step_key(name, config)
     step = cache / f"{name}-{config_hash(key)}"
     done = step / "DONE"
     if done.is_file():
         log(f"[cached] {name} ({step.name})")
-        _count(log, name)
+        log.step_done(name)
         return step
     step.mkdir(parents=True, exist_ok=True)
     (step / "config.json").write_text(json.dumps(key, indent=2, sort_keys=True, default=str))
@@ -123,7 +153,7 @@ def cached_step(cache: Path, name: str, config: Any, run: Callable[[Path], None]
         _drop_if_empty(step)
         raise
     done.write_text("ok\n")
-    _count(log, name)
+    log.step_done(name)
     return step
 
 
@@ -135,9 +165,3 @@ def _drop_if_empty(step: Path) -> None:
     if all(p.name in CONFIG_FILES for p in files):
         shutil.rmtree(step, ignore_errors=True)
 
-
-def _count(log: Callable[[str], None], name: str) -> None:
-    """Tell a progress log (``experiments.run.progress.Progress``) that a step is done."""
-    step_done = getattr(log, "step_done", None)
-    if step_done is not None:
-        step_done(name)

@@ -49,16 +49,17 @@ class PerDomainModels(torch.nn.Module):
 def fit_domain_fms(cfg: TeacherTrainConfig, data: Path, data_key: dict, gem_store: Path,
                    domains: list[str], cache: Path, log) -> Path:
     """Train one FM per name in ``domains`` on that domain's teacher-day rows (labels + KD from
-    ``gem_store``), export them over those domains' rows of every day; return the store path."""
-    import lightning.pytorch as pl
+    ``gem_store``), export them over those domains' rows of every day; return the store path.
 
-    from experiments.teacher_config import build_model
-    from transfer.data.datamodule import AdsDataModule
+    Each FM is a teacher fit (:func:`~experiments.teacher_fit.fit_teacher` into
+    ``fit/<domain>`` of the step, resumable, every key of ``cfg`` honoured), rebuilt from its
+    checkpoint (:func:`~experiments.teacher_config.load_teacher`) and exported with the
+    others through :func:`~experiments.teacher_export.export_model`."""
+    from experiments.teacher_config import load_teacher
+    from experiments.teacher_export import export_model
+    from experiments.teacher_fit import fit_teacher
     from transfer.data.schema import DatasetSchema
-    from transfer.distill import DistillModule, StoreTeacher
-    from transfer.methods import KD
-    from transfer.store import StoreCallback, TeacherStore, weights_hash
-    from transfer.training import RankingModule, training_base_rates
+    from transfer.store import weights_hash
 
     fm = dataclasses.asdict(cfg)
     if cfg.init_from is not None:  # the GEM checkpoint by its step name, not where cache lives
@@ -66,42 +67,19 @@ def fit_domain_fms(cfg: TeacherTrainConfig, data: Path, data_key: dict, gem_stor
     key = {"data": data_key, "fm": fm,
            "gem_store": fs.name(fs.parent(gem_store)), "domains": list(domains),
            **plugin_key([cfg.class_path])}
-    quiet = dict(logger=False, enable_checkpointing=False, enable_progress_bar=False,
-                 enable_model_summary=False, accelerator="cpu")
-
-    def fit_one(schema: DatasetSchema, domain: str) -> torch.nn.Module:
-        pl.seed_everything(cfg.seed, verbose=False)
-        tasks, train = schema.tasks, tuple(cfg.train_days)
-        model = build_model(cfg, schema)
-        module = DistillModule(
-            model, tasks, schema.domains, methods=[KD(kd_weight=1.0)],
-            teacher=StoreTeacher(TeacherStore(gem_store), tasks), lr=cfg.lr,
-            embedding_lr=cfg.embedding_lr,
-            base_rates=training_base_rates(data, train, tasks, [domain]), compute_auc=False)
-        dm = AdsDataModule(data, train_days=train, batch_size=cfg.batch_size, seed=cfg.seed,
-                           max_seq_len=cfg.max_seq_len, domains=[domain])
-        # no validation days: limit_val_batches=0, or Lightning sizes the empty val loader
-        pl.Trainer(max_epochs=cfg.max_epochs, limit_val_batches=0, **quiet).fit(
-            module, datamodule=dm)
-        log(f"  domain FM {domain}: trained on days {list(train)}")
-        return model
 
     def run(step: Path) -> None:
         schema = DatasetSchema.load(data)
-        models = {schema.domains.index(d): fit_one(schema, d) for d in domains}
-        model = PerDomainModels(models).eval()
-        layer = "trunk"
-        callback = StoreCallback(step / "store", schema.tasks, layer,
-                                 model.representation_dims()[layer], "float16",
-                                 teacher_name=f"{cfg.name}[{','.join(domains)}]",
-                                 teacher_version=weights_hash(model.state_dict()),
-                                 trained_until_day=cfg.train_days[1] - 1, overwrite=True)
-        predict = AdsDataModule(data, batch_size=4096, shuffle=False,
-                                max_seq_len=cfg.max_seq_len, domains=list(domains))
-        with torch.inference_mode():
-            pl.Trainer(callbacks=[callback], **quiet).predict(
-                RankingModule(model, schema.tasks, schema.domains, repr_layer=layer),
-                datamodule=predict, return_predictions=False)
+        models = {}
+        for domain in domains:
+            summary = fit_teacher(cfg, data, step / "fit" / domain, resume=True, progress=False,
+                                  domains=[domain], distill_from=gem_store)
+            log(f"  domain FM {domain}: trained on days {list(cfg.train_days)}")
+            models[schema.domains.index(domain)] = load_teacher(summary["checkpoint"], data).model
+        model = PerDomainModels(models)
+        export_model(model, cfg, data, step / "store",
+                     teacher_name=f"{cfg.name}[{','.join(domains)}]",
+                     teacher_version=weights_hash(model.state_dict()), domains=list(domains),
+                     overwrite=True, progress=False)
 
     return cached_step(cache, "domain_fm", key, run, log) / "store"
-

@@ -76,7 +76,7 @@ def inputs_tag(spec: RunSpec, inputs: InputPaths) -> str:
     of the user's own student and method classes. A rerun
     into the same RUN_DIR after changing any of them redoes the student runs instead of
     reusing stale lines of runs.jsonl. Where results are tracked (``logger``) is not part."""
-    from experiments.run.cache import STEP_CODE, code_hash, plugin_key
+    from experiments.run.cache import code_hash, plugin_key, step_sources
 
     spec_part = {k: v for k, v in spec.to_dict().items()
                  if k not in ("name", "seeds", "variants", "teacher_lag_days", "logger")}
@@ -87,23 +87,6 @@ def inputs_tag(spec: RunSpec, inputs: InputPaths) -> str:
     plugins = plugin_key([spec.student.class_path,
                           *(m.class_path for v in spec.variants for m in v.methods)])
     blob = json.dumps({"spec": spec_part, "upstream": upstream, "variants": variants,
-                       "code": code_hash(STEP_CODE["students"]), **plugins}, sort_keys=True,
+                       "code": code_hash(step_sources("students")), **plugins}, sort_keys=True,
                       default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:12]
-
-
-def count_work(spec: RunSpec, makes_data: bool) -> tuple[int, int]:
-    """``(student runs, cached steps)`` the run will go through, before any starts: tuning
-    trials (at most; a repeated suggestion costs no run) and final runs per variant × seed ×
-    lag;
-    the data step and, per lag, teacher + store, domain FMs and codes as the variants need;
-    all of it once per world."""
-    from experiments.run.tuning import planned_runs
-
-    per_lag = sum(planned_runs(spec, v) + len(spec.seeds) for v in spec.variants)
-    needs = set().union(*(variant_needs(v) for v in spec.variants))
-    lag_steps = (2 if spec.teacher.store is None else 0)
-    lag_steps += any(v.teacher == "domain_fm" for v in spec.variants) + ("codes" in needs)
-    worlds = len(spec.worlds)
-    return (per_lag * len(spec.lags) * worlds,
-            (int(makes_data) + lag_steps * len(spec.lags)) * worlds)

@@ -10,6 +10,7 @@ for every variant.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from adapters.methods import BUILTIN_METHODS
@@ -27,9 +28,16 @@ def method_class(spec: PluginSpec) -> type[TransferMethod]:
 
 
 def method_defaults(spec: RunSpec, m: PluginSpec) -> dict[str, Any]:
-    """Spec-wide defaults a method's ``init_args`` start from: the KD loss (``kd_loss``)."""
+    """Spec-wide defaults a method's ``init_args`` start from: the spec keys its class declares
+    in ``spec_defaults`` (KD's ``loss`` is the spec's ``kd_loss``), unless the variant sets them."""
     cls = method_class(m)
-    return {"loss": spec.kd_loss} if cls.__name__ == "KD" and "loss" not in m.init_args else {}
+    keys = {f.name for f in dataclasses.fields(spec)}
+    unknown = sorted(set(cls.spec_defaults.values()) - keys)
+    if unknown:
+        raise ConfigError(f"method {m.class_path!r}: spec_defaults names {unknown[0]!r}, which is "
+                          "not a spec key")
+    return {arg: getattr(spec, key) for arg, key in cls.spec_defaults.items()
+            if arg not in m.init_args}
 
 
 def _space(spec: RunSpec, variant: VariantSpec) -> dict[str, Range]:

@@ -14,7 +14,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import IO
+from typing import IO, Protocol, runtime_checkable
 
 from tqdm import tqdm
 
@@ -36,8 +36,40 @@ def _columns(stream: IO[str]) -> int | None:
         return None
 
 
+@runtime_checkable
+class StepLog(Protocol):
+    """What the pipeline's steps report to: ``log(msg)`` one line, ``log.step_done(name)`` a
+    cached step finished (done or found in the cache). :class:`Progress` is one; a plain
+    function of one message becomes one through :func:`step_log`."""
+
+    def __call__(self, msg: str) -> None: ...
+
+    def step_done(self, name: str) -> None: ...
+
+
+class PlainLog:
+    """A :class:`StepLog` that hands each line to ``write`` (default: ``print``) and counts
+    nothing."""
+
+    def __init__(self, write: Callable[[str], None] = print) -> None:
+        self.write = write
+
+    def __call__(self, msg: str) -> None:
+        self.write(msg)
+
+    def step_done(self, name: str) -> None:
+        return None
+
+
+def step_log(log: StepLog | Callable[[str], None]) -> StepLog:
+    """``log`` as a :class:`StepLog`: itself, or a plain function of one message wrapped in a
+    :class:`PlainLog`."""
+    return log if isinstance(log, StepLog) else PlainLog(log)
+
+
 class Progress:
-    """The run's log (a callable taking one message) and its progress counters."""
+    """The run's log (a :class:`StepLog`: a callable taking one message) and its progress
+    counters."""
 
     def __init__(self, log_path: Path, total_runs: int, total_steps: int,
                  stream: IO[str] | None = None, tty: bool | None = None,

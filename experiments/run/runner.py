@@ -26,13 +26,13 @@ import yaml
 from experiments.run import steps
 from experiments.run.context import LagCell, RunContext
 from experiments.run.executors import Executor, Serial
-from experiments.run.inputs import count_work, inputs_tag, lag_inputs
+from experiments.run.inputs import inputs_tag, lag_inputs
 from experiments.run.jobs import StudentRun
 from experiments.run.methods import variant_needs
 from experiments.run.progress import Progress
 from experiments.run.results import derive, load_done, record, rows_of
 from experiments.run.tracking import log_results, run_tracker
-from experiments.run.tuning import tune_variants
+from experiments.run.tuning import planned_runs, tune_variants
 from experiments.run.tuning_table import TUNING_COLUMNS
 from experiments.run.validate import DataMismatch, check_data, check_spec, data_name
 from experiments.spec.model import RunSpec
@@ -68,6 +68,21 @@ def run_experiment(spec: RunSpec, out: str | Path, sync: Callable[[], None] | No
         raise
     finally:
         executor.close()
+
+
+def count_work(spec: RunSpec, makes_data: bool) -> tuple[int, int]:
+    """``(student runs, cached steps)`` the run will go through, before any starts: tuning
+    trials (at most; a repeated suggestion costs no run) and final runs per variant × seed ×
+    lag;
+    the data step and, per lag, teacher + store, domain FMs and codes as the variants need;
+    all of it once per world."""
+    per_lag = sum(planned_runs(spec, v) + len(spec.seeds) for v in spec.variants)
+    needs = set().union(*(variant_needs(v) for v in spec.variants))
+    lag_steps = (2 if spec.teacher.store is None else 0)
+    lag_steps += any(v.teacher == "domain_fm" for v in spec.variants) + ("codes" in needs)
+    worlds = len(spec.worlds)
+    return (per_lag * len(spec.lags) * worlds,
+            (int(makes_data) + lag_steps * len(spec.lags)) * worlds)
 
 
 def _holds_work(out: Path) -> bool:

@@ -20,6 +20,7 @@ from transfer.distill import DistillModule, StoreTeacher
 from transfer.methods import MethodContext
 from transfer.metrics.clusters import ClusterLoss
 from transfer.store import TeacherStore
+from transfer.training import make_trainer
 from transfer.training.ema import StreamEMA
 
 
@@ -129,13 +130,11 @@ def train_student(spec: RunSpec, job: StudentJob, data: Path, inputs: Inputs,
     curve = _Curve()
     if spec.ema_decay is not None:  # evaluate the stream's moving average of the weights
         callbacks = [*(callbacks or []), StreamEMA(spec.ema_decay)]
-    trainer = pl.Trainer(max_epochs=1, logger=logger, enable_checkpointing=False,
-                         enable_progress_bar=False, enable_model_summary=False,
-                         accelerator=spec.accelerator, devices=1,
-                         callbacks=[curve, *(callbacks or [])],
-                         log_every_n_steps=NO_LOG_STEP if logger is False or logger == []
-                         else LOG_EVERY_N_STEPS,  # None, True: Lightning's default logger
-                         limit_val_batches=0)  # no sanity check, no validation
+    trainer = make_trainer(accelerator=spec.accelerator, logger=logger,
+                           callbacks=[curve, *(callbacks or [])],
+                           log_every_n_steps=NO_LOG_STEP if logger is False or logger == []
+                           else LOG_EVERY_N_STEPS,  # None, True: Lightning's default logger
+                           limit_val_batches=0)  # no sanity check, no validation
     t0 = time.perf_counter()
     trainer.fit(module, datamodule=dm)
     seconds = time.perf_counter() - t0

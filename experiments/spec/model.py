@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from transfer.errors import ConfigError
+from transfer.options import TrackerKind
 
 BUILTIN_VARIANTS: dict[str, Any] = {
     "baseline": [],
@@ -266,7 +267,7 @@ class RunSpec:
     hierarchical: TeacherSpec = field(default_factory=lambda: TeacherSpec("domain_fm"))
     accelerator: str = "cpu"  # the students' Lightning accelerator: small models, CPU default
     ema_decay: float | None = None  # evaluate an EMA of the student's weights (None: last step)
-    logger: str | None = None  # experiment tracker of every fit: csv, tensorboard, mlflow (None)
+    logger: TrackerKind | None = None  # experiment tracker of every fit (None: none)
     #: the spec file's folder: relative config paths in the spec are also looked up there
     source_dir: ClassVar[Path | None] = None
 
@@ -275,9 +276,6 @@ class RunSpec:
                          else parse_variants(self.variants))
         if self.accelerator not in ("cpu", "gpu", "cuda", "auto"):
             raise ValueError(f"'accelerator' must be cpu, gpu or auto, got {self.accelerator!r}")
-        if self.logger not in (None, "csv", "tensorboard", "mlflow"):
-            raise ValueError(f"'logger' must be csv, tensorboard, mlflow or null, got "
-                             f"{self.logger!r}")
         if self.ema_decay is not None and not 0 < self.ema_decay < 1:
             raise ValueError(f"'ema_decay' must be in (0, 1) or null, got {self.ema_decay}")
         if not self.seeds:

@@ -101,10 +101,11 @@ class FeatureEmbeddings(nn.Module):
             return self.tables[self.shared[seq_field]]
         return self.seq_tables[seq_field]
 
-    def embedding_tables(self) -> list[nn.Module]:
-        """Every distinct table (shared ones once), e.g. for FSDP wrapping."""
-        out = list(self.tables.values()) + list(self.seq_tables.values())
-        return out + ([self.domain] if self.domain is not None else [])
+    def embedding_tables(self) -> dict[str, nn.Embedding]:
+        """Every distinct table by feature or event-field name (a shared table once, under its
+        feature's name; the domain table as ``domain``), e.g. for FSDP wrapping."""
+        out = {**dict(self.tables.items()), **dict(self.seq_tables.items())}
+        return out | ({"domain": self.domain} if self.domain is not None else {})
 
     def tokens(self, batch: Batch) -> Tensor:
         cat = batch.categorical

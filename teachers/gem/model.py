@@ -21,13 +21,13 @@ from teachers.gem.common import masked_mean
 from teachers.gem.embeddings import FeatureEmbeddings, HashedEmbedding
 from teachers.gem.heads import HEAD_TYPES, build_heads
 from teachers.gem.interformer import InterFormerLayer, SequenceSummary
-from teachers.gem.pyramid import PyramidCompressor, keep_most_recent, layer_token_budgets
+from teachers.gem.pyramid import PyramidCompressor, layer_token_budgets
 from teachers.gem.wukong import WukongLayer
 from transfer.data.batch import Batch
 from transfer.data.schema import DatasetSchema
 from transfer.errors import ConfigError
 from transfer.models import TeacherOutput
-from transfer.ops import KERNELS
+from transfer.ops import KERNELS, keep_last
 
 
 class GEM(ConfigurableTeacher):
@@ -276,8 +276,8 @@ class GEM(ConfigurableTeacher):
         reprs: dict[str, Tensor] = {}
         s_sum: Tensor | None = None
         if self.use_sequence:
-            index, offsets, max_len = keep_most_recent(
-                batch.seq_offsets, batch.seq_max_len, self.max_history
+            index, offsets, max_len = keep_last(
+                batch.seq_offsets, self.max_history, batch.seq_max_len
             )
             first = batch.seq_values[self.embeddings.seq_names[0]]
             n = index.shape[0] if index is not None else first.shape[0]

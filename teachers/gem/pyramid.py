@@ -46,26 +46,6 @@ def layer_token_budgets(max_tokens: int, recent: int, shrink: float, n_layers: i
     return [max(recent, math.ceil(max_tokens / shrink**i)) for i in range(n_layers)]
 
 
-def keep_most_recent(offsets: Tensor, max_len: int, k: int) -> tuple[Tensor | None, Tensor, int]:
-    """Truncate every jagged segment to its last ``k`` values.
-
-    Returns ``(index, new_offsets, new_max_len)`` where ``values.index_select(0, index)`` are the
-    kept values (``index`` is None when nothing is longer than ``k``: no copy, no host sync).
-    """
-    if max_len <= k:
-        return None, offsets, max_len
-    lengths = offsets[1:] - offsets[:-1]
-    new_len = lengths.clamp(max=k)
-    new_offsets = torch.zeros_like(offsets)
-    new_offsets[1:] = torch.cumsum(new_len, 0)
-    n = int(new_offsets[-1])  # one host sync, only for batches that need truncating
-    seg = torch.repeat_interleave(
-        torch.arange(new_len.shape[0], device=offsets.device), new_len, output_size=n
-    )
-    index = offsets[seg + 1] - new_offsets[seg + 1] + torch.arange(n, device=offsets.device)
-    return index, new_offsets, k
-
-
 class PyramidCompressor(nn.Module):
     """Jagged events ``[N, d]`` → right-aligned pyramid tokens ``[B, T, d]`` and mask ``[B, T]``.
 

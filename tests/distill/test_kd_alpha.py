@@ -3,6 +3,7 @@ through the real training step of DistillModule on a tiny batch."""
 
 from __future__ import annotations
 
+import lightning.pytorch as pl
 import pytest
 import torch
 
@@ -12,6 +13,7 @@ from transfer.distill import DistillModule
 from transfer.methods import KD, StepState, TeacherTargets
 from transfer.methods.losses import kd_bce
 from transfer.testing import random_batch, tiny_schema
+from transfer.training import make_trainer
 
 TASKS = list(tiny_schema().tasks)  # every task: random_batch labels them all
 
@@ -97,3 +99,73 @@ def test_alpha_scales_the_label_loss_through_the_step_and_composes():
 def test_bad_kd_forms(kwargs, message):
     with pytest.raises(ValueError, match=message):
         KD(**kwargs)
+
+
+class _Batches:
+    """A loader of ready batches (a plain list would be read as a list of loaders)."""
+
+    def __init__(self, batches) -> None:
+        self.batches = batches
+
+    def __iter__(self):
+        return iter(self.batches)
+
+    def __len__(self) -> int:
+        return len(self.batches)
+
+
+class _GradNorm(pl.Callback):
+    """The student's gradient norm as the optimiser is about to step (after any clipping)."""
+
+    def __init__(self) -> None:
+        self.norms: list[float] = []
+
+    def on_before_optimizer_step(self, trainer, pl_module, optimizer) -> None:
+        grads = [p.grad for p in pl_module.model.parameters() if p.grad is not None]
+        self.norms.append(float(torch.linalg.vector_norm(
+            torch.stack([torch.linalg.vector_norm(g) for g in grads]))))
+
+
+@pytest.mark.parametrize("grad_clip", [None, 1e-3])
+def test_grad_clip_bounds_the_students_gradient_norm(batch, grad_clip):
+    """Manual optimisation: the module clips (the Trainer's gradient_clip_val must stay unset)."""
+    torch.manual_seed(0)
+    schema = tiny_schema()
+    student = build_student({"class_path": "mlp", "init_args": {"hidden": [8]}}, schema, TASKS)
+    module = DistillModule(student, TASKS, schema.domains, methods=[KD(kd_weight=1.0)],
+                           teacher=teacher, grad_clip=grad_clip)
+    norms = _GradNorm()
+    make_trainer(accelerator="cpu", callbacks=[norms], limit_val_batches=0).fit(
+        module, train_dataloaders=_Batches([batch] * 3))
+    assert len(norms.norms) == 3
+    if grad_clip is None:
+        assert min(norms.norms) > 1e-2  # so that the clip below acts
+    else:
+        assert max(norms.norms) <= grad_clip * (1 + 1e-4)
+
+
+class _WatchesBackward(pl.Callback):
+    """Overrides a backward hook: the step then goes through Lightning's wrappers."""
+
+    def on_after_backward(self, trainer, pl_module) -> None:
+        self.seen = True
+
+
+def test_grad_clip_is_the_same_on_the_plain_and_the_wrapped_step(batch):
+    def train(grad_clip, callbacks):
+        torch.manual_seed(0)
+        schema = tiny_schema()
+        student = build_student({"class_path": "mlp", "init_args": {"hidden": [8]}}, schema,
+                                TASKS)
+        module = DistillModule(student, TASKS, schema.domains, methods=[KD(kd_weight=1.0)],
+                               teacher=teacher, grad_clip=grad_clip)
+        make_trainer(accelerator="cpu", callbacks=callbacks, limit_val_batches=0).fit(
+            module, train_dataloaders=_Batches([batch] * 3))
+        return module._manual_step._plain, {k: v.clone() for k, v in student.state_dict().items()}
+
+    plain, clipped = train(1e-3, [])
+    wrapped, clipped_wrapped = train(1e-3, [_WatchesBackward()])
+    _, free = train(None, [])
+    assert plain and not wrapped
+    assert all(torch.equal(clipped[k], clipped_wrapped[k]) for k in clipped)
+    assert not all(torch.equal(clipped[k], free[k]) for k in clipped)

@@ -5,8 +5,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from experiments.run import cache
-from experiments.run.cache import STEP_CODE, cached_step, code_hash
+from experiments.run.cache import STEP_CODE, cached_step, code_hash, step_sources
+from experiments.run.progress import PlainLog, step_log
 
 
 def test_code_hash_follows_the_files_of_the_step(tmp_path):
@@ -27,9 +30,26 @@ def test_code_hash_follows_the_files_of_the_step(tmp_path):
 
 def test_every_step_names_real_code():
     root = Path(cache.ROOT)
-    for step, paths in STEP_CODE.items():
+    for step in STEP_CODE:
+        paths = step_sources(step)
+        assert len(paths) == len(STEP_CODE[step])
         for rel in paths:
             assert (root / rel).exists(), (step, rel)
+    assert "experiments/run/domain_fm.py" in step_sources("domain_fm")
+
+
+def test_a_missing_module_or_path_fails_loudly(tmp_path, monkeypatch):
+    """A module that moved must not silently drop out of a step's key."""
+    monkeypatch.setitem(STEP_CODE, "teacher", (*STEP_CODE["teacher"], "experiments.gone"))
+    with pytest.raises(RuntimeError, match="'experiments.gone', which cannot be imported"):
+        step_sources("teacher")
+    with pytest.raises(RuntimeError, match="cannot be imported"):
+        cached_step(tmp_path, "teacher", {"lr": 1}, lambda step: None, lambda msg: None)
+    monkeypatch.setitem(STEP_CODE, "teacher", ("nowhere_at_all.module",))
+    with pytest.raises(RuntimeError, match="'nowhere_at_all.module'"):
+        step_sources("teacher")
+    with pytest.raises(FileNotFoundError, match="no such source file"):
+        code_hash(("transfer/gone.py",))
 
 
 def test_a_code_change_reruns_the_step(tmp_path, monkeypatch):
@@ -41,3 +61,19 @@ def test_a_code_change_reruns_the_step(tmp_path, monkeypatch):
     monkeypatch.setattr(cache, "code_hash", lambda paths, root=cache.ROOT: "edited")
     edited = cached_step(tmp_path, "teacher", {"lr": 1}, runs.append, logs.append)
     assert edited != first and len(runs) == 2 and logs[-1].startswith("[run]")
+
+
+def test_a_step_log_hears_every_step_done_a_plain_function_only_lines(tmp_path):
+    class Counting(PlainLog):
+        def __init__(self) -> None:
+            super().__init__(lambda msg: None)
+            self.done: list[str] = []
+
+        def step_done(self, name: str) -> None:
+            self.done.append(name)
+
+    log, lines = Counting(), []
+    cached_step(tmp_path, "teacher", {"lr": 1}, lambda step: None, log)
+    cached_step(tmp_path, "teacher", {"lr": 1}, lambda step: None, log)  # cached: counted too
+    assert log.done == ["teacher", "teacher"]
+    assert isinstance(step_log(lines.append), PlainLog) and step_log(log) is log

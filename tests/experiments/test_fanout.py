@@ -36,11 +36,14 @@ def gemkd_run(spec: Path, out: Path, *extra: str) -> int:
         torch.set_num_threads(n)
 
 
+WALL_CLOCK = ("train_seconds", "eval_seconds", "run_seconds", "examples_per_second")
+
+
 def ledger(out: Path) -> dict[str, dict]:
     """``runs.jsonl`` by key, without the wall-clock fields."""
     lines = [json.loads(line) for line in (out / "runs.jsonl").read_text().splitlines()]
     return {r.pop("key"): {k: v for k, v in r.items()
-                           if k not in ("train_seconds", "examples_per_second")} for r in lines}
+                           if k not in WALL_CLOCK} for r in lines}
 
 
 @pytest.fixture(scope="module")

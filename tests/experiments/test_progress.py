@@ -8,8 +8,8 @@ import io
 import os
 from pathlib import Path
 
-from experiments.run.inputs import count_work
 from experiments.run.progress import Progress, clock
+from experiments.run.runner import count_work
 from experiments.spec.load import spec_from_mapping
 from tests.faults.conftest import SPEC
 

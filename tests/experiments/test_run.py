@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from types import SimpleNamespace
 
 import numpy as np
@@ -198,3 +199,7 @@ def test_domain_fm_is_trained_and_exported_per_domain(run):
     t1 = s1.read(None, ["example_id", "domain", *s1.logit_columns])
     assert set(t1.column("domain").to_pylist()) == {schema.domains.index("stories")}
     assert np.isfinite(s1.logits(t1)).all()
+    # each FM is a teacher fit of its own, every key of its config honoured (max_steps: 5)
+    fits = sorted(one.parent.glob("fit/*/val_metrics.json"))
+    assert [p.parent.name for p in fits] == ["stories"]
+    assert json.loads(fits[0].read_text())["global_step"] == 5

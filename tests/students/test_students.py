@@ -22,7 +22,6 @@ from students import (
     StudentOutput,
     build_student,
 )
-from students.embeddings import recent_index
 from tests.teachers.helpers import SEQUENCE, batch_from_lengths, random_batch, tiny_schema
 from transfer.data.reader import DatasetReader
 from transfer.errors import ConfigError
@@ -88,13 +87,6 @@ def test_empty_histories_and_all_fields(name, schema):
     assert out.logits.shape == (5, 3) and torch.isfinite(out.logits).all()
     empty = batch_from_lengths(schema, torch.zeros(4, dtype=torch.long), seed=2)
     assert torch.isfinite(model(empty).logits).all()
-
-
-def test_recent_index():
-    offsets = torch.tensor([0, 0, 2, 7, 8])
-    index, new = recent_index(offsets, 3)
-    assert new.tolist() == [0, 0, 2, 5, 6]
-    assert index.tolist() == [0, 1, 4, 5, 6, 7]
 
 
 @pytest.mark.parametrize("name", NAMES)

@@ -13,7 +13,6 @@ from teachers.gem.heads import DomainGatedHeads, DomainTaskHeads
 from teachers.gem.interformer import InterFormerLayer, SequenceSummary
 from teachers.gem.pyramid import (
     PyramidCompressor,
-    keep_most_recent,
     layer_token_budgets,
     pyramid_token_count,
 )
@@ -52,8 +51,9 @@ def test_embeddings_shapes_hashing_and_shared_tables():
     expected = sum(emb.table_for(f)(batch.seq_values[f][:5]) for f in emb.seq_names)
     torch.testing.assert_close(ev[:5], expected)
     tables = emb.embedding_tables()
-    assert len(tables) == len({id(t) for t in tables}) == 8 + 2 + 1
-    assert all(isinstance(t, HashedEmbedding) for t in tables)
+    assert len(tables) == len({id(t) for t in tables.values()}) == 8 + 2 + 1
+    assert all(isinstance(t, HashedEmbedding) for t in tables.values())
+    assert tables["ad_id"] is emb.tables["ad_id"] and tables["domain"] is emb.domain
 
 
 def test_shared_tables_config_is_validated():
@@ -185,17 +185,6 @@ def test_fused_bag_lookup_equals_segment_mean_of_events():
     assert len(grads_a) == len(grads_b) == 4  # two shared tables + two sequence-only tables
     for ga, gb in zip(grads_a, grads_b, strict=True):
         torch.testing.assert_close(ga, gb, atol=1e-4, rtol=1e-4)  # summation order differs
-
-
-def test_keep_most_recent_truncates_to_last_k():
-    offsets = offsets_of([5, 0, 2, 7])
-    values = torch.arange(14)
-    index, new_offsets, max_len = keep_most_recent(offsets, 7, 3)
-    assert max_len == 3
-    assert new_offsets.tolist() == [0, 3, 3, 5, 8]
-    assert values[index].tolist() == [2, 3, 4, 5, 6, 11, 12, 13]
-    index, same, max_len = keep_most_recent(offsets, 7, 7)
-    assert index is None and same is offsets and max_len == 7
 
 
 # ----------------------------------------------------------------------------- InterFormer

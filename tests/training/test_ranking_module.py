@@ -13,8 +13,8 @@ from torch import nn
 
 from experiments.cli import main
 from experiments.teacher_config import build_run, load_teacher_config
+from transfer.store import PREDICTION_KEYS
 from transfer.training import build_trainer, fit
-from transfer.training.ranking_module import PREDICT_KEYS
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = ROOT / "experiments/teachers/tiny.yaml"
@@ -83,14 +83,14 @@ def test_predict_step(trained):
     module.eval()
     with torch.no_grad():
         rows = module.predict_step(batch, 0)
-    assert tuple(rows) == PREDICT_KEYS
+    assert tuple(rows) == PREDICTION_KEYS
     b = len(batch)
     assert rows["logits"].shape == (b, len(module.tasks))
     assert rows["emb"].shape == (b, module.model.representation_dims()["trunk"])
     assert torch.equal(rows["example_id"], batch.example_id)
     rows = trainer.predict(module, dataloaders=dm.val_dataloader())
     assert sum(len(r["example_id"]) for r in rows) == 8000
-    assert all(tuple(r) == PREDICT_KEYS for r in rows)
+    assert all(tuple(r) == PREDICTION_KEYS for r in rows)
     module.repr_layer = "nope"
     with pytest.raises(KeyError, match="nope"):
         module.predict_step(batch, 0)

@@ -4,9 +4,14 @@ One step, in order: each method's ``before_student`` (the Student Adapter update
 batch's fresh labels and realigns the KD target); the student's forward, with the
 representation features the methods feed; each method's ``after_forward`` (an auxiliary head
 computes its logits); the student's loss ``label_weight · BCE(serving, y)`` plus every method's
-loss terms; one optimiser step over the student and the methods' parameter groups. The module
-knows no method by name. Students stream once through time-ordered days. Evaluation is
-inherited from ``RankingModule``: only the serving head is measured.
+loss terms; one optimiser step over the student and the methods' parameter groups (the
+gradient norm clipped to ``grad_clip`` first, when given). The module knows no method by name.
+
+The backward and optimiser step skip Lightning's wrappers where they are inert
+(:mod:`transfer.distill.manual_step`, measured there).
+
+Students stream once through time-ordered days. Evaluation is inherited from ``RankingModule``:
+only the serving head is measured.
 """
 
 from __future__ import annotations
@@ -20,21 +25,24 @@ from torch import Tensor, nn
 from transfer.data.batch import Batch
 from transfer.distill.manual_step import ManualStep
 from transfer.methods.base import NEEDS, StepState, TeacherFn, TransferMethod
-from transfer.models import StudentOutput, as_student_output
+from transfer.models import StudentOutput, as_student_output, start_output_bias
 from transfer.training.ranking_module import RankingModule
 
 
 class DistillModule(RankingModule):
-    """``student`` follows the Student protocol (a model returning a ``TeacherOutput`` is
-    trained as one: a domain FM); ``methods`` are set-up :class:`TransferMethod`\\ s; ``teacher``
-    answers batches for the methods that need it; ``trained_until_day`` gives the staleness
-    ``batch.day - trained_until_day`` a method may read."""
+    """``student`` follows the student contract of :mod:`transfer.models` (a model returning a
+    ``TeacherOutput`` is trained as one: a domain FM); ``methods`` are set-up
+    :class:`TransferMethod`\\ s; ``teacher`` answers batches for the methods that need it;
+    ``trained_until_day`` gives the staleness ``batch.day - trained_until_day`` a method may read;
+    ``grad_clip`` clips the gradient norm of the student's optimiser before its step (manual
+    optimisation: the ``Trainer``'s own ``gradient_clip_val`` must stay unset)."""
 
     hparams_ignore = ("model", "student", "teacher", "methods")
 
     def __init__(self, student: nn.Module, tasks: list[str], domains: list[str], *,
                  methods: Sequence[TransferMethod] = (), teacher: TeacherFn | None = None,
-                 trained_until_day: int | None = None, **ranking_args: Any) -> None:
+                 trained_until_day: int | None = None, grad_clip: float | None = None,
+                 **ranking_args: Any) -> None:
         super().__init__(student, tasks, domains, **ranking_args)
         for m in methods:
             if not isinstance(m, TransferMethod):
@@ -48,11 +56,10 @@ class DistillModule(RankingModule):
         self.methods = nn.ModuleList(methods)
         logit = self.base_rate_logits() if self.start_at_base_rate else None
         for m in methods:  # a method's own output heads start calibrated too (the aux head)
-            init = getattr(m, "init_output_bias", None)
-            if init is not None and logit is not None:
-                init(logit)
+            start_output_bias(m, logit)
         self.teacher = teacher
         self.trained_until_day = trained_until_day
+        self.grad_clip = grad_clip
         self.automatic_optimization = False
         self._manual_step = ManualStep()
 
@@ -110,7 +117,7 @@ class DistillModule(RankingModule):
                 loss = loss + term
         opt = self.optimizers()
         opt = opt[0] if isinstance(opt, list) else opt
-        self._manual_step(self, opt, loss)  # zero_grad, backward, step
+        self._manual_step(self, opt, loss, self.grad_clip)  # zero_grad, backward, clip, step
         self._log_step("train/loss", loss, n, batch_idx, prog_bar=True)
         return loss
 

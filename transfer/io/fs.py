@@ -172,12 +172,6 @@ def remove(where: Any) -> None:
         fs.delete_file(path)
 
 
-def remove_tree(where: Any) -> None:
-    fs, path = resolve(where)
-    if _info(where).type == pafs.FileType.Directory:
-        fs.delete_dir(path)
-
-
 def sha256(where: Any) -> str:
     where = as_where(where)
     h = hashlib.sha256()

@@ -15,10 +15,14 @@ hook                          what it is for
 ``requires``                  capabilities another method of the variant must provide
 ``tunable``                   its knobs (``__init__`` argument names) → their ranges
                               (:mod:`transfer.methods.space`; a list is a choice)
+``spec_defaults``             ``__init__`` arguments the experiment spec supplies unless the
+                              variant sets them: argument → spec key (KD: ``loss`` →
+                              ``kd_loss``)
 ``feature_dim(ctx)``          width of the representation features it feeds the student
 ``setup(ctx)``                build its parts once the student exists
-``init_output_bias(logit)``   optional, looked up by name: start a head of its own at the
-                              base rates' logits ``[n_tasks]`` (after ``setup``, once)
+``init_output_bias(logit)``   optional (:class:`transfer.models.OptionalHooks`): start a head
+                              of its own at the base rates' logits ``[n_tasks]`` (after
+                              ``setup``, once)
 ``param_groups(lr)``          parameters trained with the student's optimiser
 ``configure_optimizers()``    optimisers of its own (stepped by the method itself)
 ``features(batch)``           representation features ``[B, F]`` for the student
@@ -31,7 +35,7 @@ hook                          what it is for
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import torch
@@ -63,7 +67,9 @@ TeacherFn = Callable[[Batch], TeacherTargets]
 class MethodContext:
     """What the experiment hands a method at set-up. ``teacher`` answers batches (None for a
     labels-only variant; in a run a ``StoreTeacher``, which also has ``emb_dim``); ``codes`` is
-    the LoopFM codes (an ``AsOfCodes``); ``teacher_weights()`` loads the teacher checkpoint's
+    the LoopFM codes, a :class:`transfer.repr_features.AsOfCodes` (``code_dim``,
+    ``lookup(user_id, ts)`` on the host), built only when a method of the spec needs ``codes``
+    and None otherwise; ``teacher_weights()`` loads the teacher checkpoint's
     state dict (None where the teacher is an imported store); ``sample_batch()`` reads a few
     training rows (to probe the student's shapes). ``student`` and ``teacher`` are None in
     ``feature_dim``. Every field: docs/custom_method.md."""
@@ -78,7 +84,6 @@ class MethodContext:
     trained_until_day: int | None = None
     teacher_weights: Callable[[], dict[str, Tensor]] | None = None
     sample_batch: Callable[[], Batch] | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
 
     def embedding_width(self) -> int:
         """The width of the student's ``StudentOutput.embedding``, read off one forward."""
@@ -148,10 +153,13 @@ class TransferMethod(nn.Module):
     provides: ClassVar[frozenset[str]] = frozenset()
     requires: ClassVar[frozenset[str]] = frozenset()
     tunable: ClassVar[dict[str, Range | list[Any]]] = {}
+    spec_defaults: ClassVar[dict[str, str]] = {}
+    #: the name the run's spec gave the method (a built-in name or its class_path), if any
+    registered_name: str | None = None
 
     @property
     def name(self) -> str:
-        return getattr(self, "registered_name", type(self).__name__)
+        return self.registered_name or type(self).__name__
 
     def feature_dim(self, ctx: MethodContext) -> int:
         return 0

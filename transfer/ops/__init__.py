@@ -19,11 +19,13 @@ from transfer.ops.dispatch import (
     select_kernel,
     triton_available,
 )
+from transfer.ops.truncate import keep_last
 
 __all__ = [
     "KERNELS",
     "jagged_target_attention",
     "jagged_to_padded",
+    "keep_last",
     "lengths_to_mask",
     "padded_to_jagged",
     "segment_max",

@@ -1,15 +1,16 @@
 """The teacher-output store: Parquet shards + manifest, written by rank, read and joined by
 example_id (DESIGN §4).
 
-``StoreCallback`` (and ``PREDICTION_KEYS``) load Lightning, so they are imported on first use:
+``StoreCallback`` loads Lightning, so it is imported on first use:
 reading or joining a store does not pay for importing Lightning.
 """
 
 from typing import Any
 
+from transfer.options import EMB_DTYPES
+from transfer.store.format import PREDICTION_KEYS
 from transfer.store.join import JoinResult, Policy, TeacherJoin
 from transfer.store.manifest import (
-    EMB_DTYPES,
     MANIFEST_NAME,
     SCHEMA_VERSION,
     Manifest,
@@ -41,7 +42,7 @@ __all__ = [
 
 
 def __getattr__(name: str) -> Any:
-    if name in ("StoreCallback", "PREDICTION_KEYS"):
+    if name == "StoreCallback":
         from transfer.store import prediction_writer
 
         return getattr(prediction_writer, name)

@@ -20,6 +20,9 @@ KEY_COLUMNS: dict[str, pa.DataType] = {
     "ts": pa.int64(),
 }
 ROW_ARRAYS = ("example_id", "day", "domain", "user_id", "ts")
+#: The tensors of one predicted batch a store is written from (``RankingModule.predict_step``
+#: returns them, ``StoreCallback`` writes them): the key columns, ``logits [B, T]``, ``emb [B, E]``
+PREDICTION_KEYS = (*ROW_ARRAYS, "logits", "emb")
 
 
 def parquet_options(emb_dtype: str) -> dict[str, Any]:

@@ -21,10 +21,10 @@ import torch
 from transfer.errors import StoreError
 from transfer.io import fs
 from transfer.io.integrity import read_json_object
+from transfer.options import EMB_DTYPES, EmbDtype
 
 SCHEMA_VERSION = 1
 MANIFEST_NAME = "manifest.json"
-EMB_DTYPES = ("float16", "int8")
 _SHA = re.compile(r"^[0-9a-f]{64}$")
 
 
@@ -69,7 +69,7 @@ class Manifest:
     tasks: list[str]
     layer: str
     emb_dim: int
-    emb_dtype: str
+    emb_dtype: EmbDtype
     shards: list[ShardInfo] = field(default_factory=list)
     total_rows: int = 0
     created_at: str = ""

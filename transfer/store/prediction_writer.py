@@ -32,10 +32,9 @@ from lightning.pytorch.utilities import rank_zero_warn
 
 from transfer.errors import StoreError
 from transfer.io import fs
+from transfer.store.format import PREDICTION_KEYS
 from transfer.store.manifest import Manifest
 from transfer.store.writer import StoreWriter
-
-PREDICTION_KEYS = ("example_id", "day", "domain", "user_id", "ts", "logits", "emb")
 
 
 class StoreCallback(Callback):

@@ -36,6 +36,7 @@ from transfer.io import fs
 from transfer.io.atomic import atomic_write_bytes
 from transfer.io.integrity import sha256_file
 from transfer.io.publish import output_directory
+from transfer.options import EMB_DTYPES
 from transfer.store.dedupe import dedupe_shards
 from transfer.store.format import (
     KEY_COLUMNS,
@@ -48,7 +49,7 @@ from transfer.store.format import (
     to_float16,
     to_numpy,
 )
-from transfer.store.manifest import EMB_DTYPES, MANIFEST_NAME, Manifest, ShardInfo
+from transfer.store.manifest import MANIFEST_NAME, Manifest, ShardInfo
 
 __all__ = ["StoreWriter", "dedupe_shards", "parquet_options", "quantize_int8", "store_schema",
            "to_float16"]

@@ -2,18 +2,17 @@
 
 from transfer.training.ranking_module import RankingModule, fsdp_mesh, shard_model
 from transfer.training.trainer import (
-    STRATEGIES,
     ResumableLoader,
     Throughput,
     build_trainer,
     even_batch_limit,
     fit,
+    make_trainer,
     resume_path,
     training_base_rates,
 )
 
 __all__ = [
-    "STRATEGIES",
     "RankingModule",
     "ResumableLoader",
     "Throughput",
@@ -21,6 +20,7 @@ __all__ = [
     "even_batch_limit",
     "fit",
     "fsdp_mesh",
+    "make_trainer",
     "resume_path",
     "shard_model",
     "training_base_rates",

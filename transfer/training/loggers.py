@@ -21,8 +21,8 @@ from lightning.pytorch.loggers import CSVLogger, Logger
 from lightning.pytorch.loggers.csv_logs import ExperimentWriter
 
 from transfer.errors import ConfigError
+from transfer.options import TRACKERS, TrackerKind
 
-TRACKERS = ("csv", "tensorboard", "mlflow")
 _EXTRAS = {"tensorboard": "tensorboard", "mlflow": "mlflow"}  # tracker -> module it needs
 
 
@@ -57,7 +57,7 @@ class Tracker:
     """Where a run's fits log: ``kind`` (csv, tensorboard, mlflow), the directory ``save_dir``
     and the ``experiment`` (TensorBoard/CSV folder, MLflow experiment) they are grouped under."""
 
-    kind: str
+    kind: TrackerKind
     save_dir: Path
     experiment: str
 

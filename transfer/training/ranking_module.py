@@ -22,9 +22,7 @@ from torch import Tensor, nn
 
 from transfer.data.batch import Batch
 from transfer.metrics import RankingMetrics
-from transfer.models import TeacherOutput
-
-PREDICT_KEYS = ("example_id", "day", "domain", "user_id", "ts", "logits", "emb")
+from transfer.models import TeacherOutput, fsdp_units, start_output_bias
 
 
 def fsdp_mesh(device_mesh):
@@ -43,34 +41,12 @@ def fsdp_mesh(device_mesh):
     raise ValueError(f"cannot pick a data-parallel dimension from mesh dims {names}")
 
 
-def _fsdp_units(model: nn.Module) -> list[nn.Module]:
-    """Module instances to shard as FSDP units, deepest first (children before parents)."""
-    if hasattr(model, "fsdp_units"):
-        units = list(model.fsdp_units())
-    elif hasattr(model, "fsdp_wrap_modules"):
-        spec = tuple(model.fsdp_wrap_modules())
-        classes = tuple(s for s in spec if isinstance(s, type))
-        instances = [s for s in spec if isinstance(s, nn.Module)]
-        units = instances + ([m for m in model.modules() if isinstance(m, classes)]
-                             if classes else [])
-    else:
-        units = []
-    order = {id(m): i for i, m in enumerate(model.modules())}
-    seen: set[int] = set()
-    unique = []
-    for m in units:
-        if id(m) not in seen and m is not model:
-            seen.add(id(m))
-            unique.append(m)
-    return sorted(unique, key=lambda m: order.get(id(m), -1), reverse=True)
-
-
 def shard_model(model: nn.Module, mesh, **fsdp_kwargs: Any) -> nn.Module:
-    """FSDP2: ``fully_shard`` every unit of ``model`` (its ``fsdp_units()`` /
-    ``fsdp_wrap_modules()``), then the root, on ``mesh`` (1-D: FSDP; 2-D: HSDP)."""
+    """FSDP2: ``fully_shard`` every unit of ``model`` (:func:`transfer.models.fsdp_units`), then
+    the root, on ``mesh`` (1-D: FSDP; 2-D: HSDP)."""
     from torch.distributed.fsdp import fully_shard
 
-    for unit in _fsdp_units(model):
+    for unit in fsdp_units(model):
         fully_shard(unit, mesh=mesh, **fsdp_kwargs)
     fully_shard(model, mesh=mesh, **fsdp_kwargs)
     return model
@@ -103,8 +79,9 @@ class RankingModule(pl.LightningModule):
       :func:`transfer.training.training_base_rates`).
     * ``repr_layer``: the named representation returned as ``emb`` by ``predict_step``.
     * ``compile``: ``torch.compile`` the model in place in ``configure_model``.
-    * ``init_output_bias``: start a model that has ``init_output_bias(logit)`` at the logit of
-      each task's base rate (``base_rates``), as every fresh fit should.
+    * ``init_output_bias``: start a model that has the ``init_output_bias(logit)`` hook
+      (:class:`transfer.models.OptionalHooks`) at the logit of each task's base rate
+      (``base_rates``, when every task has one), as every fresh fit should.
     * ``fsdp_replicate``: under ``ModelParallelStrategy``, ``> 1`` = hybrid sharding (HSDP): the
       data-parallel ranks form a ``(replicate, shard)`` mesh of shape
       ``(fsdp_replicate, dp / fsdp_replicate)``; parameters are sharded within a group and
@@ -160,22 +137,13 @@ class RankingModule(pl.LightningModule):
         metric_args = dict(tasks=tasks, n_domains=len(domains), domain_names=domains,
                            base_rates=self.base_rates, compute_auc=compute_auc)
         self.start_at_base_rate = init_output_bias  # DistillModule starts its methods' heads too
-        if init_output_bias:
-            self._init_output_bias()
+        if init_output_bias:  # a resumed fit then loads its own weights over them
+            start_output_bias(self.model, self.base_rate_logits())
         self.val_metrics = RankingMetrics(**metric_args)
         self.test_metrics = RankingMetrics(**metric_args)
         #: The latest computed metrics per split, keys ``{metric}/{task}/{domain}``.
         self.last_metrics: dict[str, dict[str, float]] = {}
         self._configured = False
-
-    def _init_output_bias(self) -> None:
-        """A fresh model's output biases at the logit of each task's training base rate, when
-        the model has ``init_output_bias(logit [n_tasks])`` and every task has a base rate (a
-        resumed fit then loads its own weights over them)."""
-        init = getattr(self.model, "init_output_bias", None)
-        logit = self.base_rate_logits()
-        if init is not None and logit is not None:
-            init(logit)
 
     def base_rate_logits(self) -> torch.Tensor | None:
         """``[n_tasks]`` logits of the training base rates; None unless every task has one."""
@@ -304,8 +272,9 @@ class RankingModule(pl.LightningModule):
     # ------------------------------------------------------------------ prediction
     def predict_step(self, batch: Batch, batch_idx: int, dataloader_idx: int = 0
                      ) -> dict[str, Tensor]:
-        """Rows for a teacher-output store writer: ids, keys, ``logits [B, T]`` and
-        ``emb [B, dim]`` (the ``repr_layer`` representation), detached."""
+        """Rows for a teacher-output store writer (:data:`transfer.store.PREDICTION_KEYS`): ids,
+        keys, ``logits [B, T]`` and ``emb [B, dim]`` (the ``repr_layer`` representation),
+        detached."""
         out = self.model(batch)
         reprs = out.repr
         if self.repr_layer not in reprs:

@@ -1,9 +1,12 @@
 """Building and running the Lightning ``Trainer`` for ranking models (DESIGN §3, training).
 
-``strategy`` is a config value: ``"auto"`` (one process), ``"ddp"`` (gloo on CPU, nccl on GPU) or
-``"fsdp"`` (FSDP2 through ``ModelParallelStrategy``; it runs on CPU over gloo too). Checkpoints go
-to ``out_dir/checkpoints`` (``last.ckpt`` always; under FSDP a sharded checkpoint directory), so
-every run is resumable with ``fit(..., resume=True)``.
+:func:`make_trainer` is the one place a ``pl.Trainer`` is built (a teacher's fit and export, a
+domain FM's, a student's); :func:`build_trainer` is a teacher run's, writing a run directory.
+``strategy`` is a config value (:data:`transfer.options.Strategy`): ``"auto"`` (one process),
+``"ddp"`` (gloo on CPU, nccl on GPU) or ``"fsdp"`` (FSDP2 through ``ModelParallelStrategy``; it
+runs on CPU over gloo too). Checkpoints go to ``out_dir/checkpoints`` (``last.ckpt`` always;
+under FSDP a sharded checkpoint directory), so every run is resumable with ``fit(...,
+resume=True)``.
 """
 
 from __future__ import annotations
@@ -25,9 +28,9 @@ from lightning.pytorch.strategies import DDPStrategy, ModelParallelStrategy
 from transfer.data.datamodule import AdsDataModule
 from transfer.data.reader import DatasetReader
 from transfer.errors import ConfigError
+from transfer.options import STRATEGIES, Strategy
 from transfer.training.loggers import RunCSVLogger
 
-STRATEGIES = ("auto", "ddp", "fsdp")
 BEST = "best"  # checkpoints/best.ckpt: the epoch with the best validation metric
 
 
@@ -119,7 +122,7 @@ class ResumableLoader:
         self._restore = dict(state)
 
 
-def _strategy(strategy: str, devices: int, accelerator: str, num_nodes: int = 1):
+def _strategy(strategy: Strategy, devices: int, accelerator: str, num_nodes: int = 1):
     if strategy not in STRATEGIES:
         raise ConfigError(f"strategy must be one of {', '.join(STRATEGIES)}, got {strategy!r}")
     if strategy == "fsdp":
@@ -134,9 +137,59 @@ def _strategy(strategy: str, devices: int, accelerator: str, num_nodes: int = 1)
     return "auto"
 
 
+def make_trainer(
+    *,
+    accelerator: str = "auto",
+    strategy: Strategy = "auto",
+    devices: int = 1,
+    num_nodes: int = 1,
+    precision: str = "32-true",
+    max_epochs: int = 1,
+    max_steps: int = -1,
+    grad_clip: float | None = None,
+    callbacks: list[Callback] | None = None,
+    logger: Logger | list[Logger] | bool | None = False,
+    progress_bar: bool = False,
+    model_summary: bool = False,
+    checkpointing: bool = False,
+    **trainer_kwargs: Any,
+) -> pl.Trainer:
+    """A ``pl.Trainer``, quiet by default (no logger, checkpoints, progress bar or model summary).
+
+    ``strategy`` is gemkd's (:data:`~transfer.options.Strategy`: ``ddp`` runs gloo on CPU,
+    ``fsdp`` FSDP2); with ``accelerator="auto"`` a ``ddp``/``fsdp`` run without CUDA runs on CPU.
+    ``grad_clip`` is the gradient-norm clip of automatic optimisation (a module that optimises
+    manually, ``DistillModule``, clips itself and must get None here). Extra keyword arguments
+    go to ``Trainer`` (``limit_val_batches``, ``log_every_n_steps``, ``default_root_dir``, ...;
+    Lightning's own ``enable_*`` flags there win over ``progress_bar``, ``model_summary`` and
+    ``checkpointing``).
+    """
+    flags = {"enable_progress_bar": progress_bar, "enable_model_summary": model_summary,
+             "enable_checkpointing": checkpointing}
+    flags.update({k: trainer_kwargs.pop(k) for k in list(flags) if k in trainer_kwargs})
+    if devices < 1:
+        raise ConfigError(f"devices must be >= 1, got {devices}")
+    if accelerator == "auto" and strategy in ("ddp", "fsdp") and not torch.cuda.is_available():
+        accelerator = "cpu"
+    return pl.Trainer(
+        accelerator=accelerator,
+        devices=devices,
+        num_nodes=num_nodes,
+        strategy=_strategy(strategy, devices, accelerator, num_nodes),
+        max_epochs=max_epochs,
+        max_steps=max_steps,
+        precision=precision,
+        logger=logger,
+        callbacks=list(callbacks or []),
+        gradient_clip_val=grad_clip,
+        **flags,
+        **trainer_kwargs,
+    )
+
+
 def build_trainer(
     out_dir: str | Path,
-    strategy: str = "auto",
+    strategy: Strategy = "auto",
     devices: int = 1,
     max_epochs: int = 1,
     precision: str = "32-true",
@@ -166,10 +219,6 @@ def build_trainer(
     tracker). Extra keyword arguments go to ``Trainer``.
     """
     out_dir = Path(out_dir)
-    if devices < 1:
-        raise ConfigError(f"devices must be >= 1, got {devices}")
-    if accelerator == "auto" and strategy in ("ddp", "fsdp") and not torch.cuda.is_available():
-        accelerator = "cpu"
     ckpt = ModelCheckpoint(dirpath=out_dir / "checkpoints", save_last=True,
                            every_n_train_steps=checkpoint_every_n_steps, save_top_k=1)
     cbs: list[Callback] = [ckpt, Throughput()]
@@ -184,21 +233,12 @@ def build_trainer(
     if progress_bar:
         cbs.append(TQDMProgressBar(refresh_rate=max(1, log_every_n_steps)))
     cbs += list(callbacks or [])
-    return pl.Trainer(
-        default_root_dir=out_dir,
-        accelerator=accelerator,
-        devices=devices,
-        num_nodes=num_nodes,
-        strategy=_strategy(strategy, devices, accelerator, num_nodes),
-        max_epochs=max_epochs,
-        max_steps=max_steps,
-        precision=precision,
-        logger=[RunCSVLogger(out_dir), *(loggers or [])],
-        log_every_n_steps=log_every_n_steps,
-        callbacks=cbs,
-        enable_progress_bar=progress_bar,
-        gradient_clip_val=grad_clip,
-        num_sanity_val_steps=0,
+    return make_trainer(
+        accelerator=accelerator, strategy=strategy, devices=devices, num_nodes=num_nodes,
+        precision=precision, max_epochs=max_epochs, max_steps=max_steps, grad_clip=grad_clip,
+        callbacks=cbs, logger=[RunCSVLogger(out_dir), *(loggers or [])],
+        progress_bar=progress_bar, model_summary=True, checkpointing=True,
+        default_root_dir=out_dir, log_every_n_steps=log_every_n_steps, num_sanity_val_steps=0,
         **trainer_kwargs,
     )
 

@@ -1,5 +1,6 @@
 """``evaluate_teacher``: a trained teacher's NE / AUC / calibration on chosen days, from its
-checkpoint (what the ablation and the reports compare teachers by)."""
+checkpoint (what ``benchmarks/teacher_ablation.py`` compares teachers by). A benchmark's tool,
+outside the installed package."""
 
 from __future__ import annotations
 
@@ -7,8 +8,7 @@ from pathlib import Path
 
 import torch
 
-from experiments.teacher_checkpoint import model_weights
-from experiments.teacher_config import build_model, load_teacher_config
+from experiments.teacher_config import load_teacher
 
 
 @torch.inference_mode()
@@ -19,18 +19,13 @@ def evaluate_teacher(ckpt: str | Path, data: str | Path, days: tuple[int, int],
     beside ``checkpoints/``) on ``days`` of ``data`` (optionally only ``domains``); NE uses
     ``base_rates`` (the training days' positive rates, as every model's NE does)."""
     from transfer.data.reader import DatasetReader
-    from transfer.data.schema import DatasetSchema
     from transfer.metrics import RankingMetrics
 
-    ckpt = Path(ckpt)
-    cfg = load_teacher_config(ckpt.parent.parent / "config.yaml")
-    schema = DatasetSchema.load(data)
-    model = build_model(cfg, schema)
-    model.load_state_dict(model_weights(ckpt))
-    model.eval()
+    teacher = load_teacher(ckpt, data)
+    model, schema = teacher.model.eval(), teacher.schema
     metrics = RankingMetrics(schema.tasks, len(schema.domains), schema.domains,
                              base_rates=base_rates)
     for batch in DatasetReader(data, days=days, batch_size=batch_size, domains=domains,
-                               max_seq_len=cfg.max_seq_len, oracle=False):
+                               max_seq_len=teacher.cfg.max_seq_len, oracle=False):
         metrics.update(model(batch).logits, batch.labels, batch.domain)
     return {k: float(v) for k, v in metrics.compute().items()}

@@ -1,5 +1,6 @@
 """A bare PyTorch loop over the student's labels-only training: the floor ``train_student`` is
-measured against (``benchmarks/bench_transfer.py``) and the reference it must match.
+measured against (``benchmarks/bench_transfer.py``) and the reference it must match
+(``tests/benchmarks/test_bare.py``). A benchmark's tool, outside the installed package.
 
 The loop builds what ``train_student`` builds — the same seed, the same student and
 ``DistillModule`` (``build_module``), the same loader (``student_datamodule``), the same

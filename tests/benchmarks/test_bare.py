@@ -1,5 +1,6 @@
-"""The labels-only student epoch is the bare PyTorch loop: same per-step losses, bit-identical
-raw weights; Lightning's wrappers are bypassed only where they are inert, with the same result."""
+"""The labels-only student epoch is the bare PyTorch loop (``benchmarks/bare.py``, the floor of
+``benchmarks/bench_transfer.py``): same per-step losses, bit-identical raw weights; Lightning's
+wrappers are bypassed only where they are inert, with the same result."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import lightning.pytorch as pl
 import pytest
 import torch
 
-from experiments.run.bare import RawCapture, bare_loop, compare
+from benchmarks.bare import RawCapture, bare_loop, compare
 from experiments.run.student import Inputs, StudentJob, build_module, train_student
 from experiments.spec import load_spec
 from transfer.distill.manual_step import wrappers_inert
