@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from torch import Tensor, nn
 
-from transfer.ops import jagged_target_attention
+from gemkd.transfer.ops import jagged_target_attention
 
 
 class CodeAttentionPool(nn.Module):

@@ -24,7 +24,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from transfer.repr_features.codes import dequantize_codes, quantize_codes
+from gemkd.transfer.repr_features.codes import dequantize_codes, quantize_codes
 
 __all__ = ["ReprCompressor", "dequantize_codes", "fit_compressor", "quantize_codes"]
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from transfer.layers import HashedEmbedding
+from gemkd.transfer.layers import HashedEmbedding
 
 
 class StudentAdapter(nn.Module):

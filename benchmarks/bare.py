@@ -21,11 +21,11 @@ import lightning.pytorch as pl
 import torch
 from torch import Tensor
 
-from experiments.run.student import Inputs, StudentJob, build_module, student_datamodule
-from experiments.spec.model import RunSpec
-from transfer.data.batch import Batch
-from transfer.data.datamodule import AdsDataModule
-from transfer.distill import DistillModule
+from gemkd.experiments.run.student import Inputs, StudentJob, build_module, student_datamodule
+from gemkd.experiments.spec.model import RunSpec
+from gemkd.transfer.data.batch import Batch
+from gemkd.transfer.data.datamodule import AdsDataModule
+from gemkd.transfer.distill import DistillModule
 
 
 @dataclass

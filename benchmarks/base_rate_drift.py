@@ -13,8 +13,8 @@ mean square sqrt(mean(d^2) - mean(noise_t + noise_t-1)), 0 when noise explains i
   least ``--min-rows`` rows a day on average; one day = one ``date``; labels ``is_click``,
   ``long_view``, ``is_like``.
 - MovieLens (``../shared/data/movielens_latest_small``): one surface = one genre group of
-  ``transfer.data.movielens`` (the ``domain`` its converter writes); one "day" = one of 20 time
-  buckets with equal rating counts, as ``gemkd data movielens`` cuts them; label rating >= 4.
+  ``gemkd.transfer.data.movielens`` (the ``domain`` its converter writes); one "day" = one of 20
+  time buckets with equal rating counts, as ``gemkd data movielens`` cuts them; label rating >= 4.
 - ``--synthetic DIR``: a gemkd dataset, per domain and day, labels ``click`` and ``engage``
   (to set the synthetic world's ``calibration_drift`` beside the real figures).
 
@@ -87,7 +87,7 @@ def movielens(shared: Path, n_buckets: int = 20) -> pd.DataFrame | None:
     if not (src / "ratings.csv").is_file() or not (src / "movies.csv").is_file():
         print(f"skip MovieLens: {src}/ratings.csv or movies.csv not found")
         return None
-    from transfer.data.movielens import GENRE_GROUPS, OTHER_DOMAIN, _read_movies
+    from gemkd.transfer.data.movielens import GENRE_GROUPS, OTHER_DOMAIN, _read_movies
 
     df = pd.read_csv(src / "ratings.csv")
     df = df.merge(_read_movies(src / "movies.csv")[["movieId", "domain"]], on="movieId",
@@ -106,8 +106,8 @@ def movielens(shared: Path, n_buckets: int = 20) -> pd.DataFrame | None:
 def synthetic(root: Path) -> pd.DataFrame:
     import pyarrow.parquet as pq
 
-    from transfer.data.schema import DatasetSchema
-    from transfer.data.writer import day_path
+    from gemkd.transfer.data.schema import DatasetSchema
+    from gemkd.transfer.data.writer import day_path
 
     schema = DatasetSchema.load(root)
     frames = []

@@ -27,9 +27,9 @@ from benchmarks.common import (  # noqa: E402
     print_figures,
     write_json,
 )
-from transfer.config import load_dataclass  # noqa: E402
-from transfer.data.reader import DatasetReader  # noqa: E402
-from transfer.data.synth import SynthConfig, generate  # noqa: E402
+from gemkd.transfer.config import load_dataclass  # noqa: E402
+from gemkd.transfer.data.reader import DatasetReader  # noqa: E402
+from gemkd.transfer.data.synth import SynthConfig, generate  # noqa: E402
 
 
 def main() -> None:

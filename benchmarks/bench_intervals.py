@@ -1,4 +1,4 @@
-"""Time of a run's intervals (experiments.report.intervals) at the benchmark's size.
+"""Time of a run's intervals (gemkd.experiments.report.intervals) at the benchmark's size.
 
 A run directory of synthetic per-user evaluation files — 3 worlds × 7 variants × 3 seeds plus
 the GEM teacher, 5,000 users in 3 domains, 2 tasks, one teacher lag — with a results.csv whose
@@ -18,8 +18,8 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from experiments.report.clusters import load_eval_sets, point_frame
-from experiments.report.intervals import run_intervals
+from gemkd.experiments.report.clusters import load_eval_sets, point_frame
+from gemkd.experiments.report.intervals import run_intervals
 
 VARIANTS = ("baseline", "kd", "kd_aux", "kd_aux_adapter", "kd_repr", "hierarchical", "full")
 TASKS, DOMAINS = ("click", "conversion"), ("d0", "d1", "d2")

@@ -5,13 +5,14 @@ the maximum 4000: the realistic case where one power user sets the padded width)
 event embeddings. Two poolings, forward + backward (gradients to the event embeddings and the
 query):
 
-- ``segment_mean``: jagged ``transfer.ops.segment_mean`` vs ``jagged_to_padded`` to the batch max
+- ``segment_mean``: jagged ``gemkd.transfer.ops.segment_mean`` vs ``jagged_to_padded`` to the batch
+max
   then a masked mean;
-- ``target_attention``: jagged ``transfer.ops.jagged_target_attention`` vs padding the events
+- ``target_attention``: jagged ``gemkd.transfer.ops.jagged_target_attention`` vs padding the events
   (keys = values, padded once, DIN-style) then masked softmax attention.
 
-The padded variants pad on the device with ``transfer.ops.jagged_to_padded`` (kernel "auto"), as
-a model would, so padding is part of their cost. Time: median of ``--reps`` runs after
+The padded variants pad on the device with ``gemkd.transfer.ops.jagged_to_padded`` (kernel "auto"),
+as a model would, so padding is part of their cost. Time: median of ``--reps`` runs after
 ``--warmup`` runs. Memory:
 
 - CUDA: ``torch.cuda.max_memory_allocated`` minus what was allocated before the run (exact, the
@@ -47,7 +48,7 @@ if str(REPO) not in sys.path:  # run as a script from a checkout without install
     sys.path.insert(0, str(REPO))
 
 from benchmarks.common import figure, print_figures, write_json  # noqa: E402
-from transfer import ops  # noqa: E402
+from gemkd.transfer import ops  # noqa: E402
 
 OPS = ("segment_mean", "target_attention")
 

@@ -48,14 +48,14 @@ from benchmarks.common import (  # noqa: E402
     sync,
     write_json,
 )
-from experiments.spec import load_spec  # noqa: E402
-from students import build_student  # noqa: E402
-from teachers import GEM  # noqa: E402
-from transfer.config import load_dataclass  # noqa: E402
-from transfer.data.batch import Batch  # noqa: E402
-from transfer.data.reader import DatasetReader  # noqa: E402
-from transfer.data.synth import SynthConfig, generate  # noqa: E402
-from transfer.repr_features import (  # noqa: E402
+from gemkd.experiments.spec import load_spec  # noqa: E402
+from gemkd.students import build_student  # noqa: E402
+from gemkd.teachers import GEM  # noqa: E402
+from gemkd.transfer.config import load_dataclass  # noqa: E402
+from gemkd.transfer.data.batch import Batch  # noqa: E402
+from gemkd.transfer.data.reader import DatasetReader  # noqa: E402
+from gemkd.transfer.data.synth import SynthConfig, generate  # noqa: E402
+from gemkd.transfer.repr_features import (  # noqa: E402
     AsOfCodes,
     CodeStore,
     pool_mean,

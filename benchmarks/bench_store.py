@@ -48,9 +48,9 @@ if str(REPO) not in sys.path:  # run as a script from a checkout without install
     sys.path.insert(0, str(REPO))
 
 from benchmarks.common import figure, print_figures, write_json  # noqa: E402
-from transfer.repr_features import quantize_codes, write_code_store  # noqa: E402
-from transfer.store import StoreWriter, TeacherJoin, TeacherStore  # noqa: E402
-from transfer.store.writer import parquet_options, store_schema  # noqa: E402
+from gemkd.transfer.repr_features import quantize_codes, write_code_store  # noqa: E402
+from gemkd.transfer.store import StoreWriter, TeacherJoin, TeacherStore  # noqa: E402
+from gemkd.transfer.store.writer import parquet_options, store_schema  # noqa: E402
 
 TASKS = ["click", "conversion", "organic"]
 E = 64

@@ -50,9 +50,9 @@ from benchmarks.teacher_steps import (  # noqa: E402
     read_batches,
     step_flops,
 )
-from transfer.data.batch import Batch  # noqa: E402
-from transfer.data.reader import DatasetReader  # noqa: E402
-from transfer.data.synth import SynthConfig, generate  # noqa: E402
+from gemkd.transfer.data.batch import Batch  # noqa: E402
+from gemkd.transfer.data.reader import DatasetReader  # noqa: E402
+from gemkd.transfer.data.synth import SynthConfig, generate  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 CAPS = [128, 256, 512, 1024, 2048, 4096]

@@ -3,31 +3,31 @@
     python benchmarks/bench_transfer.py [--json OUT] [--quick] [--threads 1] [--device cpu|cuda]
 
 Why: knowledge transfer is only worth shipping if it costs the student little. Each variant's
-epoch is run through ``experiments.run.student.train_student`` exactly as ``gemkd run`` runs it
-(the variants' methods, ``DistillModule``, ``StoreTeacher``/``TeacherJoin``, ``AsOfCodes`` =
+epoch is run through ``gemkd.experiments.run.student.train_student`` exactly as ``gemkd run`` runs
+it (the variants' methods, ``DistillModule``, ``StoreTeacher``/``TeacherJoin``, ``AsOfCodes`` =
 as-of code lookup + mean pooling), with the quickstart spec's student (``mlp``), tasks, domain,
 batch size and learning rate, over the quickstart's student days of the small world (``--quick``:
-the tiny world at 3x its impressions, days 3-4). The figure is the training epoch: wall time
-from the epoch's start to its last training batch (data loading included), read by a callback
-passed to ``train_student``. ``train_student``'s own ``train_seconds`` (all of ``trainer.fit``,
-Lightning's start-up included) is recorded too; the test pass after ``fit`` is not timed.
+the tiny world at 3x its impressions, days 3-4). The figure is the training epoch: wall time from
+the epoch's start to its last training batch (data loading included), read by a callback passed to
+``train_student``. ``train_student``'s own ``train_seconds`` (all of ``trainer.fit``, Lightning's
+start-up included) is recorded too; the test pass after ``fit`` is not timed.
 
-The store, the codes and the data come from the run's own cached steps (``experiments.run.steps``:
-``fit_teacher`` / ``export_teacher`` / ``build_codes``) in a temporary directory; to keep that
-cheap the teacher is the tiny GEM trained for ``--teacher-steps`` steps and the compressor
-trains for one epoch. Neither changes the timed path (same join, loss and lookups).
+The store, the codes and the data come from the run's own cached steps
+(``gemkd.experiments.run.steps``: ``fit_teacher`` / ``export_teacher`` / ``build_codes``) in a
+temporary directory; to keep that cheap the teacher is the tiny GEM trained for ``--teacher-steps``
+steps and the compressor trains for one epoch. Neither changes the timed path (same join, loss and
+lookups).
 
 Targets (issue 5), read cumulatively, ratio to the labels-only epoch (``baseline``):
 ``kd`` (+ store join + KD loss) <= 1.15x; ``kd_aux_adapter`` (+ Student Adapter, with the
 auxiliary head the run's adapter variant has) <= 1.25x; ``full`` (+ representation features)
 <= 1.5x. ``kd_aux`` and ``kd_repr`` are shown for attribution. Input pipeline: the loader
 ``train_student`` trains from (projected to the student's columns and ``max_seq_len``, with the
-decoded row groups kept in the process as ``experiments.run.student`` builds it) delivers >= 5x
-the labels-only training rate, so training is never input-bound; the same loader decoding every
-pass (a process's first student) and a loader of every column are shown too. A student run as
-a sweep's worker runs it (``train_student``: build the student and its methods, fit, evaluate,
-with the lag's store and codes already open) costs <= 2x its training epoch + evaluation
-(issue 17).
+decoded row groups kept in the process as ``gemkd.experiments.run.student`` builds it) delivers >=
+5x the labels-only training rate, so training is never input-bound; the same loader decoding every
+pass (a process's first student) and a loader of every column are shown too. A student run as a
+sweep's worker runs it (``train_student``: build the student and its methods, fit, evaluate, with
+the lag's store and codes already open) costs <= 2x its training epoch + evaluation (issue 17).
 
 The floor (issue 12): two bare PyTorch loops (``benchmarks.bare``) run as candidates in the
 same rounds: the labels-only student (same seed, student, losses through ``RankingModule.loss``,
@@ -72,21 +72,21 @@ from benchmarks.common import (  # noqa: E402
     sync,
     write_json,
 )
-from experiments.run import steps  # noqa: E402
-from experiments.run.student import (  # noqa: E402
+from gemkd.experiments.run import steps  # noqa: E402
+from gemkd.experiments.run.student import (  # noqa: E402
     Inputs,
     StudentJob,
     student_projection,
     train_student,
 )
-from experiments.spec import PluginSpec, RunSpec, TeacherSpec, VariantSpec, load_spec  # noqa: E402
-from students import build_student  # noqa: E402
-from transfer.data.datamodule import AdsDataModule  # noqa: E402
-from transfer.data.schema import DatasetSchema  # noqa: E402
-from transfer.distill import StoreTeacher  # noqa: E402
-from transfer.repr_features import AsOfCodes, CodeStore  # noqa: E402
-from transfer.store import TeacherStore  # noqa: E402
-from transfer.training import training_base_rates  # noqa: E402
+from gemkd.experiments.spec import PluginSpec, RunSpec, TeacherSpec, VariantSpec, load_spec  # noqa: E402
+from gemkd.students import build_student  # noqa: E402
+from gemkd.transfer.data.datamodule import AdsDataModule  # noqa: E402
+from gemkd.transfer.data.schema import DatasetSchema  # noqa: E402
+from gemkd.transfer.distill import StoreTeacher  # noqa: E402
+from gemkd.transfer.repr_features import AsOfCodes, CodeStore  # noqa: E402
+from gemkd.transfer.store import TeacherStore  # noqa: E402
+from gemkd.transfer.training import training_base_rates  # noqa: E402
 
 SEPARATE = "_separate"  # the variant with the Student Adapter's ``update: separate``
 VARIANTS = ["baseline", "kd", "kd_aux", "kd_aux_adapter", "kd_repr", "full",

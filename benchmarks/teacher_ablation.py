@@ -12,7 +12,8 @@ and the teacher config's trainer settings (``--set`` overrides any, e.g. ``max_e
 
 * ``full``: GEM as configured; ``wukong_only``: ``use_sequence: false`` (no history);
   ``sequence_only``: ``use_wukong: false`` (InterFormer + pyramid, raw feature tokens);
-* ``mlp``: :class:`teachers.MLPRanker` over the same features (the MLP config's ``model:`` with
+* ``mlp``: :class:`gemkd.teachers.MLPRanker` over the same features (the MLP config's ``model:``
+with
   the teacher's feature keys ``d, max_history, max_rows, n_dense_tokens, domain_token``).
 
 Every variant gets the same budget: with ``--tune KEY=V1,V2`` each picks its value on the
@@ -43,18 +44,18 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks.common import write_json  # noqa: E402
 from benchmarks.teacher_eval import evaluate_teacher  # noqa: E402
-from experiments.run.steps import (  # noqa: E402
+from gemkd.experiments.run.steps import (  # noqa: E402
     eval_metrics,
     feature_oracle_metrics,
     has_oracle,
     oracle_logits,
 )
-from experiments.teacher_config import TeacherTrainConfig, load_teacher_config  # noqa: E402
-from experiments.teacher_fit import fit_teacher  # noqa: E402
-from transfer.config import load_dataclass  # noqa: E402
-from transfer.data.schema import DatasetSchema  # noqa: E402
-from transfer.data.synth import SynthConfig, generate  # noqa: E402
-from transfer.training import training_base_rates  # noqa: E402
+from gemkd.experiments.teacher_config import TeacherTrainConfig, load_teacher_config  # noqa: E402
+from gemkd.experiments.teacher_fit import fit_teacher  # noqa: E402
+from gemkd.transfer.config import load_dataclass  # noqa: E402
+from gemkd.transfer.data.schema import DatasetSchema  # noqa: E402
+from gemkd.transfer.data.synth import SynthConfig, generate  # noqa: E402
+from gemkd.transfer.training import training_base_rates  # noqa: E402
 
 VARIANTS = ("full", "wukong_only", "sequence_only", "mlp")
 SAME_FEATURES = ("d", "max_history", "max_rows", "n_dense_tokens", "domain_token")

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import torch
 
-from experiments.teacher_config import load_teacher
+from gemkd.experiments.teacher_config import load_teacher
 
 
 @torch.inference_mode()
@@ -18,8 +18,8 @@ def evaluate_teacher(ckpt: str | Path, data: str | Path, days: tuple[int, int],
     """Metrics ``{metric}/{task}/{domain}`` of the teacher at ``ckpt`` (its ``config.yaml``
     beside ``checkpoints/``) on ``days`` of ``data`` (optionally only ``domains``); NE uses
     ``base_rates`` (the training days' positive rates, as every model's NE does)."""
-    from transfer.data.reader import DatasetReader
-    from transfer.metrics import RankingMetrics
+    from gemkd.transfer.data.reader import DatasetReader
+    from gemkd.transfer.metrics import RankingMetrics
 
     teacher = load_teacher(ckpt, data)
     model, schema = teacher.model.eval(), teacher.schema

@@ -10,10 +10,10 @@ import torch
 import torch.nn.functional as F
 from torch.utils.flop_counter import FlopCounterMode
 
-from teachers import GEM
-from transfer.data.batch import Batch
-from transfer.data.reader import DatasetReader
-from transfer.training.ranking_module import embedding_parameters
+from gemkd.teachers import GEM
+from gemkd.transfer.data.batch import Batch
+from gemkd.transfer.data.reader import DatasetReader
+from gemkd.transfer.training.ranking_module import embedding_parameters
 
 BATCH = 512
 MM_SHAPE = (512, 1024, 1024)  # [M, K] @ [K, N]: the B x mlp_width x mlp_width of `base`

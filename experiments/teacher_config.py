@@ -12,14 +12,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from transfer.config import build_dataclass, load_yaml
-from transfer.errors import ConfigError
-from transfer.options import Strategy
+from gemkd.transfer.config import build_dataclass, load_yaml
+from gemkd.transfer.errors import ConfigError
+from gemkd.transfer.options import Strategy
 
 if TYPE_CHECKING:
     import torch
 
-    from transfer.data.schema import DatasetSchema
+    from gemkd.transfer.data.schema import DatasetSchema
 
 EXPERIMENTS = Path(__file__).resolve().parent
 
@@ -29,7 +29,7 @@ class TeacherTrainConfig:
     """Top-level keys of a teacher config (``model:`` = the model's hyper-parameters)."""
 
     name: str = "teacher"
-    class_path: str = "teachers.GEM"
+    class_path: str = "gemkd.teachers.GEM"
     model: dict[str, Any] = field(default_factory=dict)
     train_days: list[int] = field(default_factory=lambda: [0, 1])
     val_days: list[int] | None = None
@@ -118,7 +118,7 @@ def load_teacher_config(path: str | Path, overrides: dict[str, Any] | None = Non
 
 def build_model(cfg: TeacherTrainConfig, schema):
     """The config's teacher model for ``schema``."""
-    from teachers.registry import build_teacher
+    from gemkd.teachers.registry import build_teacher
 
     try:
         model = build_teacher(cfg.class_path, schema, cfg.model)
@@ -147,8 +147,8 @@ def load_teacher(ckpt: str | Path, data: Any, *, config: str | Path | None = Non
     (default: the run's resolved ``config.yaml`` beside ``checkpoints/``), ``days`` (if given)
     are checked against the data, and the checkpoint's weights must fit the model (each a
     ConfigError otherwise). ``init_from`` is not reloaded: the checkpoint's weights replace it."""
-    from experiments.teacher_checkpoint import check_checkpoint, model_weights
-    from transfer.data.schema import DatasetSchema
+    from gemkd.experiments.teacher_checkpoint import check_checkpoint, model_weights
+    from gemkd.transfer.data.schema import DatasetSchema
 
     ckpt = check_checkpoint(ckpt)
     config = Path(config) if config else ckpt.parent.parent / "config.yaml"
@@ -172,7 +172,7 @@ def load_teacher(ckpt: str | Path, data: Any, *, config: str | Path | None = Non
 def load_weights(model, ckpt: str | Path) -> None:
     """Start ``model`` from a checkpoint's model weights; a checkpoint of another architecture
     (missing, unexpected or differently shaped tensors) is a ConfigError that names them."""
-    from experiments.teacher_checkpoint import model_weights
+    from gemkd.experiments.teacher_checkpoint import model_weights
 
     weights = model_weights(ckpt, "init_from")
     own = model.state_dict()
@@ -202,9 +202,9 @@ def build_run(cfg: TeacherTrainConfig, data: str | Path, *, domains: list[str] |
     transfer); its output biases then start at the base rates even after ``init_from``."""
     import lightning.pytorch as pl
 
-    from transfer.data.datamodule import AdsDataModule
-    from transfer.data.schema import DatasetSchema
-    from transfer.training import RankingModule, training_base_rates
+    from gemkd.transfer.data.datamodule import AdsDataModule
+    from gemkd.transfer.data.schema import DatasetSchema
+    from gemkd.transfer.training import RankingModule, training_base_rates
 
     pl.seed_everything(cfg.seed, workers=True, verbose=False)
     schema = DatasetSchema.load(data)
@@ -231,9 +231,9 @@ def build_run(cfg: TeacherTrainConfig, data: str | Path, *, domains: list[str] |
             module = RankingModule(model, schema.tasks, schema.domains, **args,
                                    init_output_bias=cfg.init_output_bias and cfg.init_from is None)
         else:
-            from transfer.distill import DistillModule, StoreTeacher
-            from transfer.methods import KD
-            from transfer.store import TeacherStore
+            from gemkd.transfer.distill import DistillModule, StoreTeacher
+            from gemkd.transfer.methods import KD
+            from gemkd.transfer.store import TeacherStore
 
             teacher = StoreTeacher(TeacherStore(distill_from), schema.tasks)
             module = DistillModule(model, schema.tasks, schema.domains,

@@ -15,9 +15,9 @@ from typing import Any
 
 import torch
 
-from experiments.teacher_config import TeacherTrainConfig, load_teacher
-from transfer.errors import ConfigError, GemkdError
-from transfer.options import EMB_DTYPES, EmbDtype
+from gemkd.experiments.teacher_config import TeacherTrainConfig, load_teacher
+from gemkd.transfer.errors import ConfigError, GemkdError
+from gemkd.transfer.options import EMB_DTYPES, EmbDtype
 
 
 def export_teacher(ckpt: str | Path, data: str | Path, out: str | Path, *,
@@ -28,7 +28,7 @@ def export_teacher(ckpt: str | Path, data: str | Path, out: str | Path, *,
     """Write the teacher at ``ckpt`` over ``data`` (the half-open ``days``, default all) into
     the store ``out``; ``layer`` defaults to the config's ``repr_layer``. Returns the store's
     manifest (on the global-zero process; None elsewhere)."""
-    from transfer.store import weights_hash
+    from gemkd.transfer.store import weights_hash
 
     _check_emb_dtype(emb_dtype)
     teacher = load_teacher(ckpt, data, config=config, days=days)
@@ -50,10 +50,10 @@ def export_model(model: torch.nn.Module, cfg: TeacherTrainConfig, data: str | Pa
     ``max_seq_len``, ``repr_layer`` and ``train_days``) over ``data`` (``days``, default all; only
     ``domains``' rows when given) into the store ``out``, named ``teacher_name`` (default the
     config's) at ``teacher_version``. Returns the manifest (global zero; None elsewhere)."""
-    from transfer.data.datamodule import AdsDataModule
-    from transfer.data.schema import DatasetSchema
-    from transfer.store import StoreCallback
-    from transfer.training import RankingModule, make_trainer
+    from gemkd.transfer.data.datamodule import AdsDataModule
+    from gemkd.transfer.data.schema import DatasetSchema
+    from gemkd.transfer.store import StoreCallback
+    from gemkd.transfer.training import RankingModule, make_trainer
 
     _check_emb_dtype(emb_dtype)
     schema = DatasetSchema.load(data)

@@ -11,11 +11,11 @@ from typing import Any
 
 import yaml
 
-from experiments.teacher_config import TeacherTrainConfig, build_run, load_teacher_config
-from transfer.errors import ConfigError
-from transfer.io import fs
-from transfer.options import Strategy
-from transfer.training.loggers import Tracker, make_logger
+from gemkd.experiments.teacher_config import TeacherTrainConfig, build_run, load_teacher_config
+from gemkd.transfer.errors import ConfigError
+from gemkd.transfer.io import fs
+from gemkd.transfer.options import Strategy
+from gemkd.transfer.training.loggers import Tracker, make_logger
 
 
 def _local_run_dir(out: str | Path) -> Path:
@@ -50,9 +50,9 @@ def fit_teacher(config: TeacherTrainConfig | str | Path, data: str | Path, out: 
     name); ``out/metrics.csv`` is always written. Returns the summary written to
     ``val_metrics.json`` (global step, examples/s, final validation metrics). ``domains`` and
     ``distill_from`` train on those domains' rows only and with KD from a teacher store (a domain
-    FM: :func:`~experiments.teacher_config.build_run`)."""
-    from transfer.training import build_trainer, fit
-    from transfer.training.trainer import best_or_last, throughput
+    FM: :func:`~gemkd.experiments.teacher_config.build_run`)."""
+    from gemkd.transfer.training import build_trainer, fit
+    from gemkd.transfer.training.trainer import best_or_last, throughput
 
     overrides = {"strategy": strategy, "devices": devices, "num_nodes": num_nodes}
     if isinstance(config, TeacherTrainConfig):

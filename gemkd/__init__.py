@@ -16,39 +16,39 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from experiments.version import __version__
+from gemkd.experiments.version import __version__
 
 _API: dict[str, str] = {
     # experiments
-    "load_spec": "experiments.spec",
-    "RunSpec": "experiments.spec",
-    "run_experiment": "experiments.run.runner",
-    "make_executor": "experiments.run.executors",
-    "run_intervals": "experiments.report.intervals",
-    "fit_teacher": "experiments.teacher_fit",
-    "export_teacher": "experiments.teacher_export",
-    "load_teacher_config": "experiments.teacher_config",
-    "TeacherTrainConfig": "experiments.teacher_config",
-    "render_report": "experiments.report",
-    "write_report": "experiments.report",
-    "report_command": "experiments.report",
-    "summarize": "experiments.report",
+    "load_spec": "gemkd.experiments.spec",
+    "RunSpec": "gemkd.experiments.spec",
+    "run_experiment": "gemkd.experiments.run.runner",
+    "make_executor": "gemkd.experiments.run.executors",
+    "run_intervals": "gemkd.experiments.report.intervals",
+    "fit_teacher": "gemkd.experiments.teacher_fit",
+    "export_teacher": "gemkd.experiments.teacher_export",
+    "load_teacher_config": "gemkd.experiments.teacher_config",
+    "TeacherTrainConfig": "gemkd.experiments.teacher_config",
+    "render_report": "gemkd.experiments.report",
+    "write_report": "gemkd.experiments.report",
+    "report_command": "gemkd.experiments.report",
+    "summarize": "gemkd.experiments.report",
     # data
-    "SynthConfig": "transfer.data.synth",
-    "generate": "transfer.data.synth",
-    "convert_movielens": "transfer.data.movielens",
-    "convert_kuairand": "transfer.data.kuairand",
-    "import_logs": "transfer.data.importer",
-    "load_mapping": "transfer.data.importer",
-    "summarize_data": "transfer.data.summary",
-    "DatasetReader": "transfer.data.reader",
+    "SynthConfig": "gemkd.transfer.data.synth",
+    "generate": "gemkd.transfer.data.synth",
+    "convert_movielens": "gemkd.transfer.data.movielens",
+    "convert_kuairand": "gemkd.transfer.data.kuairand",
+    "import_logs": "gemkd.transfer.data.importer",
+    "load_mapping": "gemkd.transfer.data.importer",
+    "summarize_data": "gemkd.transfer.data.summary",
+    "DatasetReader": "gemkd.transfer.data.reader",
     # stores and plug-in contracts
-    "import_store": "transfer.store.importer",
-    "TeacherStore": "transfer.store",
-    "TransferMethod": "transfer.methods",
-    "TeacherOutput": "transfer.models",
-    "StudentOutput": "transfer.models",
-    "build_student": "students",
+    "import_store": "gemkd.transfer.store.importer",
+    "TeacherStore": "gemkd.transfer.store",
+    "TransferMethod": "gemkd.transfer.methods",
+    "TeacherOutput": "gemkd.transfer.models",
+    "StudentOutput": "gemkd.transfer.models",
+    "build_student": "gemkd.students",
 }
 _RENAMED = {"summarize_data": "summarize"}
 

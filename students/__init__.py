@@ -4,12 +4,12 @@ A student is any ``torch.nn.Module`` whose ``forward(batch, features=None)`` ret
 ``StudentOutput``; the built-ins share :class:`StudentBase`, a user's own need not.
 """
 
-from students.base import StudentBase
-from students.dcn import DCNStudent
-from students.mlp import MLPStudent
-from students.registry import BUILTIN_STUDENTS, build_student
-from students.seq_pool import SeqPoolStudent
-from transfer.models import StudentOutput
+from gemkd.students.base import StudentBase
+from gemkd.students.dcn import DCNStudent
+from gemkd.students.mlp import MLPStudent
+from gemkd.students.registry import BUILTIN_STUDENTS, build_student
+from gemkd.students.seq_pool import SeqPoolStudent
+from gemkd.transfer.models import StudentOutput
 
 __all__ = [
     "BUILTIN_STUDENTS",

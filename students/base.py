@@ -20,12 +20,12 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor, nn
 
-from transfer.data.batch import Batch
-from transfer.data.schema import DatasetSchema
-from transfer.errors import ConfigError
-from transfer.layers import HashedEmbedding, default_shared_tables
-from transfer.models import StudentOutput
-from transfer.ops import keep_last, segment_mean
+from gemkd.transfer.data.batch import Batch
+from gemkd.transfer.data.schema import DatasetSchema
+from gemkd.transfer.errors import ConfigError
+from gemkd.transfer.layers import HashedEmbedding, default_shared_tables
+from gemkd.transfer.models import StudentOutput
+from gemkd.transfer.ops import keep_last, segment_mean
 
 
 def _subset(kind: str, wanted: list[str], available: list[str]) -> list[str]:

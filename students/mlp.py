@@ -6,11 +6,11 @@ from typing import Any
 
 from torch import Tensor, nn
 
-from students.base import StudentBase, mlp
-from transfer.data.batch import Batch
-from transfer.data.schema import DatasetSchema
-from transfer.errors import ConfigError
-from transfer.models import StudentOutput
+from gemkd.students.base import StudentBase, mlp
+from gemkd.transfer.data.batch import Batch
+from gemkd.transfer.data.schema import DatasetSchema
+from gemkd.transfer.errors import ConfigError
+from gemkd.transfer.models import StudentOutput
 
 
 class MLPStudent(StudentBase):

@@ -1,7 +1,8 @@
 """Build a student from ``{"class_path": ..., "init_args": {...}}`` (DESIGN §1, §5.1).
 
-The mechanism is :mod:`transfer.plugins` (shared with transfer methods and teachers); this module
-holds the built-in names and the student's constructor contract ``cls(schema, tasks, **args)``.
+The mechanism is :mod:`gemkd.transfer.plugins` (shared with transfer methods and teachers); this
+module holds the built-in names and the student's constructor contract ``cls(schema, tasks,
+**args)``.
 """
 
 from __future__ import annotations
@@ -11,15 +12,15 @@ from typing import Any
 
 from torch import nn
 
-from transfer.data.schema import DatasetSchema
-from transfer.errors import ConfigError
-from transfer.plugins import check_init_args as _check
-from transfer.plugins import instantiate, parse_plugin, resolve_class
+from gemkd.transfer.data.schema import DatasetSchema
+from gemkd.transfer.errors import ConfigError
+from gemkd.transfer.plugins import check_init_args as _check
+from gemkd.transfer.plugins import instantiate, parse_plugin, resolve_class
 
 BUILTIN_STUDENTS: dict[str, str] = {
-    "mlp": "students.mlp.MLPStudent",
-    "dcn": "students.dcn.DCNStudent",
-    "seq_pool": "students.seq_pool.SeqPoolStudent",
+    "mlp": "gemkd.students.mlp.MLPStudent",
+    "dcn": "gemkd.students.dcn.DCNStudent",
+    "seq_pool": "gemkd.students.seq_pool.SeqPoolStudent",
 }
 PASSED = ("schema", "tasks")
 _PROTOCOL = "a student is a torch.nn.Module whose forward(batch, features=None) returns " \

@@ -9,8 +9,8 @@ from typing import Any
 
 from torch import nn
 
-from transfer.data.schema import DatasetSchema
-from transfer.errors import ConfigError
+from gemkd.transfer.data.schema import DatasetSchema
+from gemkd.transfer.errors import ConfigError
 
 log = logging.getLogger(__name__)
 

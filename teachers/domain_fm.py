@@ -1,6 +1,6 @@
 """A mid-size domain foundation model for hierarchical transfer (GEM → domain FM → student).
 
-The same building blocks and forward contract as :class:`~teachers.gem.GEM`, with smaller
+The same building blocks and forward contract as :class:`~gemkd.teachers.gem.GEM`, with smaller
 defaults. ``domain`` (optional) specialises it to one domain of the schema: its heads then hold a
 single domain's (task) heads and every example is scored by them, whatever its ``domain`` column
 (which it then ignores entirely: no domain token either, unless ``domain_token=True`` is given).
@@ -12,11 +12,11 @@ from typing import Any
 
 from torch import Tensor
 
-from teachers.gem.heads import build_heads
-from teachers.gem.model import GEM
-from transfer.data.batch import Batch
-from transfer.data.schema import DatasetSchema
-from transfer.errors import ConfigError
+from gemkd.teachers.gem.heads import build_heads
+from gemkd.teachers.gem.model import GEM
+from gemkd.transfer.data.batch import Batch
+from gemkd.transfer.data.schema import DatasetSchema
+from gemkd.transfer.errors import ConfigError
 
 
 class DomainFM(GEM):

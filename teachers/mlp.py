@@ -1,9 +1,9 @@
 """The baseline ranker: GEM's inputs, concatenated into a plain 2-hidden-layer MLP.
 
-The same features as :class:`~teachers.gem.GEM` (hashed tables per categorical feature, the
+The same features as :class:`~gemkd.teachers.gem.GEM` (hashed tables per categorical feature, the
 history as the mean of its event embeddings in tables shared with the candidate's, symlog dense
 features projected to tokens, a domain token), built by the same
-:class:`~teachers.gem.embeddings.FeatureEmbeddings`, but no feature interaction beyond what an
+:class:`~gemkd.teachers.gem.embeddings.FeatureEmbeddings`, but no feature interaction beyond what an
 MLP over their concatenation learns: ``concat → Linear → GELU → Linear → GELU → Linear(T)``.
 It is the "is the teacher's architecture worth it?" reference of the ablation benchmark.
 """
@@ -15,19 +15,19 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from teachers.configurable import ConfigurableTeacher, resolve_use_sequence
-from teachers.gem.embeddings import FeatureEmbeddings, HashedEmbedding
-from transfer.data.batch import Batch
-from transfer.data.schema import DatasetSchema
-from transfer.errors import ConfigError
-from transfer.models import TeacherOutput
-from transfer.ops import keep_last
+from gemkd.teachers.configurable import ConfigurableTeacher, resolve_use_sequence
+from gemkd.teachers.gem.embeddings import FeatureEmbeddings, HashedEmbedding
+from gemkd.transfer.data.batch import Batch
+from gemkd.transfer.data.schema import DatasetSchema
+from gemkd.transfer.errors import ConfigError
+from gemkd.transfer.models import TeacherOutput
+from gemkd.transfer.ops import keep_last
 
 
 class MLPRanker(ConfigurableTeacher):
     """A 2-hidden-layer MLP over GEM's embedded features, one logit per task.
 
-    ``forward(batch)`` returns a :class:`~transfer.models.TeacherOutput`: ``logits [B,
+    ``forward(batch)`` returns a :class:`~gemkd.transfer.models.TeacherOutput`: ``logits [B,
     n_tasks]`` float32 and ``repr {"trunk": [B, hidden]}`` (the second hidden layer).
 
     Hyper-parameters (all keyword): ``d`` embedding width; ``hidden`` width of both hidden

@@ -1,7 +1,7 @@
 """Teachers by name or import path (DESIGN §5.1): a teacher config's ``class_path``.
 
 A teacher is any ``nn.Module`` built as ``cls(schema, **model)`` (or ``cls.from_config(schema,
-model)``) whose ``forward(batch)`` returns a :class:`~transfer.models.TeacherOutput` and whose
+model)``) whose ``forward(batch)`` returns a :class:`~gemkd.transfer.models.TeacherOutput` and whose
 ``representation_dims()`` names what an export may store (docs/custom_teacher.md).
 """
 
@@ -12,15 +12,15 @@ from typing import Any
 
 from torch import nn
 
-from transfer.data.schema import DatasetSchema
-from transfer.errors import ConfigError
-from transfer.models import optional_hook
-from transfer.plugins import check_init_args, instantiate, resolve_class
+from gemkd.transfer.data.schema import DatasetSchema
+from gemkd.transfer.errors import ConfigError
+from gemkd.transfer.models import optional_hook
+from gemkd.transfer.plugins import check_init_args, instantiate, resolve_class
 
 BUILTIN_TEACHERS: dict[str, str] = {
-    "gem": "teachers.gem.model.GEM",
-    "domain_fm": "teachers.domain_fm.DomainFM",
-    "mlp": "teachers.mlp.MLPRanker",
+    "gem": "gemkd.teachers.gem.model.GEM",
+    "domain_fm": "gemkd.teachers.domain_fm.DomainFM",
+    "mlp": "gemkd.teachers.mlp.MLPRanker",
 }
 _PROTOCOL = ("a teacher is a torch.nn.Module whose forward(batch) returns TeacherOutput and "
              "which has representation_dims()")

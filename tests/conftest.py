@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from transfer.config import load_dataclass
-from transfer.data.synth import SynthConfig, generate
+from gemkd.transfer.config import load_dataclass
+from gemkd.transfer.data.synth import SynthConfig, generate
 
 ROOT = Path(__file__).resolve().parents[1]
 MOVIELENS = Path(os.environ.get(
@@ -49,8 +49,8 @@ def dataset_table(root: Path):
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from transfer.data.schema import DatasetSchema
-    from transfer.data.writer import day_path
+    from gemkd.transfer.data.schema import DatasetSchema
+    from gemkd.transfer.data.writer import day_path
 
     schema = DatasetSchema.load(root)
     return pa.concat_tables([pq.read_table(day_path(root, d)) for d in schema.days])
@@ -61,6 +61,6 @@ def _serial_sweeps(monkeypatch):
     """``gemkd run`` without ``--workers`` trains its student runs side by side on every core;
     the tests' tiny sweeps would spend more on starting workers than on training, so they run
     serially unless a test asks for workers (tests/experiments/test_fanout.py)."""
-    from experiments.run import executors
+    from gemkd.experiments.run import executors
 
     monkeypatch.setattr(executors, "default_workers", lambda threads: 1)

@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 
 import yaml
 
-from transfer.errors import ConfigError
+from gemkd.transfer.errors import ConfigError
 
 T = TypeVar("T")
 

@@ -1,9 +1,10 @@
 """The enumerations that configs, specs and commands choose from, each defined once.
 
 Each is a ``Literal`` type: a config field annotated with it is checked by
-:func:`transfer.config.check_value` (an unknown value is an error naming the key and the choices),
-and :func:`choices` gives its values in order, for ``argparse`` ``choices`` and for messages. This
-module imports nothing heavy, so a command's parser can read it without loading torch.
+:func:`gemkd.transfer.config.check_value` (an unknown value is an error naming the key and the
+choices), and :func:`choices` gives its values in order, for ``argparse`` ``choices`` and for
+messages. This module imports nothing heavy, so a command's parser can read it without loading
+torch.
 """
 
 from __future__ import annotations
@@ -12,12 +13,12 @@ import typing
 from typing import Literal
 
 #: How a teacher fit runs: one process, DDP (gloo on CPU, nccl on GPU) or FSDP2
-#: (``transfer.training.trainer``)
+#: (``gemkd.transfer.training.trainer``)
 Strategy = Literal["auto", "ddp", "fsdp"]
-#: How a teacher-output store keeps the representation (``transfer.store``)
+#: How a teacher-output store keeps the representation (``gemkd.transfer.store``)
 EmbDtype = Literal["float16", "int8"]
 #: The experiment trackers a fit can log to besides ``metrics.csv``
-#: (``transfer.training.loggers``)
+#: (``gemkd.transfer.training.loggers``)
 TrackerKind = Literal["csv", "tensorboard", "mlflow"]
 
 

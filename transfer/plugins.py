@@ -16,8 +16,8 @@ import typing
 from collections.abc import Mapping
 from typing import Any
 
-from transfer.config import check_value
-from transfer.errors import ConfigError
+from gemkd.transfer.config import check_value
+from gemkd.transfer.errors import ConfigError
 
 
 def parse_plugin(spec: Any, kind: str, builtins: Mapping[str, str]) -> tuple[str, dict]:

@@ -1,7 +1,7 @@
 """Tiny inputs for checking a model or a transfer method of your own in a few lines, without a
-dataset on disk: a small :class:`~transfer.data.schema.DatasetSchema`, random jagged
-:class:`~transfer.data.batch.Batch`\\ es shaped like the reader's (heavy-tailed histories, some
-empty, one very long), and a random stand-in for a run's teacher. The plug-in guides
+dataset on disk: a small :class:`~gemkd.transfer.data.schema.DatasetSchema`, random jagged
+:class:`~gemkd.transfer.data.batch.Batch`\\ es shaped like the reader's (heavy-tailed histories,
+some empty, one very long), and a random stand-in for a run's teacher. The plug-in guides
 (docs/custom_student.md, docs/custom_method.md, docs/custom_teacher.md) check their examples with
 them, and gemkd's own tests use them.
 """
@@ -12,9 +12,9 @@ from dataclasses import replace
 
 import torch
 
-from transfer.data.batch import Batch
-from transfer.data.schema import DatasetSchema, Feature
-from transfer.methods.base import TeacherTargets
+from gemkd.transfer.data.batch import Batch
+from gemkd.transfer.data.schema import DatasetSchema, Feature
+from gemkd.transfer.methods.base import TeacherTargets
 
 CATEGORICAL = [
     ("user_id", 1000),
@@ -123,11 +123,11 @@ def select(batch: Batch, rows: list[int]) -> Batch:
 
 
 class RandomTeacher:
-    """Stands in for a run's teacher (a :class:`transfer.distill.StoreTeacher`) when checking a
-    transfer method: ``batch -> TeacherTargets`` with random logits ``[B, n_tasks]``, ``found``
-    true for about a ``coverage`` share of rows (the others hold zeros, as a store join's
-    missing rows do) and, with ``emb_dim > 0``, a random representation ``[B, emb_dim]``.
-    Like a ``StoreTeacher`` it has ``emb_dim`` (0: no representation)."""
+    """Stands in for a run's teacher (a :class:`gemkd.transfer.distill.StoreTeacher`) when checking
+    a transfer method: ``batch -> TeacherTargets`` with random logits ``[B, n_tasks]``, ``found``
+    true for about a ``coverage`` share of rows (the others hold zeros, as a store join's missing
+    rows do) and, with ``emb_dim > 0``, a random representation ``[B, emb_dim]``. Like a
+    ``StoreTeacher`` it has ``emb_dim`` (0: no representation)."""
 
     def __init__(self, n_tasks: int, emb_dim: int = 0, coverage: float = 1.0,
                  seed: int = 0) -> None:

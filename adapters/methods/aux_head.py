@@ -6,10 +6,10 @@ from typing import ClassVar
 
 import torch
 
-from adapters.aux_head import AuxDistillHead
-from transfer.methods import MethodContext, StepState, TransferMethod
-from transfer.methods.space import LogUniform, Range
-from transfer.models import StudentOutput
+from gemkd.adapters.aux_head import AuxDistillHead
+from gemkd.transfer.methods import MethodContext, StepState, TransferMethod
+from gemkd.transfer.methods.space import LogUniform, Range
+from gemkd.transfer.models import StudentOutput
 
 
 class AuxHead(TransferMethod):

@@ -8,9 +8,9 @@ import re
 import torch
 from torch import Tensor
 
-from transfer.errors import ConfigError
-from transfer.methods import MethodContext, TransferMethod
-from transfer.models import embedding_tables
+from gemkd.transfer.errors import ConfigError
+from gemkd.transfer.methods import MethodContext, TransferMethod
+from gemkd.transfer.models import embedding_tables
 
 
 def teacher_table(weights: dict[str, Tensor], feature: str) -> Tensor | None:

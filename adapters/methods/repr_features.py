@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from torch import Tensor
 
-from adapters.code_attention import CodeAttentionPool
-from transfer.data.batch import Batch
-from transfer.errors import ConfigError
-from transfer.layers import HashedEmbedding
-from transfer.methods import MethodContext, TransferMethod
-from transfer.repr_features import AsOfCodes, pool_mean
+from gemkd.adapters.code_attention import CodeAttentionPool
+from gemkd.transfer.data.batch import Batch
+from gemkd.transfer.errors import ConfigError
+from gemkd.transfer.layers import HashedEmbedding
+from gemkd.transfer.methods import MethodContext, TransferMethod
+from gemkd.transfer.repr_features import AsOfCodes, pool_mean
 
 POOLINGS = ("mean", "attention")
 ITEM_FEATURES = ("ad_id", "item_id", "video_id", "movie_id")

@@ -9,11 +9,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from adapters.student_adapter import StudentAdapter
-from transfer.errors import ConfigError
-from transfer.methods import MethodContext, StepState, TransferMethod
-from transfer.methods.losses import masked_mean
-from transfer.methods.space import IntRange, Range
+from gemkd.adapters.student_adapter import StudentAdapter
+from gemkd.transfer.errors import ConfigError
+from gemkd.transfer.methods import MethodContext, StepState, TransferMethod
+from gemkd.transfer.methods.losses import masked_mean
+from gemkd.transfer.methods.space import IntRange, Range
 
 OBJECTIVES = ("bce", "brier")
 OPTIMIZERS = {"adam": torch.optim.Adam, "adamw": torch.optim.AdamW, "sgd": torch.optim.SGD}

@@ -10,7 +10,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-from transfer.errors import ConfigError, GemkdError
+from gemkd.transfer.errors import ConfigError, GemkdError
 
 DESCRIPTION = ("Teacher-student knowledge transfer for ads ranking: make or import data, train "
                "and export a teacher, and measure how much of it reaches small students. Every "
@@ -21,8 +21,8 @@ COUNTS = ("threads", "workers", "devices", "num_nodes", "batch_size", "n_days", 
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from experiments.cli import clean, data, run, store, teacher
-    from experiments.version import __version__
+    from gemkd.experiments.cli import clean, data, run, store, teacher
+    from gemkd.experiments.version import __version__
 
     p = argparse.ArgumentParser(prog="gemkd", description=DESCRIPTION, epilog=EPILOG)
     p.add_argument("-v", "--verbose", action="store_true",
@@ -51,7 +51,7 @@ def _describe(parser: argparse.ArgumentParser) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from experiments.cli import output
+    from gemkd.experiments.cli import output
 
     parser = build_parser()
     args = parser.parse_args(argv)

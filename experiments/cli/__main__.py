@@ -1,7 +1,7 @@
-"""``python -m experiments.cli``: the gemkd command line."""
+"""``python -m gemkd.experiments.cli``: the gemkd command line."""
 
 import sys
 
-from experiments.cli import main
+from gemkd.experiments.cli import main
 
 sys.exit(main())

@@ -10,7 +10,7 @@ from pathlib import Path
 def stale_staging(path: str | Path) -> list[Path]:
     """Remove the staging directories of ``path`` (beside it) and of everything under it that
     no live process holds; returns them."""
-    from transfer.io.atomic import sweep_staging
+    from gemkd.transfer.io.atomic import sweep_staging
 
     path = Path(path)
     removed = sweep_staging(path.parent, path.name)

@@ -9,8 +9,8 @@ MAPPINGS = Path(__file__).resolve().parents[1] / "data" / "mappings"  # shipped 
 
 
 def _synth(args: argparse.Namespace) -> None:
-    from transfer.config import load_dataclass
-    from transfer.data.synth import SynthConfig, generate
+    from gemkd.transfer.config import load_dataclass
+    from gemkd.transfer.data.synth import SynthConfig, generate
 
     overrides = {} if args.seed is None else {"seed": args.seed}
     cfg = load_dataclass(SynthConfig, args.config, overrides)
@@ -21,7 +21,7 @@ def _synth(args: argparse.Namespace) -> None:
 
 
 def _movielens(args: argparse.Namespace) -> None:
-    from transfer.data.movielens import convert_movielens
+    from gemkd.transfer.data.movielens import convert_movielens
 
     schema = convert_movielens(args.src, args.out, n_days=args.n_days,
                                max_history=args.max_history, overwrite=args.overwrite)
@@ -30,8 +30,8 @@ def _movielens(args: argparse.Namespace) -> None:
 
 
 def _kuairand(args: argparse.Namespace) -> None:
-    from transfer.data.importer import load_mapping
-    from transfer.data.kuairand import convert_kuairand
+    from gemkd.transfer.data.importer import load_mapping
+    from gemkd.transfer.data.kuairand import convert_kuairand
 
     tasks = None if args.tasks is None else [t.strip() for t in args.tasks.split(",")]
     result = convert_kuairand(args.src, args.out, load_mapping(MAPPINGS / "kuairand.yaml"),
@@ -41,7 +41,7 @@ def _kuairand(args: argparse.Namespace) -> None:
 
 
 def _import(args: argparse.Namespace) -> None:
-    from transfer.data.importer import import_logs, load_mapping
+    from gemkd.transfer.data.importer import import_logs, load_mapping
 
     result = import_logs(args.src, load_mapping(args.mapping), args.out,
                          overwrite=args.overwrite)
@@ -57,7 +57,7 @@ def _print_imported(result, out: str) -> None:
 
 
 def _print_summary(path, oracle: bool) -> None:
-    from transfer.data.summary import feature_oracle_summary, impressions_per_user, summarize
+    from gemkd.transfer.data.summary import feature_oracle_summary, impressions_per_user, summarize
 
     print_table(summarize(path))
     print("\nimpressions per user")
@@ -71,14 +71,14 @@ def _print_summary(path, oracle: bool) -> None:
 def _summary(args: argparse.Namespace) -> None:
     _print_summary(args.data, oracle=not args.no_oracle)
     if args.drift:
-        from transfer.data.drift import base_rate_drift
+        from gemkd.transfer.data.drift import base_rate_drift
 
         print()
         print_table(base_rate_drift(args.data))
 
 
 def _validate(args: argparse.Namespace) -> None:
-    from transfer.data.audit import validate_dataset
+    from gemkd.transfer.data.audit import validate_dataset
 
     reader = validate_dataset(args.data)
     print(f"ok: {reader.num_rows} rows in {len(reader.units)} row groups match "

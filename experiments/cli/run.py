@@ -1,23 +1,23 @@
 """``gemkd run`` and ``gemkd report``: argument parsing over
-:func:`experiments.run.runner.run_experiment` and :mod:`experiments.report`."""
+:func:`gemkd.experiments.run.runner.run_experiment` and :mod:`gemkd.experiments.report`."""
 
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
 
-from experiments.run.executors import EXECUTORS
-from transfer.errors import ConfigError
-from transfer.options import TRACKERS
+from gemkd.experiments.run.executors import EXECUTORS
+from gemkd.transfer.errors import ConfigError
+from gemkd.transfer.options import TRACKERS
 
 
 def _run(args: argparse.Namespace) -> None:
-    from experiments.report import report_command
-    from experiments.run.executors import make_executor
-    from experiments.run.runner import run_experiment
-    from experiments.run.validate import check_spec
-    from experiments.spec import load_spec
-    from transfer.io import fs
+    from gemkd.experiments.report import report_command
+    from gemkd.experiments.run.executors import make_executor
+    from gemkd.experiments.run.runner import run_experiment
+    from gemkd.experiments.run.validate import check_spec
+    from gemkd.experiments.spec import load_spec
+    from gemkd.transfer.io import fs
 
     if args.threads is not None:
         import torch
@@ -30,7 +30,7 @@ def _run(args: argparse.Namespace) -> None:
     check_spec(spec)  # before a worker pool or a Ray connection starts
     executor = make_executor(args.workers, args.threads, args.executor, args.verbose)
     if fs.is_remote(out):  # an object store: a local working copy, mirrored as the run goes
-        from experiments.run.remote import working_copy
+        from gemkd.experiments.run.remote import working_copy
 
         with working_copy(out) as copy:
             print(f"working copy of {out}: {copy.local}")
@@ -42,10 +42,10 @@ def _run(args: argparse.Namespace) -> None:
 
 
 def _report(args: argparse.Namespace) -> None:
-    from experiments.report import report_command
+    from gemkd.experiments.report import report_command
 
     if args.markdown:
-        from experiments.report.results_md import write_results
+        from gemkd.experiments.report.results_md import write_results
 
         print(f"wrote {write_results(args.markdown, args.run_dir, args.title)}")
         return

@@ -1,12 +1,12 @@
 """``gemkd store import``: predictions logged outside gemkd → a verified teacher store
-(:func:`transfer.store.importer.import_store`)."""
+(:func:`gemkd.transfer.store.importer.import_store`)."""
 
 from __future__ import annotations
 
 import argparse
 
-from transfer.errors import ConfigError
-from transfer.options import EMB_DTYPES
+from gemkd.transfer.errors import ConfigError
+from gemkd.transfer.options import EMB_DTYPES
 
 
 def _mapping(items: list[str]) -> dict[str, str]:
@@ -20,7 +20,7 @@ def _mapping(items: list[str]) -> dict[str, str]:
 
 
 def _import(args: argparse.Namespace) -> None:
-    from transfer.store.importer import import_store
+    from gemkd.transfer.store.importer import import_store
 
     tasks = [t for t in args.tasks.split(",") if t]
     m = import_store(args.src, args.out, tasks, trained_until_day=args.trained_until_day,

@@ -1,14 +1,14 @@
 """``gemkd teacher fit`` and ``gemkd teacher export``: argument parsing over the library
-functions :func:`~experiments.teacher_fit.fit_teacher` and
-:func:`~experiments.teacher_export.export_teacher`."""
+functions :func:`~gemkd.experiments.teacher_fit.fit_teacher` and
+:func:`~gemkd.experiments.teacher_export.export_teacher`."""
 
 from __future__ import annotations
 
 import argparse
 import sys
 
-from transfer.errors import ConfigError
-from transfer.options import EMB_DTYPES, STRATEGIES, TRACKERS
+from gemkd.transfer.errors import ConfigError
+from gemkd.transfer.options import EMB_DTYPES, STRATEGIES, TRACKERS
 
 
 def _progress(args: argparse.Namespace) -> bool:
@@ -31,7 +31,7 @@ def parse_days(text: str | None) -> tuple[int, int] | None:
 
 
 def _fit(args: argparse.Namespace) -> None:
-    from experiments.teacher_fit import fit_teacher
+    from gemkd.experiments.teacher_fit import fit_teacher
 
     s = fit_teacher(args.config, args.data, args.out, strategy=args.strategy,
                     devices=args.devices, num_nodes=args.num_nodes, resume=args.resume,
@@ -47,7 +47,7 @@ def _fit(args: argparse.Namespace) -> None:
 
 
 def _export(args: argparse.Namespace) -> None:
-    from experiments.teacher_export import export_teacher
+    from gemkd.experiments.teacher_export import export_teacher
 
     m = export_teacher(args.ckpt, args.data, args.out, days=parse_days(args.days),
                        layer=args.layer, emb_dtype=args.emb_dtype, config=args.config,

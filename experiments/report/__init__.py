@@ -5,20 +5,20 @@ domain × task × teacher lag), optionally ``tuning.csv``, ``curves/<variant>_se
 and ``spec.yaml``, and since issue 17 ``clusters/`` (per-user evaluation sums). This package
 turns them into ``report.md``, ``intervals.csv`` and ``plots/*.png`` (DESIGN §6, §6.1): ΔNE,
 efficiency vs KD and TR with 95 % intervals of a paired user-level bootstrap nested with seeds
-and worlds, verdicts from those intervals (:mod:`experiments.report.intervals`), NE differences
-to 4 decimals, and the two "what it means" sentences generated from the numbers, never canned.
-A run without ``clusters/`` keeps mean ± std over seeds and gets no verdict.
+and worlds, verdicts from those intervals (:mod:`gemkd.experiments.report.intervals`), NE
+differences to 4 decimals, and the two "what it means" sentences generated from the numbers, never
+canned. A run without ``clusters/`` keeps mean ± std over seeds and gets no verdict.
 
 Conventions: std is the sample std over seeds (ddof=1; n/a with one seed); ±inf (a ratio with a
 zero denominator, e.g. TR when the teacher is no better than the baseline) counts as missing; the
 main tables use the smallest teacher lag (the freshest teacher).
 """
 
-from experiments.report.intervals import Intervals, run_intervals
-from experiments.report.load import load_curves, load_results, load_tuning
-from experiments.report.render import render_report, report_command, write_plots, write_report
-from experiments.report.summary import VARIANTS, RunView, summarize
-from experiments.report.text import what_it_means
+from gemkd.experiments.report.intervals import Intervals, run_intervals
+from gemkd.experiments.report.load import load_curves, load_results, load_tuning
+from gemkd.experiments.report.render import render_report, report_command, write_plots, write_report
+from gemkd.experiments.report.summary import VARIANTS, RunView, summarize
+from gemkd.experiments.report.text import what_it_means
 
 __all__ = ["VARIANTS", "Intervals", "RunView", "load_curves", "load_results", "load_tuning",
            "render_report", "report_command", "run_intervals", "summarize", "what_it_means",

@@ -2,8 +2,8 @@
 
 One file per final student run (``{variant}__seed{seed}``) and per teacher source
 (``teacher__gem``, ``teacher__domain_fm``), each holding per (user, domain) cluster sums of the
-evaluation (transfer.metrics.clusters). The files of one folder describe one evaluation set, so
-their rows must match exactly: that is what makes the bootstrap paired, and any mismatch is a
+evaluation (gemkd.transfer.metrics.clusters). The files of one folder describe one evaluation set,
+so their rows must match exactly: that is what makes the bootstrap paired, and any mismatch is a
 ConfigError naming the file rather than an interval over two different data sets.
 """
 
@@ -17,8 +17,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from transfer.errors import ConfigError
-from transfer.metrics.bootstrap import WorldSums, ne_point
+from gemkd.transfer.errors import ConfigError
+from gemkd.transfer.metrics.bootstrap import WorldSums, ne_point
 
 log = logging.getLogger(__name__)
 

@@ -3,7 +3,7 @@
 "2 std over 3 training seeds on one world" flipped on a second world, so a verdict here needs an
 interval that holds all three noises: training seeds, evaluation users, worlds. Point estimate:
 the mean over worlds of each world's mean over seeds. Interval: the percentile interval of the
-paired user-level bootstrap nested with seeds and worlds (:mod:`transfer.metrics.bootstrap`);
+paired user-level bootstrap nested with seeds and worlds (:mod:`gemkd.transfer.metrics.bootstrap`);
 every statistic of a lag is formed from the same replicates, so differences stay paired.
 
 Verdicts: ΔNE = NE(baseline) − NE(variant) is a ``real gain`` (``real loss``) when its interval
@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from experiments.report.clusters import (
+from gemkd.experiments.report.clusters import (
     GEM,
     EvalSet,
     has_clusters,
@@ -34,9 +34,9 @@ from experiments.report.clusters import (
     point_frame,
     unique_groups,
 )
-from experiments.report.load import WORLD, load_results, load_spec
-from transfer.errors import ConfigError
-from transfer.metrics.bootstrap import (
+from gemkd.experiments.report.load import WORLD, load_results, load_spec
+from gemkd.transfer.errors import ConfigError
+from gemkd.transfer.metrics.bootstrap import (
     interval,
     ne_point,
     ne_replicates,

@@ -11,9 +11,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from experiments.spec.model import BUILTIN_VARIANTS
-from transfer.config import load_yaml
-from transfer.errors import ConfigError
+from gemkd.experiments.spec.model import BUILTIN_VARIANTS
+from gemkd.transfer.config import load_yaml
+from gemkd.transfer.errors import ConfigError
 
 log = logging.getLogger(__name__)
 

@@ -12,9 +12,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from experiments.report.load import CURVE_METRICS, load_curves
-from experiments.report.summary import RunView, f4, lag_str, variant_order
-from transfer.io.atomic import atomic_write_bytes
+from gemkd.experiments.report.load import CURVE_METRICS, load_curves
+from gemkd.experiments.report.summary import RunView, f4, lag_str, variant_order
+from gemkd.transfer.io.atomic import atomic_write_bytes
 
 _REF_STYLE = {
     "ne_baseline": ("baseline", "tab:gray", "--"),

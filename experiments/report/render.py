@@ -5,20 +5,28 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from experiments.report.load import PLOT_NAMES, load_tuning
-from experiments.report.plots import write_run_plots
-from experiments.report.summary import RunView, f4, lag_str, md_table, pm, seed_stats, variant_order
-from experiments.report.text import (
+from gemkd.experiments.report.load import PLOT_NAMES, load_tuning
+from gemkd.experiments.report.plots import write_run_plots
+from gemkd.experiments.report.summary import (
+    RunView,
+    f4,
+    lag_str,
+    md_table,
+    pm,
+    seed_stats,
+    variant_order,
+)
+from gemkd.experiments.report.text import (
     main_table,
     metric_header,
     metric_row,
     reference_line,
     sentences,
 )
-from experiments.report.tuning_edges import edge_sentences
-from experiments.report.tuning_plots import write_tuning_plots
-from experiments.report.verdicts import ci, delta_cell, interval_table, rule_paragraph
-from transfer.io.atomic import atomic_write_bytes
+from gemkd.experiments.report.tuning_edges import edge_sentences
+from gemkd.experiments.report.tuning_plots import write_tuning_plots
+from gemkd.experiments.report.verdicts import ci, delta_cell, interval_table, rule_paragraph
+from gemkd.transfer.io.atomic import atomic_write_bytes
 
 INTERVALS_CSV = "intervals.csv"
 
@@ -204,7 +212,7 @@ def _setup_section(run: RunView) -> list[str]:
 
 
 def write_plots(run_dir: str | Path) -> list[Path]:
-    """Write the run's PNGs under ``run_dir/plots/`` (see :mod:`experiments.report.plots`),
+    """Write the run's PNGs under ``run_dir/plots/`` (see :mod:`gemkd.experiments.report.plots`),
     and one of validation NE against each tuned knob per variant (``tuning_<variant>.png``)."""
     written = write_run_plots(RunView(run_dir))
     tuning = load_tuning(run_dir)

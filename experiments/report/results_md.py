@@ -11,12 +11,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from experiments.report.load import load_tuning
-from experiments.report.render import lag_section
-from experiments.report.summary import RunView, lag_str, md_table, pm
-from experiments.report.text import main_table, reference_line, sentences
-from experiments.report.verdicts import delta_cell, rule_paragraph
-from transfer.io.atomic import atomic_write_bytes
+from gemkd.experiments.report.load import load_tuning
+from gemkd.experiments.report.render import lag_section
+from gemkd.experiments.report.summary import RunView, lag_str, md_table, pm
+from gemkd.experiments.report.text import main_table, reference_line, sentences
+from gemkd.experiments.report.verdicts import delta_cell, rule_paragraph
+from gemkd.transfer.io.atomic import atomic_write_bytes
 
 
 def _dataset(run: RunView) -> str:

@@ -13,8 +13,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from experiments.report.intervals import Intervals, run_intervals
-from experiments.report.load import (
+from gemkd.experiments.report.intervals import Intervals, run_intervals
+from gemkd.experiments.report.load import (
     ALL,
     FIRST_TASK,
     KEYS,
@@ -152,7 +152,7 @@ class RunView:
 
     @cached_property
     def intervals(self) -> Intervals:
-        """95 % intervals and verdicts (experiments.report.intervals), computed on first use:
+        """95 % intervals and verdicts (gemkd.experiments.report.intervals), computed on first use:
         a bootstrap when the run has per-user evaluation files, NaN intervals otherwise."""
         iv = run_intervals(self.dir, self.raw, self.spec)
         return replace(iv, table=sort_summary(iv.table, self.tasks, self.order))

@@ -1,7 +1,7 @@
 """The report's tables and its generated "what it means" sentences (never canned).
 
 A run with per-user evaluation files gets interval tables and verdicts
-(:mod:`experiments.report.verdicts`); an older run keeps mean ± std over seeds, and its
+(:mod:`gemkd.experiments.report.verdicts`); an older run keeps mean ± std over seeds, and its
 sentences compare differences with the seed spread without calling any of them a verdict."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from experiments.report.summary import RunView, f4, lag_str, md_table, pm, seed_stats
-from experiments.report.verdicts import interval_sentences, interval_table
+from gemkd.experiments.report.summary import RunView, f4, lag_str, md_table, pm, seed_stats
+from gemkd.experiments.report.verdicts import interval_sentences, interval_table
 
 #: How an old run (no per-user files) words a difference beyond its seed spread.
 NO_VERDICT = "but without per-user evaluation files that is seed spread on one world, not a verdict"

@@ -13,7 +13,7 @@ from typing import Any
 
 import pandas as pd
 
-from transfer.io.atomic import atomic_write_bytes
+from gemkd.transfer.io.atomic import atomic_write_bytes
 
 _PER_ROW = 4
 

@@ -1,7 +1,7 @@
 """The report's text for a run with intervals (DESIGN §6): ``point [lo, hi]`` cells, the tables
 with verdicts and per-world columns, the opening paragraph that states the rule and what the run
 could detect, and the two "what it means" sentences — every verdict taken from
-:mod:`experiments.report.intervals`, none from a seed std."""
+:mod:`gemkd.experiments.report.intervals`, none from a seed std."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import math
 import numpy as np
 import pandas as pd
 
-from experiments.report.intervals import BEATS, BELOW, GAIN, LOSS
-from experiments.report.summary import RunView, f4, lag_str, md_table, pm
+from gemkd.experiments.report.intervals import BEATS, BELOW, GAIN, LOSS
+from gemkd.experiments.report.summary import RunView, f4, lag_str, md_table, pm
 
 
 def ci(point: float, lo: float, hi: float) -> str:

@@ -19,15 +19,18 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from experiments.run.progress import StepLog, step_log
+from gemkd.experiments.run.progress import StepLog, step_log
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG_FILES = {"config.json", "config.yaml"}  # what a step writes before it starts work
-_DATA = ("transfer.data", "transfer.io", "transfer.errors", "transfer.config")
-_TEACHER = (*_DATA, "transfer.options", "transfer.training", "transfer.ops", "transfer.metrics",
-            "transfer.layers", "transfer.models", "teachers", "experiments.teacher_config",
-            "experiments.teacher_checkpoint", "experiments.teacher_fit")
-_STORE = (*_TEACHER, "transfer.store", "experiments.teacher_export")
+_G = "gemkd."
+_DATA = tuple(_G + m for m in ("transfer.data", "transfer.io", "transfer.errors",
+                               "transfer.config"))
+_TEACHER = (*_DATA, *(_G + m for m in (
+    "transfer.options", "transfer.training", "transfer.ops", "transfer.metrics", "transfer.layers",
+    "transfer.models", "teachers", "experiments.teacher_config", "experiments.teacher_checkpoint",
+    "experiments.teacher_fit")))
+_STORE = (*_TEACHER, _G + "transfer.store", _G + "experiments.teacher_export")
 #: The code each cached step runs: gemkd's modules and packages by import name (a package stands
 #: for every module under it), found by import when a key is made (:func:`step_sources`), so a
 #: module that moved fails loudly instead of silently dropping out of the step's key.
@@ -35,10 +38,11 @@ STEP_CODE: dict[str, tuple[str, ...]] = {
     "data": _DATA,
     "teacher": _TEACHER,
     "store": _STORE,
-    "domain_fm": (*_STORE, "transfer.distill", "transfer.methods", "experiments.run.domain_fm"),
-    "codes": (*_STORE, "transfer.repr_features", "adapters.compressor"),
-    "students": ("transfer", "teachers", "students", "adapters", "experiments.run",
-                 "experiments.spec"),
+    "domain_fm": (*_STORE, *(_G + m for m in ("transfer.distill", "transfer.methods",
+                                              "experiments.run.domain_fm"))),
+    "codes": (*_STORE, _G + "transfer.repr_features", _G + "adapters.compressor"),
+    "students": tuple(_G + m for m in ("transfer", "teachers", "students", "adapters",
+                                       "experiments.run", "experiments.spec")),
 }
 
 
@@ -54,7 +58,7 @@ def step_sources(step: str) -> tuple[str, ...]:
         where = (None if spec is None else spec.submodule_search_locations or
                  ([spec.origin] if spec.origin else None))
         if not where:
-            raise RuntimeError(f"experiments.run.cache.STEP_CODE[{step!r}] names {module!r}, "
+            raise RuntimeError(f"gemkd.experiments.run.cache.STEP_CODE[{step!r}] names {module!r}, "
                                "which cannot be imported: update STEP_CODE (a moved module "
                                "must not drop out of the step's cache key)")
         out.append(str(Path(list(where)[0]).resolve().relative_to(ROOT)))
@@ -71,7 +75,7 @@ def code_hash(paths: tuple[str, ...], root: Path = ROOT) -> str:
 def source_hash(paths: tuple[str, ...], root: Path) -> str:
     """:func:`code_hash` read afresh (a user's plug-in may change between two runs of one
     process)."""
-    from experiments.version import __version__
+    from gemkd.experiments.version import __version__
 
     h = hashlib.sha256(__version__.encode())
     files: set[Path] = set()
@@ -87,7 +91,7 @@ def source_hash(paths: tuple[str, ...], root: Path) -> str:
 
 
 #: gemkd's own top-level packages: their source is in :data:`STEP_CODE` already
-OWN_PACKAGES = {"transfer", "teachers", "students", "adapters", "experiments", "gemkd"}
+OWN_PACKAGES = {"gemkd"}
 
 
 def plugin_code(class_paths: Iterable[str]) -> dict[str, str]:
@@ -134,7 +138,7 @@ def step_key(name: str, config: Any) -> dict[str, Any]:
 def cached_step(cache: Path, name: str, config: Any, run: Callable[[Path], None],
                 log: StepLog | Callable[[str], None] = print) -> Path:
     """Run ``run(step_dir)`` unless a finished step with the same config and code exists;
-    ``log`` hears of it (and, a :class:`~experiments.run.progress.StepLog` such as the run's
+    ``log`` hears of it (and, a :class:`~gemkd.experiments.run.progress.StepLog` such as the run's
     progress, counts the step done either way)."""
     log = step_log(log)
     key = step_key(name, config)

@@ -10,15 +10,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from experiments.run.executors import Executor
-from experiments.run.inputs import InputPaths
-from experiments.run.jobs import StudentRun
-from experiments.spec.model import RunSpec
+from gemkd.experiments.run.executors import Executor
+from gemkd.experiments.run.inputs import InputPaths
+from gemkd.experiments.run.jobs import StudentRun
+from gemkd.experiments.spec.model import RunSpec
 
 
 @dataclass
 class RunContext:
-    """``log`` is the run's :class:`~experiments.run.progress.Progress`; ``done`` the ledger
+    """``log`` is the run's :class:`~gemkd.experiments.run.progress.Progress`; ``done`` the ledger
     (``runs.jsonl``: key → record)."""
 
     spec: RunSpec

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import torch
 
-from experiments.run.cache import cached_step, plugin_key
-from experiments.teacher_config import TeacherTrainConfig
-from transfer.io import fs
-from transfer.models import TeacherOutput
+from gemkd.experiments.run.cache import cached_step, plugin_key
+from gemkd.experiments.teacher_config import TeacherTrainConfig
+from gemkd.transfer.io import fs
+from gemkd.transfer.models import TeacherOutput
 
 
 class PerDomainModels(torch.nn.Module):
@@ -51,15 +51,15 @@ def fit_domain_fms(cfg: TeacherTrainConfig, data: Path, data_key: dict, gem_stor
     """Train one FM per name in ``domains`` on that domain's teacher-day rows (labels + KD from
     ``gem_store``), export them over those domains' rows of every day; return the store path.
 
-    Each FM is a teacher fit (:func:`~experiments.teacher_fit.fit_teacher` into
+    Each FM is a teacher fit (:func:`~gemkd.experiments.teacher_fit.fit_teacher` into
     ``fit/<domain>`` of the step, resumable, every key of ``cfg`` honoured), rebuilt from its
-    checkpoint (:func:`~experiments.teacher_config.load_teacher`) and exported with the
-    others through :func:`~experiments.teacher_export.export_model`."""
-    from experiments.teacher_config import load_teacher
-    from experiments.teacher_export import export_model
-    from experiments.teacher_fit import fit_teacher
-    from transfer.data.schema import DatasetSchema
-    from transfer.store import weights_hash
+    checkpoint (:func:`~gemkd.experiments.teacher_config.load_teacher`) and exported with the
+    others through :func:`~gemkd.experiments.teacher_export.export_model`."""
+    from gemkd.experiments.teacher_config import load_teacher
+    from gemkd.experiments.teacher_export import export_model
+    from gemkd.experiments.teacher_fit import fit_teacher
+    from gemkd.transfer.data.schema import DatasetSchema
+    from gemkd.transfer.store import weights_hash
 
     fm = dataclasses.asdict(cfg)
     if cfg.init_from is not None:  # the GEM checkpoint by its step name, not where cache lives

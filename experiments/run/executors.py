@@ -1,6 +1,6 @@
 """Where a sweep's student runs execute (DESIGN §6, §8): in this process, in local worker
 processes, or as tasks on an existing Ray cluster. Every executor takes the same
-:class:`~experiments.run.jobs.StudentRun` requests and hands each result back as it finishes;
+:class:`~gemkd.experiments.run.jobs.StudentRun` requests and hands each result back as it finishes;
 the caller (one process) writes the ledger, so a dead worker loses only its own run and a
 killed sweep resumes from ``runs.jsonl``."""
 
@@ -14,8 +14,8 @@ from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any, Literal, Protocol
 
-from experiments.run.jobs import StudentRun, execute
-from transfer.errors import ConfigError
+from gemkd.experiments.run.jobs import StudentRun, execute
+from gemkd.transfer.errors import ConfigError
 
 ExecutorName = Literal["local", "ray"]
 EXECUTORS: tuple[str, ...] = ("local", "ray")
@@ -51,7 +51,7 @@ def _start_worker(threads: int, verbose: bool, path: list[str], env: dict[str, s
     starts workers may be older than both)."""
     import torch
 
-    from experiments.cli import output
+    from gemkd.experiments.cli import output
 
     sys.path[:] = path
     os.environ.clear()
@@ -74,7 +74,8 @@ class LocalProcesses:
     def _get(self) -> ProcessPoolExecutor:
         if self._pool is None:
             ctx = multiprocessing.get_context("forkserver")
-            ctx.set_forkserver_preload(["experiments.run.jobs", "experiments.run.student"])
+            ctx.set_forkserver_preload(["gemkd.experiments.run.jobs",
+                                        "gemkd.experiments.run.student"])
             self._pool = ProcessPoolExecutor(
                 self.workers, mp_context=ctx, initializer=_start_worker,
                 initargs=(self.threads, self.verbose, list(sys.path), dict(os.environ)))

@@ -10,12 +10,12 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from experiments.run import steps
-from experiments.run.domain_fm import fit_domain_fms
-from experiments.run.methods import variant_needs
-from experiments.run.student import Inputs
-from experiments.spec.model import RunSpec
-from transfer.io import fs
+from gemkd.experiments.run import steps
+from gemkd.experiments.run.domain_fm import fit_domain_fms
+from gemkd.experiments.run.methods import variant_needs
+from gemkd.experiments.run.student import Inputs
+from gemkd.experiments.spec.model import RunSpec
+from gemkd.transfer.io import fs
 
 
 @dataclass(frozen=True)
@@ -30,8 +30,8 @@ class InputPaths:
 
     def open(self, max_events: int) -> Inputs:
         """The opened inputs (in this process)."""
-        from experiments.teacher_checkpoint import model_weights
-        from transfer.repr_features import AsOfCodes, CodeStore
+        from gemkd.experiments.teacher_checkpoint import model_weights
+        from gemkd.transfer.repr_features import AsOfCodes, CodeStore
 
         codes = (None if self.codes is None
                  else AsOfCodes(CodeStore(self.codes), max_events=max_events))
@@ -43,7 +43,7 @@ class InputPaths:
 def lag_inputs(spec: RunSpec, lag: int, data, data_key: dict, fm_domains: list[str],
                cache: Path, log, tracker=None) -> InputPaths:
     """The teacher sources, codes and teacher checkpoint the lag's students use."""
-    from transfer.training.trainer import best_or_last
+    from gemkd.transfer.training.trainer import best_or_last
 
     needs = set().union(*(variant_needs(v) for v in spec.variants))
     ckpt = None
@@ -76,7 +76,7 @@ def inputs_tag(spec: RunSpec, inputs: InputPaths) -> str:
     of the user's own student and method classes. A rerun
     into the same RUN_DIR after changing any of them redoes the student runs instead of
     reusing stale lines of runs.jsonl. Where results are tracked (``logger``) is not part."""
-    from experiments.run.cache import code_hash, plugin_key, step_sources
+    from gemkd.experiments.run.cache import code_hash, plugin_key, step_sources
 
     spec_part = {k: v for k, v in spec.to_dict().items()
                  if k not in ("name", "seeds", "variants", "teacher_lag_days", "logger")}

@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from experiments.spec.model import RunSpec
-from transfer.io import fs
+from gemkd.experiments.spec.model import RunSpec
+from gemkd.transfer.io import fs
 
 
 @dataclass(frozen=True)
@@ -39,7 +39,7 @@ class StudentRun:
     ckpt: str | None = None
     curve: str | None = None
     clusters: str | None = None
-    tracker: Any = None  # a transfer.training.loggers.Tracker, or None
+    tracker: Any = None  # a gemkd.transfer.training.loggers.Tracker, or None
 
 
 #: Inputs opened by this process, by what they were opened from: a worker pays for opening a
@@ -48,7 +48,7 @@ _OPEN: dict[tuple, Any] = {}
 
 
 def _inputs(run: StudentRun):
-    from experiments.run.inputs import InputPaths
+    from gemkd.experiments.run.inputs import InputPaths
 
     paths = InputPaths({k: fs.as_where(v) for k, v in run.stores.items()},
                        Path(run.codes) if run.codes else None,
@@ -63,8 +63,8 @@ def _inputs(run: StudentRun):
 def execute(run: StudentRun) -> dict[str, Any]:
     """Train and evaluate ``run``; returns ``runs.jsonl``'s record of it (metrics, timing —
     ``train_seconds``, ``eval_seconds`` and the whole ``run_seconds`` — teacher coverage)."""
-    from experiments.run.student import StudentJob, train_student
-    from experiments.run.tracking import student_logger
+    from gemkd.experiments.run.student import StudentJob, train_student
+    from gemkd.experiments.run.tracking import student_logger
 
     t0 = time.perf_counter()
     variant = run.spec.variant(run.variant)

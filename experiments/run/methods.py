@@ -1,11 +1,11 @@
 """A variant's transfer methods: resolved from the spec, their search space, built per run.
 
-Methods are named by a built-in name (``adapters.methods.BUILTIN_METHODS``) or an import path
-(DESIGN §5.1). A method's knobs are its ``__init__`` arguments; those its ``tunable`` declares
-(ranges, :mod:`transfer.methods.space`) are searched — over the spec's ``tuning:`` list or range
-for that knob, else the declared range — unless the variant fixes them in ``init_args``:
-:func:`search_space`, explored by :mod:`experiments.run.search` with the same number of trials
-for every variant.
+Methods are named by a built-in name (``gemkd.adapters.methods.BUILTIN_METHODS``) or an import
+path (DESIGN §5.1). A method's knobs are its ``__init__`` arguments; those its ``tunable``
+declares (ranges, :mod:`gemkd.transfer.methods.space`) are searched — over the spec's ``tuning:``
+list or range for that knob, else the declared range — unless the variant fixes them in
+``init_args``: :func:`search_space`, explored by :mod:`gemkd.experiments.run.search` with the
+same number of trials for every variant.
 """
 
 from __future__ import annotations
@@ -13,14 +13,15 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from adapters.methods import BUILTIN_METHODS
-from experiments.spec.model import PluginSpec, RunSpec, VariantSpec
-from transfer.errors import ConfigError
-from transfer.methods import TransferMethod
-from transfer.methods.space import Range, method_space, variant_space
-from transfer.plugins import check_init_args, instantiate, resolve_class
+from gemkd.adapters.methods import BUILTIN_METHODS
+from gemkd.experiments.spec.model import PluginSpec, RunSpec, VariantSpec
+from gemkd.transfer.errors import ConfigError
+from gemkd.transfer.methods import TransferMethod
+from gemkd.transfer.methods.space import Range, method_space, variant_space
+from gemkd.transfer.plugins import check_init_args, instantiate, resolve_class
 
-_PROTOCOL = "a transfer method subclasses transfer.methods.TransferMethod (docs/custom_method.md)"
+_PROTOCOL = ("a transfer method subclasses gemkd.transfer.methods.TransferMethod "
+             "(docs/custom_method.md)")
 
 
 def method_class(spec: PluginSpec) -> type[TransferMethod]:

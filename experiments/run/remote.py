@@ -19,7 +19,7 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-from transfer.io import fs
+from gemkd.transfer.io import fs
 
 _MARKERS = ("manifest.json", "codes.json", "schema.json", "DONE")
 

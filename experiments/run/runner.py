@@ -23,22 +23,22 @@ from typing import Any
 import pandas as pd
 import yaml
 
-from experiments.run import steps
-from experiments.run.context import LagCell, RunContext
-from experiments.run.executors import Executor, Serial
-from experiments.run.inputs import inputs_tag, lag_inputs
-from experiments.run.jobs import StudentRun
-from experiments.run.methods import variant_needs
-from experiments.run.progress import Progress
-from experiments.run.results import derive, load_done, record, rows_of
-from experiments.run.tracking import log_results, run_tracker
-from experiments.run.tuning import planned_runs, tune_variants
-from experiments.run.tuning_table import TUNING_COLUMNS
-from experiments.run.validate import DataMismatch, check_data, check_spec, data_name
-from experiments.spec.model import RunSpec
-from transfer.errors import GemkdError
-from transfer.io.lock import exclusive
-from transfer.training import training_base_rates
+from gemkd.experiments.run import steps
+from gemkd.experiments.run.context import LagCell, RunContext
+from gemkd.experiments.run.executors import Executor, Serial
+from gemkd.experiments.run.inputs import inputs_tag, lag_inputs
+from gemkd.experiments.run.jobs import StudentRun
+from gemkd.experiments.run.methods import variant_needs
+from gemkd.experiments.run.progress import Progress
+from gemkd.experiments.run.results import derive, load_done, record, rows_of
+from gemkd.experiments.run.tracking import log_results, run_tracker
+from gemkd.experiments.run.tuning import planned_runs, tune_variants
+from gemkd.experiments.run.tuning_table import TUNING_COLUMNS
+from gemkd.experiments.run.validate import DataMismatch, check_data, check_spec, data_name
+from gemkd.experiments.spec.model import RunSpec
+from gemkd.transfer.errors import GemkdError
+from gemkd.transfer.io.lock import exclusive
+from gemkd.transfer.training import training_base_rates
 
 LOCK = ".lock"
 TEACHER_NEEDS = {"teacher", "teacher_emb"}
@@ -52,7 +52,7 @@ def run_experiment(spec: RunSpec, out: str | Path, sync: Callable[[], None] | No
     data), a mismatch found then removes the run directory this call created, as does any error
     before a step or student run finished. ``sync`` is called after every finished step and
     student run (a remote run directory's mirror). ``executor`` runs the student runs (default:
-    one after another in this process; :func:`experiments.run.executors.make_executor`)."""
+    one after another in this process; :func:`gemkd.experiments.run.executors.make_executor`)."""
     out = Path(out)
     check_spec(spec)
     tracker = run_tracker(spec, out)
@@ -131,7 +131,7 @@ def _world(ctx: RunContext, world: int | None, tuning_rows: list[dict]) -> list[
     if world is not None:
         log(f"=== world {world}")
     data, data_key = steps.prepare_data(spec, ctx.cache, log, world)
-    from transfer.data.schema import DatasetSchema
+    from gemkd.transfer.data.schema import DatasetSchema
 
     schema = DatasetSchema.load(data)
     check_data(spec, schema.days, schema.domains, schema.tasks, data_name(spec), mismatch=True)
@@ -203,7 +203,7 @@ def _environment() -> dict[str, Any]:
     import lightning
     import torch
 
-    from experiments.version import __version__
+    from gemkd.experiments.version import __version__
 
     return {"gemkd": __version__, "python": platform.python_version(),
             "platform": platform.platform(), "torch": torch.__version__,

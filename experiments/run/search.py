@@ -58,8 +58,8 @@ from optuna.storages import JournalStorage
 from optuna.storages.journal import JournalFileBackend
 from optuna.trial import TrialState
 
-from transfer.errors import ConfigError
-from transfer.methods.space import Categorical, IntRange, Range, space_signature
+from gemkd.transfer.errors import ConfigError
+from gemkd.transfer.methods.space import Categorical, IntRange, Range, space_signature
 
 SAMPLERS = ("tpe", "random", "grid")
 _PRIMITIVE = (type(None), bool, int, float, str)
@@ -136,7 +136,7 @@ class _Codec:
 
 class Search:
     """One study (see the module docstring): ``space`` knob → range (e.g.
-    ``experiments.run.methods.search_space``), ``sampler`` tpe | random | grid, ``trials`` its
+    ``gemkd.experiments.run.methods.search_space``), ``sampler`` tpe | random | grid, ``trials`` its
     budget, ``seed`` the spec's seed, ``storage_dir`` where the study is kept (the run's
     ``tuning/``), ``name`` the study (:func:`study_name`). Resuming a study with another space,
     sampler or seed is a ``ConfigError``; with another ``trials`` it stops at the new count."""

@@ -11,16 +11,16 @@ from typing import Any
 
 import torch
 
-from experiments.run.cache import cached_step, plugin_key
-from experiments.spec.model import RunSpec, TeacherSpec
-from experiments.teacher_config import (
+from gemkd.experiments.run.cache import cached_step, plugin_key
+from gemkd.experiments.spec.model import RunSpec, TeacherSpec
+from gemkd.experiments.teacher_config import (
     EXPERIMENTS,
     TeacherTrainConfig,
     find_config,
 )
-from transfer.config import build_dataclass, load_yaml
-from transfer.errors import ConfigError
-from transfer.io import fs
+from gemkd.transfer.config import build_dataclass, load_yaml
+from gemkd.transfer.errors import ConfigError
+from gemkd.transfer.io import fs
 
 SHARED_DATA = EXPERIMENTS.parents[1] / "shared" / "data"
 DEFAULT_MOVIELENS = SHARED_DATA / "movielens_latest_small"
@@ -71,9 +71,9 @@ def data_plan(spec: RunSpec, world: int | None = None) -> DataPlan:
     bad ``data:`` section is a ConfigError here, before anything is written."""
     d, source = spec.data, spec.data.source
     if source == "synthetic":
-        from transfer.data.synth import SynthConfig, generate
-        from transfer.data.synth.generate import TASKS
-        from transfer.data.synth.world import domain_names
+        from gemkd.transfer.data.synth import SynthConfig, generate
+        from gemkd.transfer.data.synth.generate import TASKS
+        from gemkd.transfer.data.synth.world import domain_names
 
         if d.src is not None:
             raise ConfigError("spec data.src: not used by source synthetic (use preset)")
@@ -87,7 +87,7 @@ def data_plan(spec: RunSpec, world: int | None = None) -> DataPlan:
         return DataPlan(key, lambda out: generate(cfg, out, overwrite=True),
                         list(range(cfg.n_days)), domain_names(cfg.n_domains), tasks=list(TASKS))
     if source == "movielens":
-        from transfer.data.movielens import GENRE_GROUPS, convert_movielens
+        from gemkd.transfer.data.movielens import GENRE_GROUPS, convert_movielens
 
         args = _options(d, source, {"n_days": 20, "max_history": 1024})
         src = _src(d, DEFAULT_MOVIELENS)
@@ -96,8 +96,8 @@ def data_plan(spec: RunSpec, world: int | None = None) -> DataPlan:
         return DataPlan(key, lambda out: convert_movielens(src, out, overwrite=True, **args),
                         list(range(args["n_days"])), domains, tasks=["click", "conversion"])
     if source == "kuairand":
-        from transfer.data.importer import load_mapping
-        from transfer.data.kuairand import DEFAULT_TASKS, convert_kuairand
+        from gemkd.transfer.data.importer import load_mapping
+        from gemkd.transfer.data.kuairand import DEFAULT_TASKS, convert_kuairand
 
         args = _options(d, source, {"tasks": None, "min_domain_share": 0.01,
                                     "max_history": 1024})
@@ -108,7 +108,7 @@ def data_plan(spec: RunSpec, world: int | None = None) -> DataPlan:
                                                           **args),
                         tasks=list(args["tasks"] or DEFAULT_TASKS))
     if source == "import":
-        from transfer.data.importer import import_logs, load_mapping
+        from gemkd.transfer.data.importer import import_logs, load_mapping
 
         args = _options(d, source, {"mapping": None})
         if d.src is None or args["mapping"] is None:
@@ -129,7 +129,7 @@ def data_plan(spec: RunSpec, world: int | None = None) -> DataPlan:
 
 def _existing_dataset(d) -> DataPlan:
     """A gemkd dataset made before (a directory or an s3:// URI), read in place."""
-    from transfer.data.schema import DatasetSchema
+    from gemkd.transfer.data.schema import DatasetSchema
 
     _options(d, "dataset", {})
     if d.src is None:
@@ -173,8 +173,8 @@ def teacher_config(spec: RunSpec, lag: int, which: TeacherSpec) -> TeacherTrainC
 def fit_teacher(cfg: TeacherTrainConfig, data: Path, data_key: dict, cache: Path, log,
                 name: str = "teacher", tracker=None, run_name: str = "teacher") -> Path:
     """Train (resuming a killed fit from its checkpoint); returns the run dir. ``tracker``
-    (a ``transfer.training.loggers.Tracker``) also logs the fit, as ``run_name``."""
-    from experiments.teacher_fit import fit_teacher as fit
+    (a ``gemkd.transfer.training.loggers.Tracker``) also logs the fit, as ``run_name``."""
+    from gemkd.experiments.teacher_fit import fit_teacher as fit
 
     def run(step: Path) -> None:
         fit(cfg, data, step / "run", resume=True, progress=False, tracker=tracker,
@@ -187,10 +187,10 @@ def fit_teacher(cfg: TeacherTrainConfig, data: Path, data_key: dict, cache: Path
 
 def export_teacher(run_dir: Path, data: Path, layer: str, cache: Path, log,
                    name: str = "store") -> Path:
-    from experiments.teacher_checkpoint import model_weights
-    from experiments.teacher_export import export_teacher as export
-    from transfer.store import TeacherStore, weights_hash
-    from transfer.training.trainer import best_or_last
+    from gemkd.experiments.teacher_checkpoint import model_weights
+    from gemkd.experiments.teacher_export import export_teacher as export
+    from gemkd.transfer.store import TeacherStore, weights_hash
+    from gemkd.transfer.training.trainer import best_or_last
 
     ckpt = best_or_last(run_dir)
     # step names carry upstream hashes
@@ -210,9 +210,9 @@ def build_codes(store: Path, window: tuple[int, int], repr_cfg, seed: int, cache
                 log) -> Path:
     """LoopFM codes: a compressor fitted on the teacher's embeddings of its own window's days
     encodes every stored row; codes are quantised into a code store."""
-    from adapters.compressor import fit_compressor
-    from transfer.repr_features import quantize_codes, write_code_store
-    from transfer.store import TeacherStore
+    from gemkd.adapters.compressor import fit_compressor
+    from gemkd.transfer.repr_features import quantize_codes, write_code_store
+    from gemkd.transfer.store import TeacherStore
 
     code_dim, bits, epochs = repr_cfg.code_dim, repr_cfg.bits, repr_cfg.epochs
     key = {"store": fs.name(fs.parent(store)), "window": list(window), "code_dim": code_dim,
@@ -249,9 +249,9 @@ def eval_metrics(data: Path, days: tuple[int, int], tasks: list[str], domains: l
                  ) -> dict[str, float]:
     """NE/AUC/calibration of ``logits_fn(batch)`` on ``days`` (and domains ``only``);
     ``clusters``: also write the per-user loss sums there (the report's bootstrap)."""
-    from transfer.data.reader import DatasetReader
-    from transfer.metrics import RankingMetrics
-    from transfer.metrics.clusters import ClusterLoss
+    from gemkd.transfer.data.reader import DatasetReader
+    from gemkd.transfer.metrics import RankingMetrics
+    from gemkd.transfer.metrics.clusters import ClusterLoss
 
     metrics = RankingMetrics(tasks, len(domains), domains, base_rates=base_rates)
     sums = ClusterLoss(len(tasks))
@@ -272,7 +272,7 @@ def feature_oracle_metrics(data: Path, days: tuple[int, int], tasks: list[str],
     each user's vector replaced by what their history reveals, DESIGN §2.3) on ``days``."""
     import numpy as np
 
-    from transfer.data.synth.feature_oracle import feature_oracle_probs
+    from gemkd.transfer.data.synth.feature_oracle import feature_oracle_probs
 
     fo = feature_oracle_probs(data, range(*days), only)
     order = np.argsort(fo.example_id)
@@ -287,14 +287,14 @@ def feature_oracle_metrics(data: Path, days: tuple[int, int], tasks: list[str],
 
 
 def store_logits(store: Path, tasks: list[str]):
-    from transfer.distill import StoreTeacher
-    from transfer.store import TeacherStore
+    from gemkd.transfer.distill import StoreTeacher
+    from gemkd.transfer.store import TeacherStore
 
     teacher = StoreTeacher(TeacherStore(store), tasks, policy="error")
     return lambda batch: teacher(batch).logits
 
 
 def has_oracle(data: Path) -> bool:
-    from transfer.data.schema import DatasetSchema
+    from gemkd.transfer.data.schema import DatasetSchema
 
     return bool(DatasetSchema.load(data).oracle)

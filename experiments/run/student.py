@@ -11,17 +11,17 @@ from typing import Any
 import lightning.pytorch as pl
 import torch
 
-from experiments.run.methods import build_methods, variant_needs
-from experiments.spec.model import RunSpec, VariantSpec
-from students import build_student
-from transfer.data.datamodule import AdsDataModule
-from transfer.data.schema import DatasetSchema
-from transfer.distill import DistillModule, StoreTeacher
-from transfer.methods import MethodContext
-from transfer.metrics.clusters import ClusterLoss
-from transfer.store import TeacherStore
-from transfer.training import make_trainer
-from transfer.training.ema import StreamEMA
+from gemkd.experiments.run.methods import build_methods, variant_needs
+from gemkd.experiments.spec.model import RunSpec, VariantSpec
+from gemkd.students import build_student
+from gemkd.transfer.data.datamodule import AdsDataModule
+from gemkd.transfer.data.schema import DatasetSchema
+from gemkd.transfer.distill import DistillModule, StoreTeacher
+from gemkd.transfer.methods import MethodContext
+from gemkd.transfer.metrics.clusters import ClusterLoss
+from gemkd.transfer.store import TeacherStore
+from gemkd.transfer.training import make_trainer
+from gemkd.transfer.training.ema import StreamEMA
 
 
 @dataclass
@@ -119,7 +119,7 @@ def train_student(spec: RunSpec, job: StudentJob, data: Path, inputs: Inputs,
     ``callbacks`` are added to the student's Trainer (e.g. a benchmark's clock); ``logger`` a
     Lightning logger for the fit and the evaluation (False: none, the default);
     ``clusters_path``: write the evaluation's per-user loss sums there (the bootstrap's input,
-    :mod:`transfer.metrics.clusters`)."""
+    :mod:`gemkd.transfer.metrics.clusters`)."""
     pl.seed_everything(job.seed, verbose=False)
     module, teacher = build_module(spec, job, data, inputs, base_rates)
     user_loss = None
@@ -182,7 +182,7 @@ def student_projection(student: torch.nn.Module) -> dict[str, Any]:
     a :class:`StudentBase` also the sequence fields it does not use and events beyond its
     ``max_seq_len`` most recent (the reader keeps the most recent, as the student would).
     A plug-in student that is not a StudentBase gets every column."""
-    from students.base import StudentBase
+    from gemkd.students.base import StudentBase
 
     if not isinstance(student, StudentBase):
         return {"oracle": False}
@@ -191,6 +191,6 @@ def student_projection(student: torch.nn.Module) -> dict[str, Any]:
 
 
 def _sample_batch(data: Path, job: StudentJob):
-    from transfer.data.reader import DatasetReader
+    from gemkd.transfer.data.reader import DatasetReader
 
     return next(iter(DatasetReader(data, days=job.train_days, batch_size=8)))

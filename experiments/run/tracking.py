@@ -10,8 +10,8 @@ from typing import Any
 
 import pandas as pd
 
-from experiments.spec.model import RunSpec
-from transfer.training.loggers import Tracker, make_logger
+from gemkd.experiments.spec.model import RunSpec
+from gemkd.transfer.training.loggers import Tracker, make_logger
 
 
 def run_tracker(spec: RunSpec, out: Path) -> Tracker | None:

@@ -1,6 +1,6 @@
 """The fair-comparison rule (DESIGN §6): every variant picks its knobs on the validation day
 (the last student day) by the same search — an Optuna study of ``tuning.trials`` trials over its
-methods' declared ranges (:mod:`experiments.run.search`) — each candidate scored by the mean
+methods' declared ranges (:mod:`gemkd.experiments.run.search`) — each candidate scored by the mean
 validation NE of the first task over ``tuning.seeds`` training seeds.
 
 Tuning goes in rounds: each round asks every variant's tuner for its next candidates, trains
@@ -15,14 +15,14 @@ import json
 import math
 from typing import Any
 
-from experiments.run.context import LagCell, RunContext
-from experiments.run.jobs import StudentRun
-from experiments.run.methods import search_space
-from experiments.run.results import record
-from experiments.run.search import Search, SearchTuner, single_point, study_name
-from experiments.run.tuning_table import tuning_rows as rows_of_search
-from experiments.spec.model import RunSpec, VariantSpec
-from transfer.methods.space import Categorical
+from gemkd.experiments.run.context import LagCell, RunContext
+from gemkd.experiments.run.jobs import StudentRun
+from gemkd.experiments.run.methods import search_space
+from gemkd.experiments.run.results import record
+from gemkd.experiments.run.search import Search, SearchTuner, single_point, study_name
+from gemkd.experiments.run.tuning_table import tuning_rows as rows_of_search
+from gemkd.experiments.spec.model import RunSpec, VariantSpec
+from gemkd.transfer.methods.space import Categorical
 
 
 def make_tuner(ctx: RunContext, cell: LagCell, variant: VariantSpec) -> SearchTuner:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from experiments.run.search import Search
+from gemkd.experiments.run.search import Search
 
 TUNING_COLUMNS = ("variant", "teacher_lag_days", "world", "trial", "param", "value", "val_ne",
                   "chosen", "at_edge")

@@ -3,11 +3,11 @@ after minutes of teacher training that leaves a half-made run directory)."""
 
 from __future__ import annotations
 
-from adapters.methods import BUILTIN_METHODS
-from experiments.run import steps
-from experiments.run.methods import check_variant, method_class, search_space, variant_needs
-from experiments.spec.model import PluginSpec, RunSpec
-from transfer.errors import ConfigError
+from gemkd.adapters.methods import BUILTIN_METHODS
+from gemkd.experiments.run import steps
+from gemkd.experiments.run.methods import check_variant, method_class, search_space, variant_needs
+from gemkd.experiments.spec.model import PluginSpec, RunSpec
+from gemkd.transfer.errors import ConfigError
 
 
 def check_spec(spec: RunSpec) -> None:
@@ -15,7 +15,7 @@ def check_spec(spec: RunSpec) -> None:
     and domains against the spec's windows and student_domain), teacher configs per lag, the
     hierarchical FM's, every variant's methods and tuning lists, the student class and its
     init_args, an imported store's manifest."""
-    from students.registry import check_init_args, resolve_student_class
+    from gemkd.students.registry import check_init_args, resolve_student_class
 
     plan = steps.data_plan(spec)
     check_data(spec, plan.days, plan.domains, plan.tasks, data_name(spec))
@@ -27,8 +27,8 @@ def check_spec(spec: RunSpec) -> None:
             if fm.init_from == "gem":
                 check_warm_start(spec, fm, gem)
     if spec.teacher.store is not None:
-        from transfer.io import fs
-        from transfer.store import Manifest
+        from gemkd.transfer.io import fs
+        from gemkd.transfer.store import Manifest
 
         Manifest.load(fs.as_where(spec.teacher.store))  # there, and a finished export
         if spec.teacher.overrides or len(spec.lags) > 1:
@@ -85,7 +85,7 @@ def check_data(spec: RunSpec, days: list[int] | None, domains: list[str] | None,
     data's domains and its student_tasks are the data's tasks (nothing is clipped to what
     exists; None: not known yet, checked once the data is built); ``mismatch``: raise
     DataMismatch."""
-    from transfer.data.schema import check_domain, check_window
+    from gemkd.transfer.data.schema import check_domain, check_window
 
     try:
         if days is not None:

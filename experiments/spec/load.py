@@ -8,10 +8,10 @@ from typing import Any
 
 import yaml
 
-from experiments.spec.model import RunSpec
-from experiments.spec.paths import resolve_paths, resolve_set
-from transfer.config import build_dataclass, load_yaml
-from transfer.errors import ConfigError
+from gemkd.experiments.spec.model import RunSpec
+from gemkd.experiments.spec.paths import resolve_paths, resolve_set
+from gemkd.transfer.config import build_dataclass, load_yaml
+from gemkd.transfer.errors import ConfigError
 
 EXPERIMENTS = Path(__file__).resolve().parents[1]
 DEFAULT_SPEC = EXPERIMENTS / "quickstart.yaml"
@@ -57,9 +57,9 @@ def spec_from_mapping(values: dict[str, Any], source: str = "spec") -> RunSpec:
 
 def load_spec(path: str | Path | None = None, sets: list[str] | None = None) -> RunSpec:
     """The spec at ``path`` (default: the quickstart) with ``sets`` applied, validated for
-    keys and types (the deeper checks are :func:`experiments.run.validate.check_spec`).
+    keys and types (the deeper checks are :func:`gemkd.experiments.run.validate.check_spec`).
     Relative paths in the file are resolved against its folder, those of ``sets`` against the
-    working directory (:mod:`experiments.spec.paths`)."""
+    working directory (:mod:`gemkd.experiments.spec.paths`)."""
     path = Path(path) if path else DEFAULT_SPEC
     values = load_yaml(path)
     if not values:  # an empty file is a mistake, not a request for every default

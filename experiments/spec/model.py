@@ -1,9 +1,9 @@
 """The experiment spec as typed, nested dataclasses (one YAML file, DESIGN §6.1).
 
-Every section is a dataclass; :func:`transfer.config.build_dataclass` is the one validator that
-builds them from YAML (unknown keys and wrong types are errors naming the key). Sections that
+Every section is a dataclass; :func:`gemkd.transfer.config.build_dataclass` is the one validator
+that builds them from YAML (unknown keys and wrong types are errors naming the key). Sections that
 point at another config (``data:``, ``teacher:``, ``hierarchical:``) keep their extra keys as
-``overrides`` of that config, checked against it by :mod:`experiments.run.validate` before any
+``overrides`` of that config, checked against it by :mod:`gemkd.experiments.run.validate` before any
 work starts. README "Experiment spec keys" documents every key.
 """
 
@@ -13,8 +13,8 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, ClassVar
 
-from transfer.errors import ConfigError
-from transfer.options import TrackerKind
+from gemkd.transfer.errors import ConfigError
+from gemkd.transfer.options import TrackerKind
 
 BUILTIN_VARIANTS: dict[str, Any] = {
     "baseline": [],
@@ -32,7 +32,7 @@ def _open_section(cls, values: Any, where: str, fixed: tuple[str, ...]):
     """A section with a few named keys; every other key is kept in ``overrides``."""
     if not isinstance(values, dict):
         raise ConfigError(f"{where}: expected a mapping, got {values!r}")
-    from transfer.config import build_dataclass
+    from gemkd.transfer.config import build_dataclass
 
     named = {k: v for k, v in values.items() if k in fixed}
     obj = build_dataclass(cls, named, where)
@@ -111,7 +111,7 @@ class PluginSpec:
 
     @classmethod
     def from_mapping(cls, values: Any, where: str) -> PluginSpec:
-        from transfer.plugins import parse_plugin
+        from gemkd.transfer.plugins import parse_plugin
 
         return cls(*parse_plugin(values, where, {}))
 

@@ -10,7 +10,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from transfer.io import fs
+from gemkd.transfer.io import fs
 
 #: (section, key) of every value that names a file or directory. ``always``: the value is a
 #: path; otherwise it is a path only when it looks like one (a ``/`` or a ``.yaml`` suffix),

@@ -1,11 +1,11 @@
 """The GEM teacher: Wukong + pyramid sequence arm + InterFormer + multi-domain/-task heads."""
 
-from teachers.gem.embeddings import FeatureEmbeddings, HashedEmbedding
-from teachers.gem.heads import DomainGatedHeads, DomainTaskHeads
-from teachers.gem.interformer import InterFormerLayer, SequenceSummary
-from teachers.gem.model import GEM
-from teachers.gem.pyramid import PyramidCompressor, pyramid_token_count
-from teachers.gem.wukong import FactorizationMachineBlock, WukongLayer
+from gemkd.teachers.gem.embeddings import FeatureEmbeddings, HashedEmbedding
+from gemkd.teachers.gem.heads import DomainGatedHeads, DomainTaskHeads
+from gemkd.teachers.gem.interformer import InterFormerLayer, SequenceSummary
+from gemkd.teachers.gem.model import GEM
+from gemkd.teachers.gem.pyramid import PyramidCompressor, pyramid_token_count
+from gemkd.teachers.gem.wukong import FactorizationMachineBlock, WukongLayer
 
 __all__ = [
     "GEM",

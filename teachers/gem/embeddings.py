@@ -1,7 +1,7 @@
 """Feature embeddings: hashed tables per categorical feature, shared tables for sequence fields,
 dense features projected to tokens (DESIGN §3, "Embeddings").
 
-Everything is built from the :class:`~transfer.data.schema.DatasetSchema`: one table per
+Everything is built from the :class:`~gemkd.transfer.data.schema.DatasetSchema`: one table per
 categorical feature with ``min(cardinality, max_rows)`` rows (ids hashed modulo the row count),
 one table per sequence event field unless ``shared_tables`` maps it onto a categorical feature's
 table (item ids share the ad-id table, so a history event and a candidate ad live in one space).
@@ -12,10 +12,10 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from transfer.data.batch import Batch
-from transfer.data.schema import DatasetSchema
-from transfer.errors import ConfigError
-from transfer.layers import SHARED_TABLES, HashedEmbedding, default_shared_tables
+from gemkd.transfer.data.batch import Batch
+from gemkd.transfer.data.schema import DatasetSchema
+from gemkd.transfer.errors import ConfigError
+from gemkd.transfer.layers import SHARED_TABLES, HashedEmbedding, default_shared_tables
 
 __all__ = ["SHARED_TABLES", "FeatureEmbeddings", "HashedEmbedding", "resolve_shared_tables"]
 

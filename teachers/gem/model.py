@@ -16,24 +16,24 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from teachers.configurable import ConfigurableTeacher, resolve_use_sequence
-from teachers.gem.common import masked_mean
-from teachers.gem.embeddings import FeatureEmbeddings, HashedEmbedding
-from teachers.gem.heads import HEAD_TYPES, build_heads
-from teachers.gem.interformer import InterFormerLayer, SequenceSummary
-from teachers.gem.pyramid import PyramidCompressor, layer_token_budgets
-from teachers.gem.wukong import WukongLayer
-from transfer.data.batch import Batch
-from transfer.data.schema import DatasetSchema
-from transfer.errors import ConfigError
-from transfer.models import TeacherOutput
-from transfer.ops import KERNELS, keep_last
+from gemkd.teachers.configurable import ConfigurableTeacher, resolve_use_sequence
+from gemkd.teachers.gem.common import masked_mean
+from gemkd.teachers.gem.embeddings import FeatureEmbeddings, HashedEmbedding
+from gemkd.teachers.gem.heads import HEAD_TYPES, build_heads
+from gemkd.teachers.gem.interformer import InterFormerLayer, SequenceSummary
+from gemkd.teachers.gem.pyramid import PyramidCompressor, layer_token_budgets
+from gemkd.teachers.gem.wukong import WukongLayer
+from gemkd.transfer.data.batch import Batch
+from gemkd.transfer.data.schema import DatasetSchema
+from gemkd.transfer.errors import ConfigError
+from gemkd.transfer.models import TeacherOutput
+from gemkd.transfer.ops import KERNELS, keep_last
 
 
 class GEM(ConfigurableTeacher):
     """GEM teacher built from a :class:`DatasetSchema` and scalar hyper-parameters.
 
-    ``forward(batch)`` returns a :class:`~transfer.models.TeacherOutput`: ``logits [B,
+    ``forward(batch)`` returns a :class:`~gemkd.transfer.models.TeacherOutput`: ``logits [B,
     n_tasks]`` float32 and ``repr {name: [B, dim]}`` with the representations named by
     :meth:`representation_names`, in that order:
     ``cross.<i>`` = [CLS tokens ‖ masked mean of the sequence tokens] after cross layer ``i``,
@@ -53,11 +53,11 @@ class GEM(ConfigurableTeacher):
     ``head_hidden``, ``n_experts``; ``dropout``; ``use_wukong``/``use_sequence`` (ablations;
     ``use_sequence`` None = the sequence arm iff the dataset has sequence fields, and a
     history-less dataset drops it even when true, see
-    :func:`~teachers.configurable.resolve_use_sequence`; ``max_history`` is then unused);
+    :func:`~gemkd.teachers.configurable.resolve_use_sequence`; ``max_history`` is then unused);
     ``domain_token`` (embed the domain id as a token); ``shared_tables`` (sequence field →
     categorical feature whose table it shares; None = item ids→ad_id, categories→ad_category);
-    ``kernel`` (transfer.ops kernel); ``fused_lookup`` (pool history chunks with embedding bags
-    instead of materialising ``[N, d]`` event embeddings and calling ``segment_mean``).
+    ``kernel`` (gemkd.transfer.ops kernel); ``fused_lookup`` (pool history chunks with embedding
+    bags instead of materialising ``[N, d]`` event embeddings and calling ``segment_mean``).
     """
 
     #: Module classes that are FSDP units (``ModuleWrapPolicy`` / ``fully_shard`` targets).
@@ -285,7 +285,7 @@ class GEM(ConfigurableTeacher):
                 chunks, t = self.pyramid.segments(offsets, n, max_len)
                 pooled = self.embeddings.events(batch.seq_values, index, bag_offsets=chunks)
                 s, mask = self.pyramid.tokens(pooled, chunks, t)
-            else:  # [N, d] event embeddings, then transfer.ops.segment_mean (kernel=...)
+            else:  # [N, d] event embeddings, then gemkd.transfer.ops.segment_mean (kernel=...)
                 events = self.embeddings.events(batch.seq_values, index)
                 s, mask = self.pyramid(events, offsets, max_len)
             cls = self.cls.expand(b, -1, -1)

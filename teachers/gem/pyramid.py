@@ -4,8 +4,8 @@ Event positions are counted from the most recent (``p = 0``). Level 0 keeps the 
 raw; level ``ℓ`` covers the ``R·cˡ`` events before level ``ℓ-1`` pooled (segment mean) into ``R``
 chunks of ``cˡ`` events. A history of length ``L`` therefore becomes
 ``R · ⌈log_c(L (c-1)/R + 1)⌉`` tokens: the token count, and with it every attention and FFN
-cost downstream, grows logarithmically in ``L``; only the pooling itself touches every event
-(one fused embedding-bag mean per event field, or a lookup plus ``transfer.ops.segment_mean``).
+cost downstream, grows logarithmically in ``L``; only the pooling itself touches every event (one
+fused embedding-bag mean per event field, or a lookup plus ``gemkd.transfer.ops.segment_mean``).
 
 Tokens are laid out right-aligned in a ``[B, T, d]`` tensor (the most recent event last, empty
 chunks of short histories on the left, ``mask`` False there), so the layers above can keep a
@@ -20,7 +20,7 @@ import math
 import torch
 from torch import Tensor, nn
 
-from transfer import ops
+from gemkd.transfer import ops
 
 
 def pyramid_coverage(levels: int, recent: int, chunk: int) -> int:

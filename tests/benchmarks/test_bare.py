@@ -11,10 +11,10 @@ import pytest
 import torch
 
 from benchmarks.bare import RawCapture, bare_loop, compare
-from experiments.run.student import Inputs, StudentJob, build_module, train_student
-from experiments.spec import load_spec
-from transfer.distill.manual_step import wrappers_inert
-from transfer.training import training_base_rates
+from gemkd.experiments.run.student import Inputs, StudentJob, build_module, train_student
+from gemkd.experiments.spec import load_spec
+from gemkd.transfer.distill.manual_step import wrappers_inert
+from gemkd.transfer.training import training_base_rates
 
 SETS = ["data.preset=tiny", "teacher_days=3", "student_days=[3,5]", "eval_days=[5,6]",
         "batch_size=128", "student={class_path: mlp, init_args: {hidden: [8], embedding_dim: 4}}"]

@@ -11,9 +11,9 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
-from experiments.cli import main
-from transfer.data.reader import DatasetReader
-from transfer.errors import DataError
+from gemkd.experiments.cli import main
+from gemkd.transfer.data.reader import DatasetReader
+from gemkd.transfer.errors import DataError
 
 
 @pytest.fixture
@@ -140,7 +140,7 @@ def test_synth_cli_writes_dataset_and_refuses_to_clobber(tmp_path, capsys):
 def test_interrupted_generation_leaves_no_output(tmp_path, monkeypatch):
     from tests.conftest import tiny_config
 
-    gen = importlib.import_module("transfer.data.synth.generate")
+    gen = importlib.import_module("gemkd.transfer.data.synth.generate")
 
     calls = {"n": 0}
     real = gen.write_day

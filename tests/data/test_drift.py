@@ -7,8 +7,8 @@ import pandas as pd
 import pytest
 import yaml
 
-from experiments.cli import main
-from transfer.data.drift import base_rate_drift
+from gemkd.experiments.cli import main
+from gemkd.transfer.data.drift import base_rate_drift
 
 
 @pytest.fixture

@@ -6,10 +6,10 @@ import numpy as np
 import pyarrow.dataset as ds
 import pytest
 
+from gemkd.transfer.data.synth import generate
+from gemkd.transfer.data.synth.feature_oracle import feature_oracle_ne, feature_oracle_probs
+from gemkd.transfer.errors import DataError
 from tests.conftest import tiny_config
-from transfer.data.synth import generate
-from transfer.data.synth.feature_oracle import feature_oracle_ne, feature_oracle_probs
-from transfer.errors import DataError
 
 EVAL_DAYS = [4, 5]
 # The tiny world with 600 users (the read-out is fitted across users: 250 are too few for it).

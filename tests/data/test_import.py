@@ -10,10 +10,10 @@ import pandas as pd
 import pytest
 import yaml
 
-from experiments.cli import main
+from gemkd.experiments.cli import main
+from gemkd.transfer.data.reader import DatasetReader
+from gemkd.transfer.data.schema import DatasetSchema
 from tests.conftest import ROOT, dataset_table
-from transfer.data.reader import DatasetReader
-from transfer.data.schema import DatasetSchema
 
 T0 = 1_700_000_000  # 2023-11-14 22:13:20 UTC: times must be plausible epoch seconds
 LOG = pd.DataFrame({

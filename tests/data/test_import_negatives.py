@@ -12,11 +12,11 @@ import pandas as pd
 import pytest
 import yaml
 
-from experiments.cli import main
+from gemkd.experiments.cli import main
+from gemkd.transfer.data.importer import negatives
+from gemkd.transfer.data.importer.mapping import Negatives
+from gemkd.transfer.data.schema import DatasetSchema
 from tests.conftest import ROOT, dataset_table
-from transfer.data.importer import negatives
-from transfer.data.importer.mapping import Negatives
-from transfer.data.schema import DatasetSchema
 
 T0 = 1_700_000_000
 MAPPING = {

@@ -10,8 +10,8 @@ import pandas as pd
 import pytest
 import yaml
 
-from experiments.cli import main
-from transfer.data.importer.times import likely_unit
+from gemkd.experiments.cli import main
+from gemkd.transfer.data.importer.times import likely_unit
 
 T0 = 1_700_000_000  # 2023-11-14 22:13:20 UTC in seconds
 DAY = 86_400

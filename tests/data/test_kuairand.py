@@ -9,11 +9,11 @@ import pandas as pd
 import pyarrow.compute as pc
 import pytest
 
-from experiments.cli import main
+from gemkd.experiments.cli import main
+from gemkd.transfer.data.importer import load_mapping
+from gemkd.transfer.data.reader import DatasetReader
+from gemkd.transfer.data.schema import DatasetSchema
 from tests.conftest import KUAIRAND_MAPPING, dataset_table
-from transfer.data.importer import load_mapping
-from transfer.data.reader import DatasetReader
-from transfer.data.schema import DatasetSchema
 
 T0 = 1650816000000  # 2022-04-25 00:00 in Asia/Shanghai, in ms
 MIN, DAY = 60_000, 86_400_000

@@ -8,9 +8,9 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pytest
 
-from experiments.cli import main
-from transfer.data.reader import DatasetReader
-from transfer.data.schema import DatasetSchema
+from gemkd.experiments.cli import main
+from gemkd.transfer.data.reader import DatasetReader
+from gemkd.transfer.data.schema import DatasetSchema
 
 
 @pytest.fixture(scope="module")

@@ -9,9 +9,9 @@ import time
 import pytest
 import torch
 
-from transfer.data.batch import Batch
-from transfer.data.datamodule import AdsDataModule
-from transfer.data.prefetch import ThreadPrefetcher
+from gemkd.transfer.data.batch import Batch
+from gemkd.transfer.data.datamodule import AdsDataModule
+from gemkd.transfer.data.prefetch import ThreadPrefetcher
 
 
 def _fields(b: Batch) -> dict[str, torch.Tensor]:

@@ -10,9 +10,9 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
-from transfer.data.datamodule import AdsDataModule
-from transfer.data.reader import DatasetReader
-from transfer.errors import DataError
+from gemkd.transfer.data.datamodule import AdsDataModule
+from gemkd.transfer.data.reader import DatasetReader
+from gemkd.transfer.errors import DataError
 
 
 def _table(root, days=None):

@@ -10,12 +10,12 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import torch
 
+from gemkd.transfer.config import load_dataclass
+from gemkd.transfer.data.schema import DatasetSchema
+from gemkd.transfer.data.summary import binary_entropy, impressions_per_user, log_loss
+from gemkd.transfer.data.synth import SynthConfig, generate
+from gemkd.transfer.data.synth.world import build_world
 from tests.conftest import ROOT, tiny_config
-from transfer.config import load_dataclass
-from transfer.data.schema import DatasetSchema
-from transfer.data.summary import binary_entropy, impressions_per_user, log_loss
-from transfer.data.synth import SynthConfig, generate
-from transfer.data.synth.world import build_world
 
 
 def _table(root: Path):

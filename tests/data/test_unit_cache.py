@@ -8,8 +8,8 @@ import os
 import numpy as np
 import torch
 
-from transfer.data.reader import DatasetReader
-from transfer.data.unit_cache import UNITS, UnitCache
+from gemkd.transfer.data.reader import DatasetReader
+from gemkd.transfer.data.unit_cache import UNITS, UnitCache
 
 
 def batches(data, **kw) -> list:

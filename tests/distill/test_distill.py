@@ -14,18 +14,18 @@ import pytest
 import torch
 from torch import nn
 
-from adapters import StudentAdapter, scale_grad
-from adapters.methods import Adapter, AuxHead
-from transfer.data.batch import Batch
-from transfer.data.datamodule import AdsDataModule
-from transfer.data.reader import DatasetReader
-from transfer.data.schema import DatasetSchema
-from transfer.distill import DistillModule, StoreTeacher
-from transfer.errors import StoreError
-from transfer.methods import KD, MethodContext
-from transfer.methods.losses import kd_bce
-from transfer.models import StudentOutput
-from transfer.store import StoreWriter, TeacherStore
+from gemkd.adapters import StudentAdapter, scale_grad
+from gemkd.adapters.methods import Adapter, AuxHead
+from gemkd.transfer.data.batch import Batch
+from gemkd.transfer.data.datamodule import AdsDataModule
+from gemkd.transfer.data.reader import DatasetReader
+from gemkd.transfer.data.schema import DatasetSchema
+from gemkd.transfer.distill import DistillModule, StoreTeacher
+from gemkd.transfer.errors import StoreError
+from gemkd.transfer.methods import KD, MethodContext
+from gemkd.transfer.methods.losses import kd_bce
+from gemkd.transfer.models import StudentOutput
+from gemkd.transfer.store import StoreWriter, TeacherStore
 
 TASKS = ["click", "conversion", "engage"]
 LR = 1e-2

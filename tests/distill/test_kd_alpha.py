@@ -7,13 +7,13 @@ import lightning.pytorch as pl
 import pytest
 import torch
 
-from adapters.methods import AuxHead
-from students import build_student
-from transfer.distill import DistillModule
-from transfer.methods import KD, StepState, TeacherTargets
-from transfer.methods.losses import kd_bce
-from transfer.testing import random_batch, tiny_schema
-from transfer.training import make_trainer
+from gemkd.adapters.methods import AuxHead
+from gemkd.students import build_student
+from gemkd.transfer.distill import DistillModule
+from gemkd.transfer.methods import KD, StepState, TeacherTargets
+from gemkd.transfer.methods.losses import kd_bce
+from gemkd.transfer.testing import random_batch, tiny_schema
+from gemkd.transfer.training import make_trainer
 
 TASKS = list(tiny_schema().tasks)  # every task: random_batch labels them all
 

@@ -5,17 +5,17 @@ from __future__ import annotations
 import pytest
 import torch
 
-from adapters.methods import Adapter, AuxHead, ParamShare, Repr
-from adapters.methods.param_share import fit_width, teacher_table
-from experiments.run.methods import build_methods, check_variant, search_space
-from experiments.spec import load_spec, parse_variants
-from students import build_student
-from teachers import GEM
+from gemkd.adapters.methods import Adapter, AuxHead, ParamShare, Repr
+from gemkd.adapters.methods.param_share import fit_width, teacher_table
+from gemkd.experiments.run.methods import build_methods, check_variant, search_space
+from gemkd.experiments.spec import load_spec, parse_variants
+from gemkd.students import build_student
+from gemkd.teachers import GEM
+from gemkd.transfer.distill import DistillModule
+from gemkd.transfer.errors import ConfigError
+from gemkd.transfer.methods import KD, MethodContext, StepState, TeacherTargets
+from gemkd.transfer.models import StudentOutput
 from tests.teachers.helpers import TINY, random_batch, tiny_schema
-from transfer.distill import DistillModule
-from transfer.errors import ConfigError
-from transfer.methods import KD, MethodContext, StepState, TeacherTargets
-from transfer.models import StudentOutput
 
 
 @pytest.fixture(scope="module")
@@ -127,7 +127,7 @@ def test_fused_adapter_trains_in_the_students_step(schema):
 
 
 def test_repr_attention_pooling_starts_as_the_mean(schema, tmp_path):
-    from transfer.repr_features import AsOfCodes, CodeStore, write_code_store
+    from gemkd.transfer.repr_features import AsOfCodes, CodeStore, write_code_store
 
     rng = torch.Generator().manual_seed(0)
     n = 40
@@ -192,7 +192,8 @@ def test_variants_compose_and_their_grids(tmp_path):
     ({"a": ["aux_head"]}, "requires 'kd_loss'"),
     ({"a": ["kd", "kd"]}, "both tune 'alpha'"),
     ({"a": ["boost"]}, "unknown method 'boost'"),
-    ({"a": ["transfer.methods.MethodContext"]}, "not a transfer.methods.base.TransferMethod"),
+    ({"a": ["gemkd.transfer.methods.MethodContext"]},
+     "not a gemkd.transfer.methods.base.TransferMethod"),
     ({"a": [{"class_path": "kd", "init_args": {"weight": 1}}]}, "unknown init_args.weight"),
     ({"a": {"teacher": "fm", "methods": ["kd"]}}, "teacher 'fm'"),
 ])

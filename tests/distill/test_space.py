@@ -1,15 +1,15 @@
-"""Knob ranges (transfer.methods.space) and the variant search spaces the spec makes of them
+"""Knob ranges (gemkd.transfer.methods.space) and the variant search spaces the spec makes of them
 (DESIGN §6 "Fair comparison")."""
 
 from __future__ import annotations
 
 import pytest
 
-from experiments.run.methods import build_methods, check_variant, search_space
-from experiments.spec import load_spec, parse_variants
-from transfer.errors import ConfigError
-from transfer.methods import KD, Categorical, IntRange, LogUniform, Uniform
-from transfer.methods.space import as_range, method_space, resolve
+from gemkd.experiments.run.methods import build_methods, check_variant, search_space
+from gemkd.experiments.spec import load_spec, parse_variants
+from gemkd.transfer.errors import ConfigError
+from gemkd.transfer.methods import KD, Categorical, IntRange, LogUniform, Uniform
+from gemkd.transfer.methods.space import as_range, method_space, resolve
 
 ALPHA = Uniform(0.0, 1.0, default=0.5, natural_low=True, natural_high=True)
 

@@ -1,5 +1,5 @@
 """A hand-built run directory with per-user evaluation files (``clusters/``): synthetic
-per-example predictions of every arm, scored once by transfer.metrics.RankingMetrics (the
+per-example predictions of every arm, scored once by gemkd.transfer.metrics.RankingMetrics (the
 results.csv the runner writes) and once summed per (user, domain) cluster (the files)."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 import yaml
 
-from transfer.metrics import RankingMetrics
+from gemkd.transfer.metrics import RankingMetrics
 
 TASKS = ["click", "conversion"]
 DOMAINS = ["d0", "d1"]
@@ -51,7 +51,7 @@ def metrics(data: dict[str, np.ndarray], logits: np.ndarray) -> dict[str, float]
 
 
 def save_clusters(path: Path, data: dict[str, np.ndarray], logits: np.ndarray) -> None:
-    """The per-(user, domain) sums in transfer.metrics.clusters' file format."""
+    """The per-(user, domain) sums in gemkd.transfer.metrics.clusters' file format."""
     w = data["mask"].astype(float)
     y = np.where(data["mask"], data["labels"], 0.0)
     loss = F.binary_cross_entropy_with_logits(torch.from_numpy(logits), torch.from_numpy(y),

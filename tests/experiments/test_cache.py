@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from experiments.run import cache
-from experiments.run.cache import STEP_CODE, cached_step, code_hash, step_sources
-from experiments.run.progress import PlainLog, step_log
+from gemkd.experiments.run import cache
+from gemkd.experiments.run.cache import STEP_CODE, cached_step, code_hash, step_sources
+from gemkd.experiments.run.progress import PlainLog, step_log
 
 
 def test_code_hash_follows_the_files_of_the_step(tmp_path):
@@ -40,8 +40,8 @@ def test_every_step_names_real_code():
 
 def test_a_missing_module_or_path_fails_loudly(tmp_path, monkeypatch):
     """A module that moved must not silently drop out of a step's key."""
-    monkeypatch.setitem(STEP_CODE, "teacher", (*STEP_CODE["teacher"], "experiments.gone"))
-    with pytest.raises(RuntimeError, match="'experiments.gone', which cannot be imported"):
+    monkeypatch.setitem(STEP_CODE, "teacher", (*STEP_CODE["teacher"], "gemkd.experiments.gone"))
+    with pytest.raises(RuntimeError, match="'gemkd.experiments.gone', which cannot be imported"):
         step_sources("teacher")
     with pytest.raises(RuntimeError, match="cannot be imported"):
         cached_step(tmp_path, "teacher", {"lr": 1}, lambda step: None, lambda msg: None)

@@ -13,7 +13,7 @@ import pytest
 import torch
 import yaml
 
-from experiments.cli import main
+from gemkd.experiments.cli import main
 from tests.faults.conftest import SPEC, results
 
 # the fault tests' tiny spec with two seeds and a tuned knob: tuning candidates and final runs
@@ -86,7 +86,7 @@ def test_a_rerun_with_workers_repeats_nothing(spec_path, serial, tmp_path, capsy
 DIES = '''
 import os
 
-from transfer.methods import KD
+from gemkd.transfer.methods import KD
 
 
 class DiesOnce(KD):

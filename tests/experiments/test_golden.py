@@ -17,7 +17,7 @@ import pytest
 import torch
 import yaml
 
-from experiments.cli import main
+from gemkd.experiments.cli import main
 
 GOLDEN = Path(__file__).parent / "golden" / "results_tiny.csv"
 TIMING = ["train_seconds", "examples_per_second"]

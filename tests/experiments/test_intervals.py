@@ -1,4 +1,4 @@
-"""Intervals and verdicts of a run directory (experiments.report.intervals) from per-user
+"""Intervals and verdicts of a run directory (gemkd.experiments.report.intervals) from per-user
 evaluation files built with their results.csv from the same per-example predictions."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import pandas as pd
 import pytest
 import yaml
 
-from experiments.report.clusters import load_eval_sets, point_frame
-from experiments.report.intervals import (
+from gemkd.experiments.report.clusters import load_eval_sets, point_frame
+from gemkd.experiments.report.intervals import (
     BEATS,
     COLUMNS,
     GAIN,
@@ -21,10 +21,10 @@ from experiments.report.intervals import (
     run_intervals,
     verdict,
 )
-from experiments.report.load import load_results
+from gemkd.experiments.report.load import load_results
+from gemkd.transfer.errors import ConfigError
 from tests.experiments.cluster_run import make_cluster_run
 from tests.experiments.test_report import make_results, make_run
-from transfer.errors import ConfigError
 
 LAGS = (0, 3)
 
@@ -223,7 +223,7 @@ def test_a_run_without_clusters_has_points_and_no_intervals(tmp_path):
 
 def test_ratios_to_a_kd_gain_that_may_not_be_one_are_left_empty(tmp_path):
     """KD no better than the baseline: efficiency is empty, the paired difference is not."""
-    from experiments.report import render_report
+    from gemkd.experiments.report import render_report
 
     run = make_cluster_run(tmp_path / "r", noise={"baseline": 1.6, "kd": 1.6, "kd_aux": 0.5})
     table = run_intervals(run).table

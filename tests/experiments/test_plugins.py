@@ -16,9 +16,9 @@ import pytest
 import torch
 import yaml
 
-from experiments.cli import main
+from gemkd.experiments.cli import main
+from gemkd.transfer.store import TeacherStore
 from tests.faults.conftest import SPEC
-from transfer.store import TeacherStore
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "docs" / "examples"
@@ -82,7 +82,7 @@ def doc_snippet(doc: Path, heading: str) -> str:
                                           ("custom_teacher.md", "### Optional hooks")])
 def test_doc_check_snippets_run(monkeypatch, doc, heading):
     """The checks shown in docs/custom_method.md and docs/custom_teacher.md, as written, from
-    the repository root: they use only the installed packages (``transfer.testing``)."""
+    the repository root: they use only the installed packages (``gemkd.transfer.testing``)."""
     path = ROOT / "docs" / doc
     code = doc_snippet(path, heading)
     assert "tests." not in code

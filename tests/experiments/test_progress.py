@@ -8,9 +8,9 @@ import io
 import os
 from pathlib import Path
 
-from experiments.run.progress import Progress, clock
-from experiments.run.runner import count_work
-from experiments.spec.load import spec_from_mapping
+from gemkd.experiments.run.progress import Progress, clock
+from gemkd.experiments.run.runner import count_work
+from gemkd.experiments.spec.load import spec_from_mapping
 from tests.faults.conftest import SPEC
 
 
@@ -50,7 +50,7 @@ def test_a_terminal_without_a_size_still_gets_the_bar(tmp_path):
     import sys
 
     code = ("import os, sys; from pathlib import Path; "
-            "from experiments.run.progress import Progress; "
+            "from gemkd.experiments.run.progress import Progress; "
             "assert os.get_terminal_size(1).columns == 0; "
             f"p = Progress(Path({str(tmp_path / 'log.txt')!r}), 3, 1); "
             "p.run_done(1.0); p.close()")

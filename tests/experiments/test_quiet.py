@@ -11,7 +11,7 @@ import warnings
 
 import yaml
 
-from experiments.cli import build_parser, main
+from gemkd.experiments.cli import build_parser, main
 from tests.faults.conftest import ROOT, SPEC
 
 QUIET_SPEC = {

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from experiments.report import (
+from gemkd.experiments.report import (
     VARIANTS,
     render_report,
     report_command,
@@ -19,7 +19,7 @@ from experiments.report import (
     write_plots,
     write_report,
 )
-from transfer.errors import ConfigError
+from gemkd.transfer.errors import ConfigError
 
 SEEDS = (0, 1, 2)
 LAGS = (0, 7)
@@ -63,7 +63,7 @@ def make_run(root: Path, results: pd.DataFrame, extras: bool = True) -> Path:
             "name": "synthetic-bench", "seeds": list(SEEDS), "variants": list(VARIANTS),
             "teacher_lag_days": sorted(results["teacher_lag_days"].unique().tolist()),
             "data": {"config": "experiments/data/tiny.yaml", "train_days": 4},
-            "student": {"class_path": "students.MLP", "hidden": 64}}))
+            "student": {"class_path": "gemkd.students.MLP", "hidden": 64}}))
         pd.DataFrame([
             dict(variant="kd", param="lambda", value=0.5, chosen=False, val_ne=0.81),
             dict(variant="kd", param="lambda", value=1.0, chosen=True, val_ne=0.80),
@@ -149,7 +149,7 @@ def test_report_contents(run_dir):
     assert "lag 0" in lag and "lag 7" in lag
     assert "| kd | 0.0100 ± 0.0007 | 0.0050 ± 0.0007 |" in lag
     assert "| chosen |" in text and "| kd | lambda | 0.5, 1.0 | 1.0 | 0.8000 |" in text
-    assert "students.MLP" in text and "train_days=4" in text and "[0, 7]" in text
+    assert "gemkd.students.MLP" in text and "train_days=4" in text and "[0, 7]" in text
     assert not [p for p in run_dir.iterdir() if p.name.startswith(".")]  # no temp left
 
 
@@ -241,7 +241,7 @@ def test_missing_and_corrupt_results(tmp_path):
 
 
 def test_results_page_puts_runs_side_by_side(run_dir, tmp_path):
-    from experiments.cli import main
+    from gemkd.experiments.cli import main
 
     results = make_results({**EFFECTS, "kd": 0.004})
     other = make_run(tmp_path / "other", results[results.variant.isin(["baseline", "kd"])])
@@ -331,7 +331,7 @@ def test_report_of_a_run_without_clusters_says_it_has_no_verdicts(run_dir):
 
 
 def test_results_page_shows_intervals_and_rule(cluster_run_dir, run_dir, tmp_path):
-    from experiments.report.results_md import write_results
+    from gemkd.experiments.report.results_md import write_results
 
     text = write_results(tmp_path / "RESULTS.md", [cluster_run_dir, run_dir]).read_text()
     summary = text.split("\n## ")[1]

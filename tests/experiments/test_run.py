@@ -13,16 +13,16 @@ import pytest
 import torch
 import yaml
 
-from experiments.cli import main
-from experiments.run.domain_fm import PerDomainModels, fit_domain_fms
-from experiments.run.results import RESULT_COLUMNS, derive
-from experiments.run.steps import teacher_config
-from experiments.spec import TeacherSpec, apply_sets, load_spec, parse_set
-from transfer.data.schema import DatasetSchema
-from transfer.data.writer import day_path
-from transfer.errors import ConfigError
-from transfer.models import TeacherOutput
-from transfer.store import TeacherStore
+from gemkd.experiments.cli import main
+from gemkd.experiments.run.domain_fm import PerDomainModels, fit_domain_fms
+from gemkd.experiments.run.results import RESULT_COLUMNS, derive
+from gemkd.experiments.run.steps import teacher_config
+from gemkd.experiments.spec import TeacherSpec, apply_sets, load_spec, parse_set
+from gemkd.transfer.data.schema import DatasetSchema
+from gemkd.transfer.data.writer import day_path
+from gemkd.transfer.errors import ConfigError
+from gemkd.transfer.models import TeacherOutput
+from gemkd.transfer.store import TeacherStore
 
 SPEC = {
     "name": "tinyrun", "seeds": [0], "data": {"source": "synthetic", "preset": "tiny"},

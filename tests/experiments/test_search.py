@@ -1,4 +1,4 @@
-"""The equal-budget search (experiments.run.search, DESIGN §6 "Fair comparison"): N trials per
+"""The equal-budget search (gemkd.experiments.run.search, DESIGN §6 "Fair comparison"): N trials per
 study, resumable and deterministic, duplicates free, the grid covered, edges flagged; and what
 the report makes of it (tuning.csv rows, edge sentences, plots)."""
 
@@ -9,13 +9,13 @@ import math
 import pandas as pd
 import pytest
 
-from experiments.report.tuning_edges import edge_sentences
-from experiments.report.tuning_plots import write_tuning_plots
-from experiments.run.search import Search, SearchTuner, run_search, study_name
-from experiments.run.tuning_table import TUNING_COLUMNS, tuning_rows
-from transfer.errors import ConfigError
-from transfer.methods import Categorical, IntRange, LogUniform, Uniform
-from transfer.methods.space import resolve
+from gemkd.experiments.report.tuning_edges import edge_sentences
+from gemkd.experiments.report.tuning_plots import write_tuning_plots
+from gemkd.experiments.run.search import Search, SearchTuner, run_search, study_name
+from gemkd.experiments.run.tuning_table import TUNING_COLUMNS, tuning_rows
+from gemkd.transfer.errors import ConfigError
+from gemkd.transfer.methods import Categorical, IntRange, LogUniform, Uniform
+from gemkd.transfer.methods.space import resolve
 
 ALPHA = Uniform(0.0, 1.0, default=0.5, natural_low=True, natural_high=True)
 SPACE = {"kd_weight": LogUniform(0.1, 100.0, default=1.0), "hidden": IntRange(4, 64, log=True),

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from experiments.cli import main
+from gemkd.experiments.cli import main
 from tests.faults.conftest import ROOT, SPEC
 
 TRACKED = {**SPEC, "name": "tracked", "batch_size": 32,  # enough steps to log train/loss

@@ -8,9 +8,9 @@ import pandas as pd
 import pytest
 import yaml
 
+from gemkd.transfer.errors import ConfigError
+from gemkd.transfer.metrics.clusters import load_clusters
 from tests.faults.conftest import SPEC, gemkd_run
-from transfer.errors import ConfigError
-from transfer.metrics.clusters import load_clusters
 
 WORLDS = {**SPEC, "name": "worlds", "data": {**SPEC["data"], "seeds": [11, 12]}}
 
@@ -42,7 +42,7 @@ def test_each_world_is_its_own_replicate(tmp_path):
 
 
 def test_world_seeds_only_for_the_synthetic_world():
-    from experiments.spec import spec_from_mapping
+    from gemkd.experiments.spec import spec_from_mapping
 
     with pytest.raises(ConfigError, match="key 'seeds' replicates the synthetic world"):
         spec_from_mapping({**SPEC, "data": {"source": "movielens", "seeds": [1, 2]}})

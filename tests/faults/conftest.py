@@ -13,8 +13,8 @@ import pytest
 import torch
 import yaml
 
-from experiments.cli import main
-from transfer.store import TeacherStore
+from gemkd.experiments.cli import main
+from gemkd.transfer.store import TeacherStore
 
 # As small as a run with a teacher, a store and a KD student gets: 6 days x 1000 impressions,
 # 8 teacher steps, two variants, one seed, no tuning grid (about 5 s here).

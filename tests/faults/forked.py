@@ -101,7 +101,7 @@ def fork_gemkd(argv: list[str], workdir: Path, pause: str | None = None,
 
         torch.set_num_threads(1)  # no OpenMP team inherited across the fork is ever used
         _arm(pause, sentinel, barrier)
-        from experiments.cli import main
+        from gemkd.experiments.cli import main
 
         code = main(argv)
     except SystemExit as e:
@@ -132,8 +132,8 @@ def _after(owner: object, name: str, hook: Callable[..., None]) -> None:
 
 
 def _arm(pause: str | None, sentinel: Path, barrier: tuple[Path, int] | None) -> None:
-    from experiments.run import runner
-    from transfer.store import writer
+    from gemkd.experiments.run import runner
+    from gemkd.transfer.store import writer
 
     stop = lambda *_, **__: _stop(sentinel)  # noqa: E731
     if pause == "export.predicting":

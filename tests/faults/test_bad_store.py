@@ -17,10 +17,10 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
-from experiments.cli import main
+from gemkd.experiments.cli import main
+from gemkd.transfer.io.integrity import sha256_file as _sha256
+from gemkd.transfer.store.writer import parquet_options
 from tests.faults.conftest import TinyRun, cli_error, snapshot
-from transfer.io.integrity import sha256_file as _sha256
-from transfer.store.writer import parquet_options
 
 
 @pytest.fixture

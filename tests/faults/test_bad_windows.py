@@ -15,8 +15,8 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
+from gemkd.transfer.data.writer import ROW_GROUP_SIZE
 from tests.faults.conftest import ROOT, SPEC, TinyRun, cli_error, export_argv
-from transfer.data.writer import ROW_GROUP_SIZE
 
 SYNTH = "spec data (synthetic, preset tiny), which has"
 RUN_CASES = [

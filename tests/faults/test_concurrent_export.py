@@ -12,11 +12,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from gemkd.transfer.errors import GemkdError
+from gemkd.transfer.store import StoreWriter, TeacherStore
 from tests.faults.conftest import ROOT, assert_same_store, error_line, export_argv
 from tests.faults.forked import fork_gemkd
 from tests.store.helpers import feed, make_rows, writer_args
-from transfer.errors import GemkdError
-from transfer.store import StoreWriter, TeacherStore
 
 
 def no_leftovers(store: Path) -> None:
@@ -70,10 +70,10 @@ def test_store_writers_never_mix(tmp_path):
 
 @pytest.mark.slow
 def test_two_real_cli_exports_at_once(tiny_run, tmp_path):
-    """No hooks: two ``python -m experiments.cli`` exports started together."""
+    """No hooks: two ``python -m gemkd.experiments.cli`` exports started together."""
     store = tmp_path / "store"
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-    procs = [subprocess.Popen([sys.executable, "-m", "experiments.cli",
+    procs = [subprocess.Popen([sys.executable, "-m", "gemkd.experiments.cli",
                                *export_argv(tiny_run, store)], cwd=ROOT, env=env,
                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
              for _ in range(2)]

@@ -15,8 +15,8 @@ import pandas as pd
 import pytest
 import yaml
 
+from gemkd.transfer.errors import ConfigError
 from tests.faults.conftest import ROOT, SPEC, TinyRun, cli_error, gemkd_run
-from transfer.errors import ConfigError
 
 EXAMPLES = ROOT / "docs" / "examples"
 T0 = 1_700_000_000  # 2023-11-14 22:13 UTC: a plausible epoch time in seconds
@@ -72,7 +72,7 @@ def test_single_domain_log_runs_end_to_end(log_dir, tmp_path, monkeypatch):
 
 def test_set_paths_are_relative_to_the_working_directory(log_dir, tmp_path, monkeypatch):
     """A ``--set`` value is typed at the shell: relative to where the command runs."""
-    from experiments.spec import load_spec
+    from gemkd.experiments.spec import load_spec
 
     monkeypatch.chdir(log_dir.parent)
     spec = load_spec(import_spec(tmp_path), [f"data.src={log_dir.name}/log.csv"])
@@ -109,8 +109,8 @@ def test_a_bad_fixed_method_value_fails_before_any_work(tmp_path, capsys, monkey
 
 
 FAILING_METHOD = '''
-from transfer.errors import ConfigError
-from transfer.methods import TransferMethod
+from gemkd.transfer.errors import ConfigError
+from gemkd.transfer.methods import TransferMethod
 
 
 class Fails(TransferMethod):
@@ -138,7 +138,7 @@ def test_an_error_mid_run_ends_the_log(tmp_path, capsys, monkeypatch):
 
 
 STUDENT = '''
-from students.mlp import MLPStudent
+from gemkd.students.mlp import MLPStudent
 
 
 class Scaled(MLPStudent):
@@ -179,7 +179,7 @@ def test_editing_a_plugin_reruns_its_steps(tmp_path, capsys, monkeypatch):
 
 
 def test_plugin_code_hashes_the_users_package_only(tmp_path, monkeypatch):
-    from experiments.run.cache import plugin_code
+    from gemkd.experiments.run.cache import plugin_code
 
     pkg = tmp_path / "my_pkg"
     pkg.mkdir()
@@ -187,7 +187,7 @@ def test_plugin_code_hashes_the_users_package_only(tmp_path, monkeypatch):
     (pkg / "helpers.py").write_text("K = 1\n")
     (pkg / "model.py").write_text("class A:\n    pass\n")
     monkeypatch.syspath_prepend(str(tmp_path))
-    before = plugin_code(["my_pkg.model.A", "mlp", "students.mlp.MLPStudent"])
+    before = plugin_code(["my_pkg.model.A", "mlp", "gemkd.students.mlp.MLPStudent"])
     assert list(before) == ["my_pkg.model.A"]  # built-in names and gemkd's own: STEP_CODE
     (pkg / "helpers.py").write_text("K = 2\n")  # a helper module of the same package
     assert plugin_code(["my_pkg.model.A"]) != before
@@ -235,7 +235,7 @@ def test_summary_into_a_closed_pipe_is_quiet(tiny_run: TinyRun):
 def test_a_step_that_failed_before_writing_leaves_no_folder(tmp_path):
     """Trap 9: a failed run left cache/teacher-* folders holding only config.json; a step that
     wrote work before failing keeps it (a rerun resumes from it)."""
-    from experiments.run.cache import cached_step
+    from gemkd.experiments.run.cache import cached_step
 
     def fails(step: Path) -> None:
         raise ConfigError("bad")

@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from experiments.cli import main
+from gemkd.experiments.cli import main
+from gemkd.transfer.errors import StoreError
+from gemkd.transfer.store import TeacherStore
 from tests.faults.conftest import ROOT, assert_same_store, cli_error, export_argv
 from tests.faults.forked import fork_gemkd
-from transfer.errors import StoreError
-from transfer.store import TeacherStore
 
 
 def assert_absent(store: Path) -> None:
@@ -50,11 +50,11 @@ def test_sigkill_mid_export_then_rerun(tiny_run, tmp_path, capsys, point):
 @pytest.mark.slow
 @pytest.mark.parametrize("delay", [0.0, 0.05, 0.2, 0.5])
 def test_sigkill_real_cli_at_a_random_moment(tiny_run, tmp_path, delay):
-    """No pause hooks: a ``python -m experiments.cli`` export killed ``delay`` s after its
+    """No pause hooks: a ``python -m gemkd.experiments.cli`` export killed ``delay`` s after its
     staging directory appeared (wherever it then is), then rerun."""
     store = tmp_path / "store"
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-    proc = subprocess.Popen([sys.executable, "-m", "experiments.cli",
+    proc = subprocess.Popen([sys.executable, "-m", "gemkd.experiments.cli",
                              *export_argv(tiny_run, store)], cwd=ROOT, env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:

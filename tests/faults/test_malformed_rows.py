@@ -21,11 +21,11 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from experiments.cli import main
-from transfer.data.reader import DatasetReader
-from transfer.data.schema import DatasetSchema, Feature
-from transfer.data.writer import day_path
-from transfer.errors import DataError
+from gemkd.experiments.cli import main
+from gemkd.transfer.data.reader import DatasetReader
+from gemkd.transfer.data.schema import DatasetSchema, Feature
+from gemkd.transfer.data.writer import day_path
+from gemkd.transfer.errors import DataError
 
 DOMAINS = ["feed", "stories"]
 TYPES = {"example_id": pa.int64(), "ts": pa.int64(), "day": pa.int32(), "domain": pa.int16(),

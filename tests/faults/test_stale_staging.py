@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from experiments.cli import main
+from gemkd.experiments.cli import main
 from tests.faults.conftest import assert_same_store, export_argv
 from tests.faults.forked import fork_gemkd
 

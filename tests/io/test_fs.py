@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from transfer.errors import GemkdError
-from transfer.io import fs
-from transfer.io.publish import output_directory
+from gemkd.transfer.errors import GemkdError
+from gemkd.transfer.io import fs
+from gemkd.transfer.io.publish import output_directory
 
 
 def test_local_paths_stay_paths(tmp_path):

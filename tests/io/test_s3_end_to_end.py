@@ -8,12 +8,12 @@ from __future__ import annotations
 import pyarrow.parquet as pq
 import yaml
 
-from experiments.cli import main
+from gemkd.experiments.cli import main
+from gemkd.transfer.data.schema import DatasetSchema
+from gemkd.transfer.errors import StoreError
+from gemkd.transfer.io import fs
+from gemkd.transfer.store import TeacherStore
 from tests.faults.conftest import ROOT, SPEC
-from transfer.data.schema import DatasetSchema
-from transfer.errors import StoreError
-from transfer.io import fs
-from transfer.store import TeacherStore
 
 WORLD = {"seed": 0, "n_days": 6, "examples_per_day": 1000, "n_users": 500, "n_ads": 300,
          "n_advertisers": 40, "n_content": 600, "n_topics": 16, "n_domains": 3,

@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from transfer.metrics.bootstrap import (
+from gemkd.transfer.metrics.bootstrap import (
     WorldSums,
     interval,
     ne_point,
@@ -181,7 +181,7 @@ def test_same_seed_same_replicates():
 
 def test_replicate_blocks_do_not_change_the_draws(monkeypatch):
     """Replicates drawn in memory-bounded blocks equal those drawn at once."""
-    import transfer.metrics.bootstrap as bootstrap
+    import gemkd.transfer.metrics.bootstrap as bootstrap
 
     rng = np.random.default_rng(9)
     n = rng.integers(1, 9, 64).astype(float)

@@ -8,14 +8,14 @@ import numpy as np
 import pytest
 import torch
 
-from tests.metrics.reference import np_auc, np_entropy, np_logloss_logits, np_sigmoid, t
-from transfer.metrics import (
+from gemkd.transfer.metrics import (
     Calibration,
     NormalizedEntropy,
     SafeBinaryAUROC,
     binary_auc,
     binary_entropy,
 )
+from tests.metrics.reference import np_auc, np_entropy, np_logloss_logits, np_sigmoid, t
 
 LN2 = math.log(2.0)
 H25 = -(0.25 * math.log(0.25) + 0.75 * math.log(0.75))  # 0.5623351446...

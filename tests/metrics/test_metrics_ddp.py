@@ -13,7 +13,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from transfer.metrics import Calibration, NormalizedEntropy, RankingMetrics, SafeBinaryAUROC
+from gemkd.transfer.metrics import Calibration, NormalizedEntropy, RankingMetrics, SafeBinaryAUROC
 
 WORLD = 2
 TASKS = ["ctr", "cvr"]

@@ -9,14 +9,14 @@ import pandas as pd
 import pytest
 import torch
 
-from tests.metrics.reference import np_auc, np_entropy, np_logloss_logits, np_sigmoid, same, t
-from transfer.metrics import (
+from gemkd.transfer.metrics import (
     Calibration,
     NormalizedEntropy,
     RankingMetrics,
     SafeBinaryAUROC,
     to_frame,
 )
+from tests.metrics.reference import np_auc, np_entropy, np_logloss_logits, np_sigmoid, same, t
 
 LN2 = math.log(2.0)
 H25 = -(0.25 * math.log(0.25) + 0.75 * math.log(0.75))  # 0.5623351446...

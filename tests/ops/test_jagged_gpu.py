@@ -11,7 +11,7 @@ import math
 import pytest
 import torch
 
-from transfer import ops
+from gemkd.transfer import ops
 
 pytestmark = [
     pytest.mark.gpu,

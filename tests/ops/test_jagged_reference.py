@@ -9,8 +9,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from transfer import ops
-from transfer.ops import reference
+from gemkd.transfer import ops
+from gemkd.transfer.ops import reference
 
 # lengths per segment: empty segments, one huge segment, B=1, N=0, B=0
 CASES = {

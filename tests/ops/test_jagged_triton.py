@@ -28,8 +28,8 @@ import torch
 
 pytest.importorskip("triton", reason="triton is not installed")
 
-from transfer import ops  # noqa: E402
-from transfer.ops import triton_attention, triton_kernels  # noqa: E402
+from gemkd.transfer import ops  # noqa: E402
+from gemkd.transfer.ops import triton_attention, triton_kernels  # noqa: E402
 
 WORKER_ENV = "GEMKD_TRITON_WORKER"
 IN_WORKER = os.environ.get(WORKER_ENV) == "1"

@@ -1,4 +1,4 @@
-"""``transfer.ops.keep_last`` (the last k events of every segment) against a naive loop."""
+"""``gemkd.transfer.ops.keep_last`` (the last k events of every segment) against a naive loop."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from transfer.ops import keep_last
+from gemkd.transfer.ops import keep_last
 
 
 def offsets_of(lengths: list[int]) -> torch.Tensor:

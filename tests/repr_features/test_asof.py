@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 import torch
 
-from transfer.errors import StoreError
-from transfer.repr_features import (
+from gemkd.transfer.errors import StoreError
+from gemkd.transfer.repr_features import (
     AsOfCodes,
     CodeStore,
     code_nbytes,
@@ -53,7 +53,7 @@ def _world(rng: np.random.Generator, m: int, n_users: int, n_ts: int) -> dict[st
 
 
 def _store(tmp_path, w, bits=8, code_dim=5, name="codes"):
-    from transfer.repr_features import quantize_codes
+    from gemkd.transfer.repr_features import quantize_codes
 
     codes = _traceable_codes(len(w["example_id"]), bits, code_dim)
     q = quantize_codes(codes, bits)

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 import torch
 
-from adapters import CodeAttentionPool, ReprCompressor, fit_compressor
-from adapters.compressor import dequantize_codes, quantize_codes
-from transfer.ops import segment_mean
+from gemkd.adapters import CodeAttentionPool, ReprCompressor, fit_compressor
+from gemkd.adapters.compressor import dequantize_codes, quantize_codes
+from gemkd.transfer.ops import segment_mean
 
 
 def _low_rank(n: int, in_dim: int, scales: list[float], noise: float, seed: int) -> np.ndarray:

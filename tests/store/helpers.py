@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
-from transfer.store import Manifest, StoreWriter, TeacherStore
+from gemkd.transfer.store import Manifest, StoreWriter, TeacherStore
 
 TASKS = ["click", "conversion", "organic"]
 E = 8

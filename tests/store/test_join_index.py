@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from gemkd.transfer.store import TeacherJoin, TeacherStore
 from tests.store.helpers import make_rows, write_store
-from transfer.store import TeacherJoin, TeacherStore
 
 
 @pytest.mark.parametrize("stride, dense", [(1, True), (3, True), (10**9, False)])

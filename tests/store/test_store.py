@@ -15,6 +15,14 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
+from gemkd.transfer.data.batch import Batch
+from gemkd.transfer.errors import StoreError
+from gemkd.transfer.store import (
+    StoreWriter,
+    TeacherJoin,
+    TeacherStore,
+    weights_hash,
+)
 from tests.store.helpers import (
     TASKS,
     E,
@@ -24,14 +32,6 @@ from tests.store.helpers import (
     sorted_by_id,
     write_store,
     writer_args,
-)
-from transfer.data.batch import Batch
-from transfer.errors import StoreError
-from transfer.store import (
-    StoreWriter,
-    TeacherJoin,
-    TeacherStore,
-    weights_hash,
 )
 
 

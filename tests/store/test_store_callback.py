@@ -13,14 +13,14 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 from torch.utils.data import DataLoader, TensorDataset
 
-from tests.store.helpers import TASKS, E, make_rows, no_leftovers, write_store, writer_args
-from transfer.store import (
+from gemkd.transfer.store import (
     StoreCallback,
     TeacherJoin,
     TeacherStore,
     quantize_int8,
     weights_hash,
 )
+from tests.store.helpers import TASKS, E, make_rows, no_leftovers, write_store, writer_args
 
 
 # ---- Lightning callback (single process) -----------------------------------------------------

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from transfer.store import TeacherJoin, TeacherStore
+from gemkd.transfer.store import TeacherJoin, TeacherStore
 
 ROOT = Path(__file__).resolve().parents[2]
 N = 101
@@ -35,7 +35,7 @@ SCRIPT = textwrap.dedent('''
     import torch
     from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
-    from transfer.store import StoreCallback, weights_hash
+    from gemkd.transfer.store import StoreCallback, weights_hash
 
     N, T, E = {n}, {t}, 6
     OUT = Path(sys.argv[1])

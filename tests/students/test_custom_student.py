@@ -13,12 +13,12 @@ import torch.nn.functional as F
 import yaml
 from torch import nn
 
-from adapters.methods.param_share import ParamShare
-from students import StudentOutput, build_student
-from transfer.distill import DistillModule
-from transfer.errors import ConfigError
-from transfer.methods import MethodContext
-from transfer.testing import random_batch, tiny_schema
+from gemkd.adapters.methods.param_share import ParamShare
+from gemkd.students import StudentOutput, build_student
+from gemkd.transfer.distill import DistillModule
+from gemkd.transfer.errors import ConfigError
+from gemkd.transfer.methods import MethodContext
+from gemkd.transfer.testing import random_batch, tiny_schema
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "custom_student.md"
@@ -48,7 +48,7 @@ def build(schema, tasks=("click", "conversion"), **init_args):
 def test_builds_without_gemkd_base_classes(schema):
     model = build(schema, dim=8)
     assert type(model).__name__ == "TwoTower" and isinstance(model, nn.Module)
-    assert not any(c.__module__.startswith("students") for c in type(model).__mro__)
+    assert not any(c.__module__.startswith("gemkd.students") for c in type(model).__mro__)
     batch = random_batch(schema, b=16, long_len=100)
     out = model(batch)
     assert isinstance(out, StudentOutput)

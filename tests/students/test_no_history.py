@@ -8,11 +8,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from students import StudentBase, build_student
+from gemkd.students import StudentBase, build_student
+from gemkd.transfer.errors import ConfigError
+from gemkd.transfer.ops import segment_mean
 from tests.teachers.helpers import TASKS, random_batch, tiny_schema
 from tests.teachers.history_less import history_less_batch, history_less_schema
-from transfer.errors import ConfigError
-from transfer.ops import segment_mean
 
 B = 32
 QUICKSTART = {"embedding_dim": 8, "max_seq_len": 20, "hidden": [64, 32]}  # its student's args

@@ -11,9 +11,9 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from experiments.cli import main
-from experiments.spec.model import BUILTIN_VARIANTS
-from transfer.data.schema import DatasetSchema
+from gemkd.experiments.cli import main
+from gemkd.experiments.spec.model import BUILTIN_VARIANTS
+from gemkd.transfer.data.schema import DatasetSchema
 
 ROWS, DAYS = 3000, 6
 

@@ -1,10 +1,10 @@
 """Test helpers for the teacher tests: the tiny schema and random batches are the public
-:mod:`transfer.testing` (re-exported here, so the tests keep importing them from one place);
+:mod:`gemkd.transfer.testing` (re-exported here, so the tests keep importing them from one place);
 ``TINY`` is GEM's test-sized configuration."""
 
 from __future__ import annotations
 
-from transfer.testing import (
+from gemkd.transfer.testing import (
     CATEGORICAL,
     DENSE,
     DOMAINS,

@@ -1,7 +1,7 @@
-"""A log without histories in miniature: :func:`~transfer.testing.tiny_schema` without sequence
-fields and batches without events, as ``gemkd data import`` writes and the reader yields them for
-a mapping with no ``history`` (kept here, beside the shared helpers, for the teacher and student
-tests of that case)."""
+"""A log without histories in miniature: :func:`~gemkd.transfer.testing.tiny_schema` without
+sequence fields and batches without events, as ``gemkd data import`` writes and the reader yields
+them for a mapping with no ``history`` (kept here, beside the shared helpers, for the teacher and
+student tests of that case)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ from dataclasses import replace
 
 import torch
 
-from transfer.data.batch import Batch
-from transfer.data.schema import DatasetSchema
-from transfer.testing import batch_from_lengths, tiny_schema
+from gemkd.transfer.data.batch import Batch
+from gemkd.transfer.data.schema import DatasetSchema
+from gemkd.transfer.testing import batch_from_lengths, tiny_schema
 
 
 def history_less_schema() -> DatasetSchema:

@@ -8,11 +8,11 @@ import pytest
 import torch
 import yaml
 
-from teachers import MLPRanker
-from teachers.gem.embeddings import HashedEmbedding
+from gemkd.teachers import MLPRanker
+from gemkd.teachers.gem.embeddings import HashedEmbedding
+from gemkd.transfer.errors import ConfigError
+from gemkd.transfer.models import TeacherOutput
 from tests.teachers.helpers import random_batch, tiny_schema
-from transfer.errors import ConfigError
-from transfer.models import TeacherOutput
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIGS = ROOT / "experiments" / "teachers"
@@ -21,7 +21,7 @@ CONFIGS = ROOT / "experiments" / "teachers"
 def test_mlp_ranker_contract_and_gradients():
     schema = tiny_schema()
     cfg = yaml.safe_load((CONFIGS / "mlp_small.yaml").read_text())
-    assert cfg["class_path"] == "teachers.MLPRanker"
+    assert cfg["class_path"] == "gemkd.teachers.MLPRanker"
     torch.manual_seed(0)
     model = MLPRanker.from_config(schema, {**cfg["model"], "d": 8, "hidden": 32}).train()
     batch = random_batch(schema, b=64, seed=0)

@@ -8,18 +8,18 @@ import math
 import pytest
 import torch
 
-from teachers.gem.embeddings import FeatureEmbeddings, HashedEmbedding
-from teachers.gem.heads import DomainGatedHeads, DomainTaskHeads
-from teachers.gem.interformer import InterFormerLayer, SequenceSummary
-from teachers.gem.pyramid import (
+from gemkd.teachers.gem.embeddings import FeatureEmbeddings, HashedEmbedding
+from gemkd.teachers.gem.heads import DomainGatedHeads, DomainTaskHeads
+from gemkd.teachers.gem.interformer import InterFormerLayer, SequenceSummary
+from gemkd.teachers.gem.pyramid import (
     PyramidCompressor,
     layer_token_budgets,
     pyramid_token_count,
 )
-from teachers.gem.wukong import FactorizationMachineBlock, TokenMix, WukongLayer
+from gemkd.teachers.gem.wukong import FactorizationMachineBlock, TokenMix, WukongLayer
+from gemkd.transfer.data.schema import Feature
+from gemkd.transfer.errors import ConfigError
 from tests.teachers.helpers import random_batch, tiny_schema
-from transfer.data.schema import Feature
-from transfer.errors import ConfigError
 
 
 def offsets_of(lengths: list[int]) -> torch.Tensor:

@@ -9,10 +9,12 @@ import pytest
 import torch
 import yaml
 
-from teachers import GEM, DomainFM
-from teachers.gem.embeddings import HashedEmbedding
-from teachers.gem.interformer import InterFormerLayer
-from teachers.gem.wukong import WukongLayer
+from gemkd.teachers import GEM, DomainFM
+from gemkd.teachers.gem.embeddings import HashedEmbedding
+from gemkd.teachers.gem.interformer import InterFormerLayer
+from gemkd.teachers.gem.wukong import WukongLayer
+from gemkd.transfer.errors import ConfigError
+from gemkd.transfer.models import TeacherOutput
 from tests.teachers.helpers import (
     TINY,
     batch_from_lengths,
@@ -20,8 +22,6 @@ from tests.teachers.helpers import (
     select,
     tiny_schema,
 )
-from transfer.errors import ConfigError
-from transfer.models import TeacherOutput
 
 CONFIGS = Path(__file__).resolve().parents[2] / "experiments" / "teachers"
 ATOL = dict(atol=1e-5, rtol=1e-5)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from teachers import GEM
+from gemkd.teachers import GEM
 from tests.teachers.helpers import TINY, random_batch, tiny_schema
 
 pytestmark = [

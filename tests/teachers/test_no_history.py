@@ -12,12 +12,12 @@ import torch
 import torch.nn.functional as F
 import yaml
 
-from teachers import GEM, DomainFM, MLPRanker
-from teachers.registry import build_teacher
+from gemkd.teachers import GEM, DomainFM, MLPRanker
+from gemkd.teachers.registry import build_teacher
+from gemkd.transfer.errors import ConfigError
+from gemkd.transfer.models import TeacherOutput
 from tests.teachers.helpers import TINY, tiny_schema
 from tests.teachers.history_less import history_less_batch, history_less_schema
-from transfer.errors import ConfigError
-from transfer.models import TeacherOutput
 
 CONFIGS = Path(__file__).resolve().parents[2] / "experiments" / "teachers"
 SMALL = {  # fast sizes per teacher class
@@ -117,17 +117,17 @@ def test_default_keeps_the_arm_where_the_data_has_histories(cls):
 
 
 def test_explicit_true_warns_and_auto_only_informs(schema, caplog):
-    with caplog.at_level(logging.INFO, logger="teachers.configurable"):
+    with caplog.at_level(logging.INFO, logger="gemkd.teachers.configurable"):
         build(GEM, schema)
     assert [r.levelno for r in caplog.records] == [logging.INFO]
     assert "no sequence fields" in caplog.records[0].getMessage()
     caplog.clear()
-    with caplog.at_level(logging.INFO, logger="teachers.configurable"):
+    with caplog.at_level(logging.INFO, logger="gemkd.teachers.configurable"):
         build(MLPRanker, schema, use_sequence=True)
     assert [r.levelno for r in caplog.records] == [logging.WARNING]
     assert "use_sequence: false" in caplog.records[0].getMessage()
     caplog.clear()
-    with caplog.at_level(logging.INFO, logger="teachers.configurable"):
+    with caplog.at_level(logging.INFO, logger="gemkd.teachers.configurable"):
         build(GEM, tiny_schema())  # histories present: nothing to say
         build(GEM, schema, use_sequence=False)  # asked for what it gets
     assert not caplog.records

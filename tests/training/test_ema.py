@@ -9,7 +9,7 @@ import torch
 from torch.optim.swa_utils import AveragedModel
 from torch.utils.data import DataLoader, TensorDataset
 
-from transfer.training.ema import (
+from gemkd.transfer.training.ema import (
     StreamEMA,
     _host_weight,
     _weight,

@@ -12,12 +12,12 @@ import pytest
 import torch
 import yaml
 
-from experiments.cli import main
-from experiments.teacher_checkpoint import model_weights
-from experiments.teacher_config import build_model, load_teacher_config
-from transfer.data.reader import DatasetReader
-from transfer.data.schema import DatasetSchema
-from transfer.store import TeacherJoin, TeacherStore, weights_hash
+from gemkd.experiments.cli import main
+from gemkd.experiments.teacher_checkpoint import model_weights
+from gemkd.experiments.teacher_config import build_model, load_teacher_config
+from gemkd.transfer.data.reader import DatasetReader
+from gemkd.transfer.data.schema import DatasetSchema
+from gemkd.transfer.store import TeacherJoin, TeacherStore, weights_hash
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -31,7 +31,7 @@ def fitted(tiny_data, tmp_path_factory) -> Path:
     config.write_text(yaml.safe_dump(values))
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
     proc = subprocess.run(
-        [sys.executable, "-m", "experiments.cli", "teacher", "fit", "--config", str(config),
+        [sys.executable, "-m", "gemkd.experiments.cli", "teacher", "fit", "--config", str(config),
          "--data", str(tiny_data), "--out", str(tmp / "run"), "--no-progress"],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import yaml
 
-from experiments.cli import main
-from transfer.store import TeacherStore
+from gemkd.experiments.cli import main
+from gemkd.transfer.store import TeacherStore
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = ROOT / "experiments/teachers/tiny.yaml"
@@ -29,8 +29,8 @@ import lightning.pytorch as pl
 import torch
 from torch.distributed.tensor import DTensor
 
-from experiments.teacher_config import build_run, load_teacher_config
-from transfer.training import build_trainer, fit
+from gemkd.experiments.teacher_config import build_run, load_teacher_config
+from gemkd.transfer.training import build_trainer, fit
 
 config, data, out, max_steps, resume = sys.argv[1:6]
 
@@ -153,7 +153,7 @@ class _FakeMesh:
 
 
 def test_fsdp_mesh_picks_dimensions():
-    from transfer.training import fsdp_mesh
+    from gemkd.transfer.training import fsdp_mesh
 
     assert fsdp_mesh(_FakeMesh(("data_parallel", "tensor_parallel"))) == ("sub", "data_parallel")
     assert fsdp_mesh(_FakeMesh(("replicate", "shard"))) == ("sub", ("replicate", "shard"))

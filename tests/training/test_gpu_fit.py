@@ -16,8 +16,8 @@ import pytest
 import torch
 import yaml
 
-from transfer.data.writer import day_path
-from transfer.store import TeacherStore
+from gemkd.transfer.data.writer import day_path
+from gemkd.transfer.store import TeacherStore
 
 pytestmark = [
     pytest.mark.gpu,
@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def _cli(*args: str) -> None:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.run([sys.executable, "-m", "experiments.cli", *args], cwd=ROOT, env=env,
+    proc = subprocess.run([sys.executable, "-m", "gemkd.experiments.cli", *args], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-4000:]
 

@@ -1,4 +1,4 @@
-"""The optional hooks of teachers, students and methods (``transfer.models.OptionalHooks``):
+"""The optional hooks of teachers, students and methods (``gemkd.transfer.models.OptionalHooks``):
 declared once, looked up in one place (``optional_hook``), with their defaults."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 import torch
 from torch import nn
 
-from transfer.models import (
+from gemkd.transfer.models import (
     HOOKS,
     OptionalHooks,
     embedding_tables,

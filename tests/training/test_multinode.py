@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from transfer.store import TeacherStore
+from gemkd.transfer.store import TeacherStore
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = ROOT / "experiments/teachers/tiny.yaml"
@@ -34,7 +34,7 @@ def torchrun_2_nodes(tmp_path: Path, *argv: str) -> list[str]:
     procs = [subprocess.Popen(
         [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node",
          "1", "--node-rank", str(rank), "--master-addr", "127.0.0.1", "--master-port",
-         str(port), "-m", "experiments.cli", *argv, "--num-nodes", "2", "--devices", "1"],
+         str(port), "-m", "gemkd.experiments.cli", *argv, "--num-nodes", "2", "--devices", "1"],
         cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         for rank in (0, 1)]
     outs = []

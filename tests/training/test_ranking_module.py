@@ -11,10 +11,10 @@ import torch
 import yaml
 from torch import nn
 
-from experiments.cli import main
-from experiments.teacher_config import build_run, load_teacher_config
-from transfer.store import PREDICTION_KEYS
-from transfer.training import build_trainer, fit
+from gemkd.experiments.cli import main
+from gemkd.experiments.teacher_config import build_run, load_teacher_config
+from gemkd.transfer.store import PREDICTION_KEYS
+from gemkd.transfer.training import build_trainer, fit
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = ROOT / "experiments/teachers/tiny.yaml"

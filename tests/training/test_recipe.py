@@ -11,14 +11,14 @@ import pandas as pd
 import pytest
 import torch
 
-from experiments.teacher_config import TeacherTrainConfig, load_teacher_config
-from experiments.teacher_fit import fit_teacher
-from students import build_student
-from teachers import GEM, MLPRanker
+from gemkd.experiments.teacher_config import TeacherTrainConfig, load_teacher_config
+from gemkd.experiments.teacher_fit import fit_teacher
+from gemkd.students import build_student
+from gemkd.teachers import GEM, MLPRanker
+from gemkd.transfer.distill import DistillModule
+from gemkd.transfer.errors import ConfigError
+from gemkd.transfer.training import RankingModule
 from tests.teachers.helpers import TINY, tiny_schema
-from transfer.distill import DistillModule
-from transfer.errors import ConfigError
-from transfer.training import RankingModule
 
 ROOT = Path(__file__).resolve().parents[2]
 RATES = {"click": 0.05, "conversion": 0.002, "engage": 0.3}
@@ -79,8 +79,8 @@ def test_best_validation_epoch_is_kept_and_used(tiny_data, tmp_path):
 
 
 def _train_rates(data, cfg: TeacherTrainConfig) -> dict[str, float]:
-    from transfer.data.schema import DatasetSchema
-    from transfer.training import training_base_rates
+    from gemkd.transfer.data.schema import DatasetSchema
+    from gemkd.transfer.training import training_base_rates
 
     return training_base_rates(data, cfg.train_days, DatasetSchema.load(data).tasks)
 
@@ -96,8 +96,8 @@ def test_init_from_starts_from_the_checkpoint_weights(tiny_data, tmp_path):
     """A warm start (recurring training, hierarchical FMs from GEM): the built model holds the
     checkpoint's weights, biases included (no base-rate reset); another architecture is an
     error that names the tensors that do not fit."""
-    from experiments.teacher_config import build_model, build_run
-    from transfer.data.schema import DatasetSchema
+    from gemkd.experiments.teacher_config import build_model, build_run
+    from gemkd.transfer.data.schema import DatasetSchema
 
     torch.set_num_threads(1)
     over = {"max_seq_len": 8, "max_steps": 2, "batch_size": 256, "train_days": [0, 2]}

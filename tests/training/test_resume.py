@@ -19,8 +19,8 @@ STEPS, EVERY = 100, 20
 
 
 def _cmd(config: Path, data: Path, out: Path, *extra: str) -> list[str]:
-    return [sys.executable, "-m", "experiments.cli", "teacher", "fit", "--config", str(config),
-            "--data", str(data), "--out", str(out), "--no-progress", *extra]
+    return [sys.executable, "-m", "gemkd.experiments.cli", "teacher", "fit", "--config",
+            str(config), "--data", str(data), "--out", str(out), "--no-progress", *extra]
 
 
 def _env() -> dict[str, str]:

@@ -10,9 +10,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from transfer.data import validate
-from transfer.data.reader import DatasetReader
-from transfer.errors import DataError
+from gemkd.transfer.data import validate
+from gemkd.transfer.data.reader import DatasetReader
+from gemkd.transfer.errors import DataError
 
 
 def validate_dataset(root: str | Path) -> DatasetReader:

@@ -8,9 +8,9 @@ from typing import Any
 import lightning.pytorch as pl
 from torch.utils.data import DataLoader
 
-from transfer.data.prefetch import ThreadPrefetcher
-from transfer.data.reader import DatasetReader
-from transfer.io import fs
+from gemkd.transfer.data.prefetch import ThreadPrefetcher
+from gemkd.transfer.data.reader import DatasetReader
+from gemkd.transfer.io import fs
 
 
 class EpochLoader(DataLoader):
@@ -18,7 +18,7 @@ class EpochLoader(DataLoader):
 
     Lightning only calls ``set_epoch`` on samplers; an IterableDataset has none. ``prefetch``
     > 0 (single-process loading only) reads that many batches ahead in a background thread
-    (:class:`~transfer.data.prefetch.ThreadPrefetcher`): same batches, same order.
+    (:class:`~gemkd.transfer.data.prefetch.ThreadPrefetcher`): same batches, same order.
     """
 
     def __init__(self, *args: Any, prefetch: int = 0, **kwargs: Any) -> None:

@@ -13,9 +13,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from transfer.data import validate
-from transfer.data.schema import DatasetSchema
-from transfer.data.writer import day_path
+from gemkd.transfer.data import validate
+from gemkd.transfer.data.schema import DatasetSchema
+from gemkd.transfer.data.writer import day_path
 
 
 def _logit(p: np.ndarray) -> np.ndarray:

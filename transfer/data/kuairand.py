@@ -13,9 +13,9 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from transfer.data.importer import ImportResult, import_logs, log_columns, source
-from transfer.data.importer.mapping import Mapping, check_mapping
-from transfer.errors import ConfigError, DataError
+from gemkd.transfer.data.importer import ImportResult, import_logs, log_columns, source
+from gemkd.transfer.data.importer.mapping import Mapping, check_mapping
+from gemkd.transfer.errors import ConfigError, DataError
 
 DEFAULT_TASKS = ("click", "long_view", "like")
 

@@ -16,17 +16,17 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from transfer.data.ranges import (
+from gemkd.transfer.data.ranges import (
     N_AGE_BUCKETS,
     age_buckets,
     equal_count_days,
     gather_ranges,
     history_ranges,
 )
-from transfer.data.schema import SCHEMA_FILE, DatasetSchema, Feature
-from transfer.data.writer import write_day
-from transfer.errors import DataError
-from transfer.io.publish import output_directory
+from gemkd.transfer.data.schema import SCHEMA_FILE, DatasetSchema, Feature
+from gemkd.transfer.data.writer import write_day
+from gemkd.transfer.errors import DataError
+from gemkd.transfer.io.publish import output_directory
 
 RATING_COLUMNS = ["userId", "movieId", "rating", "timestamp"]
 # Genre → domain; a movie goes to the group most of its genres fall in (ties: first group).

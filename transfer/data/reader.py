@@ -20,10 +20,10 @@ import pyarrow.parquet as pq
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
-from transfer.data import validate
-from transfer.data.batch import Batch
-from transfer.data.ranges import gather_ranges
-from transfer.data.schema import (
+from gemkd.transfer.data import validate
+from gemkd.transfer.data.batch import Batch
+from gemkd.transfer.data.ranges import gather_ranges
+from gemkd.transfer.data.schema import (
     CATEGORICAL_TYPE,
     DENSE_TYPE,
     KEY_COLUMNS,
@@ -32,10 +32,10 @@ from transfer.data.schema import (
     DatasetSchema,
     seq_type,
 )
-from transfer.data.unit_cache import UNITS, UnitCache
-from transfer.data.writer import day_path
-from transfer.errors import DataError
-from transfer.io import fs
+from gemkd.transfer.data.unit_cache import UNITS, UnitCache
+from gemkd.transfer.data.writer import day_path
+from gemkd.transfer.errors import DataError
+from gemkd.transfer.io import fs
 
 
 @dataclass(frozen=True)
@@ -84,7 +84,7 @@ class DatasetReader(IterableDataset):
     ``days`` is a half-open range ``(first, end)``; ``max_seq_len`` keeps the most recent events
     of longer histories; ``domains`` (names) keeps only those domains' rows — a vertical model's
     own traffic. ``rank``/``world_size`` default to the initialised process group. ``cache``:
-    keep the decoded row groups in the process (:mod:`transfer.data.unit_cache`) so that the
+    keep the decoded row groups in the process (:mod:`gemkd.transfer.data.unit_cache`) so that the
     next pass over them — the next student of a sweep — reads from memory.
     """
 

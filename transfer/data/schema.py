@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from transfer.errors import ConfigError, DataError
-from transfer.io import fs
+from gemkd.transfer.errors import ConfigError, DataError
+from gemkd.transfer.io import fs
 
 SCHEMA_FILE = "schema.json"
 SCHEMA_VERSION = 1

@@ -8,9 +8,9 @@ import numpy as np
 import pandas as pd
 import pyarrow.compute as pc
 
-from transfer.data import validate
-from transfer.data.schema import DatasetSchema
-from transfer.data.writer import day_path
+from gemkd.transfer.data import validate
+from gemkd.transfer.data.schema import DatasetSchema
+from gemkd.transfer.data.writer import day_path
 
 
 def binary_entropy(p: float) -> float:
@@ -86,11 +86,11 @@ def impressions_per_user(root: str | Path, first_days: int = 9) -> pd.DataFrame:
 
 def feature_oracle_summary(root: str | Path, n_days: int = 2) -> pd.DataFrame | None:
     """Synthetic data only: oracle, no-user-information and feature-oracle NE per task, by
-    history length, on the last ``n_days`` days (``transfer.data.synth.feature_oracle``)."""
+    history length, on the last ``n_days`` days (``gemkd.transfer.data.synth.feature_oracle``)."""
     schema = DatasetSchema.load(root)
     if schema.source != "synthetic" or not schema.generator:
         return None
-    from transfer.data.synth.feature_oracle import feature_oracle_ne
+    from gemkd.transfer.data.synth.feature_oracle import feature_oracle_ne
 
     days = schema.days[-n_days:]
     frame = feature_oracle_ne(root, days)

@@ -8,8 +8,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from transfer.errors import DataError
-from transfer.io import fs
+from gemkd.transfer.errors import DataError
+from gemkd.transfer.io import fs
 
 
 def open_parquet(path: str | Path) -> pq.ParquetFile:

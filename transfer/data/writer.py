@@ -7,7 +7,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from transfer.io import fs
+from gemkd.transfer.io import fs
 
 ROW_GROUP_SIZE = 16_384  # the unit of parallel reading: workers split the row groups
 

@@ -1,7 +1,7 @@
 """Knowledge transfer from a teacher store into students (DESIGN §5): the training module and
-the store-backed teacher; the methods themselves are :mod:`transfer.methods`."""
+the store-backed teacher; the methods themselves are :mod:`gemkd.transfer.methods`."""
 
-from transfer.distill.module import DistillModule
-from transfer.distill.teacher import StoreTeacher
+from gemkd.transfer.distill.module import DistillModule
+from gemkd.transfer.distill.teacher import StoreTeacher
 
 __all__ = ["DistillModule", "StoreTeacher"]

@@ -95,7 +95,7 @@ class ManualStep:
             if trainer.global_step != step + 1:
                 raise RuntimeError("Lightning no longer counts manual optimiser steps through "
                                    "LightningOptimizer._on_before_step/_on_after_step; "
-                                   "transfer.distill.manual_step must be updated")
+                                   "gemkd.transfer.distill.manual_step must be updated")
             self._checked = True
 
 

@@ -8,7 +8,7 @@ loss terms; one optimiser step over the student and the methods' parameter group
 gradient norm clipped to ``grad_clip`` first, when given). The module knows no method by name.
 
 The backward and optimiser step skip Lightning's wrappers where they are inert
-(:mod:`transfer.distill.manual_step`, measured there).
+(:mod:`gemkd.transfer.distill.manual_step`, measured there).
 
 Students stream once through time-ordered days. Evaluation is inherited from ``RankingModule``:
 only the serving head is measured.
@@ -22,15 +22,15 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from transfer.data.batch import Batch
-from transfer.distill.manual_step import ManualStep
-from transfer.methods.base import NEEDS, StepState, TeacherFn, TransferMethod
-from transfer.models import StudentOutput, as_student_output, start_output_bias
-from transfer.training.ranking_module import RankingModule
+from gemkd.transfer.data.batch import Batch
+from gemkd.transfer.distill.manual_step import ManualStep
+from gemkd.transfer.methods.base import NEEDS, StepState, TeacherFn, TransferMethod
+from gemkd.transfer.models import StudentOutput, as_student_output, start_output_bias
+from gemkd.transfer.training.ranking_module import RankingModule
 
 
 class DistillModule(RankingModule):
-    """``student`` follows the student contract of :mod:`transfer.models` (a model returning a
+    """``student`` follows the student contract of :mod:`gemkd.transfer.models` (a model returning a
     ``TeacherOutput`` is trained as one: a domain FM); ``methods`` are set-up
     :class:`TransferMethod`\\ s; ``teacher`` answers batches for the methods that need it;
     ``trained_until_day`` gives the staleness ``batch.day - trained_until_day`` a method may read;

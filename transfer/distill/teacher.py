@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import torch
 
-from transfer.data.batch import Batch
-from transfer.errors import StoreError
-from transfer.methods.base import TeacherTargets
-from transfer.store import TeacherJoin, TeacherStore
+from gemkd.transfer.data.batch import Batch
+from gemkd.transfer.errors import StoreError
+from gemkd.transfer.methods.base import TeacherTargets
+from gemkd.transfer.store import TeacherJoin, TeacherStore
 
 
 class StoreTeacher:

@@ -25,8 +25,8 @@ from pathlib import Path
 
 from filelock import FileLock
 
-from transfer.errors import GemkdError
-from transfer.io.lock import try_lock
+from gemkd.transfer.errors import GemkdError
+from gemkd.transfer.io.lock import try_lock
 
 
 @contextlib.contextmanager

@@ -19,7 +19,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.fs as pafs
 
-from transfer.errors import GemkdError
+from gemkd.transfer.errors import GemkdError
 
 Where = str | Path
 SCHEMES = ("s3",)
@@ -134,7 +134,7 @@ def write_bytes(where: Any, data: bytes) -> None:
     one PUT, which readers see whole or not at all."""
     where = as_where(where)
     if isinstance(where, Path):
-        from transfer.io.atomic import atomic_write_bytes
+        from gemkd.transfer.io.atomic import atomic_write_bytes
 
         atomic_write_bytes(where, data)
         return

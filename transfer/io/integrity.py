@@ -11,8 +11,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from transfer.errors import GemkdError, StoreError
-from transfer.io import fs
+from gemkd.transfer.errors import GemkdError, StoreError
+from gemkd.transfer.io import fs
 
 
 def sha256_file(path: str | Path) -> str:

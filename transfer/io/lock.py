@@ -17,7 +17,7 @@ from pathlib import Path
 
 from filelock import FileLock, Timeout
 
-from transfer.errors import GemkdError
+from gemkd.transfer.errors import GemkdError
 
 
 def owner_path(lock: Path) -> Path:

@@ -21,9 +21,9 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from transfer.errors import GemkdError
-from transfer.io import fs
-from transfer.io.atomic import atomic_directory
+from gemkd.transfer.errors import GemkdError
+from gemkd.transfer.io import fs
+from gemkd.transfer.io.atomic import atomic_directory
 
 
 @contextlib.contextmanager

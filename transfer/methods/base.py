@@ -1,9 +1,9 @@
 """The transfer-method protocol (DESIGN §5.1): what a method needs, builds and adds to a step.
 
 A variant of an experiment is a list of methods (``full: [kd, aux_head, adapter, repr]``);
-:class:`~transfer.distill.DistillModule` runs a student's step and lets each method contribute,
-knowing none of them by name. A method is an ``nn.Module`` (its parts are submodules, so they
-move with the student, are checkpointed and averaged) and overrides only the hooks it uses:
+:class:`~gemkd.transfer.distill.DistillModule` runs a student's step and lets each method
+contribute, knowing none of them by name. A method is an ``nn.Module`` (its parts are submodules, so
+they move with the student, are checkpointed and averaged) and overrides only the hooks it uses:
 
 ============================  ===========================================================
 hook                          what it is for
@@ -14,13 +14,13 @@ hook                          what it is for
                               capabilities it offers other methods (``kd_loss``)
 ``requires``                  capabilities another method of the variant must provide
 ``tunable``                   its knobs (``__init__`` argument names) → their ranges
-                              (:mod:`transfer.methods.space`; a list is a choice)
+                              (:mod:`gemkd.transfer.methods.space`; a list is a choice)
 ``spec_defaults``             ``__init__`` arguments the experiment spec supplies unless the
                               variant sets them: argument → spec key (KD: ``loss`` →
                               ``kd_loss``)
 ``feature_dim(ctx)``          width of the representation features it feeds the student
 ``setup(ctx)``                build its parts once the student exists
-``init_output_bias(logit)``   optional (:class:`transfer.models.OptionalHooks`): start a head
+``init_output_bias(logit)``   optional (:class:`gemkd.transfer.models.OptionalHooks`): start a head
                               of its own at the base rates' logits ``[n_tasks]`` (after
                               ``setup``, once)
 ``param_groups(lr)``          parameters trained with the student's optimiser
@@ -41,10 +41,10 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor, nn
 
-from transfer.data.batch import Batch
-from transfer.data.schema import DatasetSchema
-from transfer.methods.space import Range
-from transfer.models import StudentOutput
+from gemkd.transfer.data.batch import Batch
+from gemkd.transfer.data.schema import DatasetSchema
+from gemkd.transfer.methods.space import Range
+from gemkd.transfer.models import StudentOutput
 
 NEEDS = ("teacher", "teacher_emb", "codes", "teacher_weights")
 
@@ -67,7 +67,7 @@ TeacherFn = Callable[[Batch], TeacherTargets]
 class MethodContext:
     """What the experiment hands a method at set-up. ``teacher`` answers batches (None for a
     labels-only variant; in a run a ``StoreTeacher``, which also has ``emb_dim``); ``codes`` is
-    the LoopFM codes, a :class:`transfer.repr_features.AsOfCodes` (``code_dim``,
+    the LoopFM codes, a :class:`gemkd.transfer.repr_features.AsOfCodes` (``code_dim``,
     ``lookup(user_id, ts)`` on the host), built only when a method of the spec needs ``codes``
     and None otherwise; ``teacher_weights()`` loads the teacher checkpoint's
     state dict (None where the teacher is an imported store); ``sample_batch()`` reads a few

@@ -17,10 +17,10 @@ from typing import Any, ClassVar
 
 from torch import Tensor
 
-from transfer.methods.base import StepState, TransferMethod
-from transfer.methods.losses import KD_LOSSES, masked_mean
-from transfer.methods.space import LogUniform, Range, Uniform
-from transfer.models import StudentOutput
+from gemkd.transfer.methods.base import StepState, TransferMethod
+from gemkd.transfer.methods.losses import KD_LOSSES, masked_mean
+from gemkd.transfer.methods.space import LogUniform, Range, Uniform
+from gemkd.transfer.models import StudentOutput
 
 
 class KD(TransferMethod):

@@ -23,7 +23,7 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
-from transfer.errors import ConfigError
+from gemkd.transfer.errors import ConfigError
 
 EDGE_TOLERANCE = 0.05  # a choice within 5 % of a bound (in the range's own scale) is at it
 

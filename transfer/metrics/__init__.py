@@ -1,10 +1,10 @@
 """Evaluation metrics (DESIGN §6): normalized entropy, ROC AUC and calibration, per task and
 per domain, as torchmetrics ``Metric``s so that Lightning and DDP accumulate and sync them."""
 
-from transfer.metrics.auc import SafeBinaryAUROC, binary_auc
-from transfer.metrics.calibration import Calibration
-from transfer.metrics.multitask import RankingMetrics, to_frame
-from transfer.metrics.ne import NormalizedEntropy, binary_entropy
+from gemkd.transfer.metrics.auc import SafeBinaryAUROC, binary_auc
+from gemkd.transfer.metrics.calibration import Calibration
+from gemkd.transfer.metrics.multitask import RankingMetrics, to_frame
+from gemkd.transfer.metrics.ne import NormalizedEntropy, binary_entropy
 
 __all__ = [
     "Calibration",

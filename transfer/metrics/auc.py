@@ -21,7 +21,7 @@ from torchmetrics.classification import BinaryAUROC
 from torchmetrics.functional.classification import binary_auroc
 from torchmetrics.utilities.data import dim_zero_cat
 
-from transfer.metrics.ne import _check_binary
+from gemkd.transfer.metrics.ne import _check_binary
 
 
 def _nan(device: torch.device) -> torch.Tensor:

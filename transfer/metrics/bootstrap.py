@@ -96,7 +96,7 @@ def resample_weights(user: np.ndarray, samples: int, rng: np.random.Generator) -
 
 
 def _entropy(p: np.ndarray) -> np.ndarray:
-    """H(p) in nats, 0 at p in {0, 1} (as transfer.metrics.ne.binary_entropy)."""
+    """H(p) in nats, 0 at p in {0, 1} (as gemkd.transfer.metrics.ne.binary_entropy)."""
     inside = (p > 0) & (p < 1)
     q = np.where(inside, p, 0.5)
     return np.where(inside, -(q * np.log(q) + (1 - q) * np.log(1 - q)), 0.0)

@@ -11,7 +11,7 @@ from typing import Any
 import torch
 from torchmetrics import Metric
 
-from transfer.metrics.ne import _check_binary
+from gemkd.transfer.metrics.ne import _check_binary
 
 _F64 = torch.float64
 

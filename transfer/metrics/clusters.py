@@ -17,7 +17,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from transfer.io.atomic import atomic_write_bytes
+from gemkd.transfer.io.atomic import atomic_write_bytes
 
 _F64 = torch.float64
 
@@ -32,7 +32,7 @@ class ClusterLoss:
     def update(self, logits: torch.Tensor, labels: torch.Tensor, user_id: torch.Tensor,
                domain: torch.Tensor, mask: torch.Tensor | None = None) -> None:
         """``logits``/``labels`` ``[B, T]``, ``user_id``/``domain`` ``[B]``, ``mask [B, T]``
-        (True = label present). The loss is transfer.metrics.ne's, in float64."""
+        (True = label present). The loss is gemkd.transfer.metrics.ne's, in float64."""
         x, y = logits.detach().to(_F64), labels.detach().to(_F64)
         present = torch.isfinite(y) if mask is None else mask.detach() & torch.isfinite(y)
         y = torch.where(present, y, torch.zeros_like(y))

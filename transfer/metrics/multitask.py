@@ -21,9 +21,9 @@ import torch
 from torchmetrics import Metric
 from torchmetrics.utilities.data import dim_zero_cat
 
-from transfer.metrics.auc import binary_auc
-from transfer.metrics.calibration import _calibration_from_sums
-from transfer.metrics.ne import _check_base_rate, _log_loss, _ne_from_sums
+from gemkd.transfer.metrics.auc import binary_auc
+from gemkd.transfer.metrics.calibration import _calibration_from_sums
+from gemkd.transfer.metrics.ne import _check_base_rate, _log_loss, _ne_from_sums
 
 _F64 = torch.float64
 ALL = "all"

@@ -2,12 +2,12 @@
 
 A batch of B sequences is ``values [N]`` or ``[N, D]`` plus ``offsets`` int64 ``[B+1]``
 (``offsets[0] == 0``, ``offsets[-1] == N``, non-decreasing; empty segments allowed), events
-oldest first within a segment. Each op has a PyTorch reference (``transfer.ops.reference``) and a
-Triton kernel (``transfer.ops.triton_kernels``), chosen per call with ``kernel="auto" | "torch" |
-"triton"``: Triton for CUDA tensors, the reference on CPU.
+oldest first within a segment. Each op has a PyTorch reference (``gemkd.transfer.ops.reference``)
+and a Triton kernel (``gemkd.transfer.ops.triton_kernels``), chosen per call with ``kernel="auto" |
+"torch" | "triton"``: Triton for CUDA tensors, the reference on CPU.
 """
 
-from transfer.ops.dispatch import (
+from gemkd.transfer.ops.dispatch import (
     KERNELS,
     jagged_target_attention,
     jagged_to_padded,
@@ -19,7 +19,7 @@ from transfer.ops.dispatch import (
     select_kernel,
     triton_available,
 )
-from transfer.ops.truncate import keep_last
+from gemkd.transfer.ops.truncate import keep_last
 
 __all__ = [
     "KERNELS",

@@ -23,7 +23,7 @@ import os
 import torch
 from torch import Tensor
 
-from transfer.ops import reference
+from gemkd.transfer.ops import reference
 
 __all__ = [
     "KERNELS",
@@ -96,7 +96,7 @@ def select_kernel(kernel: str, device: torch.device) -> str:
 
 
 def _triton():
-    from transfer.ops import triton_kernels
+    from gemkd.transfer.ops import triton_kernels
 
     return triton_kernels
 

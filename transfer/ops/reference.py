@@ -6,10 +6,10 @@ indexing) so autograd derives every backward, and so that no function needs a ho
 ids come from ``repeat_interleave(..., output_size=N)`` with ``N = values.shape[0]`` already known
 on the host.
 
-Inputs are assumed valid (``transfer.ops`` validates them once, before dispatch): ``offsets`` is
-a 1-D int64 tensor ``[B+1]`` on the values' device with ``offsets[0] == 0``,
-``offsets[-1] == N`` and non-decreasing entries. Reductions accumulate in float32 for
-fp16/bf16/fp32 inputs (float64 for float64 inputs) and cast back to the input dtype.
+Inputs are assumed valid (``gemkd.transfer.ops`` validates them once, before dispatch): ``offsets``
+is a 1-D int64 tensor ``[B+1]`` on the values' device with ``offsets[0] == 0``, ``offsets[-1] == N``
+and non-decreasing entries. Reductions accumulate in float32 for fp16/bf16/fp32 inputs (float64 for
+float64 inputs) and cast back to the input dtype.
 """
 
 from __future__ import annotations

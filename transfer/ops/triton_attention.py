@@ -1,7 +1,7 @@
 """Triton target attention over jagged keys/values (DESIGN §7): online softmax forward, one fused
 backward kernel that recomputes the probabilities from the saved log-sum-exp (flash-attention
 style) and gives dq, dk and dv in a single pass over each segment. Same conventions as
-:mod:`transfer.ops.triton_kernels` (one program per segment, ``BLOCK_N`` row tiles, float32
+:mod:`gemkd.transfer.ops.triton_kernels` (one program per segment, ``BLOCK_N`` row tiles, float32
 accumulators; CPU tensors need ``TRITON_INTERPRET=1`` before triton is imported)."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-from transfer.ops.triton_common import acc as _acc
+from gemkd.transfer.ops.triton_common import acc as _acc
 
 __all__ = ["jagged_target_attention"]
 

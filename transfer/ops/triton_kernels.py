@@ -8,16 +8,16 @@ float64 inputs); outputs are cast back to the input dtype.
 On CPU tensors the kernels run in the Triton interpreter, which needs ``TRITON_INTERPRET=1``
 in the environment *before triton is first imported*: ``triton.jit`` (for these kernels and for
 ``triton.language``'s own helpers such as ``tl.sum``) picks interpreted or compiled at import.
-``transfer.ops.dispatch`` checks this and says so instead of failing inside the interpreter.
+``gemkd.transfer.ops.dispatch`` checks this and says so instead of failing inside the interpreter.
 
 Backward passes:
 - segment sum/mean: a broadcast kernel (``_segment_bcast_kernel``).
 - segment max: a torch ``scatter`` of the output gradient to the argmax rows that the forward
   kernel saved (one memory-bound op; a kernel would not be faster).
 - jagged↔padded: each direction's backward is the other direction's kernel.
-- target attention: :mod:`transfer.ops.triton_attention`.
+- target attention: :mod:`gemkd.transfer.ops.triton_attention`.
 
-Callers (``transfer.ops``) validate inputs and route degenerate shapes (B == 0, N == 0,
+Callers (``gemkd.transfer.ops``) validate inputs and route degenerate shapes (B == 0, N == 0,
 D == 0) to the reference, so every launch here has a non-empty grid and non-empty tensors.
 """
 
@@ -28,9 +28,9 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-from transfer.ops.triton_attention import jagged_target_attention
-from transfer.ops.triton_common import BLOCK_N as _BLOCK_N
-from transfer.ops.triton_common import acc as _acc
+from gemkd.transfer.ops.triton_attention import jagged_target_attention
+from gemkd.transfer.ops.triton_common import BLOCK_N as _BLOCK_N
+from gemkd.transfer.ops.triton_common import acc as _acc
 
 __all__ = [
     "jagged_target_attention",
@@ -332,7 +332,7 @@ class _PaddedToJagged(torch.autograd.Function):
 
 
 # --------------------------------------------------------------------------------------------
-# entry points (inputs already validated by transfer.ops)
+# entry points (inputs already validated by gemkd.transfer.ops)
 # --------------------------------------------------------------------------------------------
 
 

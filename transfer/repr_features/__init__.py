@@ -2,12 +2,12 @@
 joined as-of to each student example (the user's codes strictly before its time).
 
 The compressor that makes the codes and the attention pool that reads them are models, so they
-live in ``adapters`` (``adapters.compressor``, ``adapters.code_attention``); this package holds
-what needs no model: quantisation, the code store, the as-of join and mean pooling.
+live in ``adapters`` (``gemkd.adapters.compressor``, ``gemkd.adapters.code_attention``); this
+package holds what needs no model: quantisation, the code store, the as-of join and mean pooling.
 """
 
-from transfer.repr_features.asof import AsOfCodes, has_history, pool_mean
-from transfer.repr_features.codes import (
+from gemkd.transfer.repr_features.asof import AsOfCodes, has_history, pool_mean
+from gemkd.transfer.repr_features.codes import (
     BITS,
     CODES_FILE,
     CODES_JSON,

@@ -12,8 +12,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from transfer.ops import segment_mean
-from transfer.repr_features.codes import CodeStore
+from gemkd.transfer.ops import segment_mean
+from gemkd.transfer.repr_features.codes import CodeStore
 
 
 def _as_int64(name: str, a: np.ndarray | torch.Tensor) -> np.ndarray:

@@ -9,7 +9,7 @@ inside ``atomic_directory``: a directory with a valid ``codes.json`` is a finish
 reader proves the file is the one that was written before it trusts a single code.
 
 The quantisation helpers live here (not in ``adapters``) because ``transfer`` must dequantise codes
-itself and may not import the model packages; ``adapters.compressor`` re-exports them.
+itself and may not import the model packages; ``gemkd.adapters.compressor`` re-exports them.
 """
 
 from __future__ import annotations
@@ -23,10 +23,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import torch
 
-from transfer.errors import StoreError
-from transfer.io import fs
-from transfer.io.integrity import int_ids, read_json_object, sha256_file
-from transfer.io.publish import output_directory
+from gemkd.transfer.errors import StoreError
+from gemkd.transfer.io import fs
+from gemkd.transfer.io.integrity import int_ids, read_json_object, sha256_file
+from gemkd.transfer.io.publish import output_directory
 
 CODES_JSON = "codes.json"
 CODES_FILE = "codes.parquet"

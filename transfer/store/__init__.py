@@ -7,18 +7,18 @@ reading or joining a store does not pay for importing Lightning.
 
 from typing import Any
 
-from transfer.options import EMB_DTYPES
-from transfer.store.format import PREDICTION_KEYS
-from transfer.store.join import JoinResult, Policy, TeacherJoin
-from transfer.store.manifest import (
+from gemkd.transfer.options import EMB_DTYPES
+from gemkd.transfer.store.format import PREDICTION_KEYS
+from gemkd.transfer.store.join import JoinResult, Policy, TeacherJoin
+from gemkd.transfer.store.manifest import (
     MANIFEST_NAME,
     SCHEMA_VERSION,
     Manifest,
     ShardInfo,
     weights_hash,
 )
-from transfer.store.reader import TeacherStore, embeddings_of
-from transfer.store.writer import StoreWriter, dedupe_shards, quantize_int8, store_schema
+from gemkd.transfer.store.reader import TeacherStore, embeddings_of
+from gemkd.transfer.store.writer import StoreWriter, dedupe_shards, quantize_int8, store_schema
 
 __all__ = [
     "EMB_DTYPES",
@@ -43,7 +43,7 @@ __all__ = [
 
 def __getattr__(name: str) -> Any:
     if name == "StoreCallback":
-        from transfer.store import prediction_writer
+        from gemkd.transfer.store import prediction_writer
 
         return getattr(prediction_writer, name)
-    raise AttributeError(f"module 'transfer.store' has no attribute {name!r}")
+    raise AttributeError(f"module 'gemkd.transfer.store' has no attribute {name!r}")

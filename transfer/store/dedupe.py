@@ -10,10 +10,10 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from transfer.errors import StoreError
-from transfer.io.integrity import sha256_file
-from transfer.store.format import write_shard_file
-from transfer.store.manifest import ShardInfo
+from gemkd.transfer.errors import StoreError
+from gemkd.transfer.io.integrity import sha256_file
+from gemkd.transfer.store.format import write_shard_file
+from gemkd.transfer.store.manifest import ShardInfo
 
 
 def dedupe_shards(root: Path, shards: list[ShardInfo],

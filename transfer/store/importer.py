@@ -21,10 +21,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
-from transfer.errors import DataError, StoreError
-from transfer.io import fs
-from transfer.store.manifest import Manifest
-from transfer.store.writer import StoreWriter
+from gemkd.transfer.errors import DataError, StoreError
+from gemkd.transfer.io import fs
+from gemkd.transfer.store.manifest import Manifest
+from gemkd.transfer.store.writer import StoreWriter
 
 KEYS = ("day", "domain", "user_id", "ts")
 NO_LAYER = "none"
@@ -60,8 +60,8 @@ def _float_column(table: pa.Table, name: str, src: Path) -> np.ndarray:
 
 def _dataset_keys(data: str | Path) -> tuple[np.ndarray, dict[str, np.ndarray]]:
     """example_id (sorted) and the key columns of every row of a gemkd dataset."""
-    from transfer.data.schema import DatasetSchema
-    from transfer.data.writer import day_path
+    from gemkd.transfer.data.schema import DatasetSchema
+    from gemkd.transfer.data.writer import day_path
 
     schema = DatasetSchema.load(data)
     filesystem, _ = fs.resolve(data)

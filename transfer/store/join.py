@@ -16,10 +16,10 @@ from typing import Literal
 import numpy as np
 import torch
 
-from transfer.data.batch import Batch
-from transfer.errors import StoreError
-from transfer.io.integrity import int_ids
-from transfer.store.reader import TeacherStore
+from gemkd.transfer.data.batch import Batch
+from gemkd.transfer.errors import StoreError
+from gemkd.transfer.io.integrity import int_ids
+from gemkd.transfer.store.reader import TeacherStore
 
 Policy = Literal["error", "mask"]
 _F16_TO_F32 = np.arange(1 << 16, dtype=np.uint16).view(np.float16).astype(np.float32)

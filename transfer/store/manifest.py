@@ -18,10 +18,10 @@ from typing import Any
 
 import torch
 
-from transfer.errors import StoreError
-from transfer.io import fs
-from transfer.io.integrity import read_json_object
-from transfer.options import EMB_DTYPES, EmbDtype
+from gemkd.transfer.errors import StoreError
+from gemkd.transfer.io import fs
+from gemkd.transfer.io.integrity import read_json_object
+from gemkd.transfer.options import EMB_DTYPES, EmbDtype
 
 SCHEMA_VERSION = 1
 MANIFEST_NAME = "manifest.json"

@@ -30,11 +30,11 @@ import torch
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.utilities import rank_zero_warn
 
-from transfer.errors import StoreError
-from transfer.io import fs
-from transfer.store.format import PREDICTION_KEYS
-from transfer.store.manifest import Manifest
-from transfer.store.writer import StoreWriter
+from gemkd.transfer.errors import StoreError
+from gemkd.transfer.io import fs
+from gemkd.transfer.store.format import PREDICTION_KEYS
+from gemkd.transfer.store.manifest import Manifest
+from gemkd.transfer.store.writer import StoreWriter
 
 
 class StoreCallback(Callback):

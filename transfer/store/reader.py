@@ -18,11 +18,11 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
-from transfer.errors import StoreError
-from transfer.io import fs
-from transfer.io.integrity import sha256_file
-from transfer.store.format import logit_column, store_schema
-from transfer.store.manifest import Manifest, ShardInfo
+from gemkd.transfer.errors import StoreError
+from gemkd.transfer.io import fs
+from gemkd.transfer.io.integrity import sha256_file
+from gemkd.transfer.store.format import logit_column, store_schema
+from gemkd.transfer.store.manifest import Manifest, ShardInfo
 
 
 class TeacherStore:

@@ -31,14 +31,14 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from transfer.errors import StoreError
-from transfer.io import fs
-from transfer.io.atomic import atomic_write_bytes
-from transfer.io.integrity import sha256_file
-from transfer.io.publish import output_directory
-from transfer.options import EMB_DTYPES
-from transfer.store.dedupe import dedupe_shards
-from transfer.store.format import (
+from gemkd.transfer.errors import StoreError
+from gemkd.transfer.io import fs
+from gemkd.transfer.io.atomic import atomic_write_bytes
+from gemkd.transfer.io.integrity import sha256_file
+from gemkd.transfer.io.publish import output_directory
+from gemkd.transfer.options import EMB_DTYPES
+from gemkd.transfer.store.dedupe import dedupe_shards
+from gemkd.transfer.store.format import (
     KEY_COLUMNS,
     ROW_ARRAYS,
     parquet_options,
@@ -49,7 +49,7 @@ from transfer.store.format import (
     to_float16,
     to_numpy,
 )
-from transfer.store.manifest import MANIFEST_NAME, Manifest, ShardInfo
+from gemkd.transfer.store.manifest import MANIFEST_NAME, Manifest, ShardInfo
 
 __all__ = ["StoreWriter", "dedupe_shards", "parquet_options", "quantize_int8", "store_schema",
            "to_float16"]

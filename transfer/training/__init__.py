@@ -1,7 +1,7 @@
 """Lightning training for any multi-task ranking model (teachers now, students later)."""
 
-from transfer.training.ranking_module import RankingModule, fsdp_mesh, shard_model
-from transfer.training.trainer import (
+from gemkd.transfer.training.ranking_module import RankingModule, fsdp_mesh, shard_model
+from gemkd.transfer.training.trainer import (
     ResumableLoader,
     Throughput,
     build_trainer,

@@ -20,8 +20,8 @@ from lightning.fabric.loggers.logger import rank_zero_experiment
 from lightning.pytorch.loggers import CSVLogger, Logger
 from lightning.pytorch.loggers.csv_logs import ExperimentWriter
 
-from transfer.errors import ConfigError
-from transfer.options import TRACKERS, TrackerKind
+from gemkd.transfer.errors import ConfigError
+from gemkd.transfer.options import TRACKERS, TrackerKind
 
 _EXTRAS = {"tensorboard": "tensorboard", "mlflow": "mlflow"}  # tracker -> module it needs
 

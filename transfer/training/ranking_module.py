@@ -1,10 +1,10 @@
 """``RankingModule``: the LightningModule that trains any multi-task ranking model.
 
-The wrapped model is any teacher (:mod:`transfer.models`): ``forward(batch)`` returns a
+The wrapped model is any teacher (:mod:`gemkd.transfer.models`): ``forward(batch)`` returns a
 ``TeacherOutput`` (``logits [B, n_tasks]``, ``repr {name: [B, dim]}``).
 The module owns the loss (per-task BCE-with-logits, weighted, optional label mask), the two
 AdamW parameter groups (embedding tables vs dense weights), evaluation metrics
-(:class:`transfer.metrics.RankingMetrics`), the prediction rows a teacher-output store writer
+(:class:`gemkd.transfer.metrics.RankingMetrics`), the prediction rows a teacher-output store writer
 consumes, and FSDP2 sharding under Lightning's ``ModelParallelStrategy``.
 """
 
@@ -20,9 +20,9 @@ import torch.nn.functional as F
 from lightning.pytorch.strategies import ModelParallelStrategy
 from torch import Tensor, nn
 
-from transfer.data.batch import Batch
-from transfer.metrics import RankingMetrics
-from transfer.models import TeacherOutput, fsdp_units, start_output_bias
+from gemkd.transfer.data.batch import Batch
+from gemkd.transfer.metrics import RankingMetrics
+from gemkd.transfer.models import TeacherOutput, fsdp_units, start_output_bias
 
 
 def fsdp_mesh(device_mesh):
@@ -42,8 +42,8 @@ def fsdp_mesh(device_mesh):
 
 
 def shard_model(model: nn.Module, mesh, **fsdp_kwargs: Any) -> nn.Module:
-    """FSDP2: ``fully_shard`` every unit of ``model`` (:func:`transfer.models.fsdp_units`), then
-    the root, on ``mesh`` (1-D: FSDP; 2-D: HSDP)."""
+    """FSDP2: ``fully_shard`` every unit of ``model`` (:func:`gemkd.transfer.models.fsdp_units`),
+    then the root, on ``mesh`` (1-D: FSDP; 2-D: HSDP)."""
     from torch.distributed.fsdp import fully_shard
 
     for unit in fsdp_units(model):
@@ -76,11 +76,11 @@ class RankingModule(pl.LightningModule):
       ``embedding_lr`` (default ``10 * lr``), ``embedding_weight_decay`` (default 0)) and
       ``dense`` (the rest, ``lr``, ``weight_decay``).
     * ``base_rates``: ``{task: training positive rate}`` for NE (computed once by the caller, e.g.
-      :func:`transfer.training.training_base_rates`).
+      :func:`gemkd.transfer.training.training_base_rates`).
     * ``repr_layer``: the named representation returned as ``emb`` by ``predict_step``.
     * ``compile``: ``torch.compile`` the model in place in ``configure_model``.
     * ``init_output_bias``: start a model that has the ``init_output_bias(logit)`` hook
-      (:class:`transfer.models.OptionalHooks`) at the logit of each task's base rate
+      (:class:`gemkd.transfer.models.OptionalHooks`) at the logit of each task's base rate
       (``base_rates``, when every task has one), as every fresh fit should.
     * ``fsdp_replicate``: under ``ModelParallelStrategy``, ``> 1`` = hybrid sharding (HSDP): the
       data-parallel ranks form a ``(replicate, shard)`` mesh of shape
@@ -272,8 +272,8 @@ class RankingModule(pl.LightningModule):
     # ------------------------------------------------------------------ prediction
     def predict_step(self, batch: Batch, batch_idx: int, dataloader_idx: int = 0
                      ) -> dict[str, Tensor]:
-        """Rows for a teacher-output store writer (:data:`transfer.store.PREDICTION_KEYS`): ids,
-        keys, ``logits [B, T]`` and ``emb [B, dim]`` (the ``repr_layer`` representation),
+        """Rows for a teacher-output store writer (:data:`gemkd.transfer.store.PREDICTION_KEYS`):
+        ids, keys, ``logits [B, T]`` and ``emb [B, dim]`` (the ``repr_layer`` representation),
         detached."""
         out = self.model(batch)
         reprs = out.repr

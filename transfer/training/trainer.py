@@ -2,7 +2,7 @@
 
 :func:`make_trainer` is the one place a ``pl.Trainer`` is built (a teacher's fit and export, a
 domain FM's, a student's); :func:`build_trainer` is a teacher run's, writing a run directory.
-``strategy`` is a config value (:data:`transfer.options.Strategy`): ``"auto"`` (one process),
+``strategy`` is a config value (:data:`gemkd.transfer.options.Strategy`): ``"auto"`` (one process),
 ``"ddp"`` (gloo on CPU, nccl on GPU) or ``"fsdp"`` (FSDP2 through ``ModelParallelStrategy``; it
 runs on CPU over gloo too). Checkpoints go to ``out_dir/checkpoints`` (``last.ckpt`` always;
 under FSDP a sharded checkpoint directory), so every run is resumable with ``fit(...,
@@ -25,11 +25,11 @@ from lightning.pytorch.callbacks import Callback, EarlyStopping, ModelCheckpoint
 from lightning.pytorch.loggers import Logger
 from lightning.pytorch.strategies import DDPStrategy, ModelParallelStrategy
 
-from transfer.data.datamodule import AdsDataModule
-from transfer.data.reader import DatasetReader
-from transfer.errors import ConfigError
-from transfer.options import STRATEGIES, Strategy
-from transfer.training.loggers import RunCSVLogger
+from gemkd.transfer.data.datamodule import AdsDataModule
+from gemkd.transfer.data.reader import DatasetReader
+from gemkd.transfer.errors import ConfigError
+from gemkd.transfer.options import STRATEGIES, Strategy
+from gemkd.transfer.training.loggers import RunCSVLogger
 
 BEST = "best"  # checkpoints/best.ckpt: the epoch with the best validation metric
 
@@ -156,7 +156,7 @@ def make_trainer(
 ) -> pl.Trainer:
     """A ``pl.Trainer``, quiet by default (no logger, checkpoints, progress bar or model summary).
 
-    ``strategy`` is gemkd's (:data:`~transfer.options.Strategy`: ``ddp`` runs gloo on CPU,
+    ``strategy`` is gemkd's (:data:`~gemkd.transfer.options.Strategy`: ``ddp`` runs gloo on CPU,
     ``fsdp`` FSDP2); with ``accelerator="auto"`` a ``ddp``/``fsdp`` run without CUDA runs on CPU.
     ``grad_clip`` is the gradient-norm clip of automatic optimisation (a module that optimises
     manually, ``DistillModule``, clips itself and must get None here). Extra keyword arguments

@@ -14,16 +14,16 @@ from typing import ClassVar
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from transfer.methods import MethodContext, StepState, TransferMethod
-from transfer.methods.losses import masked_mean
-from transfer.models import StudentOutput
+from gemkd.transfer.methods import MethodContext, StepState, TransferMethod
+from gemkd.transfer.methods.losses import masked_mean
+from gemkd.transfer.models import StudentOutput
 
 
 class EmbeddingKD(TransferMethod):
     """``emb_weight · ‖LN(W · e_student) − LN(e_teacher)‖² / E`` per row, masked.
 
     ``emb_weight`` is tuned from ``[0.1, 1.0]`` unless the spec fixes it (a plain list is a
-    choice; a range, ``transfer.methods.LogUniform(0.01, 1.0, default=0.1)``, would let the
+    choice; a range, ``gemkd.transfer.methods.LogUniform(0.01, 1.0, default=0.1)``, would let the
     search look between and flag a choice at its edge); ``hidden`` > 0 puts a hidden layer in
     the projection (a FitNets "regressor")."""
 

@@ -14,10 +14,10 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from transfer.data.batch import Batch
-from transfer.data.schema import DatasetSchema
-from transfer.models import StudentOutput
-from transfer.ops import segment_sum
+from gemkd.transfer.data.batch import Batch
+from gemkd.transfer.data.schema import DatasetSchema
+from gemkd.transfer.models import StudentOutput
+from gemkd.transfer.ops import segment_sum
 
 USER_SIDE = ["age_bucket", "country", "device"]
 AD_SIDE = ["ad_id", "advertiser_id", "ad_category", "ad_format"]

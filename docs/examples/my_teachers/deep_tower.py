@@ -1,5 +1,5 @@
 """A user's own teacher: every categorical feature embedded, the history mean-pooled, one deep MLP
-over their concatenation. It satisfies gemkd's teacher contract (transfer.models), so `teacher
+over their concatenation. It satisfies gemkd's teacher contract (gemkd.transfer.models), so `teacher
 fit`, `teacher export`, the store, LoopFM codes and every transfer method use it as they use GEM.
 """
 
@@ -8,11 +8,11 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from transfer.data.batch import Batch
-from transfer.data.schema import DatasetSchema
-from transfer.layers import HashedEmbedding
-from transfer.models import TeacherOutput
-from transfer.ops import segment_mean
+from gemkd.transfer.data.batch import Batch
+from gemkd.transfer.data.schema import DatasetSchema
+from gemkd.transfer.layers import HashedEmbedding
+from gemkd.transfer.models import TeacherOutput
+from gemkd.transfer.ops import segment_mean
 
 
 class DeepTower(nn.Module):

@@ -18,13 +18,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from transfer.data.importer import encode, negatives, sides, source, times
-from transfer.data.importer.mapping import Mapping
-from transfer.data.importer.write import Events, write_dataset
-from transfer.data.ranges import N_AGE_BUCKETS, equal_count_days
-from transfer.data.schema import SAMPLED_COLUMN, SCHEMA_FILE, DatasetSchema, Feature
-from transfer.errors import ConfigError, DataError
-from transfer.io.publish import output_directory
+from gemkd.transfer.data.importer import encode, negatives, sides, source, times
+from gemkd.transfer.data.importer.mapping import Mapping
+from gemkd.transfer.data.importer.write import Events, write_dataset
+from gemkd.transfer.data.ranges import N_AGE_BUCKETS, equal_count_days
+from gemkd.transfer.data.schema import SAMPLED_COLUMN, SCHEMA_FILE, DatasetSchema, Feature
+from gemkd.transfer.errors import ConfigError, DataError
+from gemkd.transfer.io.publish import output_directory
 
 log = logging.getLogger(__name__)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from transfer.errors import DataError
+from gemkd.transfer.errors import DataError
 
 OTHER = "other"
 MAX_DOMAINS = np.iinfo(np.int16).max

@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from transfer.config import load_yaml
-from transfer.data.schema import KEY_COLUMNS, SAMPLED_COLUMN
-from transfer.errors import ConfigError
+from gemkd.transfer.config import load_yaml
+from gemkd.transfer.data.schema import KEY_COLUMNS, SAMPLED_COLUMN
+from gemkd.transfer.errors import ConfigError
 
 TIME_UNITS = {"s": 10**9, "ms": 10**6, "us": 10**3, "ns": 1, "iso": 1}  # → nanoseconds
 OPS = (">=", ">", "<=", "<", "==", "!=")

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from transfer.data.importer.mapping import Negatives
+from gemkd.transfer.data.importer.mapping import Negatives
 
 ROUNDS = 64
 

@@ -8,9 +8,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from transfer.data.importer import encode, source
-from transfer.data.importer.mapping import Column, Mapping, SideTable
-from transfer.errors import ConfigError, DataError
+from gemkd.transfer.data.importer import encode, source
+from gemkd.transfer.data.importer.mapping import Column, Mapping, SideTable
+from gemkd.transfer.errors import ConfigError, DataError
 
 
 @dataclass

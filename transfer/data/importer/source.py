@@ -14,8 +14,8 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from transfer.data.importer.mapping import Label
-from transfer.errors import DataError
+from gemkd.transfer.data.importer.mapping import Label
+from gemkd.transfer.errors import DataError
 
 CSV_SUFFIXES = (".csv", ".csv.gz")
 PARQUET_SUFFIXES = (".parquet", ".pq")

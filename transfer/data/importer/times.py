@@ -15,9 +15,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from transfer.data.importer.mapping import TIME_UNITS, Time
-from transfer.data.importer.source import fail, numbers, place, show
-from transfer.errors import DataError
+from gemkd.transfer.data.importer.mapping import TIME_UNITS, Time
+from gemkd.transfer.data.importer.source import fail, numbers, place, show
+from gemkd.transfer.errors import DataError
 
 EARLIEST_NS = int(pd.Timestamp("1990-01-01").value)
 TOLERANCE_NS = 86_400 * 10**9  # clocks of the log's machines may run a little ahead

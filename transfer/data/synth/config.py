@@ -15,7 +15,7 @@ a particular model wins; each one's reason:
   feedback in production); a background ad click weighs affinity as the click label does
   (``affinity_scale``). One event then says little about a user's individual taste and a few
   hundred say a lot: the information in a history keeps growing well past 20 events, as
-  production's long-sequence models find (see ``transfer.data.synth.feature_oracle``).
+  production's long-sequence models find (see ``gemkd.transfer.data.synth.feature_oracle``).
 - ``stable_interest`` 0.8: most of a user's taste is a stable core; the rest is short-term
   interest that random-walks (``drift``). In production long histories pay because core
   interests last for months; with the whole vector random-walking (0, the first

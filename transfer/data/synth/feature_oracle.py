@@ -41,15 +41,15 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from transfer.data import validate
-from transfer.data.ranges import N_AGE_BUCKETS
-from transfer.data.schema import DatasetSchema
-from transfer.data.synth.config import SynthConfig
-from transfer.data.synth.impressions import LabelLogits, label_logits
-from transfer.data.synth.timeline import ACTION_LIKE, ACTION_VIEW
-from transfer.data.synth.world import World, build_world
-from transfer.data.writer import day_path
-from transfer.errors import DataError
+from gemkd.transfer.data import validate
+from gemkd.transfer.data.ranges import N_AGE_BUCKETS
+from gemkd.transfer.data.schema import DatasetSchema
+from gemkd.transfer.data.synth.config import SynthConfig
+from gemkd.transfer.data.synth.impressions import LabelLogits, label_logits
+from gemkd.transfer.data.synth.timeline import ACTION_LIKE, ACTION_VIEW
+from gemkd.transfer.data.synth.world import World, build_world
+from gemkd.transfer.data.writer import day_path
+from gemkd.transfer.errors import DataError
 
 HISTORY_LENGTHS: tuple[int | None, ...] = (5, 20, 256, None)  # None = the whole history
 N_CLASSES = 3  # view, like, ad (click or conversion)

@@ -7,23 +7,23 @@ from pathlib import Path
 
 import numpy as np
 
-from transfer.data.ranges import N_AGE_BUCKETS
-from transfer.data.schema import SCHEMA_FILE, DatasetSchema, Feature
-from transfer.data.synth.config import SynthConfig
-from transfer.data.synth.impressions import impressions_for_day
-from transfer.data.synth.timeline import N_ACTIONS, build_timeline
-from transfer.data.synth.world import (
+from gemkd.transfer.data.ranges import N_AGE_BUCKETS
+from gemkd.transfer.data.schema import SCHEMA_FILE, DatasetSchema, Feature
+from gemkd.transfer.data.synth.config import SynthConfig
+from gemkd.transfer.data.synth.impressions import impressions_for_day
+from gemkd.transfer.data.synth.timeline import N_ACTIONS, build_timeline
+from gemkd.transfer.data.synth.world import (
     N_AD_FORMATS,
     N_COUNTRIES,
     N_DEVICES,
     build_world,
     domain_names,
 )
-from transfer.data.synth.world import (
+from gemkd.transfer.data.synth.world import (
     N_AGE_BUCKETS as N_USER_AGE,
 )
-from transfer.data.writer import write_day
-from transfer.io.publish import output_directory
+from gemkd.transfer.data.writer import write_day
+from gemkd.transfer.io.publish import output_directory
 
 log = logging.getLogger(__name__)
 TASKS = ["click", "conversion", "engage"]

@@ -7,8 +7,8 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from transfer.data.synth.timeline import ACTION_CLICK, ACTION_CONVERSION, DAY, Timeline
-from transfer.data.synth.world import World
+from gemkd.transfer.data.synth.timeline import ACTION_CLICK, ACTION_CONVERSION, DAY, Timeline
+from gemkd.transfer.data.synth.world import World
 
 EPOCH = 1_700_000_000  # ts of the start of day 0
 

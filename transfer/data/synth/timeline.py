@@ -11,8 +11,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from transfer.data.ranges import age_buckets, gather_ranges
-from transfer.data.synth.world import World
+from gemkd.transfer.data.ranges import age_buckets, gather_ranges
+from gemkd.transfer.data.synth.world import World
 
 DAY = 86_400
 ACTION_VIEW, ACTION_LIKE, ACTION_CLICK, ACTION_CONVERSION = 0, 1, 2, 3
