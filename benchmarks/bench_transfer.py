@@ -13,7 +13,7 @@ the epoch's start to its last training batch (data loading included), read by a 
 start-up included) is recorded too; the test pass after ``fit`` is not timed.
 
 The store, the codes and the data come from the run's own cached steps
-(``gemkd.experiments.run.steps``: ``fit_teacher`` / ``export_teacher`` / ``build_codes``) in a
+(``gemkd.experiments.run``: ``cached_fit`` / ``cached_export`` / ``build_codes``) in a
 temporary directory; to keep that cheap the teacher is the tiny GEM trained for ``--teacher-steps``
 steps and the compressor trains for one epoch. Neither changes the timed path (same join, loss and
 lookups).
@@ -72,12 +72,18 @@ from benchmarks.common import (  # noqa: E402
     sync,
     write_json,
 )
-from gemkd.experiments.run import steps  # noqa: E402
+from gemkd.experiments.run.codes_step import build_codes  # noqa: E402
+from gemkd.experiments.run.data_sources import prepare_data  # noqa: E402
 from gemkd.experiments.run.student import (  # noqa: E402
     Inputs,
     StudentJob,
     student_projection,
     train_student,
+)
+from gemkd.experiments.run.teacher_steps import (  # noqa: E402
+    cached_export,
+    cached_fit,
+    teacher_config,
 )
 from gemkd.experiments.spec import PluginSpec, RunSpec, TeacherSpec, VariantSpec, load_spec  # noqa: E402
 from gemkd.students import build_student  # noqa: E402
@@ -128,13 +134,13 @@ def build_inputs(spec: RunSpec, cache: Path, teacher_steps: int) -> tuple[Path, 
     def log(msg: str) -> None:
         print(f"  [setup] {msg}", flush=True)
 
-    data, data_key = steps.prepare_data(spec, cache, log)
+    data, data_key = prepare_data(spec, cache, log)
     which = TeacherSpec("tiny", overrides={"max_seq_len": spec.teacher.overrides.get("max_seq_len"),
                                            "max_steps": teacher_steps, "log_every_n_steps": 1})
-    run = steps.fit_teacher(steps.teacher_config(spec, 0, which), data, data_key, cache,
+    run = cached_fit(teacher_config(spec, 0, which), data, data_key, cache,
                             log)
-    store = steps.export_teacher(run, data, spec.repr.layer or "trunk", cache, log)
-    codes = steps.build_codes(store, spec.teacher_window(0),
+    store = cached_export(run, data, spec.repr.layer or "trunk", cache, log)
+    codes = build_codes(store, spec.teacher_window(0),
                               dataclasses.replace(spec.repr, epochs=1), spec.seeds[0], cache, log)
     return data, store, codes
 

@@ -44,7 +44,7 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks.common import write_json  # noqa: E402
 from benchmarks.teacher_eval import evaluate_teacher  # noqa: E402
-from gemkd.experiments.run.steps import (  # noqa: E402
+from gemkd.experiments.run.evaluation import (  # noqa: E402
     eval_metrics,
     feature_oracle_metrics,
     has_oracle,

@@ -10,10 +10,11 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from gemkd.experiments.run import steps
+from gemkd.experiments.run.codes_step import build_codes
 from gemkd.experiments.run.domain_fm import fit_domain_fms
 from gemkd.experiments.run.methods import variant_needs
 from gemkd.experiments.run.student import Inputs
+from gemkd.experiments.run.teacher_steps import cached_export, cached_fit, teacher_config
 from gemkd.experiments.spec.model import RunSpec
 from gemkd.transfer.io import fs
 
@@ -51,21 +52,21 @@ def lag_inputs(spec: RunSpec, lag: int, data, data_key: dict, fm_domains: list[s
         stores = {"gem": fs.as_where(spec.teacher.store)}
         log(f"  teacher: the imported store {stores['gem']}")
     else:
-        gem_cfg = steps.teacher_config(spec, lag, spec.teacher)
-        gem_run = steps.fit_teacher(gem_cfg, data, data_key, cache, log, tracker=tracker,
+        gem_cfg = teacher_config(spec, lag, spec.teacher)
+        gem_run = cached_fit(gem_cfg, data, data_key, cache, log, tracker=tracker,
                                     run_name=f"teacher-lag{lag}")
         layer = spec.repr.layer or gem_cfg.repr_layer
-        stores = {"gem": steps.export_teacher(gem_run, data, layer, cache, log)}
+        stores = {"gem": cached_export(gem_run, data, layer, cache, log)}
         ckpt = best_or_last(gem_run)
     if any(v.teacher == "domain_fm" for v in spec.variants):
-        fm_cfg = steps.teacher_config(spec, lag, spec.hierarchical)
+        fm_cfg = teacher_config(spec, lag, spec.hierarchical)
         if fm_cfg.init_from == "gem":  # the domain FMs start from this lag's GEM (validated)
             fm_cfg = dataclasses.replace(fm_cfg, init_from=str(best_or_last(gem_run)))
         stores["domain_fm"] = fit_domain_fms(fm_cfg, data, data_key, stores["gem"], fm_domains,
                                              cache, log)
     codes = None
     if "codes" in needs:
-        codes = steps.build_codes(stores["gem"], spec.teacher_window(lag), spec.repr,
+        codes = build_codes(stores["gem"], spec.teacher_window(lag), spec.repr,
                                   spec.seeds[0], cache, log)
     return InputPaths(stores, codes, ckpt)
 

@@ -23,8 +23,15 @@ from typing import Any
 import pandas as pd
 import yaml
 
-from gemkd.experiments.run import steps
 from gemkd.experiments.run.context import LagCell, RunContext
+from gemkd.experiments.run.data_sources import data_plan, prepare_data
+from gemkd.experiments.run.evaluation import (
+    eval_metrics,
+    feature_oracle_metrics,
+    has_oracle,
+    oracle_logits,
+    store_logits,
+)
 from gemkd.experiments.run.executors import Executor, Serial
 from gemkd.experiments.run.inputs import inputs_tag, lag_inputs
 from gemkd.experiments.run.jobs import StudentRun
@@ -91,7 +98,7 @@ def _holds_work(out: Path) -> bool:
 
 
 def _run(spec: RunSpec, out: Path, tracker, sync, executor: Executor) -> pd.DataFrame:
-    plan = steps.data_plan(spec)
+    plan = data_plan(spec)
     runs, n_steps = count_work(spec, plan.make is not None)
     log = Progress(out / "log.txt", runs, n_steps, on_change=sync)
     ctx = RunContext(spec, out, log, executor, tracker, load_done(out / "runs.jsonl"))
@@ -130,7 +137,7 @@ def _world(ctx: RunContext, world: int | None, tuning_rows: list[dict]) -> list[
     spec, log = ctx.spec, ctx.log
     if world is not None:
         log(f"=== world {world}")
-    data, data_key = steps.prepare_data(spec, ctx.cache, log, world)
+    data, data_key = prepare_data(spec, ctx.cache, log, world)
     from gemkd.transfer.data.schema import DatasetSchema
 
     schema = DatasetSchema.load(data)
@@ -140,10 +147,10 @@ def _world(ctx: RunContext, world: int | None, tuning_rows: list[dict]) -> list[
     eval_days = tuple(spec.eval_days)
     base_rates = training_base_rates(data, tuple(spec.student_days), tasks, only)
     oracle, feature = {}, {}
-    if steps.has_oracle(data):  # the floor, and what a model could reach from what it sees
-        oracle = steps.eval_metrics(data, eval_days, tasks, domains, base_rates,
-                                    steps.oracle_logits, only)
-        feature = steps.feature_oracle_metrics(data, eval_days, tasks, domains, base_rates, only)
+    if has_oracle(data):  # the floor, and what a model could reach from what it sees
+        oracle = eval_metrics(data, eval_days, tasks, domains, base_rates,
+                                    oracle_logits, only)
+        feature = feature_oracle_metrics(data, eval_days, tasks, domains, base_rates, only)
     label = world if world is not None else int(data_key.get("seed", 0) or 0)
     rows = []
     for lag in spec.lags:
@@ -153,8 +160,8 @@ def _world(ctx: RunContext, world: int | None, tuning_rows: list[dict]) -> list[
                             ctx.tracker)
         cell = LagCell(label, lag, data, train_end, inputs, inputs_tag(spec, inputs), base_rates,
                        "" if world is None else f"w{world}|")
-        sources = {name: steps.eval_metrics(data, eval_days, tasks, domains, base_rates,
-                                            steps.store_logits(store, tasks), only,
+        sources = {name: eval_metrics(data, eval_days, tasks, domains, base_rates,
+                                            store_logits(store, tasks), only,
                                             clusters=cell.clusters(ctx.out, f"teacher__{name}"))
                    for name, store in inputs.stores.items()}
         for name, m in sources.items():

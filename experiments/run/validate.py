@@ -4,8 +4,9 @@ after minutes of teacher training that leaves a half-made run directory)."""
 from __future__ import annotations
 
 from gemkd.adapters.methods import BUILTIN_METHODS
-from gemkd.experiments.run import steps
+from gemkd.experiments.run.data_sources import data_plan
 from gemkd.experiments.run.methods import check_variant, method_class, search_space, variant_needs
+from gemkd.experiments.run.teacher_steps import teacher_config
 from gemkd.experiments.spec.model import PluginSpec, RunSpec
 from gemkd.transfer.errors import ConfigError
 
@@ -17,13 +18,13 @@ def check_spec(spec: RunSpec) -> None:
     init_args, an imported store's manifest."""
     from gemkd.students.registry import check_init_args, resolve_student_class
 
-    plan = steps.data_plan(spec)
+    plan = data_plan(spec)
     check_data(spec, plan.days, plan.domains, plan.tasks, data_name(spec))
     for lag in spec.lags:
         gem = (None if spec.teacher.store is not None
-               else steps.teacher_config(spec, lag, spec.teacher))
+               else teacher_config(spec, lag, spec.teacher))
         if any(v.teacher == "domain_fm" for v in spec.variants):
-            fm = steps.teacher_config(spec, lag, spec.hierarchical)
+            fm = teacher_config(spec, lag, spec.hierarchical)
             if fm.init_from == "gem":
                 check_warm_start(spec, fm, gem)
     if spec.teacher.store is not None:

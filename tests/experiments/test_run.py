@@ -16,7 +16,7 @@ import yaml
 from gemkd.experiments.cli import main
 from gemkd.experiments.run.domain_fm import PerDomainModels, fit_domain_fms
 from gemkd.experiments.run.results import RESULT_COLUMNS, derive
-from gemkd.experiments.run.steps import teacher_config
+from gemkd.experiments.run.teacher_steps import teacher_config
 from gemkd.experiments.spec import TeacherSpec, apply_sets, load_spec, parse_set
 from gemkd.transfer.data.schema import DatasetSchema
 from gemkd.transfer.data.writer import day_path

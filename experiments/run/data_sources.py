@@ -1,0 +1,176 @@
+"""Where a run's data comes from: one builder per ``data.source`` in a registry (as methods and
+students are), each turning the spec's ``data:`` section into a :class:`DataPlan` — the data
+step's cache key, its builder and, where the config alone tells them, the days, domains and tasks
+the data will have (checked against the spec before any work)."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from gemkd.experiments.run.cache import cached_step
+from gemkd.experiments.spec.model import RunSpec
+from gemkd.experiments.teacher_config import EXPERIMENTS, find_config
+from gemkd.transfer.config import build_dataclass, load_yaml
+from gemkd.transfer.errors import ConfigError
+from gemkd.transfer.io import fs
+
+SHARED_DATA = EXPERIMENTS.parents[1] / "shared" / "data"
+DEFAULT_MOVIELENS = SHARED_DATA / "movielens_latest_small"
+DEFAULT_KUAIRAND = SHARED_DATA / "kuairand_pure_slice"
+MAPPINGS = EXPERIMENTS / "data" / "mappings"
+
+
+def _options(d, source: str, known: dict[str, Any]) -> dict[str, Any]:
+    """The section's extra keys, checked against ``known`` (name → default)."""
+    extra = dict(d.overrides)
+    if d.preset is not None:
+        extra["preset"] = d.preset
+    unknown = sorted(set(extra) - set(known))
+    if unknown:
+        raise ConfigError(f"spec data: unknown key {unknown[0]!r} for source {source} (keys: "
+                          f"src, {', '.join(known)})")
+    return {k: extra.get(k, v) for k, v in known.items()}
+
+
+@dataclass
+class DataPlan:
+    """The data step: its cache key, its builder ``make(out_dir)`` (None: a dataset used in
+    place) and, where they follow from the config alone, the days and domains it will have."""
+
+    key: dict
+    make: Callable[[Path], Any] | None
+    days: list[int] | None = None
+    domains: list[str] | None = None
+    path: Any = None  # the dataset itself, for source dataset
+    tasks: list[str] | None = None  # where the config alone tells them
+
+
+def _src(d, default: Path | None = None) -> Path:
+    """The real data's ``src`` (resolved against the spec's folder when the spec was loaded),
+    there — a missing one is named as such before any work."""
+    if d.src is None and default is None:
+        raise ConfigError(f"spec data: source {d.source} needs src (the log file or directory)")
+    src = Path(d.src) if d.src else default
+    if not src.exists():
+        what = "src" if d.src else f"src (default {default})"
+        raise ConfigError(f"spec data.{what}: {src} not found (a relative src is read from "
+                          "the spec file's folder)")
+    return src
+
+
+def _synthetic(spec: RunSpec, world: int | None) -> DataPlan:
+    """The synthetic world of a preset (``world``: its seed, one of ``data.seeds``)."""
+    d, source = spec.data, spec.data.source
+    from gemkd.transfer.data.synth import SynthConfig, generate
+    from gemkd.transfer.data.synth.generate import TASKS
+    from gemkd.transfer.data.synth.world import domain_names
+
+    if d.src is not None:
+        raise ConfigError("spec data.src: not used by source synthetic (use preset)")
+    preset = d.preset or "small"
+    values = load_yaml(find_config(preset, "data", spec.source_dir))
+    values.update(d.overrides)
+    if world is not None:
+        values["seed"] = world
+    cfg = build_dataclass(SynthConfig, values, source=f"spec data (preset {preset})")
+    key = {"source": source, **dataclasses.asdict(cfg)}
+    return DataPlan(key, lambda out: generate(cfg, out, overwrite=True),
+                    list(range(cfg.n_days)), domain_names(cfg.n_domains), tasks=list(TASKS))
+
+
+def _movielens(spec: RunSpec, world: int | None) -> DataPlan:
+    """MovieLens-format ratings converted (``src``, default the shared slice)."""
+    d, source = spec.data, spec.data.source
+    from gemkd.transfer.data.movielens import GENRE_GROUPS, convert_movielens
+
+    args = _options(d, source, {"n_days": 20, "max_history": 1024})
+    src = _src(d, DEFAULT_MOVIELENS)
+    key = {"source": source, "src": str(src.resolve()), **args}
+    domains = list(GENRE_GROUPS) if (src / "movies.csv").is_file() else ["all"]
+    return DataPlan(key, lambda out: convert_movielens(src, out, overwrite=True, **args),
+                    list(range(args["n_days"])), domains, tasks=["click", "conversion"])
+
+
+def _kuairand(spec: RunSpec, world: int | None) -> DataPlan:
+    """KuaiRand logs converted with the shipped mapping."""
+    d, source = spec.data, spec.data.source
+    from gemkd.transfer.data.importer import load_mapping
+    from gemkd.transfer.data.kuairand import DEFAULT_TASKS, convert_kuairand
+
+    args = _options(d, source, {"tasks": None, "min_domain_share": 0.01,
+                                "max_history": 1024})
+    src = _src(d, DEFAULT_KUAIRAND)
+    mapping = load_mapping(MAPPINGS / "kuairand.yaml")
+    key = {"source": source, "src": str(src.resolve()), **args}
+    return DataPlan(key, lambda out: convert_kuairand(src, out, mapping, overwrite=True,
+                                                      **args),
+                    tasks=list(args["tasks"] or DEFAULT_TASKS))
+
+
+def _import(spec: RunSpec, world: int | None) -> DataPlan:
+    """Any log converted by a mapping (docs/your_data.md)."""
+    d, source = spec.data, spec.data.source
+    from gemkd.transfer.data.importer import import_logs, load_mapping
+
+    args = _options(d, source, {"mapping": None})
+    if d.src is None or args["mapping"] is None:
+        raise ConfigError("spec data: source import needs src (the log) and mapping (its "
+                          "YAML mapping, docs/your_data.md)")
+    src = _src(d)
+    mapping_path = find_config(args["mapping"], "data/mappings", spec.source_dir)
+    mapping = load_mapping(mapping_path)
+    key = {"source": source, "src": str(src.resolve()), "mapping": load_yaml(mapping_path)}
+    return DataPlan(key, lambda out: import_logs(src, mapping, out, overwrite=True),
+                    domains=None if mapping.domain is not None else ["all"],
+                    tasks=[label.name for label in mapping.labels])
+
+
+def _dataset(spec: RunSpec, world: int | None) -> DataPlan:
+    """A gemkd dataset made before (a directory or an s3:// URI), read in place."""
+    d = spec.data
+    from gemkd.transfer.data.schema import DatasetSchema
+
+    _options(d, "dataset", {})
+    if d.src is None:
+        raise ConfigError("spec data: source dataset needs src (a gemkd dataset directory or "
+                          "s3:// URI)")
+    where = fs.as_where(d.src) if fs.is_remote(d.src) else _src(d)
+    schema = DatasetSchema.load(where)
+    digest = hashlib.sha256(schema.to_json().encode()).hexdigest()[:16]
+    key = {"source": "dataset", "src": fs.absolute(where), "schema": digest}
+    return DataPlan(key, None, sorted(schema.days), list(schema.domains), path=where,
+                    tasks=list(schema.tasks))
+
+
+#: ``data.source`` → its plan builder
+SOURCES: dict[str, Callable[[RunSpec, int | None], DataPlan]] = {
+    "synthetic": _synthetic, "movielens": _movielens, "kuairand": _kuairand, "import": _import,
+    "dataset": _dataset,
+}
+
+
+def data_plan(spec: RunSpec, world: int | None = None) -> DataPlan:
+    """The data step's plan (``world``: the synthetic world's seed, one of ``data.seeds``); a
+    bad ``data:`` section is a ConfigError here, before anything is written."""
+    build = SOURCES.get(spec.data.source)
+    if build is None:
+        raise ConfigError(f"spec data.source {spec.data.source!r}: expected "
+                          f"{', '.join(SOURCES)}")
+    return build(spec, world)
+
+
+def prepare_data(spec: RunSpec, cache: Path, log, world: int | None = None
+                 ) -> tuple[Any, dict]:
+    """Generate (synthetic) or convert (real data) the dataset; returns its location and cache
+    key (a dataset of source ``dataset`` is used where it is)."""
+    plan = data_plan(spec, world)
+    if plan.make is None:
+        log(f"[data] {plan.path}")
+        return plan.path, plan.key
+    step = cached_step(cache, "data", plan.key, lambda out: plan.make(out / "data"), log)
+    return step / "data", plan.key

@@ -1,0 +1,63 @@
+"""The teacher's cached steps of a run: its config for a lag, its fit and its export (each a
+cached step wrapping the library functions ``fit_teacher`` / ``export_teacher``)."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+from gemkd.experiments.run.cache import cached_step, plugin_key
+from gemkd.experiments.spec.model import RunSpec, TeacherSpec
+from gemkd.experiments.teacher_config import TeacherTrainConfig, find_config
+from gemkd.transfer.config import build_dataclass, load_yaml
+
+
+def teacher_config(spec: RunSpec, lag: int, which: TeacherSpec) -> TeacherTrainConfig:
+    """The teacher config ``which`` names, with its overrides, on the lag's window
+    (:meth:`RunSpec.teacher_window`): training days, then ``teacher_val_days`` validation days."""
+    base = load_yaml(find_config(which.config, "teachers", spec.source_dir))
+    base.update(which.overrides)
+    first, end = spec.teacher_window(lag)
+    v = spec.teacher_val_days
+    base.update(train_days=[first, end - v], val_days=[end - v, end] if v else None,
+                test_days=None)
+    if not v:  # no validation days: no epoch to choose; the config's max_epochs are trained
+        base.update(select="last", patience=None)
+    return build_dataclass(TeacherTrainConfig, base, source=f"spec teacher (config "
+                                                             f"{which.config})")
+
+
+def cached_fit(cfg: TeacherTrainConfig, data: Path, data_key: dict, cache: Path, log,
+                name: str = "teacher", tracker=None, run_name: str = "teacher") -> Path:
+    """Train (resuming a killed fit from its checkpoint); returns the run dir. ``tracker``
+    (a ``gemkd.transfer.training.loggers.Tracker``) also logs the fit, as ``run_name``."""
+    from gemkd.experiments.teacher_fit import fit_teacher as fit
+
+    def run(step: Path) -> None:
+        fit(cfg, data, step / "run", resume=True, progress=False, tracker=tracker,
+            run_name=run_name)
+
+    key = {"data": data_key, "teacher": dataclasses.asdict(cfg), **plugin_key([cfg.class_path])}
+    step = cached_step(cache, name, key, run, log)
+    return step / "run"
+
+
+def cached_export(run_dir: Path, data: Path, layer: str, cache: Path, log,
+                   name: str = "store") -> Path:
+    from gemkd.experiments.teacher_checkpoint import model_weights
+    from gemkd.experiments.teacher_export import export_teacher as export
+    from gemkd.transfer.store import TeacherStore, weights_hash
+    from gemkd.transfer.training.trainer import best_or_last
+
+    ckpt = best_or_last(run_dir)
+    # step names carry upstream hashes
+    key = {"teacher": run_dir.parent.name, "layer": layer, "checkpoint": ckpt.name}
+
+    def run(step: Path) -> None:
+        export(ckpt, data, step / "store", layer=layer, overwrite=True, progress=False)
+
+    store = cached_step(cache, name, key, run, log) / "store"
+    # the step is found by path: prove the store holds this checkpoint's outputs
+    TeacherStore(store, verify_sha=False).check_teacher(weights_hash(model_weights(ckpt)),
+                                                        f"the teacher checkpoint {ckpt}")
+    return store
