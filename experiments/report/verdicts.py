@@ -5,6 +5,7 @@ could detect, and the two "what it means" sentences — every verdict taken from
 
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
@@ -128,15 +129,29 @@ def detectable(run: RunView) -> tuple[float, float, float, float]:
     return (*stats(d), *stats(k))
 
 
+def _sampled_negatives(run: RunView) -> str:
+    """A sentence for a run on a positive-only log whose negatives were sampled (the run's
+    ``sampled_negatives.json``): its NE and AUC are against those, not logged impressions."""
+    path = run.dir / "sampled_negatives.json"
+    if not path.is_file():
+        return ""
+    n = json.loads(path.read_text())
+    return (f" The data's negatives were sampled ({n.get('per_positive')} per positive, "
+            f"{n.get('from')}, seed {n.get('seed')}: a positive-only log), so NE, AUC and "
+            "calibration here are against sampled negatives, not logged impressions; compare "
+            "methods with each other, not with numbers from logged data.")
+
+
 def rule_paragraph(run: RunView) -> str:
     """The report's first paragraph: how intervals are made, when a verdict holds, how many
     worlds it rests on, and the smallest difference the run could resolve."""
     iv = run.intervals
+    sampled = _sampled_negatives(run)
     if not iv.resolved:
         return ("This run predates per-user evaluation files (no `clusters/` folder), so it has "
                 "no intervals: every number below is mean ± std over seeds, which holds neither "
                 "the evaluation users' noise nor the world's, and no difference below is a "
-                "verdict (DESIGN §6).")
+                "verdict (DESIGN §6)." + sampled)
     n = len(iv.worlds)
     text = (f"Intervals are 95 % percentile intervals of a paired, user-level bootstrap "
             f"({iv.samples} resamples, seed {iv.seed}) nested with the training seeds and the "
@@ -161,7 +176,7 @@ def rule_paragraph(run: RunView) -> str:
         if math.isfinite(k_med):
             text += f", that of the difference to plain KD {f4(k_med)} (at most {f4(k_max)})"
         text += "; a smaller effect reads as not resolved."
-    return text
+    return text + sampled
 
 
 def _agree(r: pd.Series, col: str) -> str:

@@ -48,6 +48,8 @@ from gemkd.transfer.io.lock import exclusive
 from gemkd.transfer.training import training_base_rates
 
 LOCK = ".lock"
+#: written when the data's negatives were sampled (a positive-only log): the report reads it
+NEGATIVES = "sampled_negatives.json"
 TEACHER_NEEDS = {"teacher", "teacher_emb"}
 
 
@@ -142,6 +144,8 @@ def _world(ctx: RunContext, world: int | None, tuning_rows: list[dict]) -> list[
 
     schema = DatasetSchema.load(data)
     check_data(spec, schema.days, schema.domains, schema.tasks, data_name(spec), mismatch=True)
+    if schema.negatives is not None:  # the report says what NE is measured against
+        (ctx.out / NEGATIVES).write_text(json.dumps(schema.negatives, indent=2))
     tasks, domains = ctx.tasks, schema.domains
     only = [spec.student_domain] if spec.student_domain else None  # the vertical's own traffic
     eval_days = tuple(spec.eval_days)

@@ -251,3 +251,23 @@ def test_a_step_that_failed_before_writing_leaves_no_folder(tmp_path):
     (kept,) = tmp_path.iterdir()
     assert kept.name.startswith("writes_then_fails-")
     assert json.loads((kept / "config.json").read_text())["config"] == {"x": 1}
+
+
+def test_positive_only_log_runs_and_the_report_says_negatives_were_sampled(log_dir, tmp_path):
+    """Negative sampling end to end: a log of clicks only, its negatives drawn by the importer,
+    and the report says NE is against sampled negatives."""
+    folder = tmp_path / "plays"
+    folder.mkdir()
+    log = pd.read_csv(log_dir / "log.csv")
+    log[log.click == 1].to_csv(folder / "log.csv", index=False)
+    mapping = yaml.safe_load((log_dir / "mapping.yaml").read_text())
+    mapping["negatives"] = {"per_positive": 2, "from": "uniform", "seed": 0}
+    (folder / "mapping.yaml").write_text(yaml.safe_dump(mapping))
+    spec = import_spec(folder, variants=["baseline", "kd"])
+    out = tmp_path / "out"
+    assert gemkd_run(spec, out) == 0
+    assert json.loads((out / "sampled_negatives.json").read_text())["per_positive"] == 2
+    report = (out / "report.md").read_text()
+    assert "against sampled negatives, not logged impressions" in report.split("\n\n")[1]
+    df = pd.read_csv(out / "results.csv")
+    assert np.isfinite(df["ne"]).all() and sorted(set(df.variant)) == ["baseline", "kd"]
