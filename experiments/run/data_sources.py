@@ -65,11 +65,11 @@ def _src(d, default: Path | None = None) -> Path:
 
 def _synthetic(spec: RunSpec, world: int | None) -> DataPlan:
     """The synthetic world of a preset (``world``: its seed, one of ``data.seeds``)."""
-    d, source = spec.data, spec.data.source
     from gemkd.transfer.data.synth import SynthConfig, generate
     from gemkd.transfer.data.synth.generate import TASKS
     from gemkd.transfer.data.synth.world import domain_names
 
+    d, source = spec.data, spec.data.source
     if d.src is not None:
         raise ConfigError("spec data.src: not used by source synthetic (use preset)")
     preset = d.preset or "small"
@@ -85,9 +85,9 @@ def _synthetic(spec: RunSpec, world: int | None) -> DataPlan:
 
 def _movielens(spec: RunSpec, world: int | None) -> DataPlan:
     """MovieLens-format ratings converted (``src``, default the shared slice)."""
-    d, source = spec.data, spec.data.source
     from gemkd.transfer.data.movielens import GENRE_GROUPS, convert_movielens
 
+    d, source = spec.data, spec.data.source
     args = _options(d, source, {"n_days": 20, "max_history": 1024})
     src = _src(d, DEFAULT_MOVIELENS)
     key = {"source": source, "src": str(src.resolve()), **args}
@@ -98,10 +98,10 @@ def _movielens(spec: RunSpec, world: int | None) -> DataPlan:
 
 def _kuairand(spec: RunSpec, world: int | None) -> DataPlan:
     """KuaiRand logs converted with the shipped mapping."""
-    d, source = spec.data, spec.data.source
     from gemkd.transfer.data.importer import load_mapping
     from gemkd.transfer.data.kuairand import DEFAULT_TASKS, convert_kuairand
 
+    d, source = spec.data, spec.data.source
     args = _options(d, source, {"tasks": None, "min_domain_share": 0.01,
                                 "max_history": 1024})
     src = _src(d, DEFAULT_KUAIRAND)
@@ -114,9 +114,9 @@ def _kuairand(spec: RunSpec, world: int | None) -> DataPlan:
 
 def _import(spec: RunSpec, world: int | None) -> DataPlan:
     """Any log converted by a mapping (docs/your_data.md)."""
-    d, source = spec.data, spec.data.source
     from gemkd.transfer.data.importer import import_logs, load_mapping
 
+    d, source = spec.data, spec.data.source
     args = _options(d, source, {"mapping": None})
     if d.src is None or args["mapping"] is None:
         raise ConfigError("spec data: source import needs src (the log) and mapping (its "
