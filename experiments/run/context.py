@@ -11,8 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from gemkd.experiments.run.executors import Executor
-from gemkd.experiments.run.inputs import InputPaths
-from gemkd.experiments.run.jobs import StudentRun
+from gemkd.experiments.run.jobs import InputPaths, StudentRun
 from gemkd.experiments.spec.model import RunSpec
 
 

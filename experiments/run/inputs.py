@@ -7,45 +7,24 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-from dataclasses import dataclass
-from pathlib import Path
 
 from gemkd.experiments.run.codes_step import build_codes
+from gemkd.experiments.run.context import RunContext
 from gemkd.experiments.run.domain_fm import fit_domain_fms
+from gemkd.experiments.run.jobs import InputPaths
 from gemkd.experiments.run.methods import variant_needs
-from gemkd.experiments.run.student import Inputs
 from gemkd.experiments.run.teacher_steps import cached_export, cached_fit, teacher_config
 from gemkd.experiments.spec.model import RunSpec
 from gemkd.transfer.io import fs
 
 
-@dataclass(frozen=True)
-class InputPaths:
-    """Where a lag's upstream steps put what its students learn from: the teacher sources'
-    stores (``gem``, ``domain_fm``), the LoopFM code store and GEM's checkpoint (None for an
-    imported store). Paths, not opened objects: a worker process opens them itself."""
-
-    stores: dict[str, Path]
-    codes: Path | None = None
-    ckpt: Path | None = None
-
-    def open(self, max_events: int) -> Inputs:
-        """The opened inputs (in this process)."""
-        from gemkd.experiments.teacher_checkpoint import model_weights
-        from gemkd.transfer.repr_features import AsOfCodes, CodeStore
-
-        codes = (None if self.codes is None
-                 else AsOfCodes(CodeStore(self.codes), max_events=max_events))
-        ckpt = self.ckpt
-        weights = None if ckpt is None else (lambda: model_weights(ckpt))
-        return Inputs(dict(self.stores), codes, weights)
-
-
-def lag_inputs(spec: RunSpec, lag: int, data, data_key: dict, fm_domains: list[str],
-               cache: Path, log, tracker=None) -> InputPaths:
-    """The teacher sources, codes and teacher checkpoint the lag's students use."""
+def lag_inputs(ctx: RunContext, lag: int, data, data_key: dict, fm_domains: list[str]
+               ) -> InputPaths:
+    """The teacher sources, codes and teacher checkpoint the lag's students use (each a cached
+    step under the run's cache, logged to its log and tracker)."""
     from gemkd.transfer.training.trainer import best_or_last
 
+    spec, cache, log, tracker = ctx.spec, ctx.cache, ctx.log, ctx.tracker
     needs = set().union(*(variant_needs(v) for v in spec.variants))
     ckpt = None
     if spec.teacher.store is not None:
@@ -54,7 +33,7 @@ def lag_inputs(spec: RunSpec, lag: int, data, data_key: dict, fm_domains: list[s
     else:
         gem_cfg = teacher_config(spec, lag, spec.teacher)
         gem_run = cached_fit(gem_cfg, data, data_key, cache, log, tracker=tracker,
-                                    run_name=f"teacher-lag{lag}")
+                             run_name=f"teacher-lag{lag}")
         layer = spec.repr.layer or gem_cfg.repr_layer
         stores = {"gem": cached_export(gem_run, data, layer, cache, log)}
         ckpt = best_or_last(gem_run)

@@ -9,10 +9,36 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gemkd.experiments.spec.model import RunSpec
 from gemkd.transfer.io import fs
+
+if TYPE_CHECKING:  # student.py imports Lightning: only when a run is opened
+    from gemkd.experiments.run.student import Inputs
+
+
+@dataclass(frozen=True)
+class InputPaths:
+    """Where a lag's upstream steps put what its students learn from: the teacher sources'
+    stores (``gem``, ``domain_fm``), the LoopFM code store and GEM's checkpoint (None for an
+    imported store). Paths, not opened objects: a worker process opens them itself."""
+
+    stores: dict[str, Path]
+    codes: Path | None = None
+    ckpt: Path | None = None
+
+    def open(self, max_events: int) -> Inputs:
+        """The opened inputs (in this process)."""
+        from gemkd.experiments.run.student import Inputs
+        from gemkd.experiments.teacher_checkpoint import model_weights
+        from gemkd.transfer.repr_features import AsOfCodes, CodeStore
+
+        codes = (None if self.codes is None
+                 else AsOfCodes(CodeStore(self.codes), max_events=max_events))
+        ckpt = self.ckpt
+        weights = None if ckpt is None else (lambda: model_weights(ckpt))
+        return Inputs(dict(self.stores), codes, weights)
 
 
 @dataclass(frozen=True)
@@ -48,8 +74,6 @@ _OPEN: dict[tuple, Any] = {}
 
 
 def _inputs(run: StudentRun):
-    from gemkd.experiments.run.inputs import InputPaths
-
     paths = InputPaths({k: fs.as_where(v) for k, v in run.stores.items()},
                        Path(run.codes) if run.codes else None,
                        Path(run.ckpt) if run.ckpt else None)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import json
+from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
@@ -15,17 +16,32 @@ RESULT_COLUMNS = ["variant", "seed", "world", "domain", "task", "teacher_lag_day
 BASELINE, KD = "baseline", "kd"
 
 
-def rows_of(variant: str, seed: int, lag: int, res: dict, teacher: dict, source: dict,
-            oracle: dict, feature: dict, tasks: list[str], domains: list[str],
-            world: int = 0) -> list[dict]:
-    """``teacher`` are GEM's metrics on the evaluation data (``ne_teacher``, TR's reference),
-    ``source`` those of the teacher the variant learned from (``ne_source``: the domain FM for
-    hierarchical transfer; empty for labels only); ``world`` the synthetic world's seed (0 for
-    real data)."""
+@dataclass(frozen=True)
+class References:
+    """What every result row of one (world, lag) is compared against, on the same evaluation
+    data: GEM's metrics (``ne_teacher``, TR's reference), the oracle's and the feature oracle's
+    (synthetic data; else empty), and the tasks and domains the rows cover. ``world`` is the
+    synthetic world's seed (0 for real data)."""
+
+    gem: dict
+    oracle: dict
+    feature: dict
+    tasks: list[str]
+    domains: list[str]
+    world: int
+    lag: int
+
+
+def rows_of(variant: str, seed: int, res: dict, refs: References, source: dict) -> list[dict]:
+    """One row per (task, domain) of a final run's record ``res``; ``source`` are the metrics
+    of the teacher the variant learned from (``ne_source``: the domain FM for hierarchical
+    transfer; empty for labels only)."""
     rows = []
+    teacher, oracle, feature = refs.gem, refs.oracle, refs.feature
+    world, lag = refs.world, refs.lag
     # a single-domain dataset's one domain may itself be named "all" (the importer's default)
-    names = list(dict.fromkeys([*domains, "all"]))
-    for task, domain in itertools.product(tasks, names):
+    names = list(dict.fromkeys([*refs.domains, "all"]))
+    for task, domain in itertools.product(refs.tasks, names):
         m = res["metrics"]
         rows.append({
             "variant": variant, "seed": seed, "world": world, "domain": domain, "task": task,

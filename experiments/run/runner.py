@@ -37,7 +37,7 @@ from gemkd.experiments.run.inputs import inputs_tag, lag_inputs
 from gemkd.experiments.run.jobs import StudentRun
 from gemkd.experiments.run.methods import variant_needs
 from gemkd.experiments.run.progress import Progress
-from gemkd.experiments.run.results import derive, load_done, record, rows_of
+from gemkd.experiments.run.results import References, derive, load_done, record, rows_of
 from gemkd.experiments.run.tracking import log_results, run_tracker
 from gemkd.experiments.run.tuning import planned_runs, tune_variants
 from gemkd.experiments.run.tuning_table import TUNING_COLUMNS
@@ -152,33 +152,31 @@ def _world(ctx: RunContext, world: int | None, tuning_rows: list[dict]) -> list[
     base_rates = training_base_rates(data, tuple(spec.student_days), tasks, only)
     oracle, feature = {}, {}
     if has_oracle(data):  # the floor, and what a model could reach from what it sees
-        oracle = eval_metrics(data, eval_days, tasks, domains, base_rates,
-                                    oracle_logits, only)
+        oracle = eval_metrics(data, eval_days, tasks, domains, base_rates, oracle_logits, only)
         feature = feature_oracle_metrics(data, eval_days, tasks, domains, base_rates, only)
     label = world if world is not None else int(data_key.get("seed", 0) or 0)
     rows = []
     for lag in spec.lags:
         first, train_end = spec.teacher_window(lag)
         log(f"== teacher lag {lag}: teacher learns from days [{first}, {train_end})")
-        inputs = lag_inputs(spec, lag, data, data_key, only or domains, ctx.cache, log,
-                            ctx.tracker)
+        inputs = lag_inputs(ctx, lag, data, data_key, only or domains)
         cell = LagCell(label, lag, data, train_end, inputs, inputs_tag(spec, inputs), base_rates,
                        "" if world is None else f"w{world}|")
         sources = {name: eval_metrics(data, eval_days, tasks, domains, base_rates,
-                                            store_logits(store, tasks), only,
-                                            clusters=cell.clusters(ctx.out, f"teacher__{name}"))
+                                      store_logits(store, tasks), only,
+                                      clusters=cell.clusters(ctx.out, f"teacher__{name}"))
                    for name, store in inputs.stores.items()}
         for name, m in sources.items():
             log(f"  {name} teacher NE on evaluation days: "
                 f"{ {t: round(m[f'ne/{t}/all'], 4) for t in tasks} }")
         chosen = tune_variants(ctx, cell, tuning_rows)
         finals = _final_runs(ctx, cell, chosen)
+        refs = References(sources["gem"], oracle, feature, tasks, only or domains, label, lag)
         for variant in spec.variants:
             source = sources[variant.teacher] if variant_needs(variant) & TEACHER_NEEDS else {}
             for seed in spec.seeds:
-                rows += rows_of(variant.name, seed, lag, ctx.done[finals[variant.name, seed]],
-                                sources["gem"], source, oracle, feature, tasks, only or domains,
-                                world=label)
+                rows += rows_of(variant.name, seed, ctx.done[finals[variant.name, seed]], refs,
+                                source)
     return rows
 
 
