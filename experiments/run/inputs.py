@@ -60,6 +60,9 @@ def inputs_tag(spec: RunSpec, inputs: InputPaths) -> str:
 
     spec_part = {k: v for k, v in spec.to_dict().items()
                  if k not in ("name", "seeds", "variants", "teacher_lag_days", "logger")}
+    # which other worlds the run replicates over is not an input of this world's students (its
+    # own data is, through the upstream steps' names): adding a world reuses the others' runs
+    spec_part["data"] = {k: v for k, v in spec_part["data"].items() if k != "seeds"}
     upstream = {k: fs.name(fs.parent(v)) for k, v in inputs.stores.items()}
     if inputs.codes is not None:
         upstream["codes"] = fs.name(fs.parent(inputs.codes))
