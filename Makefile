@@ -45,8 +45,9 @@ bench: install
 		--gpu-results $(RESULTS)/gpu \
 		--command "make bench BENCH_ARGS='$(BENCH_ARGS)' BENCH_DEVICE=$(BENCH_DEVICE)"
 
-# docs/RESULTS.md: the synthetic benchmark (~45 min on 2 cores), MovieLens and KuaiRand (~4 min
-# each; both read ../shared/data), side by side. Finished steps are cached: a rerun only reports.
+# docs/RESULTS.md: the synthetic benchmark (three worlds, ~40 min on 2 cores), MovieLens (~4 min)
+# and KuaiRand (~2 min; both read ../shared/data), side by side. Finished steps are cached: a rerun
+# only reports.
 results: install
 	$(BIN)/gemkd run experiments/benchmark.yaml --out runs/benchmark
 	$(BIN)/gemkd run experiments/movielens.yaml --out runs/movielens

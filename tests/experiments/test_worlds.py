@@ -50,3 +50,17 @@ def test_world_seeds_only_for_the_synthetic_world():
         spec_from_mapping({**SPEC, "data": {**SPEC["data"], "seed": 3, "seeds": [1, 2]}})
     with pytest.raises(ConfigError, match="each once"):
         spec_from_mapping({**SPEC, "data": {**SPEC["data"], "seeds": [1, 1]}})
+
+
+def test_adding_a_world_reuses_the_others_runs(tmp_path, capsys):
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(yaml.safe_dump({**WORLDS, "data": {**SPEC["data"], "seeds": [11]}}))
+    out = tmp_path / "out"
+    assert gemkd_run(spec, out) == 0
+    spec.write_text(yaml.safe_dump(WORLDS))  # worlds 11 and 12
+    capsys.readouterr()
+    assert gemkd_run(spec, out) == 0
+    log = capsys.readouterr().out
+    assert "[cached] baseline seed 0 (runs.jsonl)" in log  # world 11's, reused
+    assert log.count("baseline        seed 0: NE") == 1  # world 12's, trained
+    assert sorted(set(pd.read_csv(out / "results.csv").world)) == [11, 12]
