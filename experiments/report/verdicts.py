@@ -179,6 +179,16 @@ def rule_paragraph(run: RunView) -> str:
     return text + sampled
 
 
+def _kd_phrase(r: pd.Series, beats: str, below: str, unresolved: str) -> str:
+    """The clause a sentence ends with for ``r``'s verdict against plain KD: ``beats`` or
+    ``below`` with how many worlds agree, else why ``unresolved`` is not resolved."""
+    if r["kd_verdict"] == BEATS:
+        return beats + _agree(r, "worlds_agree_vs_kd")
+    if r["kd_verdict"] == BELOW:
+        return below + _agree(r, "worlds_agree_vs_kd")
+    return _unresolved(r, "vs_kd", unresolved)
+
+
 def _agree(r: pd.Series, col: str) -> str:
     n = int(r["n_worlds"])
     return f" ({int(r[col])} of {n} worlds agree)" if n > 1 else ""
@@ -221,12 +231,9 @@ def interval_sentences(run: RunView) -> list[str]:
         r = rows.loc[best]
         eff = ratio_ci(r["efficiency_vs_kd"], r["efficiency_lo"], r["efficiency_hi"], "×")
         eff = f" (efficiency {eff})" if eff != "—" else ""
-        if r["kd_verdict"] == BEATS:
-            verdict = f"so it beats plain KD{_agree(r, 'worlds_agree_vs_kd')}"
-        elif r["kd_verdict"] == BELOW:
-            verdict = f"so it falls below plain KD{_agree(r, 'worlds_agree_vs_kd')}"
-        else:
-            verdict = _unresolved(r, "vs_kd", "whether it beats plain KD")
+        verdict = _kd_phrase(r, beats="so it beats plain KD",
+                             below="so it falls below plain KD",
+                             unresolved="whether it beats plain KD")
         first = (f"The best variant {where} is {best}, its ΔNE "
                  f"{_cell(r, 'vs_kd', 'vs_kd_lo', 'vs_kd_hi')} above plain KD's{eff}, "
                  f"{verdict}.")
@@ -237,12 +244,8 @@ def interval_sentences(run: RunView) -> list[str]:
         runner = methods[1]
         r = rows.loc[runner]
         gap = ci(-r["vs_kd"], -r["vs_kd_hi"], -r["vs_kd_lo"])
-        if r["kd_verdict"] == BELOW:
-            verdict = f"so plain KD's lead is real{_agree(r, 'worlds_agree_vs_kd')}"
-        elif r["kd_verdict"] == BEATS:
-            verdict = f"yet {runner} beats plain KD{_agree(r, 'worlds_agree_vs_kd')}"
-        else:
-            verdict = _unresolved(r, "vs_kd", "plain KD's lead")
+        verdict = _kd_phrase(r, beats=f"yet {runner} beats plain KD",
+                             below="so plain KD's lead is real", unresolved="plain KD's lead")
         first = (f"Plain KD is the best variant {where} with ΔNE {delta('kd')}, and the "
                  f"runner-up {runner}'s ΔNE is {gap} below it, {verdict}.")
 
