@@ -46,6 +46,13 @@ class TeacherTrainConfig:
     # training; in a spec's `hierarchical` section `gem` = the lag's GEM checkpoint); a teacher
     # fit keeps the output biases as loaded (a domain FM's fit starts them at its domain's rate)
     init_from: str | None = None
+    # one time-ordered pass over train_days (days in order, shuffled within each day) with a
+    # checkpoint at the end of every day (checkpoints/day=N.ckpt): recurring training, as
+    # production trains a foundation model (DESIGN §6.1, the streaming protocol)
+    stream: bool = False
+    # a gemkd teacher checkpoint this fit continues: its weights and optimizer state, trained
+    # on days before train_days (an earlier stream's last.ckpt or day=N.ckpt)
+    continue_from: str | None = None
     select: str = "last"  # last | best: keep the epoch with the lowest validation loss
     patience: int | None = None  # stop after this many epochs without a better validation loss
     grad_clip: float | None = 1.0
@@ -82,6 +89,15 @@ class TeacherTrainConfig:
         if (self.select == "best" or self.patience is not None) and self.val_days is None:
             raise ValueError("keys 'select: best' and 'patience' need 'val_days' (the epoch is "
                              "chosen on validation days)")
+        if self.stream and (self.max_epochs != 1 or self.select != "last"
+                            or self.patience is not None):
+            raise ValueError("key 'stream: true' is one pass over the days: it needs "
+                             "max_epochs: 1, select: last and no patience (got max_epochs "
+                             f"{self.max_epochs}, select {self.select!r}, patience "
+                             f"{self.patience})")
+        if self.continue_from is not None and self.init_from is not None:
+            raise ValueError("keys 'continue_from' and 'init_from' both start the model's "
+                             "weights: give one")
         if self.patience is not None and self.patience < 1:
             raise ValueError(f"key 'patience' must be >= 1, got {self.patience}")
         if self.weight_decay < 0 or self.embedding_weight_decay < 0:
@@ -126,6 +142,8 @@ def build_model(cfg: TeacherTrainConfig, schema):
         raise ConfigError(f"model: {e}") from None
     if cfg.init_from is not None:
         load_weights(model, cfg.init_from)
+    if cfg.continue_from is not None:
+        load_weights(model, cfg.continue_from, "continue_from")
     return model
 
 
@@ -159,7 +177,7 @@ def load_teacher(ckpt: str | Path, data: Any, *, config: str | Path | None = Non
     schema = DatasetSchema.load(data)
     if days is not None:
         schema.check_days("--days", days, data)
-    model = build_model(dataclasses.replace(cfg, init_from=None), schema)
+    model = build_model(dataclasses.replace(cfg, init_from=None, continue_from=None), schema)
     weights = model_weights(ckpt)
     try:
         model.load_state_dict(weights)
@@ -169,12 +187,12 @@ def load_teacher(ckpt: str | Path, data: Any, *, config: str | Path | None = Non
     return TrainedTeacher(model, cfg, schema, weights, ckpt)
 
 
-def load_weights(model, ckpt: str | Path) -> None:
+def load_weights(model, ckpt: str | Path, what: str = "init_from") -> None:
     """Start ``model`` from a checkpoint's model weights; a checkpoint of another architecture
     (missing, unexpected or differently shaped tensors) is a ConfigError that names them."""
     from gemkd.experiments.teacher_checkpoint import model_weights
 
-    weights = model_weights(ckpt, "init_from")
+    weights = model_weights(ckpt, what)
     own = model.state_dict()
     missing = sorted(set(own) - set(weights))
     unexpected = sorted(set(weights) - set(own))
@@ -186,7 +204,7 @@ def load_weights(model, ckpt: str | Path) -> None:
                  (("missing", missing), ("unexpected", unexpected),
                   ("other shape", [f"{k} {tuple(weights[k].shape)} vs {tuple(own[k].shape)}"
                                    for k in shapes])) if keys]
-        raise ConfigError(f"init_from {ckpt}: its weights do not fit this model "
+        raise ConfigError(f"{what} {ckpt}: its weights do not fit this model "
                           f"({type(model).__name__} as configured): {'; '.join(parts)}")
     model.load_state_dict(weights)
 
@@ -216,7 +234,7 @@ def build_run(cfg: TeacherTrainConfig, data: str | Path, *, domains: list[str] |
         val_days=tuple(cfg.val_days) if cfg.val_days else None,
         test_days=tuple(cfg.test_days) if cfg.test_days else None,
         batch_size=cfg.batch_size, num_workers=cfg.num_workers, seed=cfg.seed,
-        max_seq_len=cfg.max_seq_len, domains=domains,
+        max_seq_len=cfg.max_seq_len, domains=domains, stream=cfg.stream,
     )
     for split in ("train", "val", "test"):
         if dm.days[split] is not None:
@@ -229,7 +247,8 @@ def build_run(cfg: TeacherTrainConfig, data: str | Path, *, domains: list[str] |
     try:
         if distill_from is None:
             module = RankingModule(model, schema.tasks, schema.domains, **args,
-                                   init_output_bias=cfg.init_output_bias and cfg.init_from is None)
+                                   init_output_bias=cfg.init_output_bias and cfg.init_from is None
+                                   and cfg.continue_from is None)
         else:
             from gemkd.transfer.distill import DistillModule, StoreTeacher
             from gemkd.transfer.methods import KD

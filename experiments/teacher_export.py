@@ -10,6 +10,7 @@ the store is complete (manifest last, renamed into place) or absent.
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ import torch
 from gemkd.experiments.teacher_config import TeacherTrainConfig, load_teacher
 from gemkd.transfer.errors import ConfigError, GemkdError
 from gemkd.transfer.options import EMB_DTYPES, EmbDtype
+from gemkd.transfer.training.day_checkpoints import checkpoint_day
 
 
 def export_teacher(ckpt: str | Path, data: str | Path, out: str | Path, *,
@@ -26,14 +28,19 @@ def export_teacher(ckpt: str | Path, data: str | Path, out: str | Path, *,
                    batch_size: int = 4096, devices: int = 1, num_nodes: int = 1,
                    overwrite: bool = False, progress: bool = True):
     """Write the teacher at ``ckpt`` over ``data`` (the half-open ``days``, default all) into
-    the store ``out``; ``layer`` defaults to the config's ``repr_layer``. Returns the store's
-    manifest (on the global-zero process; None elsewhere)."""
+    the store ``out``; ``layer`` defaults to the config's ``repr_layer``. The store's
+    ``trained_until_day`` is the last training day (N for a streaming pass's ``day=N.ckpt``).
+    Returns the store's manifest (on the global-zero process; None elsewhere)."""
     from gemkd.transfer.store import weights_hash
 
     _check_emb_dtype(emb_dtype)
     teacher = load_teacher(ckpt, data, config=config, days=days)
+    cfg = teacher.cfg
+    day = checkpoint_day(teacher.ckpt)
+    if day is not None:  # a streaming pass's day=N.ckpt has trained until day N, not to the end
+        cfg = dataclasses.replace(cfg, train_days=[cfg.train_days[0], day + 1])
     return export_model(
-        teacher.model, teacher.cfg, data, out, teacher_version=weights_hash(teacher.weights),
+        teacher.model, cfg, data, out, teacher_version=weights_hash(teacher.weights),
         days=days, layer=layer, emb_dtype=emb_dtype, batch_size=batch_size, devices=devices,
         num_nodes=num_nodes, overwrite=overwrite, progress=progress,
         extra={"checkpoint": str(teacher.ckpt), "data": str(data), "days": list(days or [])})

@@ -42,7 +42,9 @@ def fit_teacher(config: TeacherTrainConfig | str | Path, data: str | Path, out: 
                 num_nodes: int | None = None, resume: bool = False,
                 progress: bool = True, tracker: Tracker | str | None = None,
                 run_name: str = "teacher", domains: list[str] | None = None,
-                distill_from: str | Path | None = None) -> dict[str, Any]:
+                distill_from: str | Path | None = None, stream: bool | None = None,
+                train_days: tuple[int, int] | None = None,
+                continue_from: str | Path | None = None) -> dict[str, Any]:
     """Train ``config`` (a config object or a YAML path) on ``data`` into ``out``; ``strategy``,
     ``devices`` and ``num_nodes`` override the config's. ``resume`` continues from
     ``out/checkpoints/last.ckpt`` when it exists. ``tracker`` also logs the fit to TensorBoard
@@ -50,16 +52,27 @@ def fit_teacher(config: TeacherTrainConfig | str | Path, data: str | Path, out: 
     name); ``out/metrics.csv`` is always written. Returns the summary written to
     ``val_metrics.json`` (global step, examples/s, final validation metrics). ``domains`` and
     ``distill_from`` train on those domains' rows only and with KD from a teacher store (a domain
-    FM: :func:`~gemkd.experiments.teacher_config.build_run`)."""
+    FM: :func:`~gemkd.experiments.teacher_config.build_run`). ``stream``, ``train_days`` and
+    ``continue_from`` override the config's keys (``stream`` also sets one epoch, the last kept
+    and no early stopping: a streaming pass has no epoch to choose)."""
     from gemkd.transfer.training import build_trainer, fit
     from gemkd.transfer.training.trainer import best_or_last, throughput
 
-    overrides = {"strategy": strategy, "devices": devices, "num_nodes": num_nodes}
-    if isinstance(config, TeacherTrainConfig):
-        cfg = dataclasses.replace(config, **{k: v for k, v in overrides.items() if v is not None})
-    else:
-        cfg = load_teacher_config(config, overrides)
+    given = {k: v for k, v in {
+        "strategy": strategy, "devices": devices, "num_nodes": num_nodes,
+        "train_days": list(train_days) if train_days is not None else None,
+        "continue_from": str(continue_from) if continue_from is not None else None,
+    }.items() if v is not None}
+    if stream:  # one pass: no epoch to choose
+        given.update(stream=True, max_epochs=1, select="last", patience=None)
+    base = config if isinstance(config, TeacherTrainConfig) else load_teacher_config(config)
+    try:
+        cfg = dataclasses.replace(base, **given)
+    except ValueError as e:
+        raise ConfigError(f"config {base.name!r}: {e}") from None
     out = _local_run_dir(out)
+    if cfg.continue_from is not None:
+        _check_continuation(cfg)
     if isinstance(tracker, str):
         tracker = Tracker(tracker, out / "logs", cfg.name)
     dm, module = build_run(cfg, data, domains=domains, distill_from=distill_from)
@@ -75,8 +88,12 @@ def fit_teacher(config: TeacherTrainConfig | str | Path, data: str | Path, out: 
         # a module that optimises manually (a domain FM's DistillModule) clips its own gradients
         grad_clip=cfg.grad_clip if module.automatic_optimization else None,
         select_best=SELECT_METRIC if cfg.select == "best" else None, patience=cfg.patience,
-        progress_bar=progress, loggers=loggers,
+        progress_bar=progress, loggers=loggers, callbacks=_stream_callbacks(cfg, out, resume),
     )
+    if cfg.stream and trainer.world_size > 1:
+        raise ConfigError(f"config {cfg.name!r}: stream: true trains in one process (devices: "
+                          "1, num_nodes: 1): its daily checkpoints need every batch of a day "
+                          "before the next day's")
     if trainer.is_global_zero:
         out.mkdir(parents=True, exist_ok=True)
         (out / "config.yaml").write_text(yaml.safe_dump(dataclasses.asdict(cfg), sort_keys=False))
@@ -101,6 +118,47 @@ def fit_teacher(config: TeacherTrainConfig | str | Path, data: str | Path, out: 
     if trainer.is_global_zero:
         (out / "val_metrics.json").write_text(json.dumps(summary, indent=2))
     return summary
+
+
+def _stream_callbacks(cfg: TeacherTrainConfig, out: Path, resume: bool) -> list:
+    """Daily checkpoints of a streaming pass; the optimizer state of the run it continues
+    (not when this fit resumes its own checkpoint, which holds a later state)."""
+    from gemkd.transfer.training.continue_from import RestoreOptimizerState
+    from gemkd.transfer.training.day_checkpoints import DayCheckpoints
+    from gemkd.transfer.training.trainer import resume_path
+
+    cbs: list = [DayCheckpoints(out / "checkpoints")] if cfg.stream else []
+    if cfg.continue_from is not None and not (resume and resume_path(out) is not None):
+        cbs.append(RestoreOptimizerState(cfg.continue_from))
+    return cbs
+
+
+def trained_until(ckpt: str | Path) -> int:
+    """The last day the teacher at ``ckpt`` trained on: N for a ``day=N.ckpt``, else the end
+    of its run's ``train_days`` (``config.yaml`` beside ``checkpoints/``)."""
+    from gemkd.experiments.teacher_checkpoint import check_checkpoint
+    from gemkd.experiments.teacher_config import load_teacher_config
+    from gemkd.transfer.training.day_checkpoints import checkpoint_day
+
+    ckpt = check_checkpoint(ckpt, "continue_from")
+    day = checkpoint_day(ckpt)
+    if day is not None:
+        return day
+    config = ckpt.parent.parent / "config.yaml"
+    if not config.is_file():
+        raise ConfigError(f"continue_from {ckpt}: no config.yaml of its run beside "
+                          "checkpoints/, so the days it trained on are unknown")
+    return load_teacher_config(config).train_days[1] - 1
+
+
+def _check_continuation(cfg: TeacherTrainConfig) -> None:
+    """A continued run trains on later days only: a second pass over days the checkpoint saw
+    over-fits the ID tables (issue 9: the best epoch was the first or second)."""
+    until = trained_until(cfg.continue_from)
+    if cfg.train_days[0] <= until:
+        raise ConfigError(f"continue_from {cfg.continue_from}: it trained until day {until}; "
+                          f"train_days {cfg.train_days} must start after it (day {until + 1} "
+                          "or later)")
 
 
 def _epoch_of(ckpt: Path) -> int | None:

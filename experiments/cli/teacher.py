@@ -16,7 +16,7 @@ def _progress(args: argparse.Namespace) -> bool:
     return not args.no_progress and sys.stderr.isatty()
 
 
-def parse_days(text: str | None) -> tuple[int, int] | None:
+def parse_days(text: str | None, flag: str = "--days") -> tuple[int, int] | None:
     """``"A:B"`` → the half-open day range ``(A, B)``."""
     if text is None:
         return None
@@ -26,7 +26,7 @@ def parse_days(text: str | None) -> tuple[int, int] | None:
     except ValueError:
         days = None
     if not sep or days is None or days[0] >= days[1] or days[0] < 0:
-        raise ConfigError(f"--days {text!r}: expected A:B with 0 <= A < B (half-open)")
+        raise ConfigError(f"{flag} {text!r}: expected A:B with 0 <= A < B (half-open)")
     return days
 
 
@@ -35,7 +35,9 @@ def _fit(args: argparse.Namespace) -> None:
 
     s = fit_teacher(args.config, args.data, args.out, strategy=args.strategy,
                     devices=args.devices, num_nodes=args.num_nodes, resume=args.resume,
-                    progress=_progress(args), tracker=args.logger)
+                    progress=_progress(args), tracker=args.logger, stream=args.stream or None,
+                    train_days=parse_days(args.train_days, "--train-days"),
+                    continue_from=args.continue_from)
     if not s["is_global_zero"]:
         return
     ne = next(((k.split("/")[1], v) for k, v in s.get("val", {}).items()
@@ -81,6 +83,16 @@ def add_parser(sub) -> None:
                         "gemkd[mlflow])")
     f.add_argument("--resume", action="store_true",
                    help="continue from RUN_DIR/checkpoints/last.ckpt when it exists")
+    f.add_argument("--stream", action="store_true",
+                   help="one time-ordered pass over the training days with a checkpoint at "
+                        "the end of every day (RUN_DIR/checkpoints/day=N.ckpt); the config's "
+                        "max_epochs, select and patience become 1, last and none")
+    f.add_argument("--train-days", default=None,
+                   help="override the config's train_days (half-open A:B)")
+    f.add_argument("--continue-from", default=None, metavar="CKPT",
+                   help="continue an earlier run (its last.ckpt or a day=N.ckpt: weights and "
+                        "optimizer state) on later days; --train-days must start after the "
+                        "last day it trained on")
     f.add_argument("--no-progress", action="store_true",
                    help="no progress bar (there is none when stderr is not a terminal)")
     f.set_defaults(func=_fit)

@@ -46,6 +46,7 @@ class Unit:
     row_group: int
     first_row: int
     n_rows: int
+    day: int = -1
 
 
 @dataclass
@@ -85,7 +86,9 @@ class DatasetReader(IterableDataset):
     of longer histories; ``domains`` (names) keeps only those domains' rows — a vertical model's
     own traffic. ``rank``/``world_size`` default to the initialised process group. ``cache``:
     keep the decoded row groups in the process (:mod:`gemkd.transfer.data.unit_cache`) so that the
-    next pass over them — the next student of a sweep — reads from memory.
+    next pass over them — the next student of a sweep — reads from memory. ``stream``: with
+    ``shuffle``, the days still come in time order (row groups and rows shuffled within each
+    day only): one time-ordered pass, as a recurring production model trains.
     """
 
     def __init__(self, root: str | Path, days: tuple[int, int] | None = None,
@@ -95,7 +98,7 @@ class DatasetReader(IterableDataset):
                  tasks: list[str] | None = None, oracle: bool = True,
                  domains: list[str] | None = None,
                  rank: int | None = None, world_size: int | None = None,
-                 cache: bool = False) -> None:
+                 cache: bool = False, stream: bool = False) -> None:
         super().__init__()
         if batch_size < 1:
             raise DataError(f"batch_size must be >= 1, got {batch_size}")
@@ -117,7 +120,7 @@ class DatasetReader(IterableDataset):
         self.domain_ids = None if domains is None else np.array(
             [self._domain_id(d) for d in domains], dtype=np.int64)
         self.epoch = 0
-        self.cache = cache
+        self.cache, self.stream = cache, stream
         self._rank, self._world_size = rank, world_size
         self.units = self._scan_units()
 
@@ -152,7 +155,7 @@ class DatasetReader(IterableDataset):
             row = 0
             for rg in range(meta.num_row_groups):
                 n = meta.row_group(rg).num_rows
-                units.append(Unit(path, rg, row, n))
+                units.append(Unit(path, rg, row, n, day))
                 row += n
         return units
 
@@ -183,7 +186,16 @@ class DatasetReader(IterableDataset):
 
     def my_units(self) -> list[Unit]:
         units = list(self.units)
-        if self.shuffle:
+        if self.shuffle and self.stream:
+            # days in order, row groups shuffled within their day, each day by its own draw:
+            # a pass over [a, c) orders day b's rows as a pass over [b, c) does (continuation)
+            by_day: dict[int, list[Unit]] = {}
+            for u in units:
+                by_day.setdefault(u.day, []).append(u)
+            units = [day[i] for d in sorted(by_day) for day in (by_day[d],)
+                     for i in np.random.default_rng([self.seed, self.epoch, d])
+                     .permutation(len(day))]
+        elif self.shuffle:
             rng = np.random.default_rng([self.seed, self.epoch])
             units = [units[i] for i in rng.permutation(len(units))]
         shard, n_shards = self._shard()
@@ -201,6 +213,9 @@ class DatasetReader(IterableDataset):
                 arrays = self._load(unit, pf)
                 UNITS.put(key, arrays)
             n = len(arrays["example_id"])
+            if self.shuffle and self.stream:  # a row group's own draw (see my_units)
+                rng = np.random.default_rng([self.seed, self.epoch, *self._shard(), unit.day,
+                                             unit.row_group])
             order = rng.permutation(n) if self.shuffle else None
             for start in range(0, n, self.batch_size):
                 stop = min(start + self.batch_size, n)

@@ -1,0 +1,82 @@
+"""Checkpoints at the end of every day of a time-ordered (streaming) pass.
+
+``checkpoints/day=N.ckpt`` is the model as it was after its last batch of day N: the teacher that
+is L days old for a student whose stream starts at day N + L + 1 (DESIGN §6.1, the streaming
+protocol). Every day's end also refreshes ``last.ckpt``, so a killed pass resumes from the last
+finished day at the latest (or from a later ``checkpoint_every_n_steps`` save).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+import lightning.pytorch as pl
+from lightning.pytorch.callbacks import Callback
+
+from gemkd.transfer.errors import DataError
+
+_NAME = re.compile(r"^day=(\d+)\.ckpt$")
+
+
+def day_checkpoint(checkpoints: str | Path, day: int) -> Path:
+    """The path of day ``day``'s checkpoint in a run's ``checkpoints`` folder."""
+    return Path(checkpoints) / f"day={day}.ckpt"
+
+
+def checkpoint_day(ckpt: str | Path) -> int | None:
+    """The day a ``day=N.ckpt`` checkpoint was saved after (None for any other name)."""
+    m = _NAME.match(Path(ckpt).name)
+    return int(m.group(1)) if m else None
+
+
+def day_checkpoints(checkpoints: str | Path) -> dict[int, Path]:
+    """Every day checkpoint of a run's ``checkpoints`` folder, by day."""
+    folder = Path(checkpoints)
+    found = {checkpoint_day(p): p for p in folder.glob("day=*.ckpt")} if folder.is_dir() else {}
+    return {d: found[d] for d in sorted(d for d in found if d is not None)}
+
+
+class DayCheckpoints(Callback):
+    """Saves ``day=N.ckpt`` when the pass moves from day N to a later day, and the last day's at
+    the end of the epoch. The batches must come in time order (a ``DatasetReader`` with
+    ``stream=True``): a batch of an earlier day is a DataError. One process only (ranks could be
+    on different days). The current day is part of the checkpoint, so a pass resumed just
+    after a day's last batch still saves that day."""
+
+    def __init__(self, dirpath: str | Path) -> None:
+        self.dirpath = Path(dirpath)
+        self.day: int | None = None
+
+    def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule,
+                             batch: Any, batch_idx: int) -> None:
+        day = int(batch.day[0])
+        if self.day is not None and day != self.day:
+            if day < self.day:
+                raise DataError(f"streaming pass: a batch of day {day} after day {self.day}; "
+                                "daily checkpoints need the days in time order (stream: true)")
+            self._save(trainer, self.day)
+        self.day = day
+
+    def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if self.day is not None:
+            self._save(trainer, self.day)
+
+    def _save(self, trainer: pl.Trainer, day: int) -> None:
+        path = day_checkpoint(self.dirpath, day)
+        tmp = path.with_name(f".{path.name}.tmp")
+        trainer.save_checkpoint(tmp)  # written whole, then renamed: never a partial day=N.ckpt
+        if trainer.is_global_zero:
+            last = self.dirpath / "last.ckpt"
+            shutil.copyfile(tmp, last.with_name(".last.ckpt.tmp"))
+            os.replace(tmp, path)
+            os.replace(last.with_name(".last.ckpt.tmp"), last)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"day": self.day}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.day = state_dict.get("day")
