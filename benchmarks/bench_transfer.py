@@ -93,6 +93,7 @@ from gemkd.transfer.distill import StoreTeacher  # noqa: E402
 from gemkd.transfer.repr_features import AsOfCodes, CodeStore  # noqa: E402
 from gemkd.transfer.store import TeacherStore  # noqa: E402
 from gemkd.transfer.training import training_base_rates  # noqa: E402
+from gemkd.transfer.training.trainer import best_or_last  # noqa: E402
 
 SEPARATE = "_separate"  # the variant with the Student Adapter's ``update: separate``
 VARIANTS = ["baseline", "kd", "kd_aux", "kd_aux_adapter", "kd_repr", "full",
@@ -139,7 +140,7 @@ def build_inputs(spec: RunSpec, cache: Path, teacher_steps: int) -> tuple[Path, 
                                            "max_steps": teacher_steps, "log_every_n_steps": 1})
     run = cached_fit(teacher_config(spec, 0, which), data, data_key, cache,
                             log)
-    store = cached_export(run, data, spec.repr.layer or "trunk", cache, log)
+    store = cached_export(best_or_last(run), data, spec.repr.layer or "trunk", cache, log)
     codes = build_codes(store, spec.teacher_window(0),
                               dataclasses.replace(spec.repr, epochs=1), spec.seeds[0], cache, log)
     return data, store, codes

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -63,6 +64,7 @@ def render(run: RunView) -> str:
 
     out += [f"## Main result ({where})", "", main_table(run), "",
             f"Same evaluation data: {reference_line(run, run.task)}.", ""]
+    out += teacher_data_sentence(run.dir, run.lag)
     out += _sources(run)
 
     out += ["## What it means", "", " ".join(sentences(run)), ""]
@@ -160,8 +162,53 @@ def lag_section(run: RunView) -> list[str]:
     rows.append(["teacher (ΔNE_FM)", *fm])
     rows.append(["teacher's own NE", *own])
     rows.append(["baseline's NE", *base])
+    rows += teacher_data_rows(run.dir, run.lags)
     out += [md_table(("variant", *(f"lag {lag_str(lag)}" for lag in run.lags)), rows), ""]
     return out
+
+
+def _teacher_data(run_dir: Path, lag: Any) -> list[dict]:
+    """Each world's entry of ``teacher_data.json`` for ``lag`` (none for runs before it or with
+    an imported store)."""
+    path = run_dir / "teacher_data.json"
+    if not path.is_file():
+        return []
+    return [w[str(lag)] for w in json.loads(path.read_text()).values() if str(lag) in w]
+
+
+def teacher_data_sentence(run_dir: Path, lag: Any) -> list[str]:
+    """How much more the teacher learnt from than the student, at the main lag."""
+    entries = _teacher_data(run_dir, lag)
+    r = [e["ratio"] for e in entries if e.get("ratio")]
+    if not r:
+        return []
+    first, end = entries[0]["teacher_days"]
+    teacher = sum(e["teacher_rows"] for e in entries) / len(entries)
+    student = sum(e["student_rows"] for e in entries) / len(entries)
+    return [f"The teacher ({entries[0]['protocol']} protocol) learnt from {end - first} days "
+            f"[{first}, {end}) of every domain, {teacher:,.0f} rows: **{sum(r) / len(r):.1f}×** "
+            f"the student's {student:,.0f} training rows"
+            + (f" (mean over {len(entries)} worlds)." if len(entries) > 1 else "."), ""]
+
+
+def teacher_data_rows(run_dir: Path, lags: list) -> list[list[str]]:
+    """The table rows of the teacher's days and its rows against the student's (mean over
+    worlds; ``teacher_data.json``, absent for runs before it or with an imported store)."""
+    if not (run_dir / "teacher_data.json").is_file():
+        return []
+    days, ratio = [], []
+    for lag in lags:
+        entries = _teacher_data(run_dir, lag)
+        if not entries:
+            days.append("—")
+            ratio.append("—")
+            continue
+        first, end = entries[0]["teacher_days"]
+        days.append(f"{end - first} ([{first}, {end}), {entries[0]['protocol']})")
+        r = [e["ratio"] for e in entries if e.get("ratio")]
+        rows = sum(e["teacher_rows"] for e in entries) / len(entries)
+        ratio.append(f"{sum(r) / len(r):.1f}× ({rows:,.0f} rows)" if r else "—")
+    return [["teacher's days of data", *days], ["teacher rows / student rows", *ratio]]
 
 
 def _tuning_section(run: RunView) -> list[str]:

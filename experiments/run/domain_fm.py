@@ -47,9 +47,11 @@ class PerDomainModels(torch.nn.Module):
 
 
 def fit_domain_fms(cfg: TeacherTrainConfig, data: Path, data_key: dict, gem_store: Path,
-                   domains: list[str], cache: Path, log) -> Path:
+                   domains: list[str], cache: Path, log,
+                   days: tuple[int, int] | None = None) -> Path:
     """Train one FM per name in ``domains`` on that domain's teacher-day rows (labels + KD from
-    ``gem_store``), export them over those domains' rows of every day; return the store path.
+    ``gem_store``), export them over those domains' rows of ``days`` (default every day);
+    return the store path.
 
     Each FM is a teacher fit (:func:`~gemkd.experiments.teacher_fit.fit_teacher` into
     ``fit/<domain>`` of the step, resumable, every key of ``cfg`` honoured), rebuilt from its
@@ -67,6 +69,8 @@ def fit_domain_fms(cfg: TeacherTrainConfig, data: Path, data_key: dict, gem_stor
     key = {"data": data_key, "fm": fm,
            "gem_store": fs.name(fs.parent(gem_store)), "domains": list(domains),
            **plugin_key([cfg.class_path])}
+    if days is not None:
+        key["days"] = list(days)
 
     def run(step: Path) -> None:
         schema = DatasetSchema.load(data)
@@ -80,6 +84,6 @@ def fit_domain_fms(cfg: TeacherTrainConfig, data: Path, data_key: dict, gem_stor
         export_model(model, cfg, data, step / "store",
                      teacher_name=f"{cfg.name}[{','.join(domains)}]",
                      teacher_version=weights_hash(model.state_dict()), domains=list(domains),
-                     overwrite=True, progress=False)
+                     days=days, overwrite=True, progress=False)
 
     return cached_step(cache, "domain_fm", key, run, log) / "store"

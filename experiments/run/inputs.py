@@ -13,7 +13,12 @@ from gemkd.experiments.run.context import RunContext
 from gemkd.experiments.run.domain_fm import fit_domain_fms
 from gemkd.experiments.run.jobs import InputPaths
 from gemkd.experiments.run.methods import variant_needs
-from gemkd.experiments.run.teacher_steps import cached_export, cached_fit, teacher_config
+from gemkd.experiments.run.teacher_steps import (
+    cached_export,
+    cached_fit,
+    lag_checkpoint,
+    teacher_config,
+)
 from gemkd.experiments.spec.model import RunSpec
 from gemkd.transfer.io import fs
 
@@ -22,27 +27,29 @@ def lag_inputs(ctx: RunContext, lag: int, data, data_key: dict, fm_domains: list
                ) -> InputPaths:
     """The teacher sources, codes and teacher checkpoint the lag's students use (each a cached
     step under the run's cache, logged to its log and tracker)."""
-    from gemkd.transfer.training.trainer import best_or_last
-
     spec, cache, log, tracker = ctx.spec, ctx.cache, ctx.log, ctx.tracker
     needs = set().union(*(variant_needs(v) for v in spec.variants))
-    ckpt = None
+    ckpt, days = None, None
     if spec.teacher.store is not None:
         stores = {"gem": fs.as_where(spec.teacher.store)}
         log(f"  teacher: the imported store {stores['gem']}")
     else:
         gem_cfg = teacher_config(spec, lag, spec.teacher)
+        streaming = spec.teacher_protocol == "streaming"
         gem_run = cached_fit(gem_cfg, data, data_key, cache, log, tracker=tracker,
-                             run_name=f"teacher-lag{lag}")
+                             run_name="teacher" if streaming else f"teacher-lag{lag}")
         layer = spec.repr.layer or gem_cfg.repr_layer
-        stores = {"gem": cached_export(gem_run, data, layer, cache, log)}
-        ckpt = best_or_last(gem_run)
+        ckpt = lag_checkpoint(spec, gem_run, lag)
+        # a streaming teacher's store starts at the lag's window (its codes and domain FMs
+        # learn from it; the students read later days): not every day of a long history
+        days = (spec.teacher_window(lag)[0], spec.eval_days[1]) if streaming else None
+        stores = {"gem": cached_export(ckpt, data, layer, cache, log, days=days)}
     if any(v.teacher == "domain_fm" for v in spec.variants):
         fm_cfg = teacher_config(spec, lag, spec.hierarchical)
         if fm_cfg.init_from == "gem":  # the domain FMs start from this lag's GEM (validated)
-            fm_cfg = dataclasses.replace(fm_cfg, init_from=str(best_or_last(gem_run)))
+            fm_cfg = dataclasses.replace(fm_cfg, init_from=str(ckpt))
         stores["domain_fm"] = fit_domain_fms(fm_cfg, data, data_key, stores["gem"], fm_domains,
-                                             cache, log)
+                                             cache, log, days=days)
     codes = None
     if "codes" in needs:
         codes = build_codes(stores["gem"], spec.teacher_window(lag), spec.repr,

@@ -24,6 +24,8 @@ import pandas as pd
 import yaml
 
 from gemkd.experiments.run.context import LagCell, RunContext
+from gemkd.experiments.run.data_ratio import record as record_ratio
+from gemkd.experiments.run.data_ratio import rows_in, teacher_student_rows
 from gemkd.experiments.run.data_sources import data_plan, prepare_data
 from gemkd.experiments.run.evaluation import (
     eval_metrics,
@@ -155,10 +157,19 @@ def _world(ctx: RunContext, world: int | None, tuning_rows: list[dict]) -> list[
         oracle = eval_metrics(data, eval_days, tasks, domains, base_rates, oracle_logits, only)
         feature = feature_oracle_metrics(data, eval_days, tasks, domains, base_rates, only)
     label = world if world is not None else int(data_key.get("seed", 0) or 0)
+    student_rows = rows_in(data, tuple(spec.student_days), only)
     rows = []
     for lag in spec.lags:
-        first, train_end = spec.teacher_window(lag)
-        log(f"== teacher lag {lag}: teacher learns from days [{first}, {train_end})")
+        seen = spec.teacher_seen(lag)
+        train_end = seen[1]
+        if spec.teacher.store is None:
+            ratio = teacher_student_rows(spec, data, lag, student_rows)
+            record_ratio(ctx.out, label, lag, ratio)
+            log(f"== teacher lag {lag}: teacher learns from days [{seen[0]}, {seen[1]}) "
+                f"({spec.teacher_protocol}; {ratio['teacher_rows']:,} rows, "
+                f"{ratio['ratio']:.1f}x the student's {student_rows:,})")
+        else:
+            log(f"== teacher lag {lag}: the imported store's teacher")
         inputs = lag_inputs(ctx, lag, data, data_key, only or domains)
         cell = LagCell(label, lag, data, train_end, inputs, inputs_tag(spec, inputs), base_rates,
                        "" if world is None else f"w{world}|")

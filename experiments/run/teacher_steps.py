@@ -10,6 +10,7 @@ from gemkd.experiments.run.cache import cached_step, plugin_key
 from gemkd.experiments.spec.model import RunSpec, TeacherSpec
 from gemkd.experiments.teacher_config import TeacherTrainConfig, find_config
 from gemkd.transfer.config import build_dataclass, load_yaml
+from gemkd.transfer.errors import GemkdError
 
 
 def teacher_config(spec: RunSpec, lag: int, which: TeacherSpec) -> TeacherTrainConfig:
@@ -17,6 +18,8 @@ def teacher_config(spec: RunSpec, lag: int, which: TeacherSpec) -> TeacherTrainC
     (:meth:`RunSpec.teacher_window`): training days, then ``teacher_val_days`` validation days."""
     base = load_yaml(find_config(which.config, "teachers", spec.source_dir))
     base.update(which.overrides)
+    if spec.teacher_protocol == "streaming" and which is spec.teacher:
+        return streaming_config(spec, base, which)
     first, end = spec.teacher_window(lag)
     v = spec.teacher_val_days
     base.update(train_days=[first, end - v], val_days=[end - v, end] if v else None,
@@ -25,6 +28,30 @@ def teacher_config(spec: RunSpec, lag: int, which: TeacherSpec) -> TeacherTrainC
         base.update(select="last", patience=None)
     return build_dataclass(TeacherTrainConfig, base, source=f"spec teacher (config "
                                                              f"{which.config})")
+
+
+def streaming_config(spec: RunSpec, base: dict, which: TeacherSpec) -> TeacherTrainConfig:
+    """The one streaming fit every lag's GEM comes from: a time-ordered pass over
+    ``[0, teacher_days)`` with daily checkpoints (the lag-L teacher: :func:`lag_checkpoint`)."""
+    base.update(train_days=[0, spec.teacher_days], val_days=None, test_days=None, stream=True,
+                max_epochs=1, select="last", patience=None)
+    return build_dataclass(TeacherTrainConfig, base, source=f"spec teacher (config "
+                                                             f"{which.config}, streaming)")
+
+
+def lag_checkpoint(spec: RunSpec, run_dir: Path, lag: int) -> Path:
+    """The checkpoint a lag's GEM is used from: the day ``teacher_days - lag - 1`` checkpoint of
+    the streaming fit (the same model, ``lag`` days older), or the window fit's kept epoch."""
+    from gemkd.transfer.training.day_checkpoints import day_checkpoint
+    from gemkd.transfer.training.trainer import best_or_last
+
+    if spec.teacher_protocol != "streaming":
+        return best_or_last(run_dir)
+    ckpt = day_checkpoint(run_dir / "checkpoints", spec.teacher_days - lag - 1)
+    if not ckpt.is_file():
+        raise GemkdError(f"{ckpt}: the streaming teacher has no checkpoint of day "
+                         f"{spec.teacher_days - lag - 1} (lag {lag})")
+    return ckpt
 
 
 def cached_fit(cfg: TeacherTrainConfig, data: Path, data_key: dict, cache: Path, log,
@@ -42,19 +69,23 @@ def cached_fit(cfg: TeacherTrainConfig, data: Path, data_key: dict, cache: Path,
     return step / "run"
 
 
-def cached_export(run_dir: Path, data: Path, layer: str, cache: Path, log,
-                   name: str = "store") -> Path:
+def cached_export(ckpt: Path, data: Path, layer: str, cache: Path, log, name: str = "store",
+                  days: tuple[int, int] | None = None) -> Path:
+    """The store of the teacher at ``ckpt`` (a checkpoint of a cached fit's run dir) over
+    ``days`` of ``data`` (all when None)."""
     from gemkd.experiments.teacher_checkpoint import model_weights
     from gemkd.experiments.teacher_export import export_teacher as export
     from gemkd.transfer.store import TeacherStore, weights_hash
-    from gemkd.transfer.training.trainer import best_or_last
 
-    ckpt = best_or_last(run_dir)
+    run_dir = ckpt.parent.parent
     # step names carry upstream hashes
-    key = {"teacher": run_dir.parent.name, "layer": layer, "checkpoint": ckpt.name}
+    key: dict = {"teacher": run_dir.parent.name, "layer": layer, "checkpoint": ckpt.name}
+    if days is not None:
+        key["days"] = list(days)
 
     def run(step: Path) -> None:
-        export(ckpt, data, step / "store", layer=layer, overwrite=True, progress=False)
+        export(ckpt, data, step / "store", days=days, layer=layer, overwrite=True,
+               progress=False)
 
     store = cached_step(cache, name, key, run, log) / "store"
     # the step is found by path: prove the store holds this checkpoint's outputs

@@ -249,6 +249,10 @@ class RunSpec:
     data: DataSpec = field(default_factory=lambda: DataSpec(preset="small"))
     teacher: TeacherSpec = field(default_factory=TeacherSpec)
     teacher_days: int = 9
+    # window: each lag's teacher is its own fit on a window of equal length (age isolated from
+    # data amount); streaming: one time-ordered pass over [0, teacher_days) with daily
+    # checkpoints, the lag-L teacher being the checkpoint of day teacher_days - L - 1
+    teacher_protocol: str = "window"
     teacher_window_days: int | None = None
     teacher_val_days: int = 0
     student_days: list[int] = field(default_factory=lambda: [9, 12])
@@ -292,6 +296,12 @@ class RunSpec:
         if self.student_days[0] < self.teacher_days or self.eval_days[0] < self.student_days[1]:
             raise ValueError("days must be ordered: teacher [0, teacher_days) <= student_days "
                              "<= eval_days")
+        if self.teacher_protocol not in PROTOCOLS:
+            raise ValueError(f"'teacher_protocol' must be one of {', '.join(PROTOCOLS)}, got "
+                             f"{self.teacher_protocol!r}")
+        if self.teacher_protocol == "streaming" and self.teacher_val_days:
+            raise ValueError("'teacher_protocol: streaming' is one pass with no epoch to "
+                             f"choose: 'teacher_val_days' must be 0, got {self.teacher_val_days}")
         for lag in self.lags:
             if not 0 <= lag < self.teacher_days:
                 raise ValueError(f"teacher_lag_days {lag} must be in [0, teacher_days)")
@@ -308,11 +318,21 @@ class RunSpec:
             raise ValueError("'batch_size' must be >= 1 and 'lr' > 0")
 
     def teacher_window(self, lag: int) -> tuple[int, int]:
-        """The half-open days a lag-``lag`` teacher learns from (DESIGN §6.1): a window of
+        """The half-open window of recent days of a lag-``lag`` teacher (DESIGN §6.1):
         ``teacher_window_days`` ending at ``teacher_days - lag`` (all days before it when the
-        window is unset); its last ``teacher_val_days`` days choose the epoch."""
+        window is unset). The window protocol's teacher learns from it (its last
+        ``teacher_val_days`` days choose the epoch); under both protocols the lag's domain FMs
+        and LoopFM codes are fit on it."""
         end = self.teacher_days - lag
         return (0 if self.teacher_window_days is None else end - self.teacher_window_days), end
+
+    def teacher_seen(self, lag: int) -> tuple[int, int]:
+        """The half-open days the lag-``lag`` teacher has trained on: its window, or under
+        streaming every day before ``teacher_days - lag`` (the checkpoint of the day before)."""
+        first, end = self.teacher_window(lag)
+        if self.teacher_protocol == "streaming":
+            return 0, end
+        return first, end - self.teacher_val_days
 
     @property
     def worlds(self) -> list[int | None]:
@@ -347,6 +367,10 @@ class RunSpec:
                 value = dict(vars(value))
             out[f.name] = value
         return out
+
+
+#: how a run's teachers are trained (``teacher_protocol``; DESIGN §6.1)
+PROTOCOLS = ("window", "streaming")
 
 
 def _parsed(value: Any) -> bool:
