@@ -15,17 +15,19 @@ def oracle_logits(batch) -> torch.Tensor:
 
 def eval_metrics(data: Path, days: tuple[int, int], tasks: list[str], domains: list[str],
                  base_rates: dict[str, float], logits_fn,
-                 only: list[str] | None = None, clusters: Path | None = None
-                 ) -> dict[str, float]:
+                 only: list[str] | None = None, clusters: Path | None = None,
+                 max_seq_len: int | None = None) -> dict[str, float]:
     """NE/AUC/calibration of ``logits_fn(batch)`` on ``days`` (and domains ``only``);
-    ``clusters``: also write the per-user loss sums there (the report's bootstrap)."""
+    ``clusters``: also write the per-user loss sums there (the report's bootstrap);
+    ``max_seq_len``: histories cut to their most recent events (a model trained so)."""
     from gemkd.transfer.data.reader import DatasetReader
     from gemkd.transfer.metrics import RankingMetrics
     from gemkd.transfer.metrics.clusters import ClusterLoss
 
     metrics = RankingMetrics(tasks, len(domains), domains, base_rates=base_rates)
     sums = ClusterLoss(len(tasks))
-    for batch in DatasetReader(data, days=days, batch_size=8192, tasks=tasks, domains=only):
+    for batch in DatasetReader(data, days=days, batch_size=8192, tasks=tasks, domains=only,
+                               max_seq_len=max_seq_len):
         logits = logits_fn(batch)
         metrics.update(logits, batch.labels, batch.domain)
         if clusters is not None:
