@@ -32,9 +32,10 @@ def teacher_config(spec: RunSpec, lag: int, which: TeacherSpec) -> TeacherTrainC
 
 def streaming_config(spec: RunSpec, base: dict, which: TeacherSpec) -> TeacherTrainConfig:
     """The one streaming fit every lag's GEM comes from: a time-ordered pass over
-    ``[0, teacher_days)`` with daily checkpoints (the lag-L teacher: :func:`lag_checkpoint`)."""
-    base.update(train_days=[0, spec.teacher_days], val_days=None, test_days=None, stream=True,
-                max_epochs=1, select="last", patience=None)
+    ``[teacher_stream_start, teacher_days)`` with daily checkpoints (the lag-L teacher:
+    :func:`lag_checkpoint`)."""
+    base.update(train_days=[spec.teacher_stream_start, spec.teacher_days], val_days=None,
+                test_days=None, stream=True, max_epochs=1, select="last", patience=None)
     return build_dataclass(TeacherTrainConfig, base, source=f"spec teacher (config "
                                                              f"{which.config}, streaming)")
 

@@ -253,6 +253,7 @@ class RunSpec:
     # data amount); streaming: one time-ordered pass over [0, teacher_days) with daily
     # checkpoints, the lag-L teacher being the checkpoint of day teacher_days - L - 1
     teacher_protocol: str = "window"
+    teacher_stream_start: int = 0  # streaming: the pass's first day (a teacher of fewer days)
     teacher_window_days: int | None = None
     teacher_val_days: int = 0
     student_days: list[int] = field(default_factory=lambda: [9, 12])
@@ -302,6 +303,12 @@ class RunSpec:
         if self.teacher_protocol == "streaming" and self.teacher_val_days:
             raise ValueError("'teacher_protocol: streaming' is one pass with no epoch to "
                              f"choose: 'teacher_val_days' must be 0, got {self.teacher_val_days}")
+        if self.teacher_stream_start and (self.teacher_protocol != "streaming" or not
+                                          0 < self.teacher_stream_start
+                                          < self.teacher_days - max(self.lags)):
+            raise ValueError(f"'teacher_stream_start' {self.teacher_stream_start}: needs "
+                             "teacher_protocol: streaming and a day before every lag's "
+                             f"checkpoint (< {self.teacher_days - max(self.lags)})")
         for lag in self.lags:
             if not 0 <= lag < self.teacher_days:
                 raise ValueError(f"teacher_lag_days {lag} must be in [0, teacher_days)")
@@ -328,10 +335,11 @@ class RunSpec:
 
     def teacher_seen(self, lag: int) -> tuple[int, int]:
         """The half-open days the lag-``lag`` teacher has trained on: its window, or under
-        streaming every day before ``teacher_days - lag`` (the checkpoint of the day before)."""
+        streaming every day from ``teacher_stream_start`` to ``teacher_days - lag`` (the
+        checkpoint of the day before)."""
         first, end = self.teacher_window(lag)
         if self.teacher_protocol == "streaming":
-            return 0, end
+            return self.teacher_stream_start, end
         return first, end - self.teacher_val_days
 
     @property
