@@ -157,14 +157,29 @@ def scores(world: World, spec: dict[str, Any], runs: dict[str, Path], every: int
 
 
 def baseline_ne(run: Path, world: int, domain: str) -> dict[str, float]:
-    """The labels-only student's NE per task (mean over seeds) at lag 0 of ``world``."""
+    """The labels-only student's NE per task (mean over seeds) at lag 0 of ``world``: from
+    results.csv, or while the run is still going from the finished runs in runs.jsonl (the
+    last line of each seed)."""
     path = run / "results.csv"
-    if not path.is_file():
+    if path.is_file():
+        r = pd.read_csv(path)
+        r = r[(r.variant == "baseline") & (r.domain == domain) & (r.teacher_lag_days == 0)
+              & (r.world == world)]
+        if len(r):
+            return r.groupby("task")["ne"].mean().to_dict()
+    ledger = run / "runs.jsonl"
+    if not ledger.is_file():
         return {}
-    r = pd.read_csv(path)
-    r = r[(r.variant == "baseline") & (r.domain == domain) & (r.teacher_lag_days == 0)
-          & (r.world == world)]
-    return r.groupby("task")["ne"].mean().to_dict()
+    by_seed: dict[str, dict] = {}
+    for line in ledger.read_text().splitlines():
+        entry = json.loads(line)
+        parts = entry["key"].split("|")
+        if parts[:2] == ["final", "baseline"] and parts[3] == "0" and \
+                (parts[4] == f"w{world}" or (len(parts) == 5 and world == 0)):
+            by_seed[parts[2]] = entry["metrics"]
+    tasks = {k.split("/")[1] for m in by_seed.values() for k in m if k.startswith("ne/")}
+    return {t: float(np.mean([m[f"ne/{t}/{domain}"] for m in by_seed.values()]))
+            for t in sorted(tasks)} if by_seed else {}
 
 
 def log_trend(frame: pd.DataFrame, col: str) -> tuple[float, float]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 
 import pandas as pd
 import pytest
@@ -69,3 +70,15 @@ def test_log_trend_recovers_a_known_slope():
     slope, icpt = log_trend(f, "ne")  # the second half: days 8 and 16
     assert slope == pytest.approx(-0.02) and icpt == pytest.approx(0.90)
     assert math.isnan(log_trend(f.iloc[:1], "ne")[0])
+
+
+def test_baseline_from_the_ledger_while_the_run_goes_on(run, tmp_path):
+    from benchmarks.teacher_scaling import baseline_ne
+
+    shutil.copy(run / "runs.jsonl", tmp_path / "runs.jsonl")
+    results = pd.read_csv(run / "results.csv")
+    ref = results[(results.variant == "baseline") & (results.domain == "stories")]
+    assert baseline_ne(tmp_path, 0, "stories") == pytest.approx(
+        ref.groupby("task")["ne"].mean().to_dict())
+    assert baseline_ne(run, 0, "stories") == pytest.approx(
+        ref.groupby("task")["ne"].mean().to_dict())
