@@ -10,7 +10,7 @@ from gemkd.transfer.data.batch import Batch
 from gemkd.transfer.errors import ConfigError
 from gemkd.transfer.layers import HashedEmbedding
 from gemkd.transfer.methods import MethodContext, TransferMethod
-from gemkd.transfer.repr_features import AsOfCodes, pool_mean
+from gemkd.transfer.repr_features import AsOfCodes
 
 POOLINGS = ("mean", "attention")
 ITEM_FEATURES = ("ad_id", "item_id", "video_id", "movie_id")
@@ -57,9 +57,9 @@ class Repr(TransferMethod):
         self.pool = CodeAttentionPool(self.asof.code_dim, self.query_dim)
 
     def features(self, batch: Batch) -> Tensor:
+        if self.pool is None:  # the mean, without gathering the codes (AsOfCodes.lookup_mean)
+            return self.asof.lookup_mean(batch.user_id, batch.ts)
         values, offsets = self.asof.lookup(batch.user_id, batch.ts)
-        if self.pool is None:
-            return pool_mean(values, offsets)
         device = batch.categorical.device
         q = self.query(batch.categorical[:, self.query_col])
         return self.pool(q, values.to(device, non_blocking=True),

@@ -136,10 +136,12 @@ def train_student(spec: RunSpec, job: StudentJob, data: Path, inputs: Inputs,
                            else LOG_EVERY_N_STEPS,  # None, True: Lightning's default logger
                            limit_val_batches=0)  # no sanity check, no validation
     t0 = time.perf_counter()
-    trainer.fit(module, datamodule=dm)
+    # the loaders, not the data module: with a data module Lightning asks, for each of the three
+    # batch-transfer hooks of every step, which of the two overrides it (AdsDataModule has none)
+    trainer.fit(module, train_dataloaders=dm.train_dataloader())
     seconds = time.perf_counter() - t0
     t1 = time.perf_counter()
-    trainer.test(module, datamodule=dm, verbose=False)
+    trainer.test(module, dataloaders=dm.test_dataloader(), verbose=False)
     eval_seconds = time.perf_counter() - t1
     if user_loss is not None:
         user_loss.sums.save(clusters_path, list(spec.student_tasks), list(module.domains),

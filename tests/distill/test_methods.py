@@ -229,3 +229,41 @@ def test_spec_defaults_are_declared_by_the_method_not_its_name():
     bad = load_spec(None, ["variants={x: [tests.distill.test_methods._WantsUnknownSpecKey]}"])
     with pytest.raises(ConfigError, match="spec_defaults names 'no_such_key'"):
         check_variant(bad, bad.variants[0])
+
+
+def test_kd_at_temperature_one_and_unit_weights_skips_only_identities():
+    """T = 1 and weight 1 skip ``/ T``, ``T² ·`` and ``1 ·``: the same loss and the same
+    gradients, bit for bit, as the general formula."""
+    from gemkd.transfer.methods.losses import kd_bce
+
+    g = torch.Generator().manual_seed(0)
+    zs = torch.randn(64, 2, generator=g, requires_grad=True)
+    zt = torch.randn(64, 2, generator=g) * 3
+    t = 1.0
+    general = t * t * torch.nn.functional.binary_cross_entropy_with_logits(
+        zs / t, torch.sigmoid(zt / t), reduction="none")
+    (grad_general,) = torch.autograd.grad(1.0 * general.sum(), zs)
+    fast = kd_bce(zs, zt, 1.0)
+    (grad_fast,) = torch.autograd.grad(fast.sum(), zs)
+    assert torch.equal(fast, general) and torch.equal(grad_fast, grad_general)
+
+
+def test_method_groups_with_the_students_settings_join_its_group(schema):
+    """A method's parameter group with the settings of one of the student's (lr, weight decay
+    and the optimiser's defaults) joins it; others stay their own group. Every parameter is
+    in exactly one group either way."""
+    student = build_student({"class_path": "mlp", "init_args": {"hidden": [8]}}, schema,
+                            ["click"])
+    aux = AuxHead()  # the student's lr, no weight decay: the dense group's settings
+    aux.setup(ctx_for(schema, student))
+    fused = Adapter(adapter_lr=0.05)  # its own lr: its own group
+    fused.setup(ctx_for(schema))
+    module = DistillModule(student, ["click"], schema.domains, methods=[KD(), aux, fused],
+                           teacher=fixed_teacher, lr=0.01)
+    (opt,) = module.configure_optimizers()
+    groups = {g["name"]: g for g in opt.param_groups}
+    assert set(groups) == {"embedding", "dense", "Adapter"}
+    assert {id(p) for p in aux.parameters()} <= {id(p) for p in groups["dense"]["params"]}
+    assert groups["Adapter"]["lr"] == 0.05
+    params = [p for g in opt.param_groups for p in g["params"]]
+    assert len(params) == len({id(p) for p in params}) == len(list(module.parameters()))

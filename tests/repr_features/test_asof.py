@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from gemkd.transfer.errors import StoreError
+from gemkd.transfer.ops import segment_mean
 from gemkd.transfer.repr_features import (
     AsOfCodes,
     CodeStore,
@@ -229,3 +230,54 @@ def test_write_code_store_refuses_bad_input(tmp_path):
         write_code_store(tmp_path / "a", *args, q, 8, 4, {"teacher_version": "v"})
     write_code_store(tmp_path / "a", *args, q, 8, 4, {"teacher_version": "w"}, overwrite=True)
     assert CodeStore(tmp_path / "a").meta["teacher_version"] == "w"
+
+
+def _lookups_match_brute_force(w, asof, max_events) -> None:
+    qu = np.concatenate([w["user_id"], [-7, 2**62, w["user_id"].max() + 1]])
+    qt = np.concatenate([w["ts"], [w["ts"].max() + 1, w["ts"].min(), w["ts"].max() + 1]])
+    values, offsets = asof.lookup(qu, qt)
+    rows, off = _row_of(values.numpy(), 8), offsets.numpy()
+    for b in range(len(qu)):
+        assert rows[off[b]:off[b + 1]].tolist() == _reference(w, qu[b], qt[b], max_events), b
+
+
+@pytest.mark.parametrize("index", ["dense users", "rank keys"])
+def test_user_table_and_rank_keys_match_brute_force(tmp_path, index):
+    """Dense user ids take the direct rank table; a store whose time span would overflow the
+    offset keys takes the timestamp-rank keys. Unknown and far-off ids find nothing."""
+    rng = np.random.default_rng(7)
+    w = _world(rng, m=400, n_users=10, n_ts=15)
+    w["user_id"] = w["user_id"] // 7919  # 0..9: dense
+    if index == "rank keys":
+        w["ts"] = (w["ts"] - 1_700_000_000) * (2**60 // 900)  # span * users past 2^62
+    asof = AsOfCodes(_store(tmp_path, w), max_events=6)
+    assert (asof._uniq_ts is not None) == (index == "rank keys")
+    assert asof._rank_of is not None
+    _lookups_match_brute_force(w, asof, 6)
+
+
+def test_lookup_mean_is_pool_mean_of_lookup_bit_for_bit(tmp_path):
+    rng = np.random.default_rng(3)
+    w = _world(rng, m=3000, n_users=40, n_ts=200)
+    asof = AsOfCodes(_store(tmp_path, w, code_dim=6), max_events=25)
+    qu = np.concatenate([rng.choice(w["user_id"], 500), [1, -3]])
+    qt = np.concatenate([rng.choice(w["ts"], 500) + rng.integers(-60, 60, 500), [0, 10**12]])
+    values, offsets = asof.lookup(qu, qt)
+    mean = asof.lookup_mean(qu, qt)
+    assert mean.dtype == torch.float32 and mean.shape == (len(qu), 6)
+    assert torch.equal(mean, pool_mean(values, offsets))
+    assert torch.equal(mean, segment_mean(values, offsets))  # the reference kernel
+    empty = AsOfCodes(_store(tmp_path, {k: np.zeros(0, dtype=np.int64) for k in w}, name="e"))
+    assert torch.equal(empty.lookup_mean(qu[:3], qt[:3]), torch.zeros(3, 5))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_pool_mean_equals_segment_mean_bit_for_bit(dtype):
+    g = torch.Generator().manual_seed(0)
+    for _ in range(50):
+        b = int(torch.randint(1, 30, (1,), generator=g))
+        lengths = torch.randint(0, 60, (b,), generator=g) * (torch.rand(b, generator=g) > 0.2)
+        offsets = torch.zeros(b + 1, dtype=torch.int64)
+        offsets[1:] = lengths.cumsum(0)
+        values = (torch.randn(int(offsets[-1]), 4, generator=g) * 50).to(dtype)
+        assert torch.equal(pool_mean(values, offsets), segment_mean(values, offsets))

@@ -129,3 +129,47 @@ def test_stream_ema_fit_equals_averaged_model_with_the_per_tensor_fn():
     for name, value in want.items():
         assert torch.allclose(got[name].double(), value.double(), rtol=0, atol=1e-6), name
         assert torch.equal(got[name], value), name
+
+
+class _ChangingBuffers(_WithIntBuffer):
+    """Float64 parameters beside float32 ones (two flat groups), an integer buffer that moves
+    mid-fit (no longer the update's fixed point) and a non-persistent float buffer."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.w3 = torch.nn.Linear(1, 1).double()
+        self.register_buffer("scale", torch.ones(2), persistent=False)
+
+    def training_step(self, batch, idx):
+        if idx == 5:
+            self.index.add_(7)
+            self.scale.mul_(1.5)
+        x, y = batch
+        return super().training_step(batch, idx) + ((self.w3(x.double()) - y.double()) ** 2).mean()
+
+
+def test_stream_ema_flat_groups_and_moving_integer_buffer_equal_the_reference():
+    torch.manual_seed(1)
+    x = torch.randn(64, 1)
+    data = DataLoader(TensorDataset(x, 3 * x + torch.randn(64, 1)), batch_size=4)
+    model = _ChangingBuffers()
+    ref = AveragedModel(model, use_buffers=True, avg_fn=warmup_ema_fn(0.9))
+
+    class Follow(pl.Callback):
+        def on_train_batch_end(self, trainer, pl_module, *args) -> None:
+            ref.update_parameters(pl_module)
+
+    ema = StreamEMA(0.9)
+    pl.Trainer(max_epochs=1, callbacks=[Follow(), ema], logger=False, enable_checkpointing=False,
+               enable_progress_bar=False, enable_model_summary=False).fit(model, data)
+    assert {flat.dtype for flat, _, _ in ema._flat} == {torch.float32, torch.float64}
+    got = dict(model.named_parameters()) | dict(model.named_buffers())
+    want = dict(ref.module.named_parameters()) | dict(ref.module.named_buffers())
+    assert int(want["index"][0]) != 3  # the average followed the moved index
+    for name, value in want.items():
+        assert torch.equal(got[name], value), name
+    # the averaged module's tensors are views of the flat buffers, its state dict as before
+    avg = ema._average_model.module
+    assert set(avg.state_dict()) == set(model.state_dict())
+    assert any(p.untyped_storage().data_ptr() == ema._flat[0][0].untyped_storage().data_ptr()
+               for p in avg.parameters())

@@ -6,6 +6,7 @@ never padded on the host. Models pad on the device, per batch, to ``seq_max_len`
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, fields, replace
 
@@ -54,9 +55,19 @@ class Batch:
             return self
         return self._map(lambda x: x.to(device, non_blocking=non_blocking))
 
+    def copy(self) -> Batch:
+        """A new Batch holding the same tensors, with its own ``seq_values`` and ``meta`` dicts:
+        what a reader hands out of batches it keeps (a consumer may set fields or meta). The
+        fields are copied as they are (``__init__`` checks nothing), ~4x cheaper than
+        ``dataclasses.replace``, once per training step."""
+        new = object.__new__(type(self))
+        new.__dict__.update(self.__dict__)
+        new.seq_values, new.meta = dict(self.seq_values), dict(self.meta)
+        return new
+
     def _tensors(self) -> Iterator[torch.Tensor]:
-        for f in fields(self):
-            x = getattr(self, f.name)
+        for name in _field_names(type(self)):
+            x = getattr(self, name)
             if isinstance(x, torch.Tensor):
                 yield x
             elif isinstance(x, dict):
@@ -76,3 +87,10 @@ class Batch:
             return x
 
         return replace(self, **{f.name: apply(getattr(self, f.name)) for f in fields(self)})
+
+
+@functools.cache
+def _field_names(cls: type) -> tuple[str, ...]:
+    """A dataclass's field names, once per class: ``dataclasses.fields`` builds its tuple anew
+    on each call, and ``Batch.to`` walks them every training step."""
+    return tuple(f.name for f in fields(cls))

@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 import lightning.pytorch as pl
-from torch.utils.data import DataLoader
+from torch.utils.data import DataLoader, default_convert
 
 from gemkd.transfer.data.prefetch import ThreadPrefetcher
 from gemkd.transfer.data.reader import DatasetReader
@@ -18,7 +18,8 @@ class EpochLoader(DataLoader):
 
     Lightning only calls ``set_epoch`` on samplers; an IterableDataset has none. ``prefetch``
     > 0 (single-process loading only) reads that many batches ahead in a background thread
-    (:class:`~gemkd.transfer.data.prefetch.ThreadPrefetcher`): same batches, same order.
+    (:class:`~gemkd.transfer.data.prefetch.ThreadPrefetcher`): same batches, same order. A pass
+    the reader serves from memory (``DatasetReader.in_memory``) is the reader's own iterator.
     """
 
     def __init__(self, *args: Any, prefetch: int = 0, **kwargs: Any) -> None:
@@ -26,9 +27,17 @@ class EpochLoader(DataLoader):
         self.prefetch = prefetch
 
     def __iter__(self):
-        it = super().__iter__()
+        # A pass served whole from the process cache (a sweep's later students) has nothing for
+        # a thread to overlap, and in one process, without collation or pinning, DataLoader's
+        # iterator only hands the reader's batches through: that pass is the reader's own
+        # iterator (the thread's hand-off and DataLoader's per-batch record_function, fetch and
+        # convert cost ~25 us a batch, more on a busy machine where the thread takes the GIL).
+        resident = (self.num_workers == 0 and not self._auto_collation and not self.pin_memory
+                    and self.collate_fn is default_convert
+                    and getattr(self.dataset, "in_memory", lambda: False)())
+        it = iter(self.dataset) if resident else super().__iter__()
         self.dataset.set_epoch(self.dataset.epoch + 1)
-        if self.prefetch and self.num_workers == 0:
+        if self.prefetch and self.num_workers == 0 and not resident:
             # the producer starts after set_epoch: the reader reads its epoch when first asked
             return iter(ThreadPrefetcher(it, self.prefetch))
         return it

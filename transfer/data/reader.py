@@ -37,6 +37,9 @@ from gemkd.transfer.data.writer import day_path
 from gemkd.transfer.errors import DataError
 from gemkd.transfer.io import fs
 
+#: the key of a cached unit's batches already cut, per batch size (:meth:`DatasetReader._cut`)
+_CUTS = "_cut_batches"
+
 
 @dataclass(frozen=True)
 class Unit:
@@ -212,6 +215,10 @@ class DatasetReader(IterableDataset):
                     open_path, pf = unit.path, validate.open_parquet(unit.path)
                 arrays = self._load(unit, pf)
                 UNITS.put(key, arrays)
+            if key is not None and not self.shuffle:
+                # in time order the cut is the same every pass: kept with the unit's arrays
+                yield from (b.copy() for b in self._cut(arrays))
+                continue
             n = len(arrays["example_id"])
             if self.shuffle and self.stream:  # a row group's own draw (see my_units)
                 rng = np.random.default_rng([self.seed, self.epoch, *self._shard(), unit.day,
@@ -221,6 +228,34 @@ class DatasetReader(IterableDataset):
                 stop = min(start + self.batch_size, n)
                 rows = order[start:stop] if order is not None else slice(start, stop)
                 yield self._batch(arrays, rows)
+
+    def _cut(self, arrays: dict) -> list[Batch]:
+        """The unshuffled batches of a cached unit, cut once per batch size and kept in its
+        cache entry: a sweep's next student then takes them as they are (its loader cost
+        ~50 us a batch, a few % of a small student's step). Their tensors are views of the
+        entry's (frozen) arrays, all but ``seq_offsets`` (one int64 a row), so keeping them
+        costs little beyond what the entry already holds. They are made outside inference mode
+        whatever pass cuts them (an evaluation's tensors could not be used by a later fit)."""
+        cuts = arrays.setdefault(_CUTS, {})
+        if self.batch_size not in cuts:
+            n = len(arrays["example_id"])
+            with torch.inference_mode(False):
+                cuts[self.batch_size] = [
+                    self._batch(arrays, slice(start, min(start + self.batch_size, n)))
+                    for start in range(0, n, self.batch_size)]
+        return cuts[self.batch_size]
+
+    def in_memory(self) -> bool:
+        """Whether a pass of this process reads nothing from disk and cuts no batch: a cached,
+        unshuffled reader whose every row group has been through a pass already (then a
+        background prefetch thread has nothing to overlap with the step)."""
+        if not self.cache or self.shuffle:
+            return False
+        for unit in self.my_units():
+            arrays = UNITS.get(self._cache_key(unit))
+            if arrays is None or self.batch_size not in arrays.get(_CUTS, {}):
+                return False
+        return True
 
     def _cache_key(self, unit: Unit) -> tuple | None:
         """Where ``cache`` is on, the key of the unit's decoded arrays in the process cache."""
@@ -269,6 +304,9 @@ class DatasetReader(IterableDataset):
         out["labels"] = np.stack(labels, axis=1).astype(np.float32)
         if p.oracle:
             out["oracle"] = np.stack([col(self.schema.oracle[t]) for t in p.tasks], axis=1)
+        # int64 once per row group (what a Batch holds): a batch's tensors are then views
+        out["domain"] = out["domain"].astype(np.int64)
+        out["day"] = out["day"].astype(np.int64)
         rows = (None if self.domain_ids is None
                 else np.flatnonzero(np.isin(out["domain"], self.domain_ids)))
         out["offsets"], out["seq"] = self._sequences(unit, table, rows)
@@ -343,10 +381,10 @@ class DatasetReader(IterableDataset):
             seq_offsets=t(np.ascontiguousarray(offsets)),
             seq_max_len=int(lengths.max()) if len(lengths) else 0,
             labels=t(np.ascontiguousarray(a["labels"][rows])),
-            domain=t(a["domain"][rows].astype(np.int64)),
+            domain=t(np.ascontiguousarray(a["domain"][rows], dtype=np.int64)),
             example_id=t(np.ascontiguousarray(a["example_id"][rows])),
             user_id=t(np.ascontiguousarray(a["user_id"][rows])),
-            day=t(a["day"][rows].astype(np.int64)),
+            day=t(np.ascontiguousarray(a["day"][rows], dtype=np.int64)),
             ts=t(np.ascontiguousarray(a["ts"][rows])),
             oracle=t(np.ascontiguousarray(a["oracle"][rows])) if "oracle" in a else None,
         )

@@ -28,6 +28,8 @@ class StoreTeacher:
         self.store = store
         self.join = TeacherJoin(store, days=days, policy=policy, with_emb=with_emb)
         self.columns = [store.tasks.index(t) for t in tasks]
+        #: the student's tasks are the store's, in its order: the joined logits as they are
+        self._all_columns = self.columns == list(range(len(store.tasks)))
 
     @property
     def coverage(self) -> float:
@@ -40,5 +42,5 @@ class StoreTeacher:
     def __call__(self, batch: Batch) -> TeacherTargets:
         res = self.join(batch.example_id)
         emb = None if res.emb is None else torch.from_numpy(res.emb)
-        return TeacherTargets(torch.from_numpy(res.logits[:, self.columns]),
-                              torch.from_numpy(res.found), emb)
+        logits = res.logits if self._all_columns else res.logits[:, self.columns]
+        return TeacherTargets(torch.from_numpy(logits), torch.from_numpy(res.found), emb)

@@ -77,9 +77,15 @@ class KD(TransferMethod):
         target, found = step.kd_target()
         kd_fn = KD_LOSSES[self.kd_loss]
         if step.distill_logits is not None:
-            value = step.distill_weight * masked_mean(
-                kd_fn(step.distill_logits, target, temperature=self.temperature), found)
+            value = _scaled(step.distill_weight, masked_mean(
+                kd_fn(step.distill_logits, target, temperature=self.temperature), found))
         else:
             value = masked_mean(kd_fn(out.logits, target, temperature=self.temperature), found)
         step.log("train/kd_loss", value)
-        return {"kd": self.kd_weight * value}
+        return {"kd": _scaled(self.kd_weight, value)}
+
+
+def _scaled(weight: float, value: Tensor) -> Tensor:
+    """``weight · value``; at weight 1 (the default λ and auxiliary weight) ``value`` itself:
+    ``1 · x`` is ``x`` bit for bit, and so is its gradient, so the op and its backward go."""
+    return value if weight == 1.0 else weight * value

@@ -11,9 +11,13 @@ def kd_bce(student_logits: torch.Tensor, teacher_logits: torch.Tensor,
     """``T² · BCE(σ(z_s/T), σ(z_t/T))`` per element: the soft-target loss of Hinton et al.
 
     The T² keeps gradient magnitudes comparable across temperatures. The teacher side carries
-    no gradient (targets are data).
+    no gradient (targets are data). At T = 1 (the default) the divisions and the scale are
+    skipped: ``x / 1`` and ``1 · x`` are ``x`` bit for bit, and so are their gradients.
     """
     t = float(temperature)
+    if t == 1.0:
+        target = torch.sigmoid(teacher_logits.detach())
+        return F.binary_cross_entropy_with_logits(student_logits, target, reduction="none")
     target = torch.sigmoid(teacher_logits.detach() / t)
     return t * t * F.binary_cross_entropy_with_logits(student_logits / t, target,
                                                       reduction="none")

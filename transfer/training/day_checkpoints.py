@@ -68,7 +68,8 @@ class DayCheckpoints(Callback):
     def _save(self, trainer: pl.Trainer, day: int) -> None:
         path = day_checkpoint(self.dirpath, day)
         tmp = path.with_name(f".{path.name}.tmp")
-        trainer.save_checkpoint(tmp)  # written whole, then renamed: never a partial day=N.ckpt
+        # written whole, then renamed: never a partial day=N.ckpt; with the optimizer state
+        trainer.save_checkpoint(tmp, weights_only=False)
         if trainer.is_global_zero:
             last = self.dirpath / "last.ckpt"
             shutil.copyfile(tmp, last.with_name(".last.ckpt.tmp"))

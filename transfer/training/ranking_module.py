@@ -10,6 +10,7 @@ consumes, and FSDP2 sharding under Lightning's ``ModelParallelStrategy``.
 
 from __future__ import annotations
 
+import inspect
 import warnings
 from collections.abc import Mapping
 from typing import Any
@@ -145,6 +146,17 @@ class RankingModule(pl.LightningModule):
         self.last_metrics: dict[str, dict[str, float]] = {}
         self._configured = False
 
+    def __setattr__(self, name: str, value: Any) -> None:
+        # Lightning sets ``_current_fx_name`` twice around every hook it calls (~20 times a
+        # training step); nn.Module's __setattr__ first checks each value against parameters,
+        # buffers and submodules (~1.5 us, their metaclasses' isinstance in Python). A hook name
+        # is none of those, and the attribute is never registered as one: it is stored as
+        # nn.Module would store it, directly.
+        if name == "_current_fx_name":
+            object.__setattr__(self, name, value)
+        else:
+            super().__setattr__(name, value)
+
     def base_rate_logits(self) -> torch.Tensor | None:
         """``[n_tasks]`` logits of the training base rates; None unless every task has one."""
         if any(t not in self.base_rates for t in self.tasks):
@@ -228,6 +240,11 @@ class RankingModule(pl.LightningModule):
         for t, name in enumerate(self.tasks):
             self.log(f"train/loss_{name}", per_task[t], batch_size=n)
         return total
+
+    # Lightning reads training_step's signature on every batch (``_TrainingEpochLoop.
+    # _build_kwargs``: ``inspect.getfullargspec``, ~25 us); inspect returns a function's
+    # ``__signature__`` as it is (PEP 362) instead of building it again
+    training_step.__signature__ = inspect.signature(training_step)
 
     # ------------------------------------------------------------------ evaluation
     def serving_logits(self, batch: Batch) -> Tensor:
