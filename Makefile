@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 # torch is pinned in the same pip command: without it pip picks a multi-GB CUDA build.
 TORCH_PIN := torch==2.13.0
 
-.PHONY: demo test test-slow test-gpu bench results lint install clean
+.PHONY: demo test test-slow test-gpu bench results teacher-curves lint install clean
 
 $(BIN)/gemkd: pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -53,6 +53,21 @@ results: install
 	$(BIN)/gemkd run experiments/movielens.yaml --out runs/movielens
 	$(BIN)/gemkd run experiments/kuairand.yaml --out runs/kuairand
 	$(BIN)/gemkd report --markdown docs/RESULTS.md runs/benchmark runs/movielens runs/kuairand
+
+# docs/TEACHER.md's curves, from the benchmark's streaming teachers (run `make results` first):
+# scaling and headroom against the days seen (GEM and an MLP streamed over the same days), then
+# KD's and full's gain against the teacher's days of data at equal age (world 0, lag 0).
+TEACHER_DAYS := 5 10 20
+teacher-curves: install
+	$(BIN)/python benchmarks/teacher_scaling.py --run runs/benchmark --every 3 \
+		--json $(RESULTS)/teacher_scaling.json --markdown $(RESULTS)/teacher_scaling.md \
+		--plots $(RESULTS)
+	for d in $(TEACHER_DAYS); do $(BIN)/gemkd run experiments/benchmark.yaml \
+		--set 'data.seeds=[0]' --set teacher_lag_days=0 --set teacher_stream_start=$$((30 - d)) \
+		--set 'variants=[baseline,kd,full]' --out runs/teacher_days_$$d || exit 1; done
+	$(BIN)/python benchmarks/teacher_days_grid.py --world 0 \
+		--runs $(foreach d,$(TEACHER_DAYS),runs/teacher_days_$(d)) runs/benchmark \
+		--markdown $(RESULTS)/teacher_days_grid.md --plot $(RESULTS)/teacher_days_grid.png
 
 lint: install
 	$(BIN)/ruff check .
