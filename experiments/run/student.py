@@ -138,7 +138,8 @@ def train_student(spec: RunSpec, job: StudentJob, data: Path, inputs: Inputs,
     t0 = time.perf_counter()
     # the loaders, not the data module: with a data module Lightning asks, for each of the three
     # batch-transfer hooks of every step, which of the two overrides it (AdsDataModule has none)
-    trainer.fit(module, train_dataloaders=dm.train_dataloader())
+    # (an empty validation list, not none: Lightning warns when validation_step has no loader)
+    trainer.fit(module, train_dataloaders=dm.train_dataloader(), val_dataloaders=[])
     seconds = time.perf_counter() - t0
     t1 = time.perf_counter()
     trainer.test(module, dataloaders=dm.test_dataloader(), verbose=False)
