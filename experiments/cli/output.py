@@ -55,6 +55,7 @@ def configure(verbose: bool, lightning: bool = False) -> None:
             if isinstance(h, logging.StreamHandler) and not isinstance(h, _Stderr):
                 lg.removeHandler(h)
         lg.propagate = True
+        lg.setLevel(logging.NOTSET)  # the root's level decides (a caller may have set another)
     # Lightning 2.6's CombinedLoader builds a torch LeafSpec for every loader, which torch 2.13
     # deprecates: printed on every fit, and nothing a user passes changes it
     warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated",
