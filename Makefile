@@ -45,7 +45,7 @@ bench: install
 		--gpu-results $(RESULTS)/gpu \
 		--command "make bench BENCH_ARGS='$(BENCH_ARGS)' BENCH_DEVICE=$(BENCH_DEVICE)"
 
-# docs/RESULTS.md: the synthetic benchmark (three worlds, ~40 min on 2 cores), MovieLens (~4 min)
+# docs/RESULTS.md: the synthetic benchmark (three worlds, 25-33 min each on 2 shared cores), MovieLens (~4 min)
 # and KuaiRand (~2 min; both read ../shared/data), side by side. Finished steps are cached: a rerun
 # only reports.
 results: install
