@@ -44,6 +44,19 @@ def _run(args: argparse.Namespace) -> None:
 def _report(args: argparse.Namespace) -> None:
     from gemkd.experiments.report import report_command
 
+    if args.pair:
+        from gemkd.experiments.report.pairs import paired_difference
+
+        if len(args.run_dir) != 1:
+            raise ConfigError("gemkd report --pair takes one RUN_DIR")
+        variant, reference = args.pair
+        table = paired_difference(args.run_dir[0], variant, reference)
+        for _, r in table.iterrows():
+            worlds = ", ".join(f"{w}: {d:+.4f}" for w, d in r["per_world"].items())
+            print(f"lag {r['teacher_lag_days']} {r['domain']} {r['task']}: {variant} - "
+                  f"{reference} ΔNE {r['diff']:+.4f} [{r['diff_lo']:+.4f}, {r['diff_hi']:+.4f}] "
+                  f"{r['verdict']} (worlds {worlds})")
+        return
     if args.markdown:
         from gemkd.experiments.report.results_md import write_results
 
@@ -84,4 +97,8 @@ def add_parser(sub) -> None:
     p.add_argument("--markdown", default=None, metavar="OUT.md",
                    help="write one page with every RUN_DIR side by side (docs/RESULTS.md)")
     p.add_argument("--title", default="gemkd results", help="the page's title (--markdown)")
+    p.add_argument("--pair", nargs=2, default=None, metavar=("VARIANT", "REFERENCE"),
+                   help="print ΔNE(VARIANT) - ΔNE(REFERENCE) per lag, domain and task with the "
+                        "report's paired interval and verdict (e.g. kd_aux_adapter kd_aux: the "
+                        "Student Adapter's own gain)")
     p.set_defaults(func=_report)

@@ -233,3 +233,26 @@ def test_ratios_to_a_kd_gain_that_may_not_be_one_are_left_empty(tmp_path):
     aux = _row(table, "kd_aux")
     assert aux["kd_verdict"] == BEATS and aux["transfer_ratio"] > 0.5
     assert "**Efficiency vs KD is not defined here**" in render_report(run)
+
+
+def test_paired_difference_against_any_reference(three_worlds):
+    from gemkd.experiments.report.pairs import paired_difference
+
+    table = run_intervals(three_worlds).table
+    # against plain KD it is the report's own vs_kd, draws and all
+    vs_kd = paired_difference(three_worlds, "kd_aux", "kd")
+    for _, r in vs_kd.iterrows():
+        ref = _row(table, "kd_aux", r["teacher_lag_days"], r["domain"], r["task"])
+        assert (r["diff"], r["diff_lo"], r["diff_hi"]) == pytest.approx(
+            (ref["vs_kd"], ref["vs_kd_lo"], ref["vs_kd_hi"]))
+        assert r["verdict"] == ref["kd_verdict"]
+    # against another variant: the difference of the two ΔNEs, per world and pooled
+    pair = paired_difference(three_worlds, "kd_aux", "kd_repr")
+    r = pair[(pair["teacher_lag_days"] == 0) & (pair["domain"] == "all")
+             & (pair["task"] == "click")].iloc[0]
+    a, b = _row(table, "kd_aux"), _row(table, "kd_repr")
+    assert r["diff"] == pytest.approx(a["delta_ne"] - b["delta_ne"])
+    assert r["diff_lo"] < r["diff"] < r["diff_hi"] and len(r["per_world"]) == 3
+    assert r["verdict"] in ("beats kd_repr", "below kd_repr", UNRESOLVED)
+    with pytest.raises(ConfigError, match="no variant 'nope'"):
+        paired_difference(three_worlds, "nope", "kd")
