@@ -106,13 +106,13 @@ class _WithIntBuffer(_Lin):
         return ((self.w(x) + self.w2(torch.cat([x, x], 1)) - y) ** 2).mean()
 
 
-def test_stream_ema_fit_equals_averaged_model_with_the_per_tensor_fn():
-    """StreamEMA's fast update over a fit gives what torch's AveragedModel computes with the
-    per-tensor warm-up function on the same weights, step by step (within 1e-6; in fact equal)."""
-    torch.manual_seed(0)
+def _fit_beside_averaged_model(model, seed: int):
+    """Fit ``model`` one epoch with StreamEMA(0.9) while torch's AveragedModel with the
+    per-tensor warm-up function follows every step: ``(ema, ref, got, want)``, the last two
+    the named parameters and buffers of the EMA-swapped model and of the reference."""
+    torch.manual_seed(seed)
     x = torch.randn(64, 1)
     data = DataLoader(TensorDataset(x, 3 * x + torch.randn(64, 1)), batch_size=4)
-    model = _WithIntBuffer()
     ref = AveragedModel(model, use_buffers=True, avg_fn=warmup_ema_fn(0.9))
 
     class Follow(pl.Callback):
@@ -122,10 +122,17 @@ def test_stream_ema_fit_equals_averaged_model_with_the_per_tensor_fn():
     ema = StreamEMA(0.9)
     pl.Trainer(max_epochs=1, callbacks=[Follow(), ema], logger=False, enable_checkpointing=False,
                enable_progress_bar=False, enable_model_summary=False).fit(model, data)
-    assert ema._groups is not None  # the fast path ran
-    assert int(ema._average_model.n_averaged) == int(ref.n_averaged) == 16
     got = dict(model.named_parameters()) | dict(model.named_buffers())
     want = dict(ref.module.named_parameters()) | dict(ref.module.named_buffers())
+    return ema, ref, got, want
+
+
+def test_stream_ema_fit_equals_averaged_model_with_the_per_tensor_fn():
+    """StreamEMA's fast update over a fit gives what torch's AveragedModel computes with the
+    per-tensor warm-up function on the same weights, step by step (within 1e-6; in fact equal)."""
+    ema, ref, got, want = _fit_beside_averaged_model(_WithIntBuffer(), seed=0)
+    assert ema._groups is not None  # the fast path ran
+    assert int(ema._average_model.n_averaged) == int(ref.n_averaged) == 16
     for name, value in want.items():
         assert torch.allclose(got[name].double(), value.double(), rtol=0, atol=1e-6), name
         assert torch.equal(got[name], value), name
@@ -149,22 +156,9 @@ class _ChangingBuffers(_WithIntBuffer):
 
 
 def test_stream_ema_flat_groups_and_moving_integer_buffer_equal_the_reference():
-    torch.manual_seed(1)
-    x = torch.randn(64, 1)
-    data = DataLoader(TensorDataset(x, 3 * x + torch.randn(64, 1)), batch_size=4)
     model = _ChangingBuffers()
-    ref = AveragedModel(model, use_buffers=True, avg_fn=warmup_ema_fn(0.9))
-
-    class Follow(pl.Callback):
-        def on_train_batch_end(self, trainer, pl_module, *args) -> None:
-            ref.update_parameters(pl_module)
-
-    ema = StreamEMA(0.9)
-    pl.Trainer(max_epochs=1, callbacks=[Follow(), ema], logger=False, enable_checkpointing=False,
-               enable_progress_bar=False, enable_model_summary=False).fit(model, data)
+    ema, _, got, want = _fit_beside_averaged_model(model, seed=1)
     assert {flat.dtype for flat, _, _ in ema._flat} == {torch.float32, torch.float64}
-    got = dict(model.named_parameters()) | dict(model.named_buffers())
-    want = dict(ref.module.named_parameters()) | dict(ref.module.named_buffers())
     assert int(want["index"][0]) != 3  # the average followed the moved index
     for name, value in want.items():
         assert torch.equal(got[name], value), name
