@@ -109,6 +109,12 @@ class Adapter(TransferMethod):
         feats = batch.categorical[:, self.feature_cols] if self.feature_cols else None
         return self.adapter(step.teacher.logits, batch.domain, step.staleness, feats)
 
+    @torch.no_grad()
+    def adapted_logits(self, step: StepState) -> Tensor:
+        """The adapter's current output for the step's batch (no training): what the student
+        would distil from (:mod:`gemkd.adapters.learned_map` reads it)."""
+        return self._forward(step)
+
     def before_student(self, step: StepState) -> None:
         t = step.teacher
         z = self._forward(step)
