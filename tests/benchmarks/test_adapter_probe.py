@@ -1,0 +1,96 @@
+"""``benchmarks/adapter_probe.py`` on a tiny streaming run: it finds the run's cells from its
+cache, retrains the run's variants to the run's own figures, measures the adapter's own gain
+with the report's paired bootstrap, and bins what each trained adapter learned."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+import torch
+import yaml
+
+from benchmarks.adapter_probe import main
+from benchmarks.run_cells import find_cells
+from gemkd.experiments.cli import main as gemkd
+from gemkd.experiments.spec import load_spec
+
+SPEC = {
+    "name": "probe", "seeds": [0], "data": {"source": "synthetic", "preset": "tiny"},
+    "teacher": {"config": "tiny", "max_seq_len": 32},
+    "teacher_protocol": "streaming", "teacher_window_days": 1,
+    "teacher_days": 4, "student_days": [4, 5], "eval_days": [5, 6], "teacher_lag_days": [0, 2],
+    "student": {"class_path": "mlp", "init_args": {"hidden": [16]}},
+    "student_tasks": ["click"], "student_domain": "stories",
+    "variants": ["baseline", "kd", "kd_aux", "kd_aux_adapter"],
+    "tuning": {"kd_weight": [1.0], "temperature": [1.0], "aux_beta": [1.0],
+               "adapter_hidden": [4]},
+}
+ARMS = ["kd", "kd_adapter", "kd_aux", "kd_aux_adapter", "kd_aux_adapter_separate"]
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    torch.set_num_threads(1)
+    tmp = tmp_path_factory.mktemp("probe")
+    (tmp / "spec.yaml").write_text(yaml.safe_dump(SPEC))
+    assert gemkd(["run", str(tmp / "spec.yaml"), "--out", str(tmp / "out")]) == 0
+    return tmp / "out"
+
+
+@pytest.fixture(scope="module")
+def probe(run):
+    out = run / "probe"
+    return out, main(["--run", str(run), "--out", str(out), "--arms", *ARMS])
+
+
+def test_cells_found_from_the_cache(run):
+    cells = find_cells(run, load_spec(run / "spec.yaml"))
+    assert [(c.world, c.lag, c.trained_until_day) for c in cells] == [(0, 0, 3), (0, 2, 1)]
+    assert all(c.data.is_dir() and c.stores["gem"].is_dir() for c in cells)
+
+
+def test_the_probe_reproduces_the_runs_own_variants(run, probe):
+    out, _ = probe
+    records = [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines()]
+    assert len(records) == 2 * (len(ARMS) + 1)  # two lags × (arms + baseline) × one seed
+    results = pd.read_csv(run / "results.csv")
+    for r in records:
+        if r["arm"] not in SPEC["variants"]:
+            continue
+        ref = results[(results.variant == r["arm"]) & (results.teacher_lag_days == r["lag"])
+                      & (results.domain == "stories") & (results.task == "click")]
+        assert r["ne"]["click"] == pytest.approx(float(ref["ne"].iloc[0]), abs=1e-6)
+    main(["--run", str(run), "--out", str(out), "--arms", *ARMS])  # a rerun trains nothing
+    assert len((out / "records.jsonl").read_text().splitlines()) == len(records)
+
+
+def test_own_gain_is_the_paired_difference(probe):
+    out, res = probe
+    records = [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines()]
+    ne = {(r["arm"], r["lag"]): r["ne"]["click"] for r in records}
+    g = res["gains"]
+    g = g[(g.domain == "stories") & (g.task == "click")]
+    assert set(zip(g.variant, g.reference, strict=True)) == {
+        ("kd_adapter", "kd"), ("kd_aux_adapter", "kd_aux"),
+        ("kd_aux_adapter_separate", "kd_aux")}
+    for _, r in g.iterrows():
+        lag = r["teacher_lag_days"]
+        assert r["diff"] == pytest.approx(ne[r["reference"], lag] - ne[r["variant"], lag],
+                                          abs=1e-6)
+        assert r["diff_lo"] <= r["diff"] <= r["diff_hi"]
+    assert (out / "gains.csv").is_file() and "own gain" in (out / "summary.md").read_text()
+
+
+def test_targets_before_and_after_each_adapter(probe):
+    out, res = probe
+    c = res["calibration"]
+    assert set(c["arm"]) == {"kd_adapter", "kd_aux_adapter", "kd_aux_adapter_separate"}
+    assert set(c["rows_of"]) == {"train", "eval"}
+    for _, g in c.groupby(["lag", "rows_of"]):
+        # the teacher's targets do not depend on the adapter: one value for every arm
+        assert g["teacher_calibration"].nunique() == 1 and g["rows"].nunique() == 1
+        assert (g["adapted_calibration"] != g["teacher_calibration"]).all()
+    for arm in ("kd_adapter", "kd_aux_adapter", "kd_aux_adapter_separate"):
+        assert (out / f"learned_map_{arm}.png").read_bytes()[:4] == b"\x89PNG"
