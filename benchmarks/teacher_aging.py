@@ -76,7 +76,8 @@ from gemkd.transfer.metrics.bootstrap import (  # noqa: E402
 )
 
 #: benchmark model name → teacher_ablation variant
-MODELS = {"gem": "full", "mlp": "mlp"}
+MODELS = {"gem": "full", "mlp": "mlp", "gem_base": "full"}  # gem_base: GEM of --base-config
+DEFAULT_MODELS = ["gem", "mlp"]
 ALL = "all"
 
 
@@ -196,8 +197,8 @@ def _metrics(sums: np.ndarray, n_arms: int, n_tasks: int, rates: np.ndarray
 
 
 def aging_study(runs: Sequence[Run], *, groups: Sequence[str] = (ALL,), samples: int = 200,
-                seed: int = 0, level: float = 0.95, control: str | None = "mlp"
-                ) -> tuple[pd.DataFrame, pd.DataFrame]:
+                seed: int = 0, level: float = 0.95, control: str | None = "mlp",
+                levels: bool = False) -> tuple[pd.DataFrame, ...]:
     """``(curve, slopes)`` for ``runs`` evaluated on the same rows.
 
     ``curve``: one row per model × age × group × task: NE (mean and std over seeds, and the
@@ -206,7 +207,9 @@ def aging_study(runs: Sequence[Run], *, groups: Sequence[str] = (ALL,), samples:
     (against the evaluation rows' own rate), AUC (mean, std over seeds), calibration (mean and
     interval), both base rates. ``slopes``: per model × group × task × metric, the least-squares
     slope against age and its interval from the same replicates; with ``control``, also each
-    other model's slope minus the control's (paired: the same replicates)."""
+    other model's slope minus the control's (paired: the same replicates). With ``levels``, a
+    third table: each other model minus the control at every age (``diff``, its interval from
+    the same replicates): e.g. GEM base − GEM small on the same window."""
     if not runs:
         raise ValueError("no runs")
     rows = _check_paired(runs)
@@ -244,6 +247,7 @@ def aging_study(runs: Sequence[Run], *, groups: Sequence[str] = (ALL,), samples:
 
     curve_rows: list[dict[str, Any]] = []
     slope_rows: list[dict[str, Any]] = []
+    level_rows: list[dict[str, Any]] = []
     for g in groups:
         mask = np.ones(len(keys), bool) if g == ALL else c_domain == _domain_id(rows, g)
         rates = np.array([[r.base_rates[g][k] for k in tasks] for r in runs])  # [A, T]
@@ -317,7 +321,18 @@ def aging_study(runs: Sequence[Run], *, groups: Sequence[str] = (ALL,), samples:
                         slope_rows.append({"model": f"{m} − {control}", "group": g,
                                            "task": task, "metric": metric, "slope": s,
                                            "lo": lo, "hi": hi})
-    return pd.DataFrame(curve_rows), pd.DataFrame(slope_rows)
+                        for ki, ag in enumerate(ages):
+                            d = v["mean"][mi, ki, ti] - v["mean"][ci, ki, ti]
+                            if not np.isfinite(d):
+                                continue
+                            lo, hi = interval(v["rep"][:, mi, ki, ti] - v["rep"][:, ci, ki, ti],
+                                              level)
+                            level_rows.append({"model": f"{m} − {control}", "age": ag,
+                                               "group": g, "task": task, "metric": metric,
+                                               "diff": float(d), "lo": float(lo),
+                                               "hi": float(hi)})
+    out = (pd.DataFrame(curve_rows), pd.DataFrame(slope_rows))
+    return (*out, pd.DataFrame(level_rows)) if levels else out
 
 
 def aging_curve(runs: Sequence[Run], **kwargs: Any) -> pd.DataFrame:
@@ -338,9 +353,10 @@ def _domain_id(rows: EvalRows, name: str) -> int:
 # ---- output -------------------------------------------------------------------------------------
 
 def markdown(curve: pd.DataFrame, slopes: pd.DataFrame, task: str, groups: Sequence[str],
-             level: float = 0.95, unit: str = "day") -> str:
+             level: float = 0.95, unit: str = "day", levels: pd.DataFrame | None = None) -> str:
     """Per group: model × age → NE ± std [interval], NE (eval rate), AUC, calibration; then the
-    slopes per day of age and the differences of slopes."""
+    slopes per day of age and the differences of slopes; with ``levels``, each model minus the
+    control at every age."""
     pct = f"{100 * level:.0f} %"
     out: list[str] = []
     for g in groups:
@@ -367,6 +383,19 @@ def markdown(curve: pd.DataFrame, slopes: pd.DataFrame, task: str, groups: Seque
                 r = s[(s.model == m) & (s.metric == metric)].iloc[0]
                 cells.append(f"{r.slope:+.5f} [{r.lo:+.5f}, {r.hi:+.5f}]")
             out.append(f"| {m} | " + " | ".join(cells) + " |")
+        lv = (levels[(levels.group == g) & (levels.task == task)]
+              if levels is not None and not levels.empty else None)
+        if lv is not None and not lv.empty:
+            out += ["", f"Paired difference at each age (the same users and seeds) "
+                    f"[{pct} interval]; negative NE = the first model is better:", "",
+                    f"| models | age ({unit}s) | NE | NE vs eval rate | calibration |",
+                    "|---|---:|---:|---:|---:|"]
+            for (m, ag), d in lv.groupby(["model", "age"], sort=False):
+                cells = []
+                for metric in ("ne", "ne_eval", "calibration"):
+                    r = d[d.metric == metric].iloc[0]
+                    cells.append(f"{r['diff']:+.5f} [{r['lo']:+.5f}, {r['hi']:+.5f}]")
+                out.append(f"| {m} | {ag:g} | " + " | ".join(cells) + " |")
         out.append("")
     return "\n".join(out)
 
@@ -401,9 +430,12 @@ def plot(curve: pd.DataFrame, task: str, groups: Sequence[str], path: str | Path
 
 # ---- training the windows -----------------------------------------------------------------------
 
-def build_configs(teacher_config: str, mlp_config: str, sets: list[str], accelerator: str
-                  ) -> tuple[TeacherTrainConfig, TeacherTrainConfig]:
-    """The teacher and MLP configs with ``--set`` applied (``model.K`` / ``mlp.K``: a model key)."""
+def build_configs(teacher_config: str, mlp_config: str, sets: list[str], accelerator: str,
+                  base_config: str | None = None
+                  ) -> tuple[TeacherTrainConfig, TeacherTrainConfig, TeacherTrainConfig | None]:
+    """The teacher, MLP and (with ``base_config``) second GEM configs with ``--set`` applied
+    (``model.K`` / ``mlp.K``: a model key of GEM / the MLP; trainer keys reach all three, the
+    second GEM keeping its own model and recipe otherwise)."""
     values = parse_overrides(sets, "--set")
     gem_model = {k[6:]: v for k, v in values.items() if k.startswith("model.")}
     mlp_model = {k[4:]: v for k, v in values.items() if k.startswith("mlp.")}
@@ -414,7 +446,9 @@ def build_configs(teacher_config: str, mlp_config: str, sets: list[str], acceler
     mlp = load_teacher_config(find_config(mlp_config, "teachers"))
     teacher = dataclasses.replace(teacher, model={**teacher.model, **gem_model})
     mlp = dataclasses.replace(mlp, model={**mlp.model, **mlp_model})
-    return teacher, mlp
+    base = None if base_config is None else load_teacher_config(
+        find_config(base_config, "teachers"), {**trainer, "accelerator": accelerator})
+    return teacher, mlp, base
 
 
 def window(age: int, width: int, eval_first: int) -> tuple[int, int]:
@@ -424,14 +458,16 @@ def window(age: int, width: int, eval_first: int) -> tuple[int, int]:
 
 
 def train_window(model: str, teacher: TeacherTrainConfig, mlp: TeacherTrainConfig,
-                 days: tuple[int, int], seed: int, data: Path, out: Path
-                 ) -> tuple[Path, bool]:
+                 days: tuple[int, int], seed: int, data: Path, out: Path,
+                 base: TeacherTrainConfig | None = None) -> tuple[Path, bool]:
     """Fit ``model`` (gem | mlp) on ``days`` with ``seed``: the checkpoint of its last epoch, and
     whether it was reused — a finished run in ``out`` with the same resolved config on the same
     dataset (``--keep``: a rerun with other ages or groups only evaluates)."""
     from gemkd.experiments.teacher_fit import fit_teacher
 
-    cfg = variant_config(MODELS[model], teacher, mlp, seed)
+    if model == "gem_base" and base is None:
+        raise ValueError("model gem_base needs the second GEM config (--base-config)")
+    cfg = variant_config(MODELS[model], base if model == "gem_base" else teacher, mlp, seed)
     cfg = dataclasses.replace(cfg, name=f"{model}-{days[0]}-{days[1]}-s{seed}",
                               train_days=list(days), val_days=None, test_days=None,
                               select="last", patience=None)
@@ -486,7 +522,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
     p.add_argument("--ages", type=int, nargs="+", default=[0, 2, 4, 6])
     p.add_argument("--eval-days", type=int, nargs=2, default=[12, 14], metavar=("FIRST", "END"))
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    p.add_argument("--models", nargs="+", choices=list(MODELS), default=list(MODELS))
+    p.add_argument("--models", nargs="+", choices=list(MODELS), default=DEFAULT_MODELS,
+                   help="gem (--teacher-config), mlp (the control), gem_base (--base-config: "
+                        "a second GEM size on the same windows)")
+    p.add_argument("--base-config", default="base",
+                   help="the GEM config of model gem_base (default: base)")
+    p.add_argument("--control", default="mlp", choices=list(MODELS),
+                   help="the model the others are compared with (slopes, and each age's "
+                        "paired difference)")
     p.add_argument("--teacher-config", default="small")
     p.add_argument("--mlp-config", default="mlp_small")
     p.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", dest="overrides",
@@ -529,8 +572,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
         raise SystemExit(f"error: --groups {unknown}: the dataset's domains are "
                          f"{', '.join(schema.domains)} (or 'all')")
     task = args.task or schema.tasks[0]
-    teacher, mlp = build_configs(args.teacher_config, args.mlp_config, args.overrides,
-                                 args.accelerator)
+    teacher, mlp, base = build_configs(args.teacher_config, args.mlp_config, args.overrides,
+                                       args.accelerator,
+                                       args.base_config if "gem_base" in args.models else None)
     days_used = sorted({d for s, e in wins.values() for d in range(s, e)} | set(range(first, end)))
     out: dict[str, Any] = {
         "args": {k: v for k, v in vars(args).items() if k != "json"}, "data": str(data),
@@ -551,7 +595,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
                 for model in args.models:
                     t0 = time.perf_counter()
                     ckpt, reused = train_window(model, teacher, mlp, days, seed, data,
-                                                root / f"{model}-age{age}-s{seed}")
+                                                root / f"{model}-age{age}-s{seed}", base)
                     t1 = time.perf_counter()
                     rows = evaluate_rows(ckpt, data, (first, end))
                     runs.append(Run(model, age, seed, rows, rates))
@@ -561,12 +605,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
                     print(f"  {model} age {age} {list(days)} seed {seed}: "
                           f"{'reused' if reused else 'trained'} {t1 - t0:.0f} s, "
                           f"evaluated {t2 - t1:.0f} s", flush=True)
-    curve, slopes = aging_study(runs, groups=args.groups, samples=args.bootstrap,
-                                seed=args.bootstrap_seed)
+    curve, slopes, levels = aging_study(runs, groups=args.groups, samples=args.bootstrap,
+                                        seed=args.bootstrap_seed, control=args.control,
+                                        levels=True)
     out.update(curve=curve.to_dict("records"), slopes=slopes.to_dict("records"),
+               levels=levels.to_dict("records"),
                timings=timings, seconds=round(time.perf_counter() - t_start, 1))
     write_json(args.json, out)
-    text = markdown(curve, slopes, task, args.groups, unit=args.unit)
+    text = markdown(curve, slopes, task, args.groups, unit=args.unit, levels=levels)
     print(text)
     if args.markdown:
         Path(args.markdown).parent.mkdir(parents=True, exist_ok=True)

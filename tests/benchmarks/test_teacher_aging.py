@@ -93,6 +93,23 @@ def test_study_matches_the_library_and_pairs_the_control():
         aging_study([*runs, Run("x", 0, 0, _rows(0.0, n=599), rates)])
 
 
+def test_levels_pair_two_models_at_each_age():
+    """A second model (e.g. GEM base against GEM small) on the same windows: its paired
+    difference at each age is the difference of the table's rows, with an interval."""
+    rates = {"all": {"click": 0.2}}
+    runs = [Run(m, age, s, _rows(shift + 0.01 * s), rates)
+            for m, shift in (("gem", 0.0), ("gem_base", 2.0)) for age in (0, 2) for s in (0, 1)]
+    curve, _, levels = aging_study(runs, samples=100, seed=1, control="gem", levels=True)
+    ne = levels[levels.metric == "ne"].set_index("age")
+    for age in (0, 2):
+        c = curve[curve.age == age].set_index("model")["ne"]
+        assert ne.loc[age, "diff"] == pytest.approx(c["gem_base"] - c["gem"], rel=1e-9)
+        assert ne.loc[age, "lo"] <= ne.loc[age, "diff"] <= ne.loc[age, "hi"]
+        assert ne.loc[age, "lo"] > 0  # a logit shift of 2 is worse, beyond the noise
+    assert set(ne["model"]) == {"gem_base − gem"}
+    assert len(aging_study(runs, samples=10, control="gem")) == 2  # levels only when asked
+
+
 def _loss(rows: EvalRows) -> np.ndarray:
     p = 1 / (1 + np.exp(-rows.logits))
     return -(rows.labels * np.log(p) + (1 - rows.labels) * np.log1p(-p))
