@@ -18,7 +18,10 @@ run's search chose (``tuning.csv``), each arm's evaluation written as the run wr
 - ``kd_aux_adapter_separate`` — the adapter updated before the student's step by its own
   optimiser (ExFM's order) instead of fused into it;
 - ``kd_aux_adapter_lr1e-3`` / ``kd_aux_adapter_lr1e-1`` — its learning rate ÷ 10 and × 10;
-- ``kd_aux_adapter_nostale`` — without the staleness input.
+- ``kd_aux_adapter_nostale`` — without the staleness input;
+- ``kd_alpha1`` / ``kd_adapter_alpha1`` — KD's chosen values but α = 1 (pure distillation: no
+  label term, so the student's calibration comes from the targets alone), without and with the
+  adapter.
 
 Every adapter arm's trained adapter is run once more over the student's training stream and
 binned (:class:`gemkd.adapters.learned_map.LearnedMap`): the calibration Σp/Σy and NE of the
@@ -70,8 +73,8 @@ def _adapter(**init_args: Any) -> dict[str, Any]:
     return {"class_path": _ADAPTER, "init_args": init_args}
 
 
-#: arm → (the variant whose chosen values it takes, its methods)
-ARMS: dict[str, tuple[str, list[Any]]] = {
+#: arm → (the variant whose chosen values it takes, its methods[, values set over the chosen])
+ARMS: dict[str, tuple] = {
     "baseline": ("baseline", []),
     "kd": ("kd", ["kd"]),
     "kd_adapter": ("kd", ["kd", _ADAPTER]),
@@ -84,11 +87,15 @@ ARMS: dict[str, tuple[str, list[Any]]] = {
     "kd_aux_adapter_lr1e-1": ("kd_aux_adapter", ["kd", "aux_head", _adapter(adapter_lr=1e-1)]),
     "kd_aux_adapter_nostale": ("kd_aux_adapter",
                                ["kd", "aux_head", _adapter(use_staleness=False)]),
+    # pure distillation (α = 1): the student's calibration comes from the targets alone
+    "kd_alpha1": ("kd", ["kd"], {"alpha": 1.0}),
+    "kd_adapter_alpha1": ("kd", ["kd", _ADAPTER], {"alpha": 1.0}),
 }
 #: arm → the arm its own gain is measured against
 REFERENCES = {"kd_adapter": "kd", "kd_aux_adapter": "kd_aux", "kd_aux_adapter_same": "kd_aux",
               "kd_aux_adapter_separate": "kd_aux", "kd_aux_adapter_lr1e-3": "kd_aux",
-              "kd_aux_adapter_lr1e-1": "kd_aux", "kd_aux_adapter_nostale": "kd_aux"}
+              "kd_aux_adapter_lr1e-1": "kd_aux", "kd_aux_adapter_nostale": "kd_aux",
+              "kd_adapter_alpha1": "kd_alpha1"}
 
 
 def chosen_params(spec: RunSpec, tuning: pd.DataFrame | None, variant: str, lag: int,
@@ -121,13 +128,15 @@ def chosen_params(spec: RunSpec, tuning: pd.DataFrame | None, variant: str, lag:
 
 def arm_params(spec: RunSpec, tuning: pd.DataFrame | None, arm: str, lag: int, world: int
                ) -> dict[str, Any]:
-    source, methods = ARMS[arm]
+    source, methods, *fixed = ARMS[arm]
     params = chosen_params(spec, tuning, source, lag, world)
     if arm == "kd_adapter":  # KD's values and the width kd_aux_adapter chose
         width = chosen_params(spec, tuning, "kd_aux_adapter", lag, world).get("adapter_hidden")
         if width is not None:
             params["adapter_hidden"] = int(width)
-    return params
+    if arm == "kd_adapter_alpha1":
+        params = arm_params(spec, tuning, "kd_adapter", lag, world)
+    return {**params, **(fixed[0] if fixed else {})}
 
 
 def _has_adapter(methods: list[Any]) -> bool:
@@ -160,7 +169,7 @@ def run_cell(spec: RunSpec, cell: Cell, arms: list[str], seeds: list[int],
     base_rates = training_base_rates(cell.data, tuple(spec.student_days), tasks, only)
     inputs = InputPaths(dict(cell.stores), cell.codes, cell.ckpt).open(spec.repr.max_events)
     for arm in arms:
-        _, methods = ARMS[arm]
+        methods = ARMS[arm][1]
         variant = VariantSpec.parse(arm, methods, "adapter_probe arms")
         params = arm_params(spec, tuning, arm, cell.lag, cell.world)
         for seed in seeds:

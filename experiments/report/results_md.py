@@ -4,7 +4,8 @@
 variant and dataset, then per dataset the rule its verdicts follow and what it could detect, its
 full table (with 95 % intervals and verdicts where the run has per-user evaluation files, else
 mean ± std over seeds), the teacher's NE, the knobs tuning chose, and the two "what it means"
-sentences generated from the numbers (as in each report.md).
+sentences generated from the numbers (as in each report.md), and the Student Adapter probe's
+summary where ``benchmarks/adapter_probe.py`` wrote one into the run directory.
 """
 
 from __future__ import annotations
@@ -85,7 +86,26 @@ def render_results(run_dirs: list[str | Path], title: str = "gemkd results") -> 
         if len(run.lags) > 1:  # a lag sweep: the staleness table, one heading level down
             lag = lag_section(run)
             out += ["#" + lag[0], *lag[1:]]
+        out += adapter_probe_section(run.dir)
     return "\n".join(out).rstrip() + "\n"
+
+
+#: what ``benchmarks/adapter_probe.py`` writes into a run directory
+PROBE_SUMMARY = Path("adapter_probe") / "summary.md"
+
+
+def adapter_probe_section(run_dir: str | Path) -> list[str]:
+    """The Student Adapter probe's summary of this run (its own gain in isolation, the targets'
+    calibration before and after, the students' calibration), when the run has one."""
+    path = Path(run_dir) / PROBE_SUMMARY
+    if not path.is_file():
+        return []
+    lines = path.read_text().splitlines()
+    body = lines[1:] if lines and lines[0].startswith("# ") else lines
+    return ["### The Student Adapter in isolation (`benchmarks/adapter_probe.py`)", "",
+            f"From `{path}` (`python benchmarks/adapter_probe.py --run {run_dir}`): student arms "
+            "retrained on this run's teacher stores with its chosen knobs; the learned maps are "
+            f"`{path.parent}/learned_map_<arm>.png`.", *body, ""]
 
 
 def write_results(out: str | Path, run_dirs: list[str | Path], title: str = "gemkd results"

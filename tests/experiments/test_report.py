@@ -339,3 +339,20 @@ def test_results_page_shows_intervals_and_rule(cluster_run_dir, run_dir, tmp_pat
     clusters, old = text.split("\n## ")[2:]
     assert "Intervals are 95 % percentile intervals" in clusters and "| real gain" in clusters
     assert "This run predates per-user evaluation files" in old
+    assert "Student Adapter in isolation" not in text  # no probe in these runs
+
+
+def test_results_page_carries_the_adapter_probe_summary(cluster_run_dir, tmp_path):
+    from gemkd.experiments.report.results_md import PROBE_SUMMARY, write_results
+
+    summary = cluster_run_dir / PROBE_SUMMARY
+    summary.parent.mkdir()
+    try:
+        summary.write_text("# Student Adapter probe: x\n\n| arm | reference |\n|---|---|\n"
+                           "| kd_adapter | kd |\n")
+        text = write_results(tmp_path / "RESULTS.md", [cluster_run_dir]).read_text()
+    finally:
+        summary.unlink()
+        summary.parent.rmdir()
+    section = text.split("### The Student Adapter in isolation")[1]
+    assert "| kd_adapter | kd |" in section and "# Student Adapter probe" not in section
