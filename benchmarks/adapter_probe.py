@@ -21,7 +21,8 @@ run's search chose (``tuning.csv``), each arm's evaluation written as the run wr
 - ``kd_aux_adapter_nostale`` — without the staleness input;
 - ``kd_alpha1`` / ``kd_adapter_alpha1`` — KD's chosen values but α = 1 (pure distillation: no
   label term, so the student's calibration comes from the targets alone), without and with the
-  adapter.
+  adapter;
+- ``kd_t1`` / ``kd_adapter_t1`` — KD's chosen α at temperature 1, without and with the adapter.
 
 Every adapter arm's trained adapter is run once more over the student's training stream and
 binned (:class:`gemkd.adapters.learned_map.LearnedMap`): the calibration Σp/Σy and NE of the
@@ -90,12 +91,16 @@ ARMS: dict[str, tuple] = {
     # pure distillation (α = 1): the student's calibration comes from the targets alone
     "kd_alpha1": ("kd", ["kd"], {"alpha": 1.0}),
     "kd_adapter_alpha1": ("kd", ["kd", _ADAPTER], {"alpha": 1.0}),
+    # temperature 1: the distilled probabilities are the targets' own (at T > 1 a student that
+    # cannot tell rows apart averages softened targets and under-predicts a rare event)
+    "kd_t1": ("kd", ["kd"], {"temperature": 1.0}),
+    "kd_adapter_t1": ("kd", ["kd", _ADAPTER], {"temperature": 1.0}),
 }
 #: arm → the arm its own gain is measured against
 REFERENCES = {"kd_adapter": "kd", "kd_aux_adapter": "kd_aux", "kd_aux_adapter_same": "kd_aux",
               "kd_aux_adapter_separate": "kd_aux", "kd_aux_adapter_lr1e-3": "kd_aux",
               "kd_aux_adapter_lr1e-1": "kd_aux", "kd_aux_adapter_nostale": "kd_aux",
-              "kd_adapter_alpha1": "kd_alpha1"}
+              "kd_adapter_alpha1": "kd_alpha1", "kd_adapter_t1": "kd_t1"}
 
 
 def chosen_params(spec: RunSpec, tuning: pd.DataFrame | None, variant: str, lag: int,
@@ -134,7 +139,7 @@ def arm_params(spec: RunSpec, tuning: pd.DataFrame | None, arm: str, lag: int, w
         width = chosen_params(spec, tuning, "kd_aux_adapter", lag, world).get("adapter_hidden")
         if width is not None:
             params["adapter_hidden"] = int(width)
-    if arm == "kd_adapter_alpha1":
+    if arm in ("kd_adapter_alpha1", "kd_adapter_t1"):
         params = arm_params(spec, tuning, "kd_adapter", lag, world)
     return {**params, **(fixed[0] if fixed else {})}
 
