@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import csv
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -15,11 +15,13 @@ from gemkd.experiments.run.methods import build_methods, variant_needs
 from gemkd.experiments.spec.model import RunSpec, VariantSpec
 from gemkd.students import build_student
 from gemkd.transfer.data.datamodule import AdsDataModule
+from gemkd.transfer.data.reader import DatasetReader
 from gemkd.transfer.data.schema import DatasetSchema
 from gemkd.transfer.distill import DistillModule, StoreTeacher
 from gemkd.transfer.methods import MethodContext
 from gemkd.transfer.metrics.clusters import ClusterLoss
 from gemkd.transfer.store import TeacherStore
+from gemkd.transfer.store.join import TeacherJoin
 from gemkd.transfer.training import make_trainer
 from gemkd.transfer.training.ema import StreamEMA
 
@@ -43,6 +45,17 @@ class Inputs:
     stores: dict[str, Path]
     codes: Any = None
     teacher_weights: Any = None
+    _joins: dict[tuple[str, bool], TeacherJoin] = field(default_factory=dict, repr=False)
+
+    def teacher(self, source: str, tasks: list[str], with_emb: bool) -> StoreTeacher:
+        """A ``StoreTeacher`` of ``source`` for one student: the store is opened, verified,
+        read and indexed once per process and lag; each student gets its own coverage count."""
+        key = (source, with_emb)
+        if key not in self._joins:
+            self._joins[key] = TeacherJoin(TeacherStore(self.stores[source]), policy="mask",
+                                           with_emb=with_emb)
+        join = self._joins[key].fresh()
+        return StoreTeacher(join.store, tasks, policy="mask", with_emb=with_emb, join=join)
 
 
 class UserLoss(pl.Callback):
@@ -91,7 +104,7 @@ def build_module(spec: RunSpec, job: StudentJob, data: Path, inputs: Inputs,
     ctx = MethodContext(schema=schema, tasks=tasks, domains=schema.domains, lr=spec.lr,
                         codes=inputs.codes, trained_until_day=job.trained_until_day,
                         teacher_weights=inputs.teacher_weights,
-                        sample_batch=lambda: _sample_batch(data, job))
+                        sample_batch=lambda: _sample_batch(spec, job, data, ctx.student))
     feature_dim = sum(m.feature_dim(ctx) for m in methods)
     init_args = dict(spec.student.init_args)
     if feature_dim:
@@ -99,8 +112,7 @@ def build_module(spec: RunSpec, job: StudentJob, data: Path, inputs: Inputs,
     student = build_student({"class_path": spec.student.class_path, "init_args": init_args},
                             schema, tasks)
     if needs & {"teacher", "teacher_emb"}:
-        teacher = StoreTeacher(TeacherStore(inputs.stores[job.variant.teacher]), tasks,
-                               policy="mask", with_emb="teacher_emb" in needs)
+        teacher = inputs.teacher(job.variant.teacher, tasks, with_emb="teacher_emb" in needs)
     ctx.student, ctx.teacher = student, teacher
     for m in methods:
         m.setup(ctx)
@@ -193,7 +205,13 @@ def student_projection(student: torch.nn.Module) -> dict[str, Any]:
             "max_seq_len": student.max_seq_len}
 
 
-def _sample_batch(data: Path, job: StudentJob):
-    from gemkd.transfer.data.reader import DatasetReader
-
-    return next(iter(DatasetReader(data, days=job.train_days, batch_size=8)))
+def _sample_batch(spec: RunSpec, job: StudentJob, data: Path, student: torch.nn.Module | None):
+    """A few training rows as the student's loader reads them (its domain, columns and history
+    cut; through the process's decoded row groups, which the run's training pass then reuses):
+    not a decode of every column and event of a row group per run."""
+    only = [spec.student_domain] if spec.student_domain else None
+    projection = student_projection(student) if student is not None else {"oracle": False}
+    reader = DatasetReader(data, days=job.train_days, batch_size=8, shuffle=False,
+                           tasks=list(spec.student_tasks), domains=only, cache=True,
+                           **projection)
+    return next(iter(reader))

@@ -166,6 +166,25 @@ def test_join_mask_policy_and_coverage(store_dir, rows):
     assert join.coverage == pytest.approx(97 / 100)
 
 
+def test_fresh_join_shares_the_index_not_the_counts(store_dir, rows):
+    from gemkd.transfer.distill import StoreTeacher
+
+    store = TeacherStore(store_dir)
+    first = TeacherJoin(store, policy="mask")
+    first(np.array([-5, *rows["example_id"][:9]], dtype=np.int64))
+    second = first.fresh()
+    assert (second.requested, second.found) == (0, 0)  # its own counts
+    assert (first.requested, first.found) == (10, 9)
+    q = rows["example_id"][20:40]
+    np.testing.assert_array_equal(second(q).logits, first(q).logits)
+    assert second._logits is first._logits  # one read of the store for both
+    teacher = StoreTeacher(store, ["click"] if "click" in store.tasks else store.tasks[:1],
+                           policy="mask", join=first.fresh())
+    assert teacher.join._logits is first._logits and teacher.join.requested == 0
+    with pytest.raises(ValueError, match="built for another store, days"):
+        StoreTeacher(store, store.tasks, policy="error", join=first.fresh())
+
+
 def test_join_error_policy(store_dir, rows):
     join = TeacherJoin(TeacherStore(store_dir), days=(3, 6))
     assert join(rows["example_id"][:10]).found.all()

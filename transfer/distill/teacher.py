@@ -16,17 +16,24 @@ class StoreTeacher:
     ``tasks`` are the student's tasks; each must be one of the store's (a student may learn a
     subset). ``policy`` is the store join's: ``"error"`` or ``"mask"`` (no KD on missing rows).
     ``with_emb`` also returns the stored representation (a method that needs ``teacher_emb``).
+    ``join``: an index already built with those settings (``TeacherJoin.fresh()`` of an earlier
+    one: a sweep's students share one read of the store).
     """
 
     def __init__(self, store: TeacherStore, tasks: list[str],
                  days: tuple[int, int] | None = None, policy: str = "mask",
-                 with_emb: bool = False) -> None:
+                 with_emb: bool = False, join: TeacherJoin | None = None) -> None:
         missing = [t for t in tasks if t not in store.tasks]
         if missing:
             raise StoreError(f"{store.path}: store has tasks {store.tasks}, student expects "
                              f"{tasks} ({missing[0]!r} missing)")
         self.store = store
-        self.join = TeacherJoin(store, days=days, policy=policy, with_emb=with_emb)
+        if join is not None and (join.store is not store or join.days != days
+                                 or join.policy != policy or join.with_emb != with_emb):
+            raise ValueError("StoreTeacher: the given join was built for another store, days, "
+                             "policy or with_emb")
+        self.join = join if join is not None else TeacherJoin(store, days=days, policy=policy,
+                                                               with_emb=with_emb)
         self.columns = [store.tasks.index(t) for t in tasks]
         #: the student's tasks are the store's, in its order: the joined logits as they are
         self._all_columns = self.columns == list(range(len(store.tasks)))

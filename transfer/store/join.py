@@ -10,6 +10,7 @@ those rows. ``coverage`` (found / requested, cumulative) is what a run reports.
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 from typing import Literal
 
@@ -37,7 +38,8 @@ class JoinResult:
 class TeacherJoin:
     """A sorted example_id index over one day range of a store.
 
-    Build one per day range (the index costs one read and one sort); call it per batch.
+    Build one per day range (the index costs one read and one sort); call it per batch;
+    :meth:`fresh` shares a built one with the next consumer.
     ``with_emb`` keeps the embeddings (in their stored dtype, de-quantised per batch).
     """
 
@@ -62,6 +64,13 @@ class TeacherJoin:
                 self._scale = table.column("emb_scale").to_numpy()
         self.requested = 0
         self.found = 0
+
+    def fresh(self) -> TeacherJoin:
+        """This join's index and outputs (shared, read-only) with its own ``coverage`` counts:
+        what the next student of a sweep uses instead of reading and indexing the store again."""
+        other = copy.copy(self)
+        other.requested = other.found = 0
+        return other
 
     def _build_index(self, ids: np.ndarray) -> None:
         """Dense ids (the usual case: row numbers of a dataset) get a direct-address table,
