@@ -271,6 +271,30 @@ def test_lookup_mean_is_pool_mean_of_lookup_bit_for_bit(tmp_path):
     assert torch.equal(empty.lookup_mean(qu[:3], qt[:3]), torch.zeros(3, 5))
 
 
+def test_lookup_mean_remembers_batches_safely(tmp_path, monkeypatch):
+    """A batch asked again (a sweep's next student) is answered from memory: the same values,
+    a tensor of its own (a caller writing into it changes nothing kept), bounded in bytes."""
+    from gemkd.transfer.repr_features import asof as asof_module
+
+    rng = np.random.default_rng(5)
+    w = _world(rng, m=2000, n_users=30, n_ts=100)
+    asof = AsOfCodes(_store(tmp_path, w, code_dim=4), max_events=10)
+    qu, qt = rng.choice(w["user_id"], 64), rng.choice(w["ts"], 64) + 1
+    first = asof.lookup_mean(qu, qt)
+    kept = first.clone()
+    calls = []
+    monkeypatch.setattr(asof, "_segments", lambda *a: calls.append(a) or (None, None))
+    first.add_(1.0)  # the caller's own tensor
+    again = asof.lookup_mean(torch.from_numpy(qu), torch.from_numpy(qt))  # tensors, same keys
+    assert calls == [] and torch.equal(again, kept)
+    monkeypatch.undo()
+    other = asof.lookup_mean(qu[::-1].copy(), qt[::-1].copy())  # another batch: computed
+    assert torch.equal(other, again.flip(0))
+    monkeypatch.setattr(asof_module, "MEAN_CACHE_BYTES", 2500)  # room for one batch (~2 kB)
+    asof.lookup_mean(qu[:63], qt[:63])
+    assert asof._means_bytes <= 2500 and len(asof._means) == 1
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_pool_mean_equals_segment_mean_bit_for_bit(dtype):
     g = torch.Generator().manual_seed(0)

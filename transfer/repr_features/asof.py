@@ -9,6 +9,8 @@ and one gather, with no Python loop over rows.
 
 from __future__ import annotations
 
+from collections import OrderedDict
+
 import numpy as np
 import torch
 import torch.nn.functional as F
@@ -48,6 +50,9 @@ class AsOfCodes:
             raise ValueError(f"max_events must be a positive int, got {max_events!r}")
         self.store, self.max_events = code_store, max_events
         self.code_dim = code_store.code_dim
+        # lookup_mean's answers by batch: every student of a sweep reads the same batches
+        self._means: OrderedDict[tuple[bytes, bytes], torch.Tensor] = OrderedDict()
+        self._means_bytes = 0
         table = code_store.read(["user_id", "ts", "code"])
         uid = table.column("user_id").to_numpy()
         ts = table.column("ts").to_numpy()
@@ -110,12 +115,32 @@ class AsOfCodes:
         example's rows of the table where they are, one after another from 0 as ``pool_mean``
         does, and the sums are divided by the same float32 counts (a batch of 256 examples with
         50 codes each: ~95 us against ~145 us for the lookup and the mean). A CPU tensor."""
-        rows, lengths = self._segments(user_id, ts)
+        u, t = _as_int64("user_id", user_id), _as_int64("ts", ts)
+        key = (u.tobytes(), t.tobytes())
+        hit = self._means.get(key)
+        if hit is not None:  # a pure function of (user_id, ts): a sweep's next student
+            self._means.move_to_end(key)
+            return hit.clone()
+        rows, lengths = self._segments(u, t)
         if rows is None:
-            return torch.zeros((len(lengths), self.code_dim), dtype=torch.float32)
-        total = F.embedding_bag(torch.from_numpy(rows), self._table, _offsets(lengths),
-                                mode="sum", include_last_offset=True)
-        return total / torch.from_numpy(np.maximum(lengths, 1).astype(np.float32)[:, None])
+            out = torch.zeros((len(lengths), self.code_dim), dtype=torch.float32)
+        else:
+            total = F.embedding_bag(torch.from_numpy(rows), self._table, _offsets(lengths),
+                                    mode="sum", include_last_offset=True)
+            out = total / torch.from_numpy(np.maximum(lengths, 1).astype(np.float32)[:, None])
+        self._remember(key, out)
+        return out.clone()
+
+    def _remember(self, key: tuple[bytes, bytes], value: torch.Tensor) -> None:
+        """Keep a batch's pooled codes (least recently used out past ``MEAN_CACHE_BYTES``)."""
+        size = value.numel() * value.element_size() + len(key[0]) + len(key[1])
+        if size > MEAN_CACHE_BYTES:
+            return
+        self._means[key] = value
+        self._means_bytes += size
+        while self._means_bytes > MEAN_CACHE_BYTES:
+            (k0, k1), v = self._means.popitem(last=False)
+            self._means_bytes -= v.numel() * v.element_size() + len(k0) + len(k1)
 
     def _segments(self, user_id: np.ndarray | torch.Tensor, ts: np.ndarray | torch.Tensor
                   ) -> tuple[np.ndarray | None, np.ndarray]:
@@ -157,6 +182,10 @@ class AsOfCodes:
             return np.where(known, rank, len(self._users))
         lo = self._user_lo  # ids outside the table clip onto its padding: unknown
         return np.take(self._rank_of, np.clip(u, lo, lo + len(self._rank_of) - 1) - lo)
+
+
+#: the most ``lookup_mean`` keeps per AsOfCodes (a small world's student days take ~2 MB)
+MEAN_CACHE_BYTES = 64 << 20
 
 
 def _offsets(lengths: np.ndarray) -> torch.Tensor:
