@@ -374,7 +374,10 @@ def markdown(curve: pd.DataFrame, slopes: pd.DataFrame, task: str, groups: Seque
                        f"[{r.calibration_lo:.3f}, {r.calibration_hi:.3f}] | "
                        f"{r.base_rate_train:.4f} | {r.base_rate_eval:.4f} |")
         s = slopes[(slopes.group == g) & (slopes.task == task)]
-        out += ["", f"Least-squares slope against age, per {unit} of age [{pct} interval]:", "",
+        if c["age"].nunique() < 2:  # one age: no slope to fit
+            s = s.iloc[0:0]
+        out += [] if s.empty else ["", f"Least-squares slope against age, per {unit} of age "
+                                   f"[{pct} interval]:", "",
                 f"| model | NE / {unit} | NE vs eval rate / {unit} | calibration / {unit} |",
                 "|---|---:|---:|---:|"]
         for m in dict.fromkeys(s.model):
