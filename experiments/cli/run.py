@@ -81,7 +81,8 @@ def add_parser(sub) -> None:
     r.add_argument("--workers", type=int, default=None,
                    help="student runs side by side in this many local processes (default: as "
                         "many as the cores allow at --threads each; 1: one after another in "
-                        "this process). Results do not depend on it")
+                        "this process). Results do not depend on it at a given "
+                        "--threads (torch's CPU sums can depend on the thread count)")
     r.add_argument("--executor", choices=list(EXECUTORS), default="local",
                    help="local: this machine's processes (--workers); ray: tasks on the Ray "
                         "cluster at RAY_ADDRESS (or a local instance), --threads CPUs each; "
