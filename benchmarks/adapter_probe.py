@@ -262,12 +262,13 @@ def summary_markdown(name: str, gains: pd.DataFrame, calib: pd.DataFrame,
                      f"{_f(r['diff'])} [{_f(r['diff_lo'])}, {_f(r['diff_hi'])}] | "
                      f"{r['verdict'] or 'not resolved'} | {per} |")
     lines += ["", "The teacher's targets before → after the adapter (pooled over worlds and "
-              "seeds): calibration Σp/Σy and NE against the labels, on the student's training "
-              "stream (`train`: the rows the adapter learned from) and on the evaluation days "
-              "(`eval`: would its correction hold later?).", "",
+              "seeds): calibration Σp/Σy and NE against the labels on the evaluation days (out "
+              "of sample: the adapter learnt from the student's stream before them; the stream's "
+              "own rows are in calibration.csv, `rows_of` train).", "",
               "| arm | lag | rows of | task | rows | calibration teacher → adapted | "
               "NE teacher → adapted |", "|---|---:|---|---|---:|---:|---:|"]
-    for _, r in calib.iterrows():
+    shown = calib[calib["rows_of"] == "eval"] if "rows_of" in calib else calib
+    for _, r in shown.iterrows():
         lines.append(f"| {r['arm']} | {r['lag']} | {r['rows_of']} | {r['task']} | "
                      f"{int(r['rows']):,} | "
                      f"{r['teacher_calibration']:.3f} → {r['adapted_calibration']:.3f} | "
