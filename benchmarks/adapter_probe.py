@@ -65,6 +65,7 @@ from gemkd.experiments.run.search import single_point  # noqa: E402
 from gemkd.experiments.run.student import StudentJob, student_datamodule, train_student  # noqa: E402
 from gemkd.experiments.spec.load import load_spec  # noqa: E402
 from gemkd.experiments.spec.model import RunSpec, VariantSpec  # noqa: E402
+from gemkd.transfer.methods.space import IntRange  # noqa: E402
 from gemkd.transfer.training.trainer import training_base_rates  # noqa: E402
 
 _ADAPTER = "adapter"
@@ -110,7 +111,8 @@ def chosen_params(spec: RunSpec, tuning: pd.DataFrame | None, variant: str, lag:
     if variant not in spec.variant_names:
         raise SystemExit(f"the run has no variant {variant!r} (variants: "
                          f"{', '.join(spec.variant_names)}): leave out the arms that need it")
-    fixed = single_point(search_space(spec, spec.variant(variant)))
+    space = search_space(spec, spec.variant(variant))
+    fixed = single_point(space)
     if fixed is not None:
         return fixed
     if tuning is None:
@@ -122,9 +124,8 @@ def chosen_params(spec: RunSpec, tuning: pd.DataFrame | None, variant: str, lag:
     out = {}
     for _, r in rows.iterrows():
         v = r["value"]
-        try:
-            f = float(v)
-            v = int(f) if r["param"].endswith(("hidden", "dim", "bits")) else f
+        try:  # tuning.csv holds text: a number back in its range's own type
+            v = int(float(v)) if isinstance(space.get(r["param"]), IntRange) else float(v)
         except (TypeError, ValueError):
             pass
         out[str(r["param"])] = v
@@ -133,14 +134,14 @@ def chosen_params(spec: RunSpec, tuning: pd.DataFrame | None, variant: str, lag:
 
 def arm_params(spec: RunSpec, tuning: pd.DataFrame | None, arm: str, lag: int, world: int
                ) -> dict[str, Any]:
+    """The chosen values of the arm's source variant, with the values the arm sets over them;
+    a KD arm with the adapter takes the adapter width kd_aux_adapter chose."""
     source, methods, *fixed = ARMS[arm]
     params = chosen_params(spec, tuning, source, lag, world)
-    if arm == "kd_adapter":  # KD's values and the width kd_aux_adapter chose
+    if source == "kd" and _has_adapter(methods):
         width = chosen_params(spec, tuning, "kd_aux_adapter", lag, world).get("adapter_hidden")
         if width is not None:
             params["adapter_hidden"] = int(width)
-    if arm in ("kd_adapter_alpha1", "kd_adapter_t1"):
-        params = arm_params(spec, tuning, "kd_adapter", lag, world)
     return {**params, **(fixed[0] if fixed else {})}
 
 
