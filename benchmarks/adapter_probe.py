@@ -38,11 +38,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import shutil
 import sys
 import time
-import warnings
 from pathlib import Path
 from typing import Any
 
@@ -50,7 +48,7 @@ import lightning.pytorch as pl
 import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from benchmarks.common import add_common_args, apply_common_args  # noqa: E402
+from benchmarks.common import add_common_args, apply_common_args, quiet_lightning  # noqa: E402
 from benchmarks.run_cells import Cell, find_cells  # noqa: E402
 from gemkd.adapters.learned_map import (  # noqa: E402
     LearnedMap,
@@ -304,9 +302,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument("--task", default=None, help="the summary's task (default: the first)")
     add_common_args(p)
     args = p.parse_args(argv)
-    for name in ("lightning.pytorch", "lightning.fabric"):
-        logging.getLogger(name).setLevel(logging.ERROR)
-    warnings.filterwarnings("ignore")
+    quiet_lightning()
     apply_common_args(p, args)
     arms = list(dict.fromkeys(["baseline", *args.arms]))  # ΔNE needs the labels-only arm
     run = Path(args.run)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import logging
 import operator
 import os
 import platform
@@ -18,6 +19,7 @@ import shlex
 import statistics
 import sys
 import time
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 
@@ -73,6 +75,14 @@ def interleaved(fns: dict[str, Callable[[], object]], repeats: int, warmup: int 
     """Median seconds of each ``fn`` over interleaved rounds (see :func:`interleaved_times`)."""
     times = interleaved_times(fns, repeats, warmup, device)
     return {k: statistics.median(v) for k, v in times.items()}
+
+
+def quiet_lightning() -> None:
+    """A training benchmark's output is its table: Lightning's info lines and library warnings
+    (hundreds of fits) are silenced for the process."""
+    for name in ("lightning.pytorch", "lightning.fabric"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+    warnings.filterwarnings("ignore")
 
 
 def add_common_args(p: argparse.ArgumentParser, device: bool = False) -> None:

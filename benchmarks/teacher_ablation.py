@@ -29,12 +29,10 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import logging
 import statistics
 import sys
 import tempfile
 import time
-import warnings
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +40,7 @@ import torch
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from benchmarks.common import write_json  # noqa: E402
+from benchmarks.common import quiet_lightning, write_json  # noqa: E402
 from benchmarks.teacher_eval import evaluate_teacher  # noqa: E402
 from gemkd.experiments.run.evaluation import (  # noqa: E402
     eval_metrics,
@@ -197,9 +195,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument("--markdown", default=None, help="write the table here at the end")
     p.add_argument("--keep", default=None, help="keep the runs under this directory")
     args = p.parse_args(argv)
-    for name in ("lightning.pytorch", "lightning.fabric"):
-        logging.getLogger(name).setLevel(logging.ERROR)
-    warnings.filterwarnings("ignore")
+    quiet_lightning()
     if args.threads:
         torch.set_num_threads(args.threads)
     sets = {**parse_overrides(args.overrides, "--set"), "accelerator": args.accelerator}

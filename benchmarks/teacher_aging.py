@@ -43,7 +43,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import glob
-import logging
 import sys
 import tempfile
 import time
@@ -59,7 +58,12 @@ import torch
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from benchmarks.common import add_common_args, apply_common_args, write_json  # noqa: E402
+from benchmarks.common import (  # noqa: E402
+    add_common_args,
+    apply_common_args,
+    quiet_lightning,
+    write_json,
+)
 from benchmarks.teacher_ablation import parse_overrides, variant_config  # noqa: E402
 from gemkd.experiments.teacher_config import (  # noqa: E402
     TeacherTrainConfig,
@@ -551,9 +555,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
     p.add_argument("--keep", default=None, help="keep the runs under this directory")
     add_common_args(p)
     args = p.parse_args(argv)
-    for name in ("lightning.pytorch", "lightning.fabric"):
-        logging.getLogger(name).setLevel(logging.ERROR)
-    warnings.filterwarnings("ignore")
+    quiet_lightning()
     apply_common_args(p, args)  # --threads (--repeats: unused, nothing is timed here)
     if args.quick:  # a smoke run: one seed, few replicates (not reference figures)
         args.seeds, args.bootstrap = args.seeds[:1], min(args.bootstrap, 50)

@@ -8,13 +8,11 @@ import json
 
 import pandas as pd
 import pytest
-import torch
-import yaml
 
 from benchmarks.adapter_probe import main
 from benchmarks.run_cells import find_cells
-from gemkd.experiments.cli import main as gemkd
 from gemkd.experiments.spec import load_spec
+from tests.benchmarks.runs import spec_run
 
 SPEC = {
     "name": "probe", "seeds": [0], "data": {"source": "synthetic", "preset": "tiny"},
@@ -32,11 +30,7 @@ ARMS = ["kd", "kd_adapter", "kd_aux", "kd_aux_adapter", "kd_aux_adapter_separate
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
-    torch.set_num_threads(1)
-    tmp = tmp_path_factory.mktemp("probe")
-    (tmp / "spec.yaml").write_text(yaml.safe_dump(SPEC))
-    assert gemkd(["run", str(tmp / "spec.yaml"), "--out", str(tmp / "out")]) == 0
-    return tmp / "out"
+    return spec_run(tmp_path_factory, "probe", SPEC)
 
 
 @pytest.fixture(scope="module")

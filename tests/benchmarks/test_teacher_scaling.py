@@ -10,11 +10,9 @@ import shutil
 
 import pandas as pd
 import pytest
-import torch
-import yaml
 
 from benchmarks.teacher_scaling import log_trend, main
-from gemkd.experiments.cli import main as gemkd
+from tests.benchmarks.runs import spec_run
 
 SPEC = {
     "name": "scaling", "seeds": [0], "data": {"source": "synthetic", "preset": "tiny"},
@@ -29,11 +27,7 @@ SPEC = {
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
-    torch.set_num_threads(1)
-    tmp = tmp_path_factory.mktemp("scaling")
-    (tmp / "spec.yaml").write_text(yaml.safe_dump(SPEC))
-    assert gemkd(["run", str(tmp / "spec.yaml"), "--out", str(tmp / "out")]) == 0
-    return tmp / "out"
+    return spec_run(tmp_path_factory, "scaling", SPEC)
 
 
 def test_curves_from_the_daily_checkpoints(run, tmp_path):
