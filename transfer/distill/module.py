@@ -27,6 +27,7 @@ from gemkd.transfer.data.batch import Batch
 from gemkd.transfer.distill.manual_step import ManualStep
 from gemkd.transfer.methods.base import NEEDS, StepState, TeacherFn, TransferMethod
 from gemkd.transfer.models import StudentOutput, as_student_output, start_output_bias
+from gemkd.transfer.training.flat_adamw import FlatAdamW
 from gemkd.transfer.training.ranking_module import RankingModule
 
 
@@ -91,10 +92,15 @@ class DistillModule(RankingModule):
     # ------------------------------------------------------------------ optimisation
     def configure_optimizers(self) -> list[torch.optim.Optimizer]:
         student = super().configure_optimizers()
+        # a method's group with the settings of one of the student's (the auxiliary head's and
+        # the fused adapter's, at the student's lr without decay, in the quickstart) joins it:
+        # each parameter takes the same update, and each group costs the step its own pass
+        if isinstance(student, FlatAdamW):
+            student.merge_equal_groups = True
         own: list[torch.optim.Optimizer] = []
         for m in self.methods:
             for group in m.param_groups(self.lr):
-                _add_param_group(student, group)
+                student.add_param_group(group)
             own += m.configure_optimizers()
         return [student, *own]
 
@@ -133,21 +139,3 @@ class DistillModule(RankingModule):
         if (batch_idx + 1) % max(every, 1) == 0:
             self.log(name, value.detach(), prog_bar=prog_bar, batch_size=n)
 
-
-def _add_param_group(opt: torch.optim.Optimizer, group: dict[str, Any]) -> None:
-    """``opt.add_param_group(group)``; a group whose settings (all but its parameters and name,
-    with the optimiser's defaults filled in) equal an earlier group's then joins that group.
-
-    Each parameter takes the same update either way (Adam's arithmetic is per element, with the
-    group's settings and the parameter's own state), but each group costs the step its own pass
-    of ~12 ``_foreach`` calls and their Python: ~65 us on the CPU for a small student, about what
-    the auxiliary head's and the adapter's whole updates cost, whose groups (lr = the student's,
-    no weight decay, in the quickstart) are the dense group's settings."""
-    opt.add_param_group(group)  # torch checks it and fills in the defaults
-    new = opt.param_groups[-1]
-    settings = {k: v for k, v in new.items() if k not in ("params", "name")}
-    for earlier in opt.param_groups[:-1]:
-        if {k: v for k, v in earlier.items() if k not in ("params", "name")} == settings:
-            earlier["params"].extend(new["params"])
-            opt.param_groups.pop()
-            return
