@@ -32,8 +32,13 @@ KD_LOSSES = {"bce": kd_bce, "mse": lambda s, t, temperature=1.0: kd_mse(s, t)}
 
 
 def masked_mean(values: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
-    """Mean over the rows where ``mask`` is true (``values [B, T]``, ``mask [B]``); 0 if none."""
-    if mask is None:
+    """Mean over the rows where ``mask`` is true (``values [B, T]``, ``mask [B]``); 0 if none.
+
+    A host mask that is all true (every row found its teacher, the usual case) takes
+    ``values.mean()``: the masked form's sum of ``values · 1`` over ``B·T`` is that mean bit for
+    bit, gradient included, in 2 ops instead of 8 (a check on the host costs no sync; a device
+    mask keeps the masked form rather than wait for one)."""
+    if mask is None or (mask.device.type == "cpu" and bool(mask.all())):
         return values.mean()
     m = mask.to(values.dtype).unsqueeze(-1).expand_as(values)
     return (values * m).sum() / m.sum().clamp_min(1.0)
