@@ -1,5 +1,6 @@
-"""benchmarks/teacher_aging.py: the slope and its interval on constructed cases, the table's
-figures against the library's metrics, and one end-to-end run on the tiny world."""
+"""benchmarks/teacher_aging.py (with aging_study.py and aging_report.py): the slope and its
+interval on constructed cases, the table's figures against the library's metrics, and one
+end-to-end run on the tiny world."""
 
 from __future__ import annotations
 
@@ -9,16 +10,16 @@ import numpy as np
 import pytest
 import torch
 
-from benchmarks.teacher_aging import (
+from benchmarks.aging_study import (
     EvalRows,
     Run,
     aging_curve,
     aging_study,
     evaluate_rows,
     ls_slope,
-    main,
     slope_with_interval,
 )
+from benchmarks.teacher_aging import main
 from benchmarks.teacher_eval import evaluate_teacher
 from gemkd.transfer.metrics.bootstrap import WorldSums, ne_point
 
