@@ -4,7 +4,7 @@ measured against (``benchmarks/bench_transfer.py``) and the reference it must ma
 
 The loop builds what ``train_student`` builds — the same seed, the same student and
 ``DistillModule`` (``build_module``), the same loader (``student_datamodule``), the same
-optimiser (``DistillModule.configure_optimizers``: AdamW, foreach, embedding and dense groups)
+optimiser (``DistillModule.configure_optimizers``: FlatAdamW, embedding and dense groups)
 and the same loss (``RankingModule.loss``) — and runs ``forward, loss, zero_grad, backward,
 step`` per batch with nothing else: no trainer, hooks, callbacks, logging or weight average.
 Given the same batches in the same order it must give the same per-step losses and bit-identical

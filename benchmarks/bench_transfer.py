@@ -31,7 +31,7 @@ the lag's store and codes already open) costs <= 2x its training epoch + evaluat
 
 The floor (issue 12): two bare PyTorch loops (``benchmarks.bare``) run as candidates in the
 same rounds: the labels-only student (same seed, student, losses through ``RankingModule.loss``,
-AdamW(foreach) groups of ``configure_optimizers``, batch order) over the epoch's batches held in
+the optimiser and groups of ``configure_optimizers``, batch order) over the epoch's batches held in
 memory, and over the same loader ``train_student`` reads (prefetch included; its clock starts at
 ``iter(loader)``, as Lightning's epoch does). Target: the labels-only epoch reaches >= 0.8x the
 in-memory loop's speed. Before timing, one untimed ``train_student`` labels-only run and one
@@ -41,8 +41,11 @@ Adapter's overhead is shown for its default fused update and for ``update: separ
 (``*_separate`` variants; no target: fused is the default).
 
 Every candidate (variants, bare loops and loader passes) runs once per round, ``--repeats``
-rounds after a warm-up round; medians. ``--device cuda`` sets the spec's ``accelerator: gpu`` and
-synchronises after each batch; a variant that fails is reported with its error, not dropped.
+rounds (default 15) after a warm-up round. Times are medians over rounds; every ratio of two
+candidates is the median of the rounds' own ratios (the two ran seconds apart, at the same
+machine speed), with their interquartile range beside it (how much two runs can differ).
+``--device cuda`` sets the spec's ``accelerator: gpu`` and synchronises after each batch; a
+variant that fails is reported with its error, not dropped.
 """
 
 from __future__ import annotations
@@ -170,6 +173,9 @@ class TrainClock(pl.Callback):
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_common_args(p, device=True)
+    # an epoch is ~0.2 s and this machine's speed drifts by up to 2x within seconds: the
+    # per-round ratios spread +-0.15, so 15 rounds (~1 min), not the scripts' default 5
+    p.set_defaults(repeats=ROUNDS)
     p.add_argument("--variants", nargs="+", default=VARIANTS, choices=VARIANTS)
     p.add_argument("--teacher-steps", type=int, default=20)
     args = p.parse_args()
@@ -314,8 +320,35 @@ def check_floor(spec: RunSpec, job: StudentJob, data: Path, inputs: Inputs,
     return held, compare(capture.losses, capture.weights, losses, weights)
 
 
+#: timed rounds by default (--repeats): see main()
+ROUNDS = 15
+
+
+def paired(num: list[float], den: list[float]) -> tuple[float | None, str]:
+    """The median of the rounds' own ratios ``num[i] / den[i]`` and their interquartile range.
+
+    Each round runs every candidate once, seconds apart, so a round's ratio compares them at
+    the same machine speed; this machine's speed drifts by up to 2x over a minute, which a
+    ratio of the two lists' medians (different rounds' times) lets through: in one 15-round run
+    it put kd_aux at 0.98x the labels-only epoch it extends, its rounds' ratios at 1.10-1.21."""
+    ratios = [a / b for a, b in zip(num, den, strict=True)] if len(num) == len(den) else []
+    if not ratios:
+        return None, ""
+    if len(ratios) < 4:
+        return statistics.median(ratios), ""
+    q = statistics.quantiles(ratios, n=4)
+    return statistics.median(ratios), f"rounds' ratios: IQR {q[0]:.2f}-{q[2]:.2f}"
+
+
 #: issue 17: a student run's fixed costs at most its own work again
 RUN_TARGET = "<= 2"
+
+
+def ratio_figure(name: str, num: list[float], den: list[float], target: str | None = None,
+                 error: str = "") -> dict:
+    """A figure for the paired ratio of two candidates' per-round times (:func:`paired`)."""
+    value, note = paired(num, den)
+    return figure(name, None if error else value, "x", target, error or note)
 
 
 def figures(r: dict, device: str) -> list[dict]:
@@ -329,23 +362,23 @@ def figures(r: dict, device: str) -> list[dict]:
            figure("train_student's train_seconds ÷ its training epoch (labels-only; fit adds "
                   "Lightning's start-up)",
                   fit / base if fit and base else None)]
-    bare, check = r["bare_seconds"], r["floor_check"]
-    out.append(figure(f"labels-only epoch speed ÷ bare PyTorch loop over the same batches held "
-                      f"in memory ({device})", bare["bare_memory"] / base if base else None,
-                      "x", FLOOR_TARGET))
-    out.append(figure(f"labels-only epoch speed ÷ bare loop over the same loader ({device})",
-                      bare["bare_loader"] / base if base else None))
-    out.append(figure("bare loop over the loader ÷ bare in-memory loop speed (what loading "
-                      "still costs)", bare["bare_memory"] / bare["bare_loader"]))
+    check, times = r["floor_check"], r["epoch_seconds_all"]
+    bare, base_all = r["bare_seconds_all"], times.get("baseline", [])
+    out.append(ratio_figure(f"labels-only epoch speed ÷ bare PyTorch loop over the same batches "
+                            f"held in memory ({device})", bare["bare_memory"], base_all,
+                            FLOOR_TARGET))
+    out.append(ratio_figure(f"labels-only epoch speed ÷ bare loop over the same loader ({device})",
+                            bare["bare_loader"], base_all))
+    out.append(ratio_figure("bare loop over the loader ÷ bare in-memory loop speed (what loading "
+                            "still costs)", bare["bare_memory"], bare["bare_loader"]))
     out.append(figure(f"bare in-memory loop vs labels-only epoch, {check['steps']} steps: max "
                       "|Δ| of per-step losses and final raw weights (0 = bit-identical)",
                       max(check["max_loss_diff"], check["max_weight_diff"]), "", "<= 0",
                       "bit-identical" if check["identical"] else "NOT bit-identical"))
     for v in r["variants"][1:]:
-        ratio = med[v] / base if base and v in med else None
-        note = r["errors"].get(v, "")
-        out.append(figure(f"{v} epoch ÷ labels-only ({ADDS[v]}; {device})", ratio, "x",
-                          TARGETS.get(v), note))
+        out.append(ratio_figure(f"{v} epoch ÷ labels-only ({ADDS[v]}; {device})", times[v],
+                                base_all, TARGETS.get(v),
+                                r["errors"].get(v) or ("" if v in med else "too few rounds")))
     rate = n / base if base else None
     for key, what in (("loader_projected", "student's columns, as train_student reads them in "
                                            "a sweep: row groups decoded once per worker"),

@@ -76,7 +76,8 @@ class RankingModule(pl.LightningModule):
       ``mask_nan_labels=True`` non-finite labels count as missing too.
     * Optimiser: AdamW with two groups, ``embedding`` (every ``nn.Embedding`` parameter,
       ``embedding_lr`` (default ``10 * lr``), ``embedding_weight_decay`` (default 0)) and
-      ``dense`` (the rest, ``lr``, ``weight_decay``).
+      ``dense`` (the rest, ``lr``, ``weight_decay``); torch's foreach AdamW with each group in
+      one buffer (:class:`~gemkd.transfer.training.flat_adamw.FlatAdamW`, the same updates).
     * ``base_rates``: ``{task: training positive rate}`` for NE (computed once by the caller, e.g.
       :func:`gemkd.transfer.training.training_base_rates`).
     * ``repr_layer``: the named representation returned as ``emb`` by ``predict_step``.
