@@ -60,6 +60,12 @@ def _same_layout(flat: _FlatGroup, params: list[Tensor]) -> bool:
                                                            strict=True))
 
 
+def _views(buffer: Tensor, params: list[Tensor]) -> list[Tensor]:
+    """Consecutive slices of the flat ``buffer``, one per parameter, in its shape."""
+    sizes = [p.numel() for p in params]
+    return [part.view(p.shape) for part, p in zip(buffer.split(sizes), params, strict=True)]
+
+
 def _settings(group: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in group.items() if k not in _NOT_SETTINGS}
 
@@ -123,11 +129,8 @@ class FlatAdamW(torch.optim.AdamW):
                 flat.exp_avg_sq = torch.cat([s["exp_avg_sq"].reshape(-1).to(data)
                                              for s in started])
                 flat.step = started[0]["step"].clone()  # not shared with a loaded dict
-            offset = 0
-            for p in params:
-                n = p.numel()
-                p.data = data[offset:offset + n].view(p.shape)
-                offset += n
+            for p, view in zip(params, _views(data, params), strict=True):
+                p.data = view
             flat.ptrs = [p.data_ptr() for p in params]
             if started:
                 self._point_state(flat)
@@ -135,13 +138,10 @@ class FlatAdamW(torch.optim.AdamW):
 
     def _point_state(self, flat: _FlatGroup) -> None:
         """Each parameter's state: the shared step count and views of the moments' buffers."""
-        offset = 0
-        for p in flat.params:
-            n = p.numel()
-            self.state[p] = {"step": flat.step,
-                             "exp_avg": flat.exp_avg[offset:offset + n].view(p.shape),
-                             "exp_avg_sq": flat.exp_avg_sq[offset:offset + n].view(p.shape)}
-            offset += n
+        moments = zip(_views(flat.exp_avg, flat.params), _views(flat.exp_avg_sq, flat.params),
+                      strict=True)
+        for p, (exp_avg, exp_avg_sq) in zip(flat.params, moments, strict=True):
+            self.state[p] = {"step": flat.step, "exp_avg": exp_avg, "exp_avg_sq": exp_avg_sq}
 
     def _unflatten(self, group: dict[str, Any]) -> None:
         """Hand ``group`` to torch's path for good: each parameter its own step count (the
