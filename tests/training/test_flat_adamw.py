@@ -44,12 +44,19 @@ def _equal(a: list[nn.Parameter], b: list[nn.Parameter]) -> bool:
     return all(torch.equal(x, y) for x, y in zip(a, b, strict=True))
 
 
-def test_bit_identical_to_torch_adamw_and_one_buffer_per_group():
+def _side_by_side(steps: range, skip: dict[int, int] | None = None, **kwargs):
+    """torch's AdamW and FlatAdamW (both with ``kwargs``) on equal parameters, ``steps`` run on
+    each: ``(ref, torch_opt, flat, opt)``."""
     ref, flat = _params(), _params()
-    torch_opt = torch.optim.AdamW(_groups(ref), lr=0.01, foreach=True)
-    opt = FlatAdamW(_groups(flat), lr=0.01)
-    _run(torch_opt, ref, range(20))
-    _run(opt, flat, range(20))
+    torch_opt = torch.optim.AdamW(_groups(ref), lr=0.01, **{"foreach": True, **kwargs})
+    opt = FlatAdamW(_groups(flat), lr=0.01, **kwargs)
+    _run(torch_opt, ref, steps, skip)
+    _run(opt, flat, steps, skip)
+    return ref, torch_opt, flat, opt
+
+
+def test_bit_identical_to_torch_adamw_and_one_buffer_per_group():
+    ref, torch_opt, flat, opt = _side_by_side(range(20))
     assert _equal(ref, flat)
     for group in opt.param_groups:  # the group's parameters are consecutive slices of one buffer
         ps = group["params"]
@@ -63,12 +70,8 @@ def test_bit_identical_to_torch_adamw_and_one_buffer_per_group():
 
 
 def test_missing_gradient_leaves_the_parameter_alone_as_torch_does():
-    ref, flat = _params(), _params()
-    torch_opt = torch.optim.AdamW(_groups(ref), lr=0.01, foreach=True)
-    opt = FlatAdamW(_groups(flat), lr=0.01)
-    skip = {3: 4, 7: 0}  # a dense weight at step 3, an embedding at step 7
-    _run(torch_opt, ref, range(12), skip)
-    _run(opt, flat, range(12), skip)
+    # a dense weight has no gradient at step 3, an embedding at step 7
+    ref, _, flat, opt = _side_by_side(range(12), skip={3: 4, 7: 0})
     assert _equal(ref, flat)
     assert float(opt.state[flat[4]]["step"]) == 11 and float(opt.state[flat[3]]["step"]) == 12
 
@@ -82,11 +85,7 @@ def _saved(opt: torch.optim.Optimizer) -> dict:
 
 
 def test_state_dict_round_trips_with_torch_adamw():
-    ref, flat = _params(), _params()
-    torch_opt = torch.optim.AdamW(_groups(ref), lr=0.01, foreach=True)
-    opt = FlatAdamW(_groups(flat), lr=0.01)
-    _run(torch_opt, ref, range(5))
-    _run(opt, flat, range(5))
+    ref, torch_opt, flat, opt = _side_by_side(range(5))
     # FlatAdamW's checkpoint continues in torch's AdamW, and torch's in FlatAdamW
     resumed_torch, resumed_flat = [p.detach().clone().requires_grad_() for p in flat], _params(9)
     with torch.no_grad():
@@ -103,11 +102,7 @@ def test_state_dict_round_trips_with_torch_adamw():
 
 
 def test_replaced_storage_is_flattened_again():
-    ref, flat = _params(), _params()
-    torch_opt = torch.optim.AdamW(_groups(ref), lr=0.01, foreach=True)
-    opt = FlatAdamW(_groups(flat), lr=0.01)
-    _run(torch_opt, ref, range(3))
-    _run(opt, flat, range(3))
+    ref, torch_opt, flat, opt = _side_by_side(range(3))
     flat[2].data = flat[2].data.clone()  # what module.to(...) does to a parameter
     _run(torch_opt, ref, range(3, 6))
     _run(opt, flat, range(3, 6))
@@ -117,7 +112,6 @@ def test_replaced_storage_is_flattened_again():
 
 def test_merge_equal_groups():
     ref, flat = _params(), _params()
-    torch_opt = torch.optim.AdamW(_groups(ref), lr=0.01, foreach=True)
     opt = FlatAdamW(_groups(flat)[:1], lr=0.01, merge_equal_groups=True)
     opt.add_param_group({"name": "emb2", "params": [flat[2]], "lr": 0.05, "weight_decay": 0.0})
     opt.add_param_group({"name": "dense", "params": flat[3:], "lr": 0.01, "weight_decay": 0.1})
@@ -134,10 +128,6 @@ def test_merge_equal_groups():
 
 @pytest.mark.parametrize("kwargs", [{"amsgrad": True}, {"foreach": False}])
 def test_ineligible_groups_take_torch_path(kwargs):
-    ref, flat = _params(), _params()
-    torch_opt = torch.optim.AdamW(_groups(ref), lr=0.01, **{"foreach": True, **kwargs})
-    opt = FlatAdamW(_groups(flat), lr=0.01, **kwargs)
-    _run(torch_opt, ref, range(6))
-    _run(opt, flat, range(6))
+    ref, _, flat, _ = _side_by_side(range(6), **kwargs)
     assert _equal(ref, flat)
     assert flat[0].untyped_storage().data_ptr() != flat[1].untyped_storage().data_ptr()
