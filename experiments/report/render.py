@@ -10,7 +10,6 @@ from gemkd.experiments.report.load import PLOT_NAMES, load_tuning
 from gemkd.experiments.report.plots import write_run_plots
 from gemkd.experiments.report.summary import (
     RunView,
-    f4,
     lag_str,
     md_table,
     pm,
@@ -26,6 +25,7 @@ from gemkd.experiments.report.text import (
 )
 from gemkd.experiments.report.tuning_edges import edge_sentences
 from gemkd.experiments.report.tuning_plots import write_tuning_plots
+from gemkd.experiments.report.tuning_table import knob_rows
 from gemkd.experiments.report.verdicts import ci, delta_cell, interval_table, rule_paragraph
 from gemkd.transfer.io.atomic import atomic_write_bytes
 
@@ -216,18 +216,10 @@ def _tuning_section(run: RunView) -> list[str]:
     tuning = load_tuning(run.dir)
     if tuning is None:
         return out + ["No `tuning.csv` in this run: every variant used the spec's values.", ""]
-    rows = []
-    for v in variant_order(tuning["variant"], run.order):
-        tv = tuning[tuning["variant"] == v]
-        for param in dict.fromkeys(tv["param"]):
-            tp = tv[tv["param"] == param]
-            tried = ", ".join(str(x) for x in dict.fromkeys(tp["value"]))
-            chosen = tp[tp["chosen"]]
-            value = ", ".join(str(x) for x in dict.fromkeys(chosen["value"])) or "—"
-            val_ne = f4(float(chosen["val_ne"].min())) if not chosen.empty else "—"
-            rows.append([v, param, tried, value, val_ne])
+    rows = knob_rows(tuning, variant_order(tuning["variant"], run.order))
     out += ["Every variant gets the same budget; efficiency is against the tuned plain KD.", "",
-            md_table(("variant", "param", "tried", "chosen", "val NE (chosen)"), rows, left=4), ""]
+            md_table(("variant", "param", "tried", "chosen", "val NE of the choice"), rows,
+                     left=4), ""]
     edges = edge_sentences(tuning)
     out += ([f"- **{e}**" for e in edges] + [""]) if edges else \
         (["No chosen value sits at the edge of its searched range (a natural bound such as "

@@ -16,6 +16,7 @@ from gemkd.experiments.report.load import load_tuning
 from gemkd.experiments.report.render import lag_section
 from gemkd.experiments.report.summary import RunView, lag_str, md_table, pm
 from gemkd.experiments.report.text import main_table, reference_line, sentences
+from gemkd.experiments.report.tuning_table import tuned_line
 from gemkd.experiments.report.verdicts import delta_cell, rule_paragraph
 from gemkd.transfer.io.atomic import atomic_write_bytes
 
@@ -24,20 +25,6 @@ def _dataset(run: RunView) -> str:
     data = (run.spec or {}).get("data") or {}
     source = data.get("source", "?")
     return f"{source} ({data['preset']})" if data.get("preset") else source
-
-
-def _tuned(run: RunView) -> str:
-    tuning = load_tuning(run.dir)
-    if tuning is None or tuning.empty:
-        return "none"
-    chosen = tuning[tuning["chosen"] & (tuning.get("teacher_lag_days", run.lag) == run.lag)]
-    parts = []
-    for v in run.variants:
-        knobs = chosen[chosen["variant"] == v]
-        if not knobs.empty:
-            parts.append(f"{v}: " + ", ".join(f"{r.param}={r.value}"
-                                             for r in knobs.itertuples()))
-    return "; ".join(parts) or "none"
 
 
 def _summary(runs: list[RunView]) -> str:
@@ -81,7 +68,8 @@ def render_results(run_dirs: list[str | Path], title: str = "gemkd results") -> 
                 f"Run directory `{run.dir}`; {where}.", "", rule_paragraph(run), "",
                 main_table(run), "",
                 f"Same evaluation data: {reference_line(run, run.task)}.", "",
-                f"Tuned knobs (validation day): {_tuned(run)}.", "",
+                "Tuned knobs (validation day): "
+                f"{tuned_line(load_tuning(run.dir), run.variants, run.lag)}.", "",
                 "What holds and what does not: " + " ".join(sentences(run)), ""]
         if len(run.lags) > 1:  # a lag sweep: the staleness table, one heading level down
             lag = lag_section(run)

@@ -8,12 +8,7 @@ import math
 
 import pandas as pd
 
-
-def _fmt(value: object) -> str:
-    try:
-        return f"{float(value):.4g}"
-    except (TypeError, ValueError):
-        return str(value)
+from gemkd.experiments.report.tuning_table import fmt_knob
 
 
 def _study(row: pd.Series, with_world: bool) -> str:
@@ -43,7 +38,7 @@ def edge_sentences(tuning: pd.DataFrame) -> list[str]:
     out = []
     for (variant, param, side), g in chosen.groupby(["variant", "param", "at_edge"], sort=False):
         g = g.drop_duplicates(key)
-        where = "; ".join(f"{_fmt(r['value'])} at {_study(r, with_world)}"
+        where = "; ".join(f"{fmt_knob(r['value'])} at {_study(r, with_world)}"
                           for _, r in g.iterrows())
         out.append(f"at_edge: {variant} chose {param} at the {side} end of its searched range "
                    f"in {len(g)} of {studies[variant]} studies ({where}): the knob to widen "

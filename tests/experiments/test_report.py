@@ -148,7 +148,7 @@ def test_report_contents(run_dir):
     lag = text.split("## ΔNE vs teacher lag")[1].split("##")[0]
     assert "lag 0" in lag and "lag 7" in lag
     assert "| kd | 0.0100 ± 0.0007 | 0.0050 ± 0.0007 |" in lag
-    assert "| chosen |" in text and "| kd | lambda | 0.5, 1.0 | 1.0 | 0.8000 |" in text
+    assert "| chosen |" in text and "| kd | lambda | 0.5, 1 | 1 | 0.8000 |" in text
     assert "gemkd.students.MLP" in text and "train_days=4" in text and "[0, 7]" in text
     assert not [p for p in run_dir.iterdir() if p.name.startswith(".")]  # no temp left
 

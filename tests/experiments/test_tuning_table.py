@@ -1,0 +1,65 @@
+"""The tuning table and the "Tuned knobs" line: searched knobs as a range, choices per study."""
+
+import pandas as pd
+
+from gemkd.experiments.report.tuning_table import (
+    MAX_LISTED,
+    fmt_knob,
+    knob_rows,
+    tried_cell,
+    tuned_line,
+)
+
+
+def _search(worlds=(0, 1), lags=(0,), trials=10) -> pd.DataFrame:
+    """A replicated search: ``trials`` values of alpha per (lag, world) study, one chosen."""
+    rows = []
+    for lag in lags:
+        for w in worlds:
+            for t in range(trials):
+                alpha = 0.1 + 0.08 * t + 0.001 * w + 0.0001 * lag
+                rows.append({"variant": "kd", "teacher_lag_days": lag, "world": w, "trial": t,
+                             "param": "alpha", "value": alpha, "val_ne": 0.9 + 0.01 * w,
+                             "chosen": t == 3 + w})
+    return pd.DataFrame(rows)
+
+
+def test_fmt_knob_rounds_floats_keeps_integers_and_text():
+    assert fmt_knob(0.8152168007913249) == "0.8152"
+    assert fmt_knob(16.0) == "16"
+    assert fmt_knob(1e-5) == "1e-05"
+    assert fmt_knob("adam") == "adam"
+
+
+def test_a_short_list_is_listed_a_search_shows_its_range_and_trials():
+    few = pd.Series([0.5, 1.0, 2.0, 1.0])
+    assert tried_cell(few, 4) == "0.5, 1, 2"
+    many = pd.Series([0.1 * i for i in range(1, MAX_LISTED + 3)])
+    assert tried_cell(many, 16, 2) == "0.1 – 0.8 (8 trials × 2 studies)"
+    assert tried_cell(many, 8) == "0.1 – 0.8 (8 trials)"
+    assert tried_cell(many, 9, 2) == "0.1 – 0.8 (9 trials in 2 studies)"
+
+
+def test_knob_rows_label_each_studys_choice_and_average_their_val_ne():
+    rows = knob_rows(_search(worlds=(0, 1), lags=(0, 3)), ["kd"])
+    assert len(rows) == 1
+    variant, param, tried, chosen, val_ne = rows[0]
+    assert (variant, param) == ("kd", "alpha")
+    assert tried.endswith("(10 trials × 4 studies)")
+    # world w chose trial 3 + w; the lag adds 0.0001 (shown in 4 significant digits)
+    assert chosen == ("0.34 (lag 0, world 0); 0.421 (lag 0, world 1); "
+                      "0.3403 (lag 3, world 0); 0.4213 (lag 3, world 1)")
+    assert val_ne == "0.9050"  # mean of 0.90 and 0.91 over the four studies
+
+
+def test_one_study_shows_the_bare_choice():
+    rows = knob_rows(_search(worlds=(0,)).drop(columns=["world"]), ["kd"])
+    assert rows[0][3] == "0.34"
+
+
+def test_tuned_line_groups_knobs_by_world_at_the_reports_lag():
+    tuning = _search(worlds=(0, 1), lags=(0, 3))
+    line = tuned_line(tuning, ["kd", "absent"], lag=3)
+    assert line == "kd: alpha=0.3403 (world 0); alpha=0.4213 (world 1)"
+    assert tuned_line(_search(worlds=(2,)), ["kd"], lag=0) == "kd: alpha=0.502"  # trial 5
+    assert tuned_line(None, ["kd"], lag=0) == "none"
