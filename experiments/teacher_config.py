@@ -222,7 +222,11 @@ def build_run(cfg: TeacherTrainConfig, data: str | Path, *, domains: list[str] |
 
     from gemkd.transfer.data.datamodule import AdsDataModule
     from gemkd.transfer.data.schema import DatasetSchema
-    from gemkd.transfer.training import RankingModule, training_base_rates
+    from gemkd.transfer.training import (
+        RankingModule,
+        training_base_rates,
+        training_domain_base_rates,
+    )
 
     pl.seed_everything(cfg.seed, workers=True, verbose=False)
     schema = DatasetSchema.load(data)
@@ -243,6 +247,8 @@ def build_run(cfg: TeacherTrainConfig, data: str | Path, *, domains: list[str] |
     args = dict(lr=cfg.lr, embedding_lr=cfg.embedding_lr, weight_decay=cfg.weight_decay,
                 embedding_weight_decay=cfg.embedding_weight_decay, task_weights=cfg.task_weights,
                 base_rates=training_base_rates(data, cfg.train_days, schema.tasks, domains),
+                domain_base_rates=training_domain_base_rates(data, cfg.train_days, schema.tasks,
+                                                             domains),
                 repr_layer=cfg.repr_layer, compile=cfg.compile, fsdp_replicate=cfg.fsdp_replicate)
     try:
         if distill_from is None:

@@ -38,8 +38,9 @@ def make_batch(n: int = 240, seed: int = 0):
     return logits, labels, domain, mask
 
 
-def reference(logits, labels, domain, mask, base_rates) -> dict[str, float]:
-    """Per (task, domain) cell, straight from the definitions, with numpy."""
+def reference(logits, labels, domain, mask, base_rates, domain_rates=None) -> dict[str, float]:
+    """Per (task, domain) cell, straight from the definitions, with numpy: p̄ is the domain's
+    own rate where ``domain_rates`` has one, else the task's, else the cell's label mean."""
     x, y, dom, m = (a.double().numpy() for a in (logits, labels, domain, mask))
     m = m.astype(bool)
     out = {}
@@ -49,6 +50,8 @@ def reference(logits, labels, domain, mask, base_rates) -> dict[str, float]:
             xs, ys = x[sel, ti], y[sel, ti]
             n, pos = len(ys), ys.sum()
             rate = base_rates.get(task, pos / n if n else math.nan)
+            if name != "all" and (domain_rates or {}).get(task, {}).get(name) is not None:
+                rate = domain_rates[task][name]
             ok = n > 0 and 0 < rate < 1
             out[f"ne/{task}/{name}"] = (
                 np_logloss_logits(xs, ys).mean() / np_entropy(rate) if ok else math.nan
@@ -73,6 +76,39 @@ def test_ranking_metrics_match_reference(base_rates):
     rm.update(logits, labels, domain, mask)
     result = rm.compute()
     assert_matches(result, reference(logits, labels, domain, mask, base_rates), tol=1e-6)
+
+
+@pytest.mark.parametrize("base_rates", [{}, {"ctr": 0.4, "cvr": 0.05}])
+def test_each_domain_row_uses_its_own_base_rate(base_rates):
+    """A domain's NE divides by its own p̄; domains without one take the task's; the all row
+    keeps the task's."""
+    logits, labels, domain, mask = make_batch()
+    domain_rates = {"ctr": {"feed": 0.3, "story": 0.6}, "cvr": {"reels": 0.02}}
+    rm = RankingMetrics(TASKS, 4, DOMAINS, base_rates=base_rates,
+                        domain_base_rates=domain_rates)
+    rm.update(logits, labels, domain, mask)
+    result = rm.compute()
+    assert_matches(result, reference(logits, labels, domain, mask, base_rates, domain_rates),
+                   tol=1e-6)
+    plain = RankingMetrics(TASKS, 4, DOMAINS, base_rates=base_rates)
+    plain.update(logits, labels, domain, mask)
+    before = plain.compute()
+    # the feed row's NE is rescaled by H(task p̄) / H(0.3); cells without a rate are unchanged
+    feed_rate = base_rates.get("ctr", float(labels[domain == 0, 0].double().mean()))
+    assert result["ne/ctr/feed"] == pytest.approx(
+        before["ne/ctr/feed"] * np_entropy(feed_rate) / np_entropy(0.3), rel=1e-9)
+    for key in ("ne/ctr/reels", "ne/cvr/feed", "ne/ctr/all", "ne/cvr/all", "auc/ctr/feed"):
+        assert same(result[key], before[key], 1e-12)
+
+
+def test_domain_base_rates_are_checked():
+    with pytest.raises(ValueError, match="unknown tasks"):
+        RankingMetrics(TASKS, 4, DOMAINS, domain_base_rates={"ctcvr": {"feed": 0.1}})
+    with pytest.raises(ValueError, match=r"domain_base_rates\['ctr'\] names unknown domains "
+                                         r"\['shop'\]"):
+        RankingMetrics(TASKS, 4, DOMAINS, domain_base_rates={"ctr": {"shop": 0.1}})
+    with pytest.raises(ValueError, match=r"domain_base_rates\['ctr'\]\['feed'\] must be"):
+        RankingMetrics(TASKS, 4, DOMAINS, domain_base_rates={"ctr": {"feed": 1.5}})
 
 
 def test_ranking_metrics_edge_cells():

@@ -79,7 +79,10 @@ class RankingModule(pl.LightningModule):
       ``dense`` (the rest, ``lr``, ``weight_decay``); torch's foreach AdamW with each group in
       one buffer (:class:`~gemkd.transfer.training.flat_adamw.FlatAdamW`, the same updates).
     * ``base_rates``: ``{task: training positive rate}`` for NE (computed once by the caller, e.g.
-      :func:`gemkd.transfer.training.training_base_rates`).
+      :func:`gemkd.transfer.training.training_base_rates`); ``domain_base_rates``: ``{task:
+      {domain: rate}}``, each domain's own p̄ for its NE row
+      (:func:`~gemkd.transfer.training.training_domain_base_rates`; a domain without one takes
+      its task's).
     * ``repr_layer``: the named representation returned as ``emb`` by ``predict_step``.
     * ``compile``: ``torch.compile`` the model in place in ``configure_model``.
     * ``init_output_bias``: start a model that has the ``init_output_bias(logit)`` hook
@@ -106,6 +109,7 @@ class RankingModule(pl.LightningModule):
         embedding_weight_decay: float = 0.0,
         task_weights: Mapping[str, float] | None = None,
         base_rates: Mapping[str, float] | None = None,
+        domain_base_rates: Mapping[str, Mapping[str, float]] | None = None,
         repr_layer: str = "trunk",
         compile: bool = False,
         mask_nan_labels: bool = False,
@@ -131,6 +135,7 @@ class RankingModule(pl.LightningModule):
             persistent=False,
         )
         self.base_rates = dict(base_rates or {})
+        self.domain_base_rates = {t: dict(r) for t, r in (domain_base_rates or {}).items()}
         self.repr_layer = repr_layer
         self.compile = compile
         self.mask_nan_labels = mask_nan_labels
@@ -138,7 +143,8 @@ class RankingModule(pl.LightningModule):
             raise ValueError(f"fsdp_replicate must be >= 1, got {fsdp_replicate}")
         self.fsdp_replicate = fsdp_replicate
         metric_args = dict(tasks=tasks, n_domains=len(domains), domain_names=domains,
-                           base_rates=self.base_rates, compute_auc=compute_auc)
+                           base_rates=self.base_rates, compute_auc=compute_auc,
+                           domain_base_rates=self.domain_base_rates)
         self.start_at_base_rate = init_output_bias  # DistillModule starts its methods' heads too
         if init_output_bias:  # a resumed fit then loads its own weights over them
             start_output_bias(self.model, self.base_rate_logits())

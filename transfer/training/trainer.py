@@ -260,18 +260,40 @@ def resume_path(out_dir: str | Path) -> Path | None:
     return path if path.exists() else None
 
 
-def training_base_rates(data_dir: str | Path, days: tuple[int, int] | list[int],
-                        tasks: list[str], domains: list[str] | None = None) -> dict[str, float]:
-    """Positive rate of each task over the half-open training day range (and ``domains``)."""
+def _label_counts(data_dir: str | Path, days: tuple[int, int] | list[int], tasks: list[str],
+                  domains: list[str] | None) -> tuple[np.ndarray, np.ndarray, list[str]]:
+    """Positives ``[D, T]`` and rows ``[D]`` per domain of the schema over ``days``, and the
+    schema's domain names (labels only are read)."""
     reader = DatasetReader(data_dir, days=tuple(days), batch_size=1 << 16, categorical=[],
                            dense=[], sequence=[], tasks=list(tasks), oracle=False,
                            domains=domains)
-    pos = np.zeros(len(tasks))
-    n = 0
+    names = list(reader.schema.domains)
+    pos = np.zeros((len(names), len(tasks)))
+    rows = np.zeros(len(names))
     for batch in reader:
-        n += len(batch)
-        pos += batch.labels.double().sum(dim=0).numpy()
-    return {t: float(pos[i] / n) for i, t in enumerate(tasks)} if n else {}
+        dom, labels = batch.domain.numpy(), batch.labels.double().numpy()
+        for i in range(len(tasks)):
+            pos[:, i] += np.bincount(dom, weights=labels[:, i], minlength=len(names))
+        rows += np.bincount(dom, minlength=len(names))
+    return pos, rows, names
+
+
+def training_base_rates(data_dir: str | Path, days: tuple[int, int] | list[int],
+                        tasks: list[str], domains: list[str] | None = None) -> dict[str, float]:
+    """Positive rate of each task over the half-open training day range (and ``domains``)."""
+    pos, rows, _ = _label_counts(data_dir, days, tasks, domains)
+    n = rows.sum()
+    return {t: float(pos[:, i].sum() / n) for i, t in enumerate(tasks)} if n else {}
+
+
+def training_domain_base_rates(data_dir: str | Path, days: tuple[int, int] | list[int],
+                               tasks: list[str], domains: list[str] | None = None
+                               ) -> dict[str, dict[str, float]]:
+    """``{task: {domain: positive rate}}`` over the training days, for each domain with rows
+    (of ``domains``, when given): the p̄ of each domain's NE (``RankingMetrics``)."""
+    pos, rows, names = _label_counts(data_dir, days, tasks, domains)
+    return {t: {d: float(pos[j, i] / rows[j]) for j, d in enumerate(names) if rows[j]}
+            for i, t in enumerate(tasks)}
 
 
 def even_batch_limit(reader: DatasetReader, world_size: int) -> int:
