@@ -356,3 +356,16 @@ def test_results_page_carries_the_adapter_probe_summary(cluster_run_dir, tmp_pat
         summary.parent.rmdir()
     section = text.split("### The Student Adapter in isolation")[1]
     assert "| kd_adapter | kd |" in section and "# Student Adapter probe" not in section
+
+
+def test_a_single_domain_run_has_no_by_domain_table(tmp_path):
+    """A student of one domain: its column would repeat the "all" column."""
+    from gemkd.experiments.report.render import render_report
+
+    results = make_results()
+    one = make_run(tmp_path / "one", results[results["domain"].isin(["all", "d0"])],
+                   extras=False)
+    text = render_report(one)
+    assert "by domain" not in text and "## Main result" in text
+    two = make_run(tmp_path / "two", results, extras=False)
+    assert "## ΔNE vs baseline by domain" in render_report(two)
