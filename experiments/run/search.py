@@ -22,11 +22,14 @@ Why it is built so:
 - **Resumable.** The study lives in ``storage_dir/<name>.journal`` (Optuna's ``JournalStorage``,
   one file per study): a killed run's completed trials are not repeated, and the trial the kill
   interrupted is handed out again by ``next()``.
-- **Deterministic.** The sampler is built afresh for every ask, seeded by (``seed``, ``name``,
-  trial number), and reads the history from storage; asks and tells are strictly sequential per
-  study. So trial k's params depend on trials 0..k−1 only — not on a kill and resume, nor on
-  other studies running beside it. (The grid sampler is seeded per study: its order is one
-  shuffle of the grid.)
+- **Deterministic.** The sampler is built afresh for every ask, seeded by (``seed``,
+  ``seed_key``, trial number), and reads the history from storage; asks and tells are strictly
+  sequential per study. So trial k's params depend on trials 0..k−1 only — not on a kill and
+  resume, nor on other studies running beside it. (The grid sampler is seeded per study: its
+  order is one shuffle of the grid.) The runner's ``seed_key`` is the study's (variant, lag,
+  world), not its file name, which also carries a hash of the inputs and of gemkd's source: an
+  edit that leaves the students' numbers as they were then leaves every choice as it was, and a
+  changed input meets the same random draws (its effect is not mixed with new search luck).
 - **The defaults first.** Trial 0 (``tpe``, ``random``) is every knob at its declared default
   (``Range.center``): a tuned variant is never worse on validation than its documented start.
 - **Duplicates are free.** Params identical to a finished trial's (a one-point space, a small
@@ -142,7 +145,7 @@ class Search:
     sampler or seed is a ``ConfigError``; with another ``trials`` it stops at the new count."""
 
     def __init__(self, space: Mapping[str, Range], sampler: str, trials: int, seed: int,
-                 storage_dir: Path, name: str) -> None:
+                 storage_dir: Path, name: str, seed_key: str | None = None) -> None:
         if sampler not in SAMPLERS:
             raise ConfigError(f"spec tuning: sampler must be one of {', '.join(SAMPLERS)}, "
                               f"got {sampler!r}")
@@ -150,6 +153,7 @@ class Search:
             raise ConfigError(f"spec tuning: trials must be >= 1, got {trials}")
         self.space = dict(sorted(space.items()))
         self.sampler, self.n_trials, self.seed, self.name = sampler, int(trials), int(seed), name
+        self.seed_key = name if seed_key is None else seed_key
         self._grid = grid_values(self.space) if sampler == "grid" else None
         self._grid_size = math.prod(len(v) for v in (self._grid or {}).values())
         self._codec = _Codec(self.space)
@@ -259,7 +263,7 @@ class Search:
 
     # ------------------------------------------------------------------ internals
     def _trial_seed(self, number: int | None) -> int:
-        key = f"{self.seed}|{self.name}|{'study' if number is None else number}"
+        key = f"{self.seed}|{self.seed_key}|{'study' if number is None else number}"
         return int.from_bytes(hashlib.sha256(key.encode()).digest()[:4], "little")
 
     def _make_sampler(self, number: int) -> optuna.samplers.BaseSampler:

@@ -28,11 +28,14 @@ from gemkd.transfer.methods.space import Categorical
 def make_tuner(ctx: RunContext, cell: LagCell, variant: VariantSpec) -> SearchTuner:
     """The variant's Optuna study for the cell, kept under ``RUN_DIR/tuning`` (a killed run
     resumes it); the study's name carries the cell's input tag, so a changed spec starts a new
-    search instead of continuing another's."""
+    search instead of continuing another's, while its samplers are seeded by (variant, lag,
+    world) alone: the tag also hashes gemkd's source, and a search reseeded by every edit would
+    move a run's choices (and its results) with code that computes the same numbers."""
     spec = ctx.spec
-    name = f"{study_name(variant.name, cell.lag, cell.world)}-{cell.tag}"
+    key = study_name(variant.name, cell.lag, cell.world)
     return SearchTuner(Search(search_space(spec, variant), spec.tuning.sampler,
-                              spec.tuning.trials, spec.seeds[0], ctx.out / "tuning", name))
+                              spec.tuning.trials, spec.seeds[0], ctx.out / "tuning",
+                              f"{key}-{cell.tag}", seed_key=key))
 
 
 def validation_seeds(spec: RunSpec) -> list[int]:

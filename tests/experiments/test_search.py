@@ -79,6 +79,23 @@ def test_a_killed_search_resumes_with_the_same_suggestions(tmp_path, sampler):
     assert seed8.next() != whole.trials()[1][0]  # then another seed, other suggestions
 
 
+@pytest.mark.parametrize("sampler", ["tpe", "random"])
+def test_the_seed_key_not_the_file_name_decides_the_suggestions(tmp_path, sampler):
+    """The runner's study file carries a hash of the inputs and of gemkd's source; seeded by
+    (variant, lag, world) alone, a source edit (a new hash) gives the same trials."""
+    before = Search(SPACE, sampler, 8, 3, tmp_path, "kd-lag0-0123abcd", seed_key="kd-lag0")
+    after = Search(SPACE, sampler, 8, 3, tmp_path, "kd-lag0-4567ef01", seed_key="kd-lag0")
+    run_search(before, bowl)
+    run_search(after, bowl)
+    assert before.path != after.path and before.trials() == after.trials()
+    other = Search(SPACE, sampler, 8, 3, tmp_path, "kd_aux-lag0-4567ef01", seed_key="kd_aux-lag0")
+    run_search(other, bowl)
+    assert [p for p, _ in other.trials()][1:] != [p for p, _ in before.trials()][1:]
+    plain = Search(SPACE, sampler, 8, 3, tmp_path / "plain", "kd-lag0")  # seed_key = name
+    run_search(plain, bowl)
+    assert plain.trials() == before.trials()
+
+
 def test_duplicates_are_not_scored_again(tmp_path):
     score = Counting(lambda p: {"mean": 0.9, "attention": 0.8}[p["pooling"]])
     search = Search({"pooling": Categorical(["mean", "attention"])}, "tpe", 6, 0, tmp_path, "r")
