@@ -30,8 +30,10 @@ teacher's targets before and after the adapter, and the learned map (teacher log
 logit, beside the labels' own log-odds). Written: ``OUT/records.jsonl`` (one line per run: NE,
 train seconds, the map's state; a rerun skips finished runs), ``OUT/gains.csv`` (each arm against
 its reference with the report's paired, user-level bootstrap nested with seeds and worlds),
-``OUT/calibration.csv``, ``OUT/summary.md`` and ``OUT/learned_map_<arm>.png`` (one line per lag,
-pooled over worlds and seeds).
+``OUT/calibration.csv``, ``OUT/summary.md``, ``OUT/source.json`` (the sha256 of the run's
+tuning.csv the arms' knobs came from: the report flags a probe the run's search has since
+outdated, and a rerun retrains the arms whose knobs changed) and ``OUT/learned_map_<arm>.png``
+(one line per lag, pooled over worlds and seeds).
 """
 
 from __future__ import annotations
@@ -56,13 +58,15 @@ from gemkd.adapters.learned_map import (  # noqa: E402
     plot_learned_map,
 )
 from gemkd.adapters.methods.student_adapter import Adapter  # noqa: E402
-from gemkd.experiments.report.load import load_tuning  # noqa: E402
+from gemkd.experiments.report.load import load_tuning, tuning_digest  # noqa: E402
+from gemkd.experiments.report.results_md import PROBE_SOURCE  # noqa: E402
 from gemkd.experiments.run.jobs import InputPaths  # noqa: E402
 from gemkd.experiments.run.methods import search_space  # noqa: E402
 from gemkd.experiments.run.search import single_point  # noqa: E402
 from gemkd.experiments.run.student import StudentJob, student_datamodule, train_student  # noqa: E402
 from gemkd.experiments.spec.load import load_spec  # noqa: E402
 from gemkd.experiments.spec.model import RunSpec, VariantSpec  # noqa: E402
+from gemkd.transfer.io.atomic import atomic_write_bytes  # noqa: E402
 from gemkd.transfer.methods.space import IntRange  # noqa: E402
 from gemkd.transfer.training.trainer import training_base_rates  # noqa: E402
 
@@ -178,8 +182,8 @@ def run_cell(spec: RunSpec, cell: Cell, arms: list[str], seeds: list[int],
         params = arm_params(spec, tuning, arm, cell.lag, cell.world)
         for seed in seeds:
             key = f"{arm}|{seed}|{cell.lag}|{cell.world}"
-            if key in done:
-                continue
+            if key in done and _same(done[key]["params"], params):
+                continue  # (other params: the run's search chose anew since; train again)
             job = StudentJob(variant, params, seed, tuple(spec.student_days),
                              tuple(spec.eval_days), cell.trained_until_day)
             capture = _CaptureMap(spec, job, cell.data) if _has_adapter(methods) else None
@@ -203,6 +207,12 @@ def run_cell(spec: RunSpec, cell: Cell, arms: list[str], seeds: list[int],
             print(f"  world {cell.world} lag {cell.lag} {arm:24s} seed {seed}: NE "
                   + " ".join(f"{t} {v:.4f}" for t, v in record["ne"].items())
                   + f" ({res['train_seconds']:.1f} s)", flush=True)
+
+
+def _same(a: dict, b: dict) -> bool:
+    """The same knobs, as records.jsonl stores them (JSON)."""
+    return json.dumps(a, sort_keys=True, default=str) == json.dumps(b, sort_keys=True,
+                                                                     default=str)
 
 
 def read_records(out: Path) -> dict[str, dict]:
@@ -337,7 +347,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         plots.append(str(plot_learned_map(lag_maps, out / f"learned_map_{arm}.png",
                                           title=f"{args.name or run.name}: {arm}")))
     md = summary_markdown(args.name or run.name, gains, calib, records, domain, task)
-    (out / "summary.md").write_text(md)
+    atomic_write_bytes(out / PROBE_SOURCE, json.dumps({"tuning_sha256": tuning_digest(run)},
+                                                      indent=1).encode())
+    atomic_write_bytes(out / "summary.md", md.encode())
     print(md)
     return {"gains": gains, "calibration": calib, "plots": plots}
 

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import re
 from pathlib import Path
@@ -151,6 +152,14 @@ def load_tuning(run_dir: str | Path) -> pd.DataFrame | None:
     out["variant"] = out["variant"].astype(str)
     out["param"] = out["param"].astype(str)
     return out
+
+
+def tuning_digest(run_dir: str | Path) -> str | None:
+    """sha256 of ``run_dir/tuning.csv`` (None without one): what a tool that reuses a run's
+    chosen knobs (``benchmarks/adapter_probe.py``) records, so a report can tell whether those
+    are still the run's choices."""
+    path = Path(run_dir) / "tuning.csv"
+    return hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else None
 
 
 def _truthy(value: Any, path: Path) -> bool:

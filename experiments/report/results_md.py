@@ -10,9 +10,10 @@ summary where ``benchmarks/adapter_probe.py`` wrote one into the run directory.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
-from gemkd.experiments.report.load import load_tuning
+from gemkd.experiments.report.load import load_tuning, tuning_digest
 from gemkd.experiments.report.render import lag_section
 from gemkd.experiments.report.summary import RunView, lag_str, md_table, pm
 from gemkd.experiments.report.text import main_table, reference_line, sentences
@@ -78,8 +79,10 @@ def render_results(run_dirs: list[str | Path], title: str = "gemkd results") -> 
     return "\n".join(out).rstrip() + "\n"
 
 
-#: what ``benchmarks/adapter_probe.py`` writes into a run directory
+#: what ``benchmarks/adapter_probe.py`` writes into a run directory: its summary, and which
+#: tuning.csv its arms took their knobs from
 PROBE_SUMMARY = Path("adapter_probe") / "summary.md"
+PROBE_SOURCE = "source.json"
 
 
 def adapter_probe_section(run_dir: str | Path) -> list[str]:
@@ -90,10 +93,25 @@ def adapter_probe_section(run_dir: str | Path) -> list[str]:
         return []
     lines = path.read_text().splitlines()
     body = lines[1:] if lines and lines[0].startswith("# ") else lines
-    return ["### The Student Adapter in isolation (`benchmarks/adapter_probe.py`)", "",
-            f"From `{path}` (`python benchmarks/adapter_probe.py --run {run_dir}`): student arms "
-            "retrained on this run's teacher stores with its chosen knobs; the learned maps are "
-            f"`{path.parent}/learned_map_<arm>.png`.", *body, ""]
+    out = ["### The Student Adapter in isolation (`benchmarks/adapter_probe.py`)", "",
+           f"From `{path}` (`python benchmarks/adapter_probe.py --run {run_dir}`): student arms "
+           "retrained on this run's teacher stores with its chosen knobs; the learned maps are "
+           f"`{path.parent}/learned_map_<arm>.png`."]
+    if _probe_tuning(path.parent) != tuning_digest(run_dir):
+        out += ["", "**Outdated:** this probe's arms took their knobs from another search than "
+                "the one in this run's `tuning.csv` (it was run before the run's search was "
+                "redone, or records no source): its figures are of those earlier choices. "
+                f"Rerun `python benchmarks/adapter_probe.py --run {run_dir}` (it retrains the "
+                "arms whose knobs changed) to refresh it."]
+    return [*out, *body, ""]
+
+
+def _probe_tuning(probe_dir: Path) -> str | None:
+    """The tuning.csv digest the probe recorded (None: it records none)."""
+    try:
+        return json.loads((probe_dir / PROBE_SOURCE).read_text()).get("tuning_sha256")
+    except (OSError, ValueError, AttributeError):
+        return None
 
 
 def write_results(out: str | Path, run_dirs: list[str | Path], title: str = "gemkd results"

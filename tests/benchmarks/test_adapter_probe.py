@@ -88,3 +88,24 @@ def test_targets_before_and_after_each_adapter(probe):
         assert (g["adapted_calibration"] != g["teacher_calibration"]).all()
     for arm in ("kd_adapter", "kd_aux_adapter", "kd_aux_adapter_separate"):
         assert (out / f"learned_map_{arm}.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_a_rerun_retrains_an_arm_whose_knobs_changed(run, probe):
+    """records.jsonl keeps each arm's knobs; when the run's search has chosen others since, a
+    rerun trains that arm again (a resumed probe must not keep figures of old choices), and
+    source.json records which tuning.csv the knobs came from."""
+    from gemkd.experiments.report.load import tuning_digest
+
+    out, _ = probe
+    path = out / "records.jsonl"
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    stale = next(r for r in lines if r["arm"] == "kd" and r["lag"] == 0)
+    knobs = dict(stale["params"])
+    stale["params"] = {**knobs, "kd_weight": 9.0}  # as if chosen by an earlier search
+    path.write_text("".join(json.dumps(r) + "\n" for r in lines))
+    main(["--run", str(run), "--out", str(out), "--arms", "kd"])
+    after = [json.loads(line) for line in path.read_text().splitlines()]
+    assert len(after) == len(lines) + 1  # only the changed arm, only its one seed and lag
+    assert after[-1]["key"] == stale["key"] and after[-1]["params"] == knobs
+    assert json.loads((out / "source.json").read_text()) == {"tuning_sha256":
+                                                             tuning_digest(run)}

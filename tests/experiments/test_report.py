@@ -343,19 +343,35 @@ def test_results_page_shows_intervals_and_rule(cluster_run_dir, run_dir, tmp_pat
 
 
 def test_results_page_carries_the_adapter_probe_summary(cluster_run_dir, tmp_path):
-    from gemkd.experiments.report.results_md import PROBE_SUMMARY, write_results
+    """The probe's summary goes in; it is flagged outdated unless it records the run's current
+    tuning.csv."""
+    import json
+    import shutil
 
-    summary = cluster_run_dir / PROBE_SUMMARY
+    from gemkd.experiments.report.load import tuning_digest
+    from gemkd.experiments.report.results_md import PROBE_SOURCE, PROBE_SUMMARY, write_results
+
+    run = tmp_path / "run"
+    shutil.copytree(cluster_run_dir, run)
+    summary = run / PROBE_SUMMARY
     summary.parent.mkdir()
-    try:
-        summary.write_text("# Student Adapter probe: x\n\n| arm | reference |\n|---|---|\n"
-                           "| kd_adapter | kd |\n")
-        text = write_results(tmp_path / "RESULTS.md", [cluster_run_dir]).read_text()
-    finally:
-        summary.unlink()
-        summary.parent.rmdir()
-    section = text.split("### The Student Adapter in isolation")[1]
-    assert "| kd_adapter | kd |" in section and "# Student Adapter probe" not in section
+    summary.write_text("# Student Adapter probe: x\n\n| arm | reference |\n|---|---|\n"
+                       "| kd_adapter | kd |\n")
+    pd.DataFrame([dict(variant="kd", param="alpha", value=0.5, chosen=True, val_ne=0.9)]
+                 ).to_csv(run / "tuning.csv", index=False)
+
+    def section() -> str:
+        text = write_results(tmp_path / "RESULTS.md", [run]).read_text()
+        return text.split("### The Student Adapter in isolation")[1]
+
+    assert "| kd_adapter | kd |" in section() and "# Student Adapter probe" not in section()
+    assert "**Outdated:**" in section()  # records no source
+    (summary.parent / PROBE_SOURCE).write_text(json.dumps({"tuning_sha256":
+                                                           tuning_digest(run)}))
+    assert "**Outdated:**" not in section()
+    pd.DataFrame([dict(variant="kd", param="alpha", value=0.7, chosen=True, val_ne=0.9)]
+                 ).to_csv(run / "tuning.csv", index=False)  # the run searched again
+    assert "**Outdated:**" in section() and "| kd_adapter | kd |" in section()
 
 
 def test_a_single_domain_run_has_no_by_domain_table(tmp_path):
