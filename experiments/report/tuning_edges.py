@@ -27,7 +27,7 @@ def edge_sentences(tuning: pd.DataFrame) -> list[str]:
     if tuning.empty or not need <= set(tuning.columns):
         return []
     df = tuning.copy()
-    df["at_edge"] = df["at_edge"].fillna("").astype(str)
+    df["at_edge"] = df["at_edge"].astype(object).fillna("").astype(str)  # all-empty: floats
     if "world" not in df.columns:
         df["world"] = math.nan
     with_world = df["world"].notna().any()
