@@ -222,11 +222,7 @@ def build_run(cfg: TeacherTrainConfig, data: str | Path, *, domains: list[str] |
 
     from gemkd.transfer.data.datamodule import AdsDataModule
     from gemkd.transfer.data.schema import DatasetSchema
-    from gemkd.transfer.training import (
-        RankingModule,
-        training_base_rates,
-        training_domain_base_rates,
-    )
+    from gemkd.transfer.training import RankingModule, training_rates
 
     pl.seed_everything(cfg.seed, workers=True, verbose=False)
     schema = DatasetSchema.load(data)
@@ -244,11 +240,10 @@ def build_run(cfg: TeacherTrainConfig, data: str | Path, *, domains: list[str] |
         if dm.days[split] is not None:
             dm.reader(split)
     model = build_model(cfg, schema)
+    base_rates, domain_base_rates = training_rates(data, cfg.train_days, schema.tasks, domains)
     args = dict(lr=cfg.lr, embedding_lr=cfg.embedding_lr, weight_decay=cfg.weight_decay,
                 embedding_weight_decay=cfg.embedding_weight_decay, task_weights=cfg.task_weights,
-                base_rates=training_base_rates(data, cfg.train_days, schema.tasks, domains),
-                domain_base_rates=training_domain_base_rates(data, cfg.train_days, schema.tasks,
-                                                             domains),
+                base_rates=base_rates, domain_base_rates=domain_base_rates,
                 repr_layer=cfg.repr_layer, compile=cfg.compile, fsdp_replicate=cfg.fsdp_replicate)
     try:
         if distill_from is None:

@@ -10,7 +10,7 @@ from gemkd.transfer.training.trainer import (
     make_trainer,
     resume_path,
     training_base_rates,
-    training_domain_base_rates,
+    training_rates,
 )
 
 __all__ = [
@@ -25,5 +25,5 @@ __all__ = [
     "resume_path",
     "shard_model",
     "training_base_rates",
-    "training_domain_base_rates",
+    "training_rates",
 ]

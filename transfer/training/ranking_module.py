@@ -81,7 +81,7 @@ class RankingModule(pl.LightningModule):
     * ``base_rates``: ``{task: training positive rate}`` for NE (computed once by the caller, e.g.
       :func:`gemkd.transfer.training.training_base_rates`); ``domain_base_rates``: ``{task:
       {domain: rate}}``, each domain's own p̄ for its NE row
-      (:func:`~gemkd.transfer.training.training_domain_base_rates`; a domain without one takes
+      (:func:`~gemkd.transfer.training.training_rates` gives both; a domain without one takes
       its task's).
     * ``repr_layer``: the named representation returned as ``emb`` by ``predict_step``.
     * ``compile``: ``torch.compile`` the model in place in ``configure_model``.

@@ -278,22 +278,24 @@ def _label_counts(data_dir: str | Path, days: tuple[int, int] | list[int], tasks
     return pos, rows, names
 
 
+def training_rates(data_dir: str | Path, days: tuple[int, int] | list[int], tasks: list[str],
+                   domains: list[str] | None = None
+                   ) -> tuple[dict[str, float], dict[str, dict[str, float]]]:
+    """From one labels-only pass over the half-open training day range (and ``domains``): each
+    task's positive rate, and ``{task: {domain: rate}}`` for each domain with rows — the p̄ of
+    the all-domains NE and of each domain's (``RankingMetrics``)."""
+    pos, rows, names = _label_counts(data_dir, days, tasks, domains)
+    n = rows.sum()
+    pooled = {t: float(pos[:, i].sum() / n) for i, t in enumerate(tasks)} if n else {}
+    by_domain = {t: {d: float(pos[j, i] / rows[j]) for j, d in enumerate(names) if rows[j]}
+                 for i, t in enumerate(tasks)}
+    return pooled, by_domain
+
+
 def training_base_rates(data_dir: str | Path, days: tuple[int, int] | list[int],
                         tasks: list[str], domains: list[str] | None = None) -> dict[str, float]:
     """Positive rate of each task over the half-open training day range (and ``domains``)."""
-    pos, rows, _ = _label_counts(data_dir, days, tasks, domains)
-    n = rows.sum()
-    return {t: float(pos[:, i].sum() / n) for i, t in enumerate(tasks)} if n else {}
-
-
-def training_domain_base_rates(data_dir: str | Path, days: tuple[int, int] | list[int],
-                               tasks: list[str], domains: list[str] | None = None
-                               ) -> dict[str, dict[str, float]]:
-    """``{task: {domain: positive rate}}`` over the training days, for each domain with rows
-    (of ``domains``, when given): the p̄ of each domain's NE (``RankingMetrics``)."""
-    pos, rows, names = _label_counts(data_dir, days, tasks, domains)
-    return {t: {d: float(pos[j, i] / rows[j]) for j, d in enumerate(names) if rows[j]}
-            for i, t in enumerate(tasks)}
+    return training_rates(data_dir, days, tasks, domains)[0]
 
 
 def even_batch_limit(reader: DatasetReader, world_size: int) -> int:
