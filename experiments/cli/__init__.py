@@ -67,6 +67,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     except BrokenPipeError:  # `gemkd data summary DIR | head`: the reader has what it wanted
         _quiet_stdout()
+    finally:
+        if "gemkd.transfer.training.trainer" in sys.modules:  # a command that trained or predicted
+            from gemkd.transfer.training import release_process_group
+
+            release_process_group()
     return 0
 
 

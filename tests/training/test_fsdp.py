@@ -30,7 +30,7 @@ import torch
 from torch.distributed.tensor import DTensor
 
 from gemkd.experiments.teacher_config import build_run, load_teacher_config
-from gemkd.transfer.training import build_trainer, fit
+from gemkd.transfer.training import build_trainer, fit, release_process_group
 
 config, data, out, max_steps, resume = sys.argv[1:6]
 
@@ -69,6 +69,7 @@ trainer = build_trainer(out, strategy="fsdp", devices=2, max_steps=cfg.max_steps
                         checkpoint_every_n_steps=10, progress_bar=False, log_every_n_steps=5,
                         callbacks=[Probe()], enable_model_summary=False)
 fit(module, dm, trainer, resume=resume == "1")
+release_process_group()  # as the CLI does: no gloo threads left at exit
 '''
 
 
