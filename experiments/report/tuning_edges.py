@@ -4,18 +4,14 @@ run — the optimum may lie outside — and the knob's range is the one to widen
 
 from __future__ import annotations
 
-import math
-
 import pandas as pd
 
-from gemkd.experiments.report.tuning_table import fmt_knob
-
-
-def _study(row: pd.Series, with_world: bool) -> str:
-    where = f"lag {int(row['teacher_lag_days'])}"
-    if with_world:
-        where += f", world {int(row['world'])}"
-    return where
+from gemkd.experiments.report.tuning_table import (
+    edge_text,
+    fmt_knob,
+    study_label,
+    with_study_columns,
+)
 
 
 def edge_sentences(tuning: pd.DataFrame) -> list[str]:
@@ -26,10 +22,8 @@ def edge_sentences(tuning: pd.DataFrame) -> list[str]:
     need = {"variant", "teacher_lag_days", "param", "value", "chosen", "at_edge"}
     if tuning.empty or not need <= set(tuning.columns):
         return []
-    df = tuning.copy()
-    df["at_edge"] = df["at_edge"].astype(object).fillna("").astype(str)  # all-empty: floats
-    if "world" not in df.columns:
-        df["world"] = math.nan
+    df = with_study_columns(tuning)
+    df["at_edge"] = edge_text(df["at_edge"])
     with_world = df["world"].notna().any()
     key = ["teacher_lag_days", "world"]
     studies = df.groupby("variant", sort=False)[key].apply(
@@ -38,7 +32,8 @@ def edge_sentences(tuning: pd.DataFrame) -> list[str]:
     out = []
     for (variant, param, side), g in chosen.groupby(["variant", "param", "at_edge"], sort=False):
         g = g.drop_duplicates(key)
-        where = "; ".join(f"{fmt_knob(r['value'])} at {_study(r, with_world)}"
+        where = "; ".join(f"{fmt_knob(r['value'])} at "
+                          f"{study_label(r['teacher_lag_days'], r['world'], True, with_world)}"
                           for _, r in g.iterrows())
         out.append(f"at_edge: {variant} chose {param} at the {side} end of its searched range "
                    f"in {len(g)} of {studies[variant]} studies ({where}): the knob to widen "

@@ -13,6 +13,7 @@ from typing import Any
 
 import pandas as pd
 
+from gemkd.experiments.report.tuning_table import edge_text
 from gemkd.transfer.io.atomic import atomic_write_bytes
 
 _PER_ROW = 4
@@ -85,8 +86,7 @@ def plot_variant(rows: pd.DataFrame, variant: str, path: Path,
         chosen = g["chosen"].astype(bool).to_numpy()
         ax.scatter(x[chosen], g["val_ne"][chosen], s=120, marker="*", color="gold",
                    edgecolors="black", zorder=3)
-        edge = (g.loc[chosen, "at_edge"].astype(object).fillna("").astype(str)
-                if "at_edge" in g else [])
+        edge = edge_text(g.loc[chosen, "at_edge"]) if "at_edge" in g else []
         sides = sorted({s for s in edge if s in ("low", "high")})
         ax.set_title(param + (f" (at edge: {', '.join(sides)})" if sides else ""),
                      color="tab:red" if sides else "black", fontsize=10)

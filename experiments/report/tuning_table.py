@@ -28,7 +28,8 @@ def fmt_knob(value: object) -> str:
     return str(int(x)) if x.is_integer() and abs(x) < 1e15 else f"{x:.4g}"
 
 
-def _with_study_columns(tuning: pd.DataFrame) -> pd.DataFrame:
+def with_study_columns(tuning: pd.DataFrame) -> pd.DataFrame:
+    """A copy with ``teacher_lag_days`` and ``world`` (nan where a run has none)."""
     df = tuning.copy()
     for col in ("teacher_lag_days", "world"):
         if col not in df.columns:
@@ -36,10 +37,17 @@ def _with_study_columns(tuning: pd.DataFrame) -> pd.DataFrame:
     return df
 
 
-def _label(lag: object, world: object, by_lag: bool, by_world: bool) -> str:
+def study_label(lag: object, world: object, by_lag: bool, by_world: bool) -> str:
+    """``lag L, world W`` (each part only when asked for)."""
     parts = ([f"lag {fmt_knob(lag)}"] if by_lag else []) + \
         ([f"world {fmt_knob(world)}"] if by_world else [])
     return ", ".join(parts)
+
+
+def edge_text(at_edge: pd.Series) -> pd.Series:
+    """``at_edge`` as text (``""`` for none): a tuning.csv with no edge reads it as all-nan
+    floats."""
+    return at_edge.astype(object).fillna("").astype(str)
 
 
 def _varies(frame: pd.DataFrame, col: str) -> bool:
@@ -75,14 +83,14 @@ def chosen_cell(chosen: pd.DataFrame, by_lag: bool, by_world: bool) -> str:
     if len(chosen) == 1 or not (by_lag or by_world):
         return ", ".join(dict.fromkeys(fmt_knob(v) for v in chosen["value"]))
     return "; ".join(
-        f"{fmt_knob(r.value)} ({_label(r.teacher_lag_days, r.world, by_lag, by_world)})"
+        f"{fmt_knob(r.value)} ({study_label(r.teacher_lag_days, r.world, by_lag, by_world)})"
         for r in chosen.itertuples())
 
 
 def knob_rows(tuning: pd.DataFrame, variants: Iterable[str]) -> list[list[str]]:
     """``[variant, param, tried, chosen, val NE]`` per tuned knob; the val NE is the mean, over
     studies, of the chosen trial's validation NE."""
-    df = _with_study_columns(tuning)
+    df = with_study_columns(tuning)
     by_lag, by_world = _varies(df, "teacher_lag_days"), _varies(df, "world")
     rows = []
     for v in variants:
@@ -105,7 +113,7 @@ def tuned_line(tuning: pd.DataFrame | None, variants: Iterable[str], lag: int) -
     ``kd: alpha=0.8152, temperature=1.88 (world 0); alpha=… (world 1)``."""
     if tuning is None or tuning.empty:
         return "none"
-    df = _with_study_columns(tuning)
+    df = with_study_columns(tuning)
     df = df[df["chosen"].astype(bool)]
     if df["teacher_lag_days"].notna().any():
         df = df[df["teacher_lag_days"] == lag]
