@@ -68,13 +68,13 @@ from benchmarks.bare import RawCapture, bare_loop, compare  # noqa: E402
 from benchmarks.common import (  # noqa: E402
     add_common_args,
     apply_common_args,
-    figure,
     interleaved_times,
     median_seconds,
     print_figures,
     sync,
     write_json,
 )
+from benchmarks.transfer_figures import SEPARATE, figures  # noqa: E402
 from gemkd.experiments.run.codes_step import build_codes  # noqa: E402
 from gemkd.experiments.run.data_sources import prepare_data  # noqa: E402
 from gemkd.experiments.run.student import (  # noqa: E402
@@ -98,18 +98,9 @@ from gemkd.transfer.store import TeacherStore  # noqa: E402
 from gemkd.transfer.training import training_base_rates  # noqa: E402
 from gemkd.transfer.training.trainer import best_or_last  # noqa: E402
 
-SEPARATE = "_separate"  # the variant with the Student Adapter's ``update: separate``
 VARIANTS = ["baseline", "kd", "kd_aux", "kd_aux_adapter", "kd_repr", "full",
             "kd_aux_adapter" + SEPARATE, "full" + SEPARATE]
 BARE = ["bare_memory", "bare_loader"]
-TARGETS = {"kd": "<= 1.15", "kd_aux_adapter": "<= 1.25", "full": "<= 1.5"}
-FLOOR_TARGET = ">= 0.8"
-ADDS = {"kd": "+ store join + KD loss", "kd_aux": "+ join + KD on an auxiliary head",
-        "kd_aux_adapter": "+ Student Adapter (fused update) and aux head",
-        "kd_repr": "+ join + KD + representation features",
-        "full": "+ adapter (fused), aux head and representation features",
-        "kd_aux_adapter" + SEPARATE: "+ Student Adapter (update: separate) and aux head",
-        "full" + SEPARATE: "+ adapter (update: separate), aux head and representation features"}
 # tiny world at 3x its impressions: a student epoch of ~10k examples, long enough to time
 QUICK_SETS = ["data.preset=tiny", "data.examples_per_day=12000", "teacher_days=3",
               "student_days=[3,5]", "eval_days=[5,6]"]
@@ -322,85 +313,6 @@ def check_floor(spec: RunSpec, job: StudentJob, data: Path, inputs: Inputs,
 
 #: timed rounds by default (--repeats): see main()
 ROUNDS = 15
-
-
-def paired(num: list[float], den: list[float]) -> tuple[float | None, str]:
-    """The median of the rounds' own ratios ``num[i] / den[i]`` and their interquartile range.
-
-    Each round runs every candidate once, seconds apart, so a round's ratio compares them at
-    the same machine speed; this machine's speed drifts by up to 2x over a minute, which a
-    ratio of the two lists' medians (different rounds' times) lets through: in one 15-round run
-    it put kd_aux at 0.98x the labels-only epoch it extends, its rounds' ratios at 1.10-1.21."""
-    ratios = [a / b for a, b in zip(num, den, strict=True)] if len(num) == len(den) else []
-    if not ratios:
-        return None, ""
-    if len(ratios) < 4:
-        return statistics.median(ratios), ""
-    q = statistics.quantiles(ratios, n=4)
-    return statistics.median(ratios), f"rounds' ratios: IQR {q[0]:.2f}-{q[2]:.2f}"
-
-
-#: issue 17: a student run's fixed costs at most its own work again
-RUN_TARGET = "<= 2"
-
-
-def ratio_figure(name: str, num: list[float], den: list[float], target: str | None = None,
-                 error: str = "") -> dict:
-    """A figure for the paired ratio of two candidates' per-round times (:func:`paired`)."""
-    value, note = paired(num, den)
-    return figure(name, None if error else value, "x", target, error or note)
-
-
-def figures(r: dict, device: str) -> list[dict]:
-    med, n = r["epoch_seconds"], r["examples"]
-    base = med.get("baseline")
-    fit = r["fit_seconds"].get("baseline")
-    out = [figure(f"labels-only student epoch (mlp, quickstart student; {n:,} examples, "
-                  f"{device})", base, "s"),
-           figure(f"labels-only student training rate ({device})",
-                  n / base if base else None, "examples/s"),
-           figure("train_student's train_seconds ÷ its training epoch (labels-only; fit adds "
-                  "Lightning's start-up)",
-                  fit / base if fit and base else None)]
-    check, times = r["floor_check"], r["epoch_seconds_all"]
-    bare, base_all = r["bare_seconds_all"], times.get("baseline", [])
-    out.append(ratio_figure(f"labels-only epoch speed ÷ bare PyTorch loop over the same batches "
-                            f"held in memory ({device})", bare["bare_memory"], base_all,
-                            FLOOR_TARGET))
-    out.append(ratio_figure(f"labels-only epoch speed ÷ bare loop over the same loader ({device})",
-                            bare["bare_loader"], base_all))
-    out.append(ratio_figure("bare loop over the loader ÷ bare in-memory loop speed (what loading "
-                            "still costs)", bare["bare_memory"], bare["bare_loader"]))
-    out.append(figure(f"bare in-memory loop vs labels-only epoch, {check['steps']} steps: max "
-                      "|Δ| of per-step losses and final raw weights (0 = bit-identical)",
-                      max(check["max_loss_diff"], check["max_weight_diff"]), "", "<= 0",
-                      "bit-identical" if check["identical"] else "NOT bit-identical"))
-    for v in r["variants"][1:]:
-        out.append(ratio_figure(f"{v} epoch ÷ labels-only ({ADDS[v]}; {device})", times[v],
-                                base_all, TARGETS.get(v),
-                                r["errors"].get(v) or ("" if v in med else "too few rounds")))
-    rate = n / base if base else None
-    for key, what in (("loader_projected", "student's columns, as train_student reads them in "
-                                           "a sweep: row groups decoded once per worker"),
-                      ("loader_decode", "student's columns, every pass decoding its row groups"),
-                      ("loader", "every column")):
-        reader_rate = r["loader_rows"][key] / r[f"{key}_seconds"]
-        out.append(figure(f"student loader ({what})", reader_rate, "examples/s"))
-        out.append(figure(f"student loader ({what}) ÷ labels-only training rate",
-                          reader_rate / rate if rate else None, "x",
-                          ">= 5" if key == "loader_projected" else None))
-    for v in ("baseline", "full"):  # what a sweep pays per run beyond the work itself
-        if v in med and v in r["eval_seconds"]:
-            work = med[v] + r["eval_seconds"][v]
-            out.append(figure(f"{v} student run (train_student: build, fit, evaluate, with the "
-                              f"lag's inputs open, as a sweep's worker runs it) ÷ its training "
-                              f"epoch + evaluation ({device})", r["call_seconds"][v] / work,
-                              "x", RUN_TARGET))
-    out.append(figure("per-run setup: open + verify teacher store, build join index",
-                      r["store_teacher_open_s"], "s"))
-    out.append(figure("per-run setup: open code store, build as-of index",
-                      r["code_features_open_s"], "s"))
-    return out
 
 
 if __name__ == "__main__":

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from benchmarks.bench_transfer import paired, ratio_figure
+from benchmarks.transfer_figures import paired, ratio_figure
 
 
 def test_median_of_round_ratios_resists_machine_speed_drift():
