@@ -14,7 +14,8 @@ import dataclasses
 from pathlib import Path
 
 from gemkd.transfer.data.importer import ImportResult, import_logs, log_columns, source
-from gemkd.transfer.data.importer.mapping import Mapping, check_mapping
+from gemkd.transfer.data.importer.mapping import Mapping
+from gemkd.transfer.data.importer.mapping_parse import check_mapping
 from gemkd.transfer.errors import ConfigError, DataError
 
 DEFAULT_TASKS = ("click", "long_view", "like")
