@@ -30,12 +30,18 @@ def make_tuner(ctx: RunContext, cell: LagCell, variant: VariantSpec) -> SearchTu
     resumes it); the study's name carries the cell's input tag, so a changed spec starts a new
     search instead of continuing another's, while its samplers are seeded by (variant, lag,
     world) alone: the tag also hashes gemkd's source, and a search reseeded by every edit would
-    move a run's choices (and its results) with code that computes the same numbers."""
+    move a run's choices (and its results) with code that computes the same numbers. The seed
+    is ``tuning.seed``, by default the spec's first training seed."""
     spec = ctx.spec
     key = study_name(variant.name, cell.lag, cell.world)
     return SearchTuner(Search(search_space(spec, variant), spec.tuning.sampler,
-                              spec.tuning.trials, spec.seeds[0], ctx.out / "tuning",
+                              spec.tuning.trials, search_seed(spec), ctx.out / "tuning",
                               f"{key}-{cell.tag}", seed_key=key))
+
+
+def search_seed(spec: RunSpec) -> int:
+    """The samplers' seed: ``tuning.seed``, else the spec's first training seed."""
+    return spec.seeds[0] if spec.tuning.seed is None else spec.tuning.seed
 
 
 def validation_seeds(spec: RunSpec) -> list[int]:

@@ -179,17 +179,20 @@ class TuningSpec:
     """The equal-budget search of every variant's knobs (DESIGN §6): ``sampler`` (Optuna's
     ``tpe``, ``random`` or ``grid``), ``trials`` per variant (the same for every variant but the
     labels-only baseline), each scored on the validation day averaged over ``seeds`` training
-    seeds. Every other key names a knob and replaces its method's declared range: a list of
-    values (categorical) or ``{low, high, log, int}``."""
+    seeds. ``seed`` seeds the samplers (unset: the spec's first training seed); another value
+    redraws every search with the training seeds unchanged, which is how to see how much a
+    verdict owes to the search's draw. Every other key names a knob and replaces its method's
+    declared range: a list of values (categorical) or ``{low, high, log, int}``."""
 
     sampler: str = "tpe"
     trials: int = 8
     seeds: int = 1
+    seed: int | None = None
     overrides: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
     def from_mapping(cls, values: Any, where: str) -> TuningSpec:
-        obj = _open_section(cls, values, where, ("sampler", "trials", "seeds"))
+        obj = _open_section(cls, values, where, ("sampler", "trials", "seeds", "seed"))
         if obj.sampler not in SAMPLERS:
             raise ConfigError(f"{where}: key 'sampler' must be one of "
                               f"{', '.join(SAMPLERS)}, got {obj.sampler!r}")
@@ -206,7 +209,8 @@ class TuningSpec:
         return obj
 
     def to_dict(self) -> dict[str, Any]:
-        return {"sampler": self.sampler, "trials": self.trials, "seeds": self.seeds,
+        seed = {} if self.seed is None else {"seed": self.seed}  # unset: a spec's tag unchanged
+        return {"sampler": self.sampler, "trials": self.trials, "seeds": self.seeds, **seed,
                 **self.overrides}
 
     @property

@@ -221,3 +221,18 @@ def test_tuners_in_rounds_match_the_serial_search(tmp_path):
         assert tuners[n].scored() == search.trials() and tuners[n].best() == search.best()
     fixed = SearchTuner(Search({"kd_weight": Categorical([2.0])}, "tpe", 4, 0, tmp_path, "one"))
     assert fixed.ask() == [] and fixed.best() == {"kd_weight": 2.0}
+
+
+def test_tuning_seed_redraws_the_searches_with_the_training_seeds_kept():
+    from gemkd.experiments.run.tuning import search_seed, validation_seeds
+    from gemkd.experiments.spec import load_spec
+
+    default = load_spec(None, [])
+    assert search_seed(default) == default.seeds[0]
+    assert "seed" not in default.tuning.to_dict()  # unset: an existing spec's tag is unchanged
+    other = load_spec(None, ["tuning.seed=5"])
+    assert search_seed(other) == 5 and other.tuning.to_dict()["seed"] == 5
+    assert other.seeds == default.seeds and validation_seeds(other) == validation_seeds(default)
+    assert other.tuning.knobs == default.tuning.knobs  # "seed" is not read as a knob
+    with pytest.raises(ConfigError, match="seed"):
+        load_spec(None, ["tuning.seed=abc"])
