@@ -76,13 +76,14 @@ def add_parser(sub) -> None:
     r.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override a spec key, e.g. --set data.drift=0.5 --set seeds=[1,2,3]")
     r.add_argument("--threads", type=int, default=None,
-                   help="torch CPU threads for this process (default: torch's own choice); "
-                        "use 1 when two jobs share the cores")
+                   help="torch CPU threads of this process's steps (default: torch's own "
+                        "choice) and of every student run (default 1). Results depend on it "
+                        "(torch's CPU sums do); README's and docs/RESULTS.md's tables are at 1")
     r.add_argument("--workers", type=int, default=None,
                    help="student runs side by side in this many local processes (default: as "
                         "many as the cores allow at --threads each; 1: one after another in "
-                        "this process). Results do not depend on it at a given "
-                        "--threads (torch's CPU sums can depend on the thread count)")
+                        "this process). Results do not depend on it: every student run "
+                        "uses --threads threads wherever it runs")
     r.add_argument("--executor", choices=list(EXECUTORS), default="local",
                    help="local: this machine's processes (--workers); ray: tasks on the Ray "
                         "cluster at RAY_ADDRESS (or a local instance), --threads CPUs each; "

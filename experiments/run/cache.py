@@ -129,10 +129,18 @@ def config_hash(config: Any) -> str:
 
 
 def step_key(name: str, config: Any) -> dict[str, Any]:
-    """A step's cache key: its config and the hash of the code it runs."""
+    """A step's cache key: its config, the hash of the code it runs and, for every step but the
+    data (numpy and pyarrow), this process's torch threads: a teacher, store, domain FM or codes
+    computed at another thread count differs in its last bits, which the searches downstream
+    amplify into other choices, so a rerun at another ``--threads`` must not reuse it."""
     step = name.split("-")[0]
-    return {"config": config,
-            "code": code_hash(step_sources(step if step in STEP_CODE else "students"))}
+    key = {"config": config,
+           "code": code_hash(step_sources(step if step in STEP_CODE else "students"))}
+    if step != "data":
+        import torch
+
+        key["threads"] = torch.get_num_threads()
+    return key
 
 
 def cached_step(cache: Path, name: str, config: Any, run: Callable[[Path], None],

@@ -25,6 +25,7 @@ RETRIES = 1  # a run whose worker died is tried once more on a fresh pool
 
 class Executor(Protocol):
     parallel: int  # runs at a time
+    threads: int  # torch threads of each run: a run's numbers depend on it (torch's CPU sums do)
 
     def run(self, runs: list[StudentRun], done: Done) -> None:
         """Execute every run; call ``done(run, result)`` in this process as each finishes."""
@@ -33,13 +34,31 @@ class Executor(Protocol):
 
 
 class Serial:
-    """One run after another in this process (``--workers 1``)."""
+    """One run after another in this process (``--workers 1``), each at ``threads`` torch
+    threads (None: the process's own), as a worker would run it: a run's numbers depend on its
+    thread count, not on where it ran."""
 
     parallel = 1  # runs at a time (the progress bar's ETA divides by it)
 
+    def __init__(self, threads: int | None = None) -> None:
+        self._threads = threads
+
+    @property
+    def threads(self) -> int:
+        import torch
+
+        return self._threads or torch.get_num_threads()
+
     def run(self, runs: list[StudentRun], done: Done) -> None:
-        for r in runs:
-            done(r, execute(r))
+        import torch
+
+        before = torch.get_num_threads()
+        torch.set_num_threads(self.threads)
+        try:
+            for r in runs:
+                done(r, execute(r))
+        finally:
+            torch.set_num_threads(before)
 
     def close(self) -> None:
         pass
@@ -173,7 +192,8 @@ def default_workers(threads: int) -> int:
 def make_executor(workers: int | None = None, threads: int | None = None,
                   executor: str = "local", verbose: bool = False) -> Executor:
     """``workers`` 1: the serial path; None: :func:`default_workers`. ``executor`` ``ray``
-    sends runs to a Ray cluster instead (``workers`` is then the cluster's business)."""
+    sends runs to a Ray cluster instead (``workers`` is then the cluster's business). Every
+    student run uses ``threads`` torch threads (default 1) wherever it runs."""
     threads = threads or 1
     if executor not in EXECUTORS:
         raise ConfigError(f"--executor {executor!r}: expected one of {', '.join(EXECUTORS)}")
@@ -182,4 +202,4 @@ def make_executor(workers: int | None = None, threads: int | None = None,
     workers = default_workers(threads) if workers is None else workers
     if workers < 1:
         raise ConfigError(f"--workers must be >= 1, got {workers}")
-    return Serial() if workers == 1 else LocalProcesses(workers, threads, verbose)
+    return Serial(threads) if workers == 1 else LocalProcesses(workers, threads, verbose)

@@ -57,10 +57,11 @@ def lag_inputs(ctx: RunContext, lag: int, data, data_key: dict, fm_domains: list
     return InputPaths(stores, codes, ckpt)
 
 
-def inputs_tag(spec: RunSpec, inputs: InputPaths) -> str:
+def inputs_tag(spec: RunSpec, inputs: InputPaths, threads: int) -> str:
     """What a student run's result depends on besides variant, seed and lag: the spec's student
-    settings, the cached upstream steps (their names carry their config hashes) and the source
-    of the user's own student and method classes. A rerun
+    settings, the cached upstream steps (their names carry their config hashes), the source
+    of the user's own student and method classes and the torch threads the run uses (torch's
+    CPU sums depend on the count, and a search amplifies the difference). A rerun
     into the same RUN_DIR after changing any of them redoes the student runs instead of
     reusing stale lines of runs.jsonl. Where results are tracked (``logger``) is not part."""
     from gemkd.experiments.run.cache import code_hash, plugin_key, step_sources
@@ -77,6 +78,7 @@ def inputs_tag(spec: RunSpec, inputs: InputPaths) -> str:
     plugins = plugin_key([spec.student.class_path,
                           *(m.class_path for v in spec.variants for m in v.methods)])
     blob = json.dumps({"spec": spec_part, "upstream": upstream, "variants": variants,
-                       "code": code_hash(step_sources("students")), **plugins}, sort_keys=True,
+                       "code": code_hash(step_sources("students")), "threads": threads,
+                       **plugins}, sort_keys=True,
                       default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:12]

@@ -119,7 +119,8 @@ def _run(spec: RunSpec, out: Path, tracker, sync, executor: Executor) -> pd.Data
 def _steps(ctx: RunContext) -> pd.DataFrame:
     spec, out, log = ctx.spec, ctx.out, ctx.log
     (out / "spec.yaml").write_text(yaml.safe_dump(spec.to_dict(), sort_keys=False))
-    (out / "environment.json").write_text(json.dumps(_environment(), indent=2))
+    (out / "environment.json").write_text(json.dumps(_environment(ctx.executor.threads),
+                                                          indent=2))
     (out / "command.txt").write_text(" ".join(sys.argv) + "\n")
     worlds = spec.worlds
     log(f"experiment {spec.name}: variants {spec.variant_names}, seeds {spec.seeds}, "
@@ -171,7 +172,8 @@ def _world(ctx: RunContext, world: int | None, tuning_rows: list[dict]) -> list[
         else:
             log(f"== teacher lag {lag}: the imported store's teacher")
         inputs = lag_inputs(ctx, lag, data, data_key, only or domains)
-        cell = LagCell(label, lag, data, train_end, inputs, inputs_tag(spec, inputs), base_rates,
+        tag = inputs_tag(spec, inputs, ctx.executor.threads)
+        cell = LagCell(label, lag, data, train_end, inputs, tag, base_rates,
                        "" if world is None else f"w{world}|")
         sources = {name: eval_metrics(data, eval_days, tasks, domains, base_rates,
                                       store_logits(store, tasks), only,
@@ -219,7 +221,9 @@ def _final_runs(ctx: RunContext, cell: LagCell, chosen: dict[str, dict[str, Any]
     return keys
 
 
-def _environment() -> dict[str, Any]:
+def _environment(run_threads: int) -> dict[str, Any]:
+    """Versions and thread counts: ``threads`` this process's (the cached steps'),
+    ``run_threads`` each student run's."""
     import lightning
     import torch
 
@@ -227,4 +231,5 @@ def _environment() -> dict[str, Any]:
 
     return {"gemkd": __version__, "python": platform.python_version(),
             "platform": platform.platform(), "torch": torch.__version__,
-            "lightning": lightning.__version__, "threads": torch.get_num_threads()}
+            "lightning": lightning.__version__, "threads": torch.get_num_threads(),
+            "run_threads": run_threads}
