@@ -15,8 +15,10 @@ $(BIN)/gemkd: pyproject.toml
 
 install: $(BIN)/gemkd
 
+# --threads 1: the setting README's and docs/RESULTS.md's tables were made at (results depend on
+# torch's thread count: README "Reproducing a table")
 demo: install
-	$(BIN)/gemkd run --out runs/quickstart
+	$(BIN)/gemkd run --out runs/quickstart --threads 1
 
 test: install
 	$(BIN)/ruff check .
@@ -49,9 +51,9 @@ bench: install
 # and KuaiRand (~2 min; both read ../shared/data), side by side. Finished steps are cached: a rerun
 # only reports.
 results: install
-	$(BIN)/gemkd run experiments/benchmark.yaml --out runs/benchmark
-	$(BIN)/gemkd run experiments/movielens.yaml --out runs/movielens
-	$(BIN)/gemkd run experiments/kuairand.yaml --out runs/kuairand
+	$(BIN)/gemkd run experiments/benchmark.yaml --out runs/benchmark --threads 1
+	$(BIN)/gemkd run experiments/movielens.yaml --out runs/movielens --threads 1
+	$(BIN)/gemkd run experiments/kuairand.yaml --out runs/kuairand --threads 1
 	$(BIN)/gemkd report --markdown docs/RESULTS.md runs/benchmark runs/movielens runs/kuairand
 
 # docs/TEACHER.md's curves, from the benchmark's streaming teachers (run `make results` first):
