@@ -201,3 +201,24 @@ def load_curves(run_dir: str | Path) -> pd.DataFrame | None:
     if not parts:
         return None
     return pd.concat(parts, ignore_index=True)
+
+
+def threads_text(run_dir: str | Path) -> str:
+    """The torch thread counts a run was made at (``environment.json``), as a sentence: its
+    numbers reproduce only at the same counts (torch's CPU sums depend on them, and a search
+    amplifies the difference). Empty for a run without the file."""
+    path = Path(run_dir) / "environment.json"
+    if not path.is_file():
+        return ""
+    import json
+
+    env = json.loads(path.read_text())
+    if "threads" not in env:
+        return ""
+    steps, runs = env["threads"], env.get("run_threads")
+    made = (f"Made at {steps} torch thread(s) in the command's process (teacher, store, domain "
+            "FM, codes) and " + (f"{runs} in each student run" if runs is not None else
+                                 "an unrecorded count in the student runs"))
+    again = f"; `--threads {steps}` reproduces it" if runs == steps else ""
+    return (f"{made}: another count gives other last digits and can move a search's choices "
+            f"(README, Reproducing a table){again}.")

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from gemkd.experiments.report.load import ALL, PLOT_NAMES, load_tuning
+from gemkd.experiments.report.load import ALL, PLOT_NAMES, load_tuning, threads_text
 from gemkd.experiments.report.plots import write_run_plots
 from gemkd.experiments.report.summary import (
     RunView,
@@ -57,6 +57,8 @@ def render(run: RunView) -> str:
                 f"std); {definitions} TR is left empty (—) where the teacher's own advantage is "
                 "within 2 std of the baseline's seed noise, efficiency vs KD where plain KD does "
                 "not gain: ratios to noise mean nothing.", ""]
+    if threads_text(run.dir):
+        out += [threads_text(run.dir), ""]
     few = run.summary[run.summary["n_seeds"] < 3]
     if not few.empty:
         out += [f"**Warning:** {len(few)} cell(s) have fewer than 3 seeds (min "

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from gemkd.experiments.report.load import load_tuning, tuning_digest
+from gemkd.experiments.report.load import load_tuning, threads_text, tuning_digest
 from gemkd.experiments.report.render import lag_section
 from gemkd.experiments.report.summary import RunView, lag_str, md_table, pm
 from gemkd.experiments.report.text import main_table, reference_line, sentences
@@ -66,7 +66,8 @@ def render_results(run_dirs: list[str | Path], title: str = "gemkd results") -> 
         where = (f"domain {run.domain}, task {run.task}, teacher lag {lag_str(run.lag)} days, "
                  f"{int(run.rows()['n_seeds'].max())} seeds")
         out += [f"## {run.name} — {_dataset(run)}", "",
-                f"Run directory `{run.dir}`; {where}.", "", rule_paragraph(run), "",
+                f"Run directory `{run.dir}`; {where}. {threads_text(run.dir)}".rstrip(), "",
+                rule_paragraph(run), "",
                 main_table(run), "",
                 f"Same evaluation data: {reference_line(run, run.task)}.", "",
                 "Tuned knobs (validation day): "

@@ -385,3 +385,26 @@ def test_a_single_domain_run_has_no_by_domain_table(tmp_path):
     assert "by domain" not in text and "## Main result" in text
     two = make_run(tmp_path / "two", results, extras=False)
     assert "## ΔNE vs baseline by domain" in render_report(two)
+
+
+def test_a_report_states_the_thread_counts_it_was_made_at(tmp_path):
+    import json
+
+    from gemkd.experiments.cli import main
+    from gemkd.experiments.report.load import threads_text
+
+    run = make_run(tmp_path / "run", make_results())
+    assert threads_text(run) == "" and "torch thread" not in render_report(run)  # no file
+    (run / "environment.json").write_text(json.dumps({"threads": 1, "run_threads": 1}))
+    text = threads_text(run)
+    assert text.startswith("Made at 1 torch thread(s) in the command's process")
+    assert "1 in each student run" in text and "`--threads 1` reproduces it" in text
+    assert text in render_report(run)
+    out = tmp_path / "RESULTS.md"
+    assert main(["report", "--markdown", str(out), str(run)]) == 0
+    assert f"Run directory `{run}`; " in out.read_text() and text in out.read_text()
+    # steps and student runs at different counts: no single --threads reproduces it
+    (run / "environment.json").write_text(json.dumps({"threads": 2, "run_threads": 1}))
+    assert "2 torch thread(s)" in threads_text(run) and "reproduces" not in threads_text(run)
+    (run / "environment.json").write_text(json.dumps({"threads": 2}))  # before run_threads
+    assert "an unrecorded count in the student runs" in threads_text(run)
