@@ -1,9 +1,11 @@
 """Reading a run directory: ``results.csv`` (validated), ``tuning.csv``, ``curves/*.csv`` and
-``spec.yaml``; any problem is a one-line ConfigError naming the file, column and row."""
+``spec.yaml`` (and ``environment.json``'s thread counts); any problem is a one-line ConfigError
+naming the file, column and row."""
 
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import re
 from pathlib import Path
@@ -210,8 +212,6 @@ def threads_text(run_dir: str | Path) -> str:
     path = Path(run_dir) / "environment.json"
     if not path.is_file():
         return ""
-    import json
-
     env = json.loads(path.read_text())
     if "threads" not in env:
         return ""

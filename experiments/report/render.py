@@ -57,8 +57,9 @@ def render(run: RunView) -> str:
                 f"std); {definitions} TR is left empty (—) where the teacher's own advantage is "
                 "within 2 std of the baseline's seed noise, efficiency vs KD where plain KD does "
                 "not gain: ratios to noise mean nothing.", ""]
-    if threads_text(run.dir):
-        out += [threads_text(run.dir), ""]
+    threads = threads_text(run.dir)
+    if threads:
+        out += [threads, ""]
     few = run.summary[run.summary["n_seeds"] < 3]
     if not few.empty:
         out += [f"**Warning:** {len(few)} cell(s) have fewer than 3 seeds (min "
