@@ -26,6 +26,7 @@ from gemkd.transfer.metrics.bootstrap import (
     seed_mean,
     seed_weights,
 )
+from gemkd.transfer.metrics.numerics import log_loss_from_logits, ne_from_mean_loss
 
 #: the domain group of every row
 ALL = "all"
@@ -112,12 +113,6 @@ def slope_with_interval(x: Sequence[float], point: np.ndarray, replicates: np.nd
 
 # ---- the study: table and slopes ----------------------------------------------------------------
 
-def _entropy(p: np.ndarray) -> np.ndarray:
-    inside = (p > 0) & (p < 1)
-    q = np.where(inside, p, 0.5)
-    return np.where(inside, -(q * np.log(q) + (1 - q) * np.log1p(-q)), np.nan)
-
-
 def _check_paired(runs: Sequence[Run]) -> EvalRows:
     first = runs[0].rows
     for r in runs[1:]:
@@ -141,8 +136,9 @@ def _metrics(sums: np.ndarray, n_arms: int, n_tasks: int, rates: np.ndarray
     n, pos = sums[:, None, 2 * a * t: 2 * a * t + t], sums[:, None, 2 * a * t + t:]
     with np.errstate(divide="ignore", invalid="ignore"):
         mean_loss = np.where(n > 0, loss / n, np.nan)
-        return {"ne": mean_loss / _entropy(rates)[None],
-                "ne_eval": mean_loss / _entropy(np.where(n > 0, pos / n, np.nan)),
+        # nan where a rate is 0, 1 or nan (NE undefined)
+        return {"ne": ne_from_mean_loss(mean_loss, rates[None]),
+                "ne_eval": ne_from_mean_loss(mean_loss, np.where(n > 0, pos / n, np.nan)),
                 "calibration": np.where(pos > 0, psum / pos, np.nan)}
 
 
@@ -185,7 +181,7 @@ def aging_study(runs: Sequence[Run], *, groups: Sequence[str] = (ALL,), samples:
     cols = []
     for r in runs:
         x = r.rows.logits
-        loss = np.maximum(x, 0) - x * y + np.log1p(np.exp(-np.abs(x)))  # BCE with logits
+        loss = log_loss_from_logits(y, x)
         cols.append(per_cluster(np.where(present, loss, 0.0)))
     for r in runs:
         p = 0.5 * (1 + np.tanh(r.rows.logits / 2))  # sigmoid, no overflow

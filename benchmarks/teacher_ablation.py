@@ -53,6 +53,7 @@ from gemkd.experiments.teacher_fit import fit_teacher  # noqa: E402
 from gemkd.transfer.config import load_dataclass  # noqa: E402
 from gemkd.transfer.data.schema import DatasetSchema  # noqa: E402
 from gemkd.transfer.data.synth import SynthConfig, generate  # noqa: E402
+from gemkd.transfer.metrics.numerics import binary_entropy, logit  # noqa: E402
 from gemkd.transfer.training import training_base_rates  # noqa: E402
 
 VARIANTS = ("full", "wukong_only", "sequence_only", "mlp")
@@ -108,7 +109,7 @@ def _objective(val: dict[str, float], rates: dict[str, float], weights) -> float
 
     total = 0.0
     for t, p in rates.items():
-        h = -(p * math.log(p) + (1 - p) * math.log(1 - p))
+        h = binary_entropy(p)
         total += (weights or {}).get(t, 1.0) * val.get(f"ne/{t}/all", math.inf) * h
     return total
 
@@ -119,7 +120,7 @@ def references(data: Path, days: tuple[int, int], rates: dict[str, float]) -> di
     tasks, doms = schema.tasks, schema.domains
     p0 = torch.tensor([rates[t] for t in tasks])
     refs = {"base rate": eval_metrics(data, days, tasks, doms, rates,
-                                      lambda b: torch.logit(p0).expand(len(b), -1))}
+                                      lambda b: logit(p0).expand(len(b), -1))}
     if has_oracle(data):
         refs["oracle"] = eval_metrics(data, days, tasks, doms, rates, oracle_logits)
         refs["feature oracle"] = feature_oracle_metrics(data, days, tasks, doms, rates)
