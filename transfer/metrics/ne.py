@@ -13,15 +13,19 @@ import math
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torchmetrics import Metric
 
+from gemkd.transfer.metrics.numerics import (
+    EPS,
+    binary_entropy,
+    log_loss,
+    log_loss_from_logits,
+    ne_from_mean_loss,
+)
+
+__all__ = ["NormalizedEntropy", "binary_entropy"]
+
 _F64 = torch.float64
-
-
-def binary_entropy(p: torch.Tensor) -> torch.Tensor:
-    """H(p) in nats, elementwise; exactly 0 at p = 0 or 1 (``xlogy`` avoids 0 * log 0 = nan)."""
-    return -(torch.special.xlogy(p, p) + torch.special.xlogy(1 - p, 1 - p))
 
 
 def _check_base_rate(base_rate: float | None, what: str = "base_rate") -> float | None:
@@ -46,9 +50,8 @@ def _log_loss(
     x = preds.to(_F64)
     y = target.to(_F64)
     if from_logits:
-        return F.binary_cross_entropy_with_logits(x, y, reduction="none")
-    p = x.clamp(eps, 1.0 - eps)
-    return -(y * torch.log(p) + (1.0 - y) * torch.log1p(-p))
+        return log_loss_from_logits(y, x)
+    return log_loss(y, x, eps)
 
 
 def _ne_from_sums(
@@ -63,10 +66,8 @@ def _ne_from_sums(
     """
     own_rate = label_sum / count.clamp_min(1)
     p = own_rate if base_rate is None else torch.where(base_rate.isnan(), own_rate, base_rate)
-    h = binary_entropy(p)
-    ok = (count > 0) & (h > 0)
-    ne = log_loss_sum / count.clamp_min(1) / torch.where(ok, h, torch.ones_like(h))
-    return torch.where(ok, ne, torch.full_like(ne, math.nan))
+    ne = ne_from_mean_loss(log_loss_sum / count.clamp_min(1), p)
+    return torch.where(count > 0, ne, torch.full_like(ne, math.nan))
 
 
 def _check_binary(preds: torch.Tensor, target: torch.Tensor, from_logits: bool) -> None:
@@ -109,7 +110,7 @@ class NormalizedEntropy(Metric):
         self,
         base_rate: float | None = None,
         from_logits: bool = True,
-        eps: float = 1e-7,
+        eps: float = EPS,
         validate_args: bool = True,
         **kwargs: Any,
     ) -> None:
