@@ -50,6 +50,7 @@ from gemkd.transfer.data.synth.timeline import ACTION_LIKE, ACTION_VIEW
 from gemkd.transfer.data.synth.world import World, build_world
 from gemkd.transfer.data.writer import day_path
 from gemkd.transfer.errors import DataError
+from gemkd.transfer.metrics.numerics import normalized_entropy
 
 HISTORY_LENGTHS: tuple[int | None, ...] = (5, 20, 256, None)  # None = the whole history
 N_CLASSES = 3  # view, like, ad (click or conversion)
@@ -309,13 +310,6 @@ def feature_oracle_probs(data_dir: str | Path, days, domains=None, max_events: i
     est = estimate_user_vectors(_readout_input(feats, max_events), true_vec, rows.user)
     parts = _logit_parts(world, rows, est)
     return OracleProbs(rows.example_id, _fitted_probs(parts, rows, True, user_bias))
-
-
-def normalized_entropy(y: np.ndarray, p: np.ndarray, base_rate: float) -> float:
-    p = np.clip(p, 1e-7, 1 - 1e-7)
-    ll = -(y * np.log(p) + (1 - y) * np.log(1 - p)).mean()
-    h = -(base_rate * np.log(base_rate) + (1 - base_rate) * np.log(1 - base_rate))
-    return float(ll / h)
 
 
 def feature_oracle_ne(data_dir: str | Path, days, domains=None,
