@@ -19,10 +19,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
 from gemkd.transfer.methods import StepState, TeacherFn
+from gemkd.transfer.metrics.numerics import log_loss_from_logits, logit, ne_from_mean_loss
 
 #: Default bin edges in logit space: 0.5 wide from −10 to 6 (probabilities 4.5e-5 … 0.9975).
 DEFAULT_EDGES = tuple(float(x) for x in np.arange(-10.0, 6.0 + 1e-9, 0.5))
@@ -59,8 +59,7 @@ class LearnedMap:
         bins = (torch.bucketize(zt, self.edges[1:-1], right=True)).clamp(
             0, self.edges.numel() - 2)
         values = (torch.ones_like(y), y, zt, za, torch.sigmoid(zt), torch.sigmoid(za),
-                  F.binary_cross_entropy_with_logits(zt, y, reduction="none"),
-                  F.binary_cross_entropy_with_logits(za, y, reduction="none"))
+                  log_loss_from_logits(y, zt), log_loss_from_logits(y, za))
         for t in range(len(self.tasks)):
             keep = m[:, t]
             b = bins[keep, t]
@@ -104,7 +103,7 @@ class LearnedMap:
                              "label_rate": s["pos"][t, b] / n,
                              "teacher_logit": s["teacher_logit"][t, b] / n,
                              "adapted_logit": s["adapted_logit"][t, b] / n,
-                             "label_logit": math.log(rate / (1.0 - rate)),
+                             "label_logit": logit(rate),
                              "shift": (s["adapted_logit"][t, b] - s["teacher_logit"][t, b]) / n})
         return pd.DataFrame(rows)
 
@@ -116,13 +115,11 @@ class LearnedMap:
         for t, task in enumerate(self.tasks):
             n, pos = s[0, t], s[1, t]
             p = pos / n if n else float("nan")
-            h = (-(p * math.log(p) + (1 - p) * math.log(1 - p))
-                 if 0 < p < 1 else float("nan"))
             rows.append({"task": task, "rows": int(n), "positives": int(pos),
                          "teacher_calibration": s[4, t] / pos if pos else float("nan"),
                          "adapted_calibration": s[5, t] / pos if pos else float("nan"),
-                         "teacher_ne": s[6, t] / n / h if n else float("nan"),
-                         "adapted_ne": s[7, t] / n / h if n else float("nan")})
+                         "teacher_ne": ne_from_mean_loss(s[6, t] / n, p) if n else math.nan,
+                         "adapted_ne": ne_from_mean_loss(s[7, t] / n, p) if n else math.nan})
         return pd.DataFrame(rows)
 
 
