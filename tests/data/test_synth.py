@@ -12,9 +12,10 @@ import torch
 
 from gemkd.transfer.config import load_dataclass
 from gemkd.transfer.data.schema import DatasetSchema
-from gemkd.transfer.data.summary import binary_entropy, impressions_per_user, log_loss
+from gemkd.transfer.data.summary import impressions_per_user
 from gemkd.transfer.data.synth import SynthConfig, generate
 from gemkd.transfer.data.synth.world import build_world
+from gemkd.transfer.metrics.numerics import normalized_entropy
 from tests.conftest import ROOT, tiny_config
 
 
@@ -68,7 +69,7 @@ def test_oracle_ne_well_below_one(tiny_data):
     t = _table(tiny_data)
     for task in ["click", "engage"]:
         y = t[task].to_numpy()
-        ne = log_loss(y, t[f"p_{task}"].to_numpy()) / binary_entropy(y.mean())
+        ne = normalized_entropy(y, t[f"p_{task}"].to_numpy())
         assert ne < 0.9, (task, ne)
 
 
@@ -103,7 +104,7 @@ def _fit_logistic(x: np.ndarray, y: np.ndarray, steps: int = 300) -> torch.nn.Mo
 def _ne(model: torch.nn.Module, x: np.ndarray, y: np.ndarray, base: float) -> float:
     with torch.no_grad():
         p = torch.sigmoid(model(torch.tensor(x, dtype=torch.float32))[:, 0]).numpy()
-    return log_loss(y, p) / binary_entropy(base)
+    return normalized_entropy(y, p, base)
 
 
 def test_histories_carry_signal(tiny_data):
@@ -159,8 +160,7 @@ def _excess_ne_growth(tmp_path: Path, drift: float) -> float:
     base = y[train].mean()
 
     def excess(mask):
-        return _ne(model, x[mask], y[mask], base) - log_loss(y[mask], p[mask]) / \
-            binary_entropy(base)
+        return _ne(model, x[mask], y[mask], base) - normalized_entropy(y[mask], p[mask], base)
 
     return excess(day >= 7) - excess((day >= 3) & (day < 5))
 

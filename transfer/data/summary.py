@@ -11,17 +11,7 @@ import pyarrow.compute as pc
 from gemkd.transfer.data import validate
 from gemkd.transfer.data.schema import DatasetSchema
 from gemkd.transfer.data.writer import day_path
-
-
-def binary_entropy(p: float) -> float:
-    if p <= 0.0 or p >= 1.0:
-        return float("nan")
-    return float(-(p * np.log(p) + (1 - p) * np.log(1 - p)))
-
-
-def log_loss(y: np.ndarray, p: np.ndarray) -> float:
-    p = np.clip(p.astype(np.float64), 1e-7, 1 - 1e-7)
-    return float(-(y * np.log(p) + (1 - y) * np.log(1 - p)).mean())
+from gemkd.transfer.metrics.numerics import normalized_entropy
 
 
 def summarize(root: str | Path) -> pd.DataFrame:
@@ -46,8 +36,8 @@ def summarize(root: str | Path) -> pd.DataFrame:
         for t in schema.tasks:
             row[f"{t}_rate"] = part[t].mean()
         for t, p in schema.oracle.items():
-            row[f"oracle_ne_{t}"] = log_loss(part[t].to_numpy(), part[p].to_numpy()) / \
-                binary_entropy(base[t])
+            row[f"oracle_ne_{t}"] = normalized_entropy(part[t].to_numpy(), part[p].to_numpy(),
+                                                        base[t])
         if seq:
             row["hist_mean"] = part["history"].mean()
             row["hist_p50"] = part["history"].median()
