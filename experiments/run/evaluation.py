@@ -7,10 +7,12 @@ from pathlib import Path
 
 import torch
 
+from gemkd.transfer.metrics.numerics import logit
+
 
 def oracle_logits(batch) -> torch.Tensor:
-    p = batch.oracle.clamp(1e-6, 1 - 1e-6)
-    return torch.log(p) - torch.log1p(-p)
+    """The oracle's probabilities as logits, clipped (metrics.numerics.EPS)."""
+    return logit(batch.oracle)
 
 
 def eval_metrics(data: Path, days: tuple[int, int], tasks: list[str], domains: list[str],
@@ -49,8 +51,8 @@ def feature_oracle_metrics(data: Path, days: tuple[int, int], tasks: list[str],
     fo = feature_oracle_probs(data, range(*days), only)
     order = np.argsort(fo.example_id)
     ids = fo.example_id[order]
-    p = np.clip(np.stack([fo.probs[t] for t in tasks], axis=1)[order], 1e-6, 1 - 1e-6)
-    logits = torch.from_numpy(np.log(p) - np.log1p(-p)).float()
+    p = np.stack([fo.probs[t] for t in tasks], axis=1)[order]
+    logits = torch.from_numpy(logit(p)).float()
 
     def logits_fn(batch) -> torch.Tensor:
         return logits[torch.from_numpy(np.searchsorted(ids, batch.example_id.numpy()))]

@@ -16,10 +16,7 @@ import pandas as pd
 from gemkd.transfer.data import validate
 from gemkd.transfer.data.schema import DatasetSchema
 from gemkd.transfer.data.writer import day_path
-
-
-def _logit(p: np.ndarray) -> np.ndarray:
-    return np.log(p / (1 - p))
+from gemkd.transfer.metrics.numerics import logit as log_odds
 
 
 def base_rate_drift(data_dir: str | Path) -> pd.DataFrame:
@@ -49,7 +46,7 @@ def base_rate_drift(data_dir: str | Path) -> pd.DataFrame:
             pos = daily[(task, "sum")].to_numpy(dtype=np.float64)
             n = daily[(task, "count")].to_numpy(dtype=np.float64)
             rate = pos / n
-            logit = _logit((pos + 0.5) / (n + 1.0))
+            logit = log_odds((pos + 0.5) / (n + 1.0))
             mean = pos.sum() / n.sum()
             with np.errstate(divide="ignore"):
                 noise = float(np.sqrt(np.mean(1.0 / (n * mean * (1 - mean)))))

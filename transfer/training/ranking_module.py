@@ -23,6 +23,7 @@ from torch import Tensor, nn
 
 from gemkd.transfer.data.batch import Batch
 from gemkd.transfer.metrics import RankingMetrics
+from gemkd.transfer.metrics.numerics import logit
 from gemkd.transfer.models import TeacherOutput, fsdp_units, start_output_bias
 from gemkd.transfer.training.flat_adamw import FlatAdamW
 
@@ -169,8 +170,7 @@ class RankingModule(pl.LightningModule):
         """``[n_tasks]`` logits of the training base rates; None unless every task has one."""
         if any(t not in self.base_rates for t in self.tasks):
             return None
-        p = torch.tensor([min(max(self.base_rates[t], 1e-6), 1 - 1e-6) for t in self.tasks])
-        return torch.log(p) - torch.log1p(-p)
+        return logit(torch.tensor([self.base_rates[t] for t in self.tasks]))
 
     # ------------------------------------------------------------------ model set-up
     def configure_model(self) -> None:
