@@ -15,9 +15,9 @@ from pathlib import Path
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from gemkd.transfer.io.atomic import atomic_write_bytes
+from gemkd.transfer.metrics.numerics import log_loss_from_logits
 
 _F64 = torch.float64
 
@@ -32,11 +32,11 @@ class ClusterLoss:
     def update(self, logits: torch.Tensor, labels: torch.Tensor, user_id: torch.Tensor,
                domain: torch.Tensor, mask: torch.Tensor | None = None) -> None:
         """``logits``/``labels`` ``[B, T]``, ``user_id``/``domain`` ``[B]``, ``mask [B, T]``
-        (True = label present). The loss is gemkd.transfer.metrics.ne's, in float64."""
+        (True = label present). The loss is metrics.numerics' (as the NE metric's), in float64."""
         x, y = logits.detach().to(_F64), labels.detach().to(_F64)
         present = torch.isfinite(y) if mask is None else mask.detach() & torch.isfinite(y)
         y = torch.where(present, y, torch.zeros_like(y))
-        loss = F.binary_cross_entropy_with_logits(x, y, reduction="none")
+        loss = log_loss_from_logits(y, x)
         w = present.to(_F64)
         self._parts.append((user_id.detach().cpu().numpy().astype(np.int64),
                             domain.detach().cpu().numpy().astype(np.int64),
