@@ -54,6 +54,7 @@ from gemkd.transfer.config import load_dataclass  # noqa: E402
 from gemkd.transfer.data.schema import DatasetSchema  # noqa: E402
 from gemkd.transfer.data.synth import SynthConfig, generate  # noqa: E402
 from gemkd.transfer.metrics.numerics import binary_entropy, logit  # noqa: E402
+from gemkd.transfer.options import ACCELERATORS  # noqa: E402
 from gemkd.transfer.training import training_base_rates  # noqa: E402
 
 VARIANTS = ("full", "wukong_only", "sequence_only", "mlp")
@@ -190,7 +191,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                    help="per-variant choice of one trainer key on the validation days")
     p.add_argument("--seeds", type=int, nargs="+", default=[0])
     p.add_argument("--variants", nargs="+", choices=VARIANTS, default=list(VARIANTS))
-    p.add_argument("--accelerator", choices=["auto", "cpu", "gpu"], default="cpu")
+    p.add_argument("--accelerator", choices=ACCELERATORS, default="cpu")
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--json", default=None, help="write the results here (after every run)")
     p.add_argument("--markdown", default=None, help="write the table here at the end")

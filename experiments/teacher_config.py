@@ -10,11 +10,11 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from gemkd.transfer.config import build_dataclass, load_yaml
 from gemkd.transfer.errors import ConfigError
-from gemkd.transfer.options import Strategy
+from gemkd.transfer.options import Accelerator, Strategy, choices
 
 if TYPE_CHECKING:
     import torch
@@ -22,6 +22,10 @@ if TYPE_CHECKING:
     from gemkd.transfer.data.schema import DatasetSchema
 
 EXPERIMENTS = Path(__file__).resolve().parent
+
+#: Which epoch a fit keeps: the last, or the one with the lowest validation loss
+Select = Literal["last", "best"]
+SELECTS = choices(Select)
 
 
 @dataclass
@@ -53,7 +57,7 @@ class TeacherTrainConfig:
     # a gemkd teacher checkpoint this fit continues: its weights and optimizer state, trained
     # on days before train_days (an earlier stream's last.ckpt or day=N.ckpt)
     continue_from: str | None = None
-    select: str = "last"  # last | best: keep the epoch with the lowest validation loss
+    select: Select = "last"  # best: keep the epoch with the lowest validation loss
     patience: int | None = None  # stop after this many epochs without a better validation loss
     grad_clip: float | None = 1.0
     task_weights: dict[str, float] | None = None
@@ -64,7 +68,7 @@ class TeacherTrainConfig:
     strategy: Strategy = "auto"
     devices: int = 1
     num_nodes: int = 1
-    accelerator: str = "auto"
+    accelerator: Accelerator = "auto"
     num_workers: int = 0
     log_every_n_steps: int = 50
     checkpoint_every_n_steps: int | None = None
@@ -84,8 +88,9 @@ class TeacherTrainConfig:
             raise ValueError(f"key 'max_steps' must be -1 (no limit) or >= 1, got {self.max_steps}")
         if self.lr <= 0 or (self.embedding_lr is not None and self.embedding_lr <= 0):
             raise ValueError("keys 'lr' and 'embedding_lr' must be > 0")
-        if self.select not in ("last", "best"):
-            raise ValueError(f"key 'select' must be last or best, got {self.select!r}")
+        if self.select not in SELECTS:
+            raise ValueError(f"key 'select' must be one of {', '.join(SELECTS)}, got "
+                             f"{self.select!r}")
         if (self.select == "best" or self.patience is not None) and self.val_days is None:
             raise ValueError("keys 'select: best' and 'patience' need 'val_days' (the epoch is "
                              "chosen on validation days)")

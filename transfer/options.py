@@ -20,6 +20,20 @@ EmbDtype = Literal["float16", "int8"]
 #: The experiment trackers a fit can log to besides ``metrics.csv``
 #: (``gemkd.transfer.training.loggers``)
 TrackerKind = Literal["csv", "tensorboard", "mlflow"]
+#: How a run's teachers are trained (a spec's ``teacher_protocol``, DESIGN §6.1): each lag its
+#: own fit on an equal window, or one time-ordered pass with daily checkpoints
+TeacherProtocol = Literal["window", "streaming"]
+#: The Lightning accelerator of a fit (a spec's students, a teacher config); ``gpu`` and
+#: ``cuda`` are the same device
+Accelerator = Literal["auto", "cpu", "gpu", "cuda"]
+#: The Optuna sampler of the equal-budget search (a spec's ``tuning.sampler``)
+Sampler = Literal["tpe", "random", "grid"]
+#: The implementation of the jagged ops (``gemkd.transfer.ops``; GEM's ``kernel``): Triton on
+#: CUDA tensors and the PyTorch reference elsewhere, or one of them forced
+Kernel = Literal["auto", "torch", "triton"]
+#: GEM's heads over the trunk (``gemkd.teachers.gem.heads``): one MLP per (domain, task), or
+#: experts shared across domains mixed by a per-domain gate
+HeadType = Literal["domain_task", "domain_gated"]
 
 
 def choices(kind: typing.Any) -> tuple[str, ...]:
@@ -32,3 +46,8 @@ def choices(kind: typing.Any) -> tuple[str, ...]:
 STRATEGIES = choices(Strategy)
 EMB_DTYPES = choices(EmbDtype)
 TRACKERS = choices(TrackerKind)
+PROTOCOLS = choices(TeacherProtocol)
+ACCELERATORS = choices(Accelerator)
+SAMPLERS = choices(Sampler)
+KERNELS = choices(Kernel)
+HEAD_TYPES = choices(HeadType)

@@ -63,8 +63,8 @@ from optuna.trial import TrialState
 
 from gemkd.transfer.errors import ConfigError
 from gemkd.transfer.methods.space import Categorical, IntRange, Range, space_signature
+from gemkd.transfer.options import SAMPLERS
 
-SAMPLERS = ("tpe", "random", "grid")
 _PRIMITIVE = (type(None), bool, int, float, str)
 
 

@@ -11,10 +11,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 from gemkd.transfer.errors import ConfigError
-from gemkd.transfer.options import TrackerKind
+from gemkd.transfer.options import (
+    ACCELERATORS,
+    PROTOCOLS,
+    SAMPLERS,
+    Accelerator,
+    Sampler,
+    TeacherProtocol,
+    TrackerKind,
+    choices,
+)
 
 BUILTIN_VARIANTS: dict[str, Any] = {
     "baseline": [],
@@ -25,7 +34,9 @@ BUILTIN_VARIANTS: dict[str, Any] = {
     "hierarchical": {"teacher": "domain_fm", "methods": ["kd"]},
     "full": ["kd", "aux_head", "adapter", "repr"],
 }
-TEACHER_SOURCES = ("gem", "domain_fm")
+#: The teacher a variant's methods learn from: the run's GEM, or its domain FM (hierarchical)
+TeacherSource = Literal["gem", "domain_fm"]
+TEACHER_SOURCES = choices(TeacherSource)
 
 
 def _open_section(cls, values: Any, where: str, fixed: tuple[str, ...]):
@@ -127,7 +138,7 @@ class VariantSpec:
 
     name: str
     methods: list[PluginSpec] = field(default_factory=list)
-    teacher: str = "gem"
+    teacher: TeacherSource = "gem"
 
     @classmethod
     def parse(cls, name: str, value: Any, where: str) -> VariantSpec:
@@ -171,9 +182,6 @@ def parse_variants(value: Any, where: str = "spec variants") -> list[VariantSpec
     return [VariantSpec.parse(str(k), v, where) for k, v in value.items()]
 
 
-SAMPLERS = ("tpe", "random", "grid")
-
-
 @dataclass
 class TuningSpec:
     """The equal-budget search of every variant's knobs (DESIGN §6): ``sampler`` (Optuna's
@@ -184,7 +192,7 @@ class TuningSpec:
     verdict owes to the search's draw. Every other key names a knob and replaces its method's
     declared range: a list of values (categorical) or ``{low, high, log, int}``."""
 
-    sampler: str = "tpe"
+    sampler: Sampler = "tpe"
     trials: int = 8
     seeds: int = 1
     seed: int | None = None
@@ -256,7 +264,7 @@ class RunSpec:
     # window: each lag's teacher is its own fit on a window of equal length (age isolated from
     # data amount); streaming: one time-ordered pass over [0, teacher_days) with daily
     # checkpoints, the lag-L teacher being the checkpoint of day teacher_days - L - 1
-    teacher_protocol: str = "window"
+    teacher_protocol: TeacherProtocol = "window"
     teacher_stream_start: int = 0  # streaming: the pass's first day (a teacher of fewer days)
     teacher_window_days: int | None = None
     teacher_val_days: int = 0
@@ -274,7 +282,7 @@ class RunSpec:
     bootstrap: BootstrapSpec = field(default_factory=BootstrapSpec)
     repr: ReprSpec = field(default_factory=ReprSpec)
     hierarchical: TeacherSpec = field(default_factory=lambda: TeacherSpec("domain_fm"))
-    accelerator: str = "cpu"  # the students' Lightning accelerator: small models, CPU default
+    accelerator: Accelerator = "cpu"  # the students' Lightning accelerator: small models, CPU
     ema_decay: float | None = None  # evaluate an EMA of the student's weights (None: last step)
     logger: TrackerKind | None = None  # experiment tracker of every fit (None: none)
     #: the spec file's folder: relative config paths in the spec are also looked up there
@@ -283,8 +291,9 @@ class RunSpec:
     def __post_init__(self) -> None:
         self.variants = (self.variants if _parsed(self.variants)
                          else parse_variants(self.variants))
-        if self.accelerator not in ("cpu", "gpu", "cuda", "auto"):
-            raise ValueError(f"'accelerator' must be cpu, gpu or auto, got {self.accelerator!r}")
+        if self.accelerator not in ACCELERATORS:
+            raise ValueError(f"'accelerator' must be one of {', '.join(ACCELERATORS)}, got "
+                             f"{self.accelerator!r}")
         if self.ema_decay is not None and not 0 < self.ema_decay < 1:
             raise ValueError(f"'ema_decay' must be in (0, 1) or null, got {self.ema_decay}")
         if not self.seeds:
@@ -379,10 +388,6 @@ class RunSpec:
                 value = dict(vars(value))
             out[f.name] = value
         return out
-
-
-#: how a run's teachers are trained (``teacher_protocol``; DESIGN §6.1)
-PROTOCOLS = ("window", "streaming")
 
 
 def _parsed(value: Any) -> bool:

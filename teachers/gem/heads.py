@@ -12,7 +12,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-HEAD_TYPES = ("domain_task", "domain_gated")
+from gemkd.transfer.options import HEAD_TYPES, HeadType
+
+__all__ = ["HEAD_TYPES", "DomainGatedHeads", "DomainTaskHeads", "build_heads"]
 
 
 def _uniform(*shape: int, fan_in: int) -> nn.Parameter:
@@ -73,7 +75,7 @@ class DomainGatedHeads(nn.Module):
 
 
 def build_heads(
-    head_type: str, in_dim: int, n_domains: int, n_tasks: int, hidden: int, n_experts: int
+    head_type: HeadType, in_dim: int, n_domains: int, n_tasks: int, hidden: int, n_experts: int
 ) -> nn.Module:
     if head_type == "domain_task":
         return DomainTaskHeads(in_dim, n_domains, n_tasks, hidden)

@@ -78,7 +78,8 @@ def test_streaming_spec_checks(tmp_path):
     with pytest.raises(ConfigError, match="'teacher_val_days' must be 0"):
         load_spec(path)
     path.write_text(yaml.safe_dump(dict(SPEC, teacher_protocol="online")))
-    with pytest.raises(ConfigError, match="'teacher_protocol' must be one of window, streaming"):
+    with pytest.raises(ConfigError, match=r"key 'teacher_protocol': expected one of "
+                                          r"\['window', 'streaming'\], got 'online'"):
         load_spec(path)
 
 

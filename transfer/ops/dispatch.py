@@ -24,6 +24,7 @@ import torch
 from torch import Tensor
 
 from gemkd.transfer.ops import reference
+from gemkd.transfer.options import KERNELS  # the one list: options.Kernel
 
 __all__ = [
     "KERNELS",
@@ -38,8 +39,6 @@ __all__ = [
     "select_kernel",
     "triton_available",
 ]
-
-KERNELS = ("auto", "torch", "triton")
 
 
 @functools.cache
