@@ -77,17 +77,18 @@ def with_negatives(**changes) -> dict:
     return m
 
 
-def pools(logged: pd.DataFrame) -> np.ndarray:
-    """How many items each logged row may draw: seen by its time, not its user's by then
-    (a plain sweep over time with sets, the sampler's rule in its simplest form)."""
-    seen: set = set()
+def pools(logged: pd.DataFrame, ahead: int = 0) -> np.ndarray:
+    """How many items each logged row may draw: first logged by its time + ``ahead`` seconds,
+    not its user's by then (a plain sweep over time with sets, the sampler's rule in its
+    simplest form)."""
+    first = logged.groupby("item_id")["ts"].min().sort_values()
     mine: dict = {}
     out = []
-    for _, group in logged.groupby("ts", sort=True):
+    for ts, group in logged.groupby("ts", sort=True):
         for u, x in zip(group["user_id"], group["item_id"], strict=True):
-            seen.add(x)
             mine.setdefault(u, set()).add(x)
-        out += [len(seen - mine[u]) for u in group["user_id"]]
+        available = set(first.index[first.to_numpy() <= ts + ahead])
+        out += [len(available - mine[u]) for u in group["user_id"]]
     return np.array(out)
 
 
@@ -97,24 +98,32 @@ def positive_of(t: pd.DataFrame) -> np.ndarray:
     return np.maximum.accumulate(np.where(logged, np.arange(len(t)), 0))
 
 
-@pytest.mark.parametrize("source", ["popularity", "uniform"])
-def test_negatives_are_unengaged_items_seen_by_then(tmp_path, capsys, source):
-    schema, t, printed = imported(capsys, tmp_path, with_negatives(**{"from": source}))
+@pytest.mark.parametrize("source,ahead", [("popularity", 0), ("uniform", 0),
+                                          ("popularity", 1), ("uniform", 1)])
+def test_negatives_are_unengaged_items_available_by_then(tmp_path, capsys, source, ahead):
+    """Negatives are items first logged by the row's time + the look-ahead (0 h: seen by then;
+    the default 1 h), never ones the user had engaged with by then."""
+    schema, t, printed = imported(capsys, tmp_path, with_negatives(
+        **{"from": source, "lookahead_hours": ahead}))
     logged, neg = t[t["sampled"] == 0], t[t["sampled"] == 1]
     assert len(logged) == 3000 and (logged["play"] == 1).all() and (neg["play"] == 0).all()
     # nothing the user engaged with at or before the row's time (same-time rows included)
     first = logged.groupby(["user_id", "item_id"])["ts"].min()
     engaged_at = first.reindex(pd.MultiIndex.from_frame(neg[["user_id", "item_id"]])).to_numpy()
     assert not (engaged_at <= neg["ts"].to_numpy()).any()
-    # no item that first appears after the row's time
+    # no item first logged later than the look-ahead after the row's time, some within it
     seen_at = logged.groupby("item_id")["ts"].min().reindex(neg["item_id"]).to_numpy()
-    assert (seen_at <= neg["ts"].to_numpy()).all()
-    # exactly 3 right after each positive, none where every item seen was the user's own
+    assert (seen_at <= neg["ts"].to_numpy() + 3600 * ahead).all()
+    assert (seen_at > neg["ts"].to_numpy()).any() == (ahead > 0)
+    # exactly 3 right after each positive, none where every item available was the user's own
     per_positive = np.bincount(positive_of(t))[logged.index] - 1
-    empty = pools(logged) == 0
+    empty = pools(logged, 3600 * ahead) == 0
     assert (per_positive[~empty] == 3).all() and (per_positive[empty] == 0).all()
-    assert 0 < empty.sum() < 20 and empty[0]
-    assert f"note: negatives: {empty.sum()} of 3000 logged rows got none" in printed
+    if ahead == 0:
+        assert 0 < empty.sum() < 20 and empty[0]
+        assert f"note: negatives: {empty.sum()} of 3000 logged rows got none" in printed
+    else:
+        assert empty.sum() < 5 and "got none" not in printed
     # the positive's time, user, domain and log features; the sampled item's side features
     pos = t.iloc[positive_of(t)[neg.index]]
     for col in ("ts", "day", "user_id", "domain", "device"):
@@ -124,8 +133,12 @@ def test_negatives_are_unengaged_items_seen_by_then(tmp_path, capsys, source):
     # marked in the data and in schema.json
     assert str(schema.arrow_schema().field("sampled").type) == "int8"
     assert t["sampled"].dtype == np.int8 and schema.column_types["sampled"] == "int8"
-    assert schema.negatives == {"per_positive": 3, "from": source, "seed": 1}
-    assert schema.generator["mapping"]["negatives"] == schema.negatives
+    expected = {"per_positive": 3, "from": source, "seed": 1, "lookahead_hours": float(ahead),
+                "new_item_hours": 1.0, **({"window_hours": 24.0} if source == "popularity"
+                                          else {})}
+    assert schema.generator["mapping"]["negatives"] == expected
+    assert schema.negatives == {**expected, "item_age": schema.negatives["item_age"]}
+    assert set(schema.negatives["item_age"]) == {"hours", "positives", "negatives"}
 
 
 def test_histories_hold_logged_rows_only(tmp_path, capsys):
@@ -152,17 +165,20 @@ def test_same_seed_same_rows_other_seed_other_draws(tmp_path, capsys):
 def test_popularity_favours_popular_items():
     """Earlier rows played item 0 80 times and items 1..9 twice each; then 500 new users play a
     new item, 10 or 11 by turns, all at one time. A user's negative is item 0 with probability
-    80/98 = 0.82 under popularity (the other new item has no row *before* that time), 1/11 under
-    uniform (both new items are in the catalogue by then): fixed seed, margins of 3+ std."""
+    80/99 = 0.81 under popularity (the other new item has no row *before* that time: it weighs
+    one row, as a new item), 1/11 under uniform (both new items are in the catalogue by then):
+    fixed seed, margins of 3+ std."""
     early = np.r_[np.zeros(80, dtype=np.int64), np.repeat(np.arange(1, 10), 2)]
     item = np.r_[early, 10 + np.arange(500) % 2]
     user = np.r_[np.arange(len(early)), 1000 + np.arange(500)]
     t = np.r_[np.arange(len(early)), np.full(500, 10**4)].astype(np.int64)
     log = negatives.Log.build(user, item, t)
-    drawn = {source: negatives.sample(log, Negatives(1, source, seed=3))[len(early):, 0]
-             for source in ("popularity", "uniform")}
+    drawn = {source: negatives.sample(log, Negatives(1, source, seed=3, lookahead_hours=0))
+             [len(early):, 0] for source in ("popularity", "uniform")}
     assert 0.75 < (drawn["popularity"] == 0).mean() < 0.88
-    assert not (drawn["popularity"] >= 10).any()  # no count from the same instant
+    other = 11 - np.arange(500) % 2
+    assert 0 < (drawn["popularity"] == other).sum() < 15  # one row's weight, not its 250 rows
+    assert not (drawn["popularity"] == item[len(early):]).any()
     assert 0.04 < (drawn["uniform"] == 0).mean() < 0.15
     assert 20 < (drawn["uniform"] == 11 - np.arange(500) % 2).sum() < 75  # the other new item
     assert not (drawn["uniform"] == item[len(early):]).any()  # never the user's own
@@ -170,10 +186,11 @@ def test_popularity_favours_popular_items():
 
 def test_popularity_end_to_end(tmp_path, capsys):
     """On the Zipf log, negatives fall on the ten most played items far more often under
-    popularity than under uniform."""
+    popularity (counted since the log's start) than under uniform."""
     shares = {}
-    for source in ("popularity", "uniform"):
-        _, t, _ = imported(capsys, tmp_path / source, with_negatives(**{"from": source}))
+    for source, window in (("popularity", {"window_hours": None}), ("uniform", {})):
+        _, t, _ = imported(capsys, tmp_path / source,
+                           with_negatives(**{"from": source}, **window))
         logged, neg = t[t["sampled"] == 0], t[t["sampled"] == 1]
         top = logged["item_id"].value_counts().index[:10]
         shares[source] = neg["item_id"].isin(top).mean()
@@ -197,7 +214,7 @@ def test_sampler_edge_cases():
     item = np.array(["a", "b", "c", "d", "e", "f", "g", "h", "i"])
     log = negatives.Log.build(user, item, t)
     for source in ("popularity", "uniform"):
-        drawn = negatives.sample(log, Negatives(3, source, seed=0))
+        drawn = negatives.sample(log, Negatives(3, source, seed=0, lookahead_hours=0))
         assert list(drawn[0]) == [-1, -1, -1]  # catalogue {a}, engaged by its user
         assert list(drawn[1]) == [0, 0, 0]  # user 1 may get only a: it repeats
         assert list(drawn[2]) == [1, 1, 1] == list(drawn[3])  # c and d at the same time: b
@@ -206,6 +223,26 @@ def test_sampler_edge_cases():
     first = negatives.Log.build(np.arange(4), np.arange(4), np.zeros(4, dtype=np.int64))
     counts = np.bincount(negatives.sample(first, Negatives(2, "popularity", 0)).ravel())
     assert (counts > 0).all()  # no earlier row: any of the 4 items, none weighted by count
+    # a look-ahead of 2 ns (times here are ns): row 0 (t = 1) may draw b and c (first at 2, 3),
+    # not e..i (first at 4); its own a never
+    ahead = negatives.sample(log, Negatives(2, "uniform", 0, lookahead_hours=2 / 3.6e12))
+    assert sorted(ahead[0]) == [1, 2]
+    assert (negatives.sample(log, Negatives(2, "uniform", 0, lookahead_hours=0))[0] == -1).all()
+
+
+@pytest.mark.parametrize("rounds", [negatives.ROUNDS, 0])  # 0: every row by the exact finish
+def test_popularity_counts_only_its_window(monkeypatch, rounds):
+    """Item 0 has 50 rows a day before, item 1 has 5 rows in the last hour: with a 2 h window
+    a later row draws item 1 (item 0 is out of the window), with none it draws mostly item 0."""
+    monkeypatch.setattr(negatives, "ROUNDS", rounds)
+    hour = 3600 * 10**9
+    t = np.r_[np.zeros(50), np.full(5, 24 * hour), np.full(200, 25 * hour)].astype(np.int64)
+    item = np.r_[np.zeros(50), np.ones(5), np.full(200, 2)].astype(np.int64)
+    log = negatives.Log.build(np.arange(len(t)), item, t)
+    windowed = negatives.sample(log, Negatives(1, "popularity", 0, 2.0, 0.0))[55:, 0]
+    since_start = negatives.sample(log, Negatives(1, "popularity", 0, None, 0.0))[55:, 0]
+    assert (windowed == 1).all()
+    assert (since_start == 0).mean() > 0.8
 
 
 BAD = [  # (change to the negatives key, words the one-line error must contain)
@@ -279,12 +316,19 @@ def test_docs_example(tmp_path, capsys):
     assert main(["data", "import", "--src", str(example), "--mapping",
                  str(example / "mapping.yaml"), "--out", str(out)]) == 0
     printed = capsys.readouterr().out
-    assert printed == (
-        "note: negatives: 1 of 30 logged rows got none (every item seen by then was one their "
-        "user had engaged with)\n"
+    caveat = ("36.7 % of positives but 5.2 % of sampled negatives are on items first logged "
+              "under 1 h before their row")  # 11 of the 30 plays are a track's first
+    assert printed.startswith(
+        "note: negatives: 1 of 30 logged rows got none (every item available by then was one "
+        "their user had engaged with)\n"
+        f"note: negatives: {caveat}, so a model can tell them apart by the item's novelty "
+        "alone")
+    assert printed.endswith(
         f"wrote 88 examples over 3 days, tasks ['play', 'long_play'], domains ['all'], to {out}\n")
     schema, t = DatasetSchema.load(out), dataset_table(out).to_pandas()
-    assert schema.negatives == {"per_positive": 2, "from": "popularity", "seed": 7}
+    assert schema.generator["mapping"]["negatives"] == {
+        "per_positive": 2, "from": "popularity", "seed": 7, "window_hours": 24.0,
+        "lookahead_hours": 1.0, "new_item_hours": 1.0}
     assert list(t["sampled"][:9]) == [0, 0, 1, 1, 0, 1, 1, 0, 1]
     assert list(t["item_id"][:9]) == [103, 109, 103, 103, 106, 103, 109, 106, 109]
     assert main(["data", "validate", str(out)]) == 0

@@ -19,6 +19,7 @@ import numpy as np
 import pandas as pd
 
 from gemkd.transfer.data.importer import encode, negatives, sides, source, times
+from gemkd.transfer.data.importer.item_age import item_age_caveat
 from gemkd.transfer.data.importer.mapping import Mapping
 from gemkd.transfer.data.importer.write import Events, write_dataset
 from gemkd.transfer.data.ranges import N_AGE_BUCKETS, equal_count_days
@@ -52,9 +53,12 @@ def import_logs(src: str | Path, mapping: Mapping, out: str | Path,
         n = len(raw["t"])
         order = np.argsort(raw["t"], kind="stable")
         rows = _take(raw, order)
+        age = None
         if mapping.negatives is not None:
-            rows = _add_negatives(rows, mapping, notes)
+            rows, age = _add_negatives(rows, mapping, notes)
         schema, columns, events = _assemble(rows, mapping, side, notes)
+        if age is not None:
+            schema.negatives["item_age"] = age
         schema.generator = {"mapping": mapping.to_dict(), "files": [str(f) for f in files],
                             "side_tables": [str(p) for _, p in side]}
         write_dataset(schema, columns, events, tmp)
@@ -154,10 +158,11 @@ def _at(v: np.ndarray | pd.Series, idx: np.ndarray) -> np.ndarray | pd.Series:
     return v.iloc[idx].reset_index(drop=True) if isinstance(v, pd.Series) else v[idx]
 
 
-def _add_negatives(rows: dict, m: Mapping, notes: list[str]) -> dict:
+def _add_negatives(rows: dict, m: Mapping, notes: list[str]) -> tuple[dict, dict[str, float]]:
     """Rows in time order → the same with each logged row followed by its sampled negatives:
     the positive's time, user, domain and log features; the sampled item with its item
-    side-table features; every label 0 and ``sampled`` = 1."""
+    side-table features; every label 0 and ``sampled`` = 1. Also the item-age check (the
+    share of positives and of negatives on new items), noted and warned of when they differ."""
     started = time.perf_counter()
     logged = negatives.Log.build(rows["user"], rows["item"], rows["t"])
     drawn = negatives.sample(logged, m.negatives)
@@ -170,16 +175,21 @@ def _add_negatives(rows: dict, m: Mapping, notes: list[str]) -> dict:
     out[SAMPLED_COLUMN] = sampled
     n, none = len(drawn), int((drawn < 0).all(axis=1).sum())
     if none:
-        notes.append(f"negatives: {none} of {n} logged rows got none (every item seen by then "
-                     "was one their user had engaged with)")
+        notes.append(f"negatives: {none} of {n} logged rows got none (every item available by "
+                     "then was one their user had engaged with)")
     unlabelled = int(np.all([rows[f"label:{lab.name}"] == 0 for lab in m.labels], axis=0).sum())
     if unlabelled:
         notes.append(f"negatives: {unlabelled} of {n} logged rows have every label 0; they "
                      "still count as engagements (their items are not their user's negatives "
                      "from then on)")
+    age = negatives.item_age(logged, drawn, m.negatives.new_item_hours)
+    caveat = item_age_caveat({"item_age": age})
+    if caveat:
+        notes.append(f"negatives: {caveat}")
+        log.warning("negatives: %s", caveat)
     log.info("sampled %d negatives for %d rows in %.1f s", len(src) - n, n,
              time.perf_counter() - started)
-    return out
+    return out, age
 
 
 def _ids(values: np.ndarray | pd.Series, codes: bool) -> tuple[np.ndarray, int]:

@@ -17,6 +17,11 @@ BUCKETS = ("log2",)
 TRANSFORMS = ("log1p",)
 HIST_KINDS = ("item", "domain", "age")  # history fields named by a word; others are mappings
 NEGATIVE_SOURCES = ("popularity", "uniform")
+# sampled negatives: popularity over the last day; an item first logged within the hour after a
+# row is available to it; the item-age check looks at items first logged under an hour before
+DEFAULT_WINDOW_HOURS = 24.0
+DEFAULT_LOOKAHEAD_HOURS = 1.0
+DEFAULT_NEW_ITEM_HOURS = 1.0
 
 
 @dataclass(frozen=True)
@@ -97,14 +102,30 @@ class SideTable:
 
 @dataclass(frozen=True)
 class Negatives:
-    """Sampled negatives for a positive-only log: ``per_positive`` items per logged row."""
+    """Sampled negatives for a positive-only log: ``per_positive`` items per logged row.
+
+    ``lookahead_hours``: an item first logged up to this long after a row is available to it
+    (only that the item exists is used: never its rows, counts or labels), so a new item can be
+    a negative. ``window_hours`` (popularity only; None: since the log's start): popularity
+    counts the rows of this long before the row. ``new_item_hours``: the item-age check's
+    threshold (the share of positives and of negatives on items first logged under this long
+    before their row).
+    """
 
     per_positive: int
     from_: str          # popularity | uniform ("from" in YAML)
     seed: int = 0
+    window_hours: float | None = DEFAULT_WINDOW_HOURS
+    lookahead_hours: float = DEFAULT_LOOKAHEAD_HOURS
+    new_item_hours: float = DEFAULT_NEW_ITEM_HOURS
 
     def to_dict(self) -> dict:
-        return {"per_positive": self.per_positive, "from": self.from_, "seed": self.seed}
+        d = {"per_positive": self.per_positive, "from": self.from_, "seed": self.seed}
+        if self.from_ == "popularity":
+            d["window_hours"] = self.window_hours
+        d["lookahead_hours"] = self.lookahead_hours
+        d["new_item_hours"] = self.new_item_hours
+        return d
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,9 @@ from typing import Any
 from gemkd.transfer.config import load_yaml
 from gemkd.transfer.data.importer.mapping import (
     BUCKETS,
+    DEFAULT_LOOKAHEAD_HOURS,
+    DEFAULT_NEW_ITEM_HOURS,
+    DEFAULT_WINDOW_HOURS,
     HIST_KINDS,
     NEGATIVE_SOURCES,
     OPS,
@@ -254,14 +257,33 @@ def _history(p: _P, v: Any, m: Mapping) -> History:
 
 
 def _negatives(p: _P, v: Any, m: Mapping) -> Negatives:
-    p.keys(v, "negatives", ("per_positive", "from", "seed"), ("per_positive", "from"))
+    p.keys(v, "negatives", ("per_positive", "from", "seed", "window_hours", "lookahead_hours",
+                            "new_item_hours"), ("per_positive", "from"))
     for role in ("user", "item"):
         if getattr(m, role) is None:
             raise p.err("negatives", f"needs {role!r}: a negative is an item its user had not "
                                      "engaged with")
-    return Negatives(p.integer(v["per_positive"], "negatives.per_positive", 1),
-                     p.text(v["from"], "negatives.from", NEGATIVE_SOURCES),
-                     p.integer(v.get("seed", 0), "negatives.seed", 0))
+    source = p.text(v["from"], "negatives.from", NEGATIVE_SOURCES)
+    window: float | None = None
+    if source == "popularity":
+        raw = v.get("window_hours", DEFAULT_WINDOW_HOURS)
+        window = None if raw is None else _hours(p, raw, "negatives.window_hours", " or null")
+    elif "window_hours" in v:
+        raise p.err("negatives.window_hours", "only with from: popularity (uniform draws from "
+                                              "every item available by then)")
+    ahead = v.get("lookahead_hours", DEFAULT_LOOKAHEAD_HOURS)
+    if isinstance(ahead, bool) or not isinstance(ahead, int | float) or ahead < 0:
+        raise p.err("negatives.lookahead_hours", f"expected a number >= 0, got {ahead!r}")
+    return Negatives(p.integer(v["per_positive"], "negatives.per_positive", 1), source,
+                     p.integer(v.get("seed", 0), "negatives.seed", 0), window, float(ahead),
+                     _hours(p, v.get("new_item_hours", DEFAULT_NEW_ITEM_HOURS),
+                            "negatives.new_item_hours"))
+
+
+def _hours(p: _P, v: Any, key: str, alternative: str = "") -> float:
+    if isinstance(v, bool) or not isinstance(v, int | float) or not v > 0:
+        raise p.err(key, f"expected a number > 0{alternative}, got {v!r}")
+    return float(v)
 
 
 def check_mapping(m: Mapping) -> None:

@@ -1,11 +1,18 @@
 """Sampled negatives for positive-only logs (clicks or plays without the unclicked impressions).
 
 For each logged row of user u at time t, ``per_positive`` items are drawn that u had not engaged
-with up to and including t, from the items seen in the log up to t — uniformly, or weighted by
-their rows strictly before t (popularity) — so a negative never reveals an item or a count from
-the future. Draws are distinct within a row when the user has that many items to draw from, and
-repeat otherwise, so every row that has any candidate gets exactly ``per_positive`` negatives
-(the base rate a model learns stays 1 / (1 + per_positive)).
+with up to and including t, from the items *available* at t: every item first logged by
+t + ``lookahead_hours``. The look-ahead is item availability only: an item first logged soon
+after t already existed at t (a news article is published before its first click), and without
+it a brand-new item could never be a negative, so item novelty alone would tell positives from
+negatives. Nothing else from after t is used: no row, count or label of a later time.
+
+``uniform`` draws every available item equally; ``popularity`` weights an item by its rows in the
+``window_hours`` strictly before t (None: since the log's start), and an item first logged in
+[t, t + lookahead] — new, with no earlier row — by one row; a row with neither draws uniformly.
+Draws are distinct within a row when the user has that many items to draw from, and repeat
+otherwise, so every row that has any candidate gets exactly ``per_positive`` negatives (the base
+rate a model learns stays 1 / (1 + per_positive)).
 
 Sampling is vectorised rejection: every pending draw picks a candidate at once and is kept if
 it is allowed; rows still short after ``ROUNDS`` rounds (tiny pools, users who engaged with most
@@ -24,19 +31,23 @@ from gemkd.transfer.data.importer.mapping import Negatives
 ROUNDS = 64
 
 
+HOUR_NS = 3600 * 10**9
+
+
 @dataclass
 class Log:
-    """The logged rows in time order, with users and items as dense codes.
+    """The logged rows in time order (``t`` in nanoseconds), with users and items as dense codes.
 
-    Items are numbered in order of first appearance, so the catalogue up to a time is a prefix
-    ``0..catalogue[i]-1``; ``before[i]`` is the number of rows strictly before row i's time.
+    Items are numbered in order of first appearance, so the items first logged by a time are a
+    prefix ``0..k-1`` of the codes; ``first_t[x]`` is item x's first time and ``before[i]`` the
+    number of rows strictly before row i's time.
     """
 
     user: np.ndarray
     item: np.ndarray
     t: np.ndarray
     n_items: int
-    catalogue: np.ndarray
+    first_t: np.ndarray
     before: np.ndarray
     pair_keys: np.ndarray   # sorted user * n_items + item of every engaged pair ...
     pair_first: np.ndarray  # ... and the time of its first row
@@ -46,14 +57,11 @@ class Log:
               ) -> Log:
         u = pd.factorize(user)[0].astype(np.int64)
         x = pd.factorize(item)[0].astype(np.int64)  # first-appearance order: rows are in time
-        n, n_items = len(t), int(x.max()) + 1
-        new_t = np.r_[True, t[1:] != t[:-1]]
-        group = np.cumsum(new_t) - 1
-        starts = np.flatnonzero(new_t)
-        ends = np.r_[starts[1:], n]
-        catalogue = np.maximum.accumulate(x)[ends[group] - 1] + 1
+        n_items = int(x.max()) + 1
+        first_t = t[np.unique(x, return_index=True)[1]]
+        before = np.searchsorted(t, t, side="left")
         keys, first = np.unique(u * n_items + x, return_index=True)
-        return cls(u, x, t, n_items, catalogue, starts[group], keys, t[first])
+        return cls(u, x, t, n_items, first_t, before, keys, t[first])
 
     def engaged(self, rows: np.ndarray, items: np.ndarray) -> np.ndarray:
         """Whether row's user had a row with ``items`` at or before the row's time."""
@@ -66,39 +74,80 @@ class Log:
         return np.unique(self.item, return_index=True)[1]
 
 
+@dataclass
+class Pools:
+    """What each row may draw from: items ``0..available-1`` (first logged by t + look-ahead);
+    popularity's rows ``past_lo..before-1`` (the window before t) and its new items
+    ``new_lo..available-1`` (first logged in [t, t + look-ahead], one row's weight each)."""
+
+    available: np.ndarray
+    new_lo: np.ndarray
+    past_lo: np.ndarray
+
+    @classmethod
+    def of(cls, log: Log, spec: Negatives) -> Pools:
+        ahead = int(round(spec.lookahead_hours * HOUR_NS))
+        available = np.searchsorted(log.first_t, log.t + ahead, side="right")
+        new_lo = np.searchsorted(log.first_t, log.t, side="left")
+        if spec.window_hours is None or spec.from_ != "popularity":
+            past_lo = np.zeros(len(log.t), dtype=np.int64)
+        else:
+            window = int(round(spec.window_hours * HOUR_NS))
+            past_lo = np.searchsorted(log.t, log.t - window, side="left")
+        return cls(available, new_lo, past_lo)
+
+
+def item_age(log: Log, drawn: np.ndarray, hours: float) -> dict[str, float]:
+    """The share of logged rows (positives) and of sampled negatives on items first logged
+    under ``hours`` before the row (a negative first logged after its row counts as new)."""
+    limit = hours * HOUR_NS
+    pos = (log.t - log.first_t[log.item]) < limit
+    have = drawn >= 0
+    rows = np.broadcast_to(np.arange(len(drawn))[:, None], drawn.shape)[have]
+    neg = (log.t[rows] - log.first_t[drawn[have]]) < limit
+    return {"hours": float(hours), "positives": float(pos.mean()) if len(pos) else 0.0,
+            "negatives": float(neg.mean()) if len(neg) else 0.0}
+
+
 def sample(log: Log, spec: Negatives) -> np.ndarray:
     """``[n, per_positive]`` item codes of the negatives of each row; -1 where a row has none
-    (every item seen by then was one its user had engaged with)."""
+    (every item available by then was one its user had engaged with)."""
     rng = np.random.default_rng(spec.seed)
     popularity = spec.from_ == "popularity"
+    pools = Pools.of(log, spec)
     drawn = np.full((len(log.t), spec.per_positive), -1, dtype=np.int64)
     rows, slots = np.nonzero(drawn < 0)
     for _ in range(ROUNDS):
         if len(rows) == 0:
             return drawn
-        cand = _candidates(log, rows, popularity, rng)
+        cand = _candidates(log, pools, rows, popularity, rng)
         ok = ~log.engaged(rows, cand)
         drawn[rows[ok], slots[ok]] = cand[ok]
         touched = np.unique(rows)
         _drop_repeats(drawn, touched)
         r, slots = np.nonzero(drawn[touched] < 0)
         rows = touched[r]
-    _finish(log, drawn, np.unique(rows), popularity, rng)
+    _finish(log, pools, drawn, np.unique(rows), popularity, rng)
     return drawn
 
 
-def _candidates(log: Log, rows: np.ndarray, popularity: bool, rng: np.random.Generator
-                ) -> np.ndarray:
-    """One candidate per pending draw: uniform over the catalogue up to the row's time, or
-    the item of a uniformly drawn earlier row (popularity; uniform while there is none)."""
+def _candidates(log: Log, pools: Pools, rows: np.ndarray, popularity: bool,
+                rng: np.random.Generator) -> np.ndarray:
+    """One candidate per pending draw: uniform over the items available at the row's time, or
+    (popularity) an entry of the row's pool: the item of a row in the window before it, or a new
+    item (uniform while the pool is empty)."""
     r = rng.random(len(rows))
-    cat = log.catalogue[rows]
+    cat = pools.available[rows]
+    uniform = np.minimum((r * cat).astype(np.int64), cat - 1)
     if not popularity:
-        return np.minimum((r * cat).astype(np.int64), cat - 1)
-    prior = log.before[rows]
-    high = np.where(prior > 0, prior, cat)
-    idx = np.minimum((r * high).astype(np.int64), high - 1)
-    return np.where(prior > 0, log.item[idx], idx)
+        return uniform
+    past_lo, before, new_lo = pools.past_lo[rows], log.before[rows], pools.new_lo[rows]
+    past = before - past_lo
+    size = past + (cat - new_lo)
+    k = np.minimum((r * size).astype(np.int64), np.maximum(size - 1, 0))
+    from_past = log.item[np.minimum(past_lo + k, len(log.item) - 1)]
+    picked = np.where(k < past, from_past, new_lo + k - past)
+    return np.where(size > 0, picked, uniform)
 
 
 def _drop_repeats(drawn: np.ndarray, rows: np.ndarray) -> None:
@@ -113,23 +162,29 @@ def _drop_repeats(drawn: np.ndarray, rows: np.ndarray) -> None:
     drawn[rows[r], order[:, 1:][r, c]] = -1
 
 
-def _finish(log: Log, drawn: np.ndarray, rows: np.ndarray, popularity: bool,
+def _finish(log: Log, pools: Pools, drawn: np.ndarray, rows: np.ndarray, popularity: bool,
             rng: np.random.Generator) -> None:
     """Fill the pending draws of ``rows`` (ascending) exactly, keeping item counts of the rows
-    before each one's time as the loop moves forward in time."""
-    counts = np.zeros(log.n_items, dtype=np.int64)
-    done = 0
+    in each one's window as the loop moves forward in time."""
+    counts = np.zeros(log.n_items, dtype=np.int64)  # the item counts of rows [start, end)
+    start = end = 0
     for i in rows:
-        np.add.at(counts, log.item[done:log.before[i]], 1)
-        done = max(done, int(log.before[i]))
-        pool = _allowed(log, i)
-        weights = counts[pool] if popularity else np.ones(len(pool))
+        lo, hi = int(pools.past_lo[i]), int(log.before[i])  # both never decrease
+        np.subtract.at(counts, log.item[start:min(lo, end)], 1)
+        start, end = lo, max(end, lo)
+        np.add.at(counts, log.item[end:hi], 1)
+        end = hi
+        pool = _allowed(log, pools, i)
+        if popularity:
+            weights = counts[pool] + (pool >= pools.new_lo[i])
+        else:
+            weights = np.ones(len(pool))
         _fill(drawn[i], pool, weights, rng)
 
 
-def _allowed(log: Log, i: int) -> np.ndarray:
-    """The items row ``i`` may draw: seen by its time, not engaged by its user by then."""
-    allowed = np.ones(int(log.catalogue[i]), dtype=bool)
+def _allowed(log: Log, pools: Pools, i: int) -> np.ndarray:
+    """The items row ``i`` may draw: available by its time, not engaged by its user by then."""
+    allowed = np.ones(int(pools.available[i]), dtype=bool)
     u = log.user[i] * log.n_items
     lo, hi = np.searchsorted(log.pair_keys, [u, u + log.n_items])
     mine = log.pair_keys[lo:hi][log.pair_first[lo:hi] <= log.t[i]] - u
