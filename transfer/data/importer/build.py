@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from gemkd.transfer.data.importer import encode, negatives, sides, source, times
+from gemkd.transfer.data.importer import day_checks, encode, negatives, sides, source, times
 from gemkd.transfer.data.importer.item_age import item_age_caveat
 from gemkd.transfer.data.importer.mapping import Mapping
 from gemkd.transfer.data.importer.write import Events, write_dataset
@@ -192,6 +192,17 @@ def _add_negatives(rows: dict, m: Mapping, notes: list[str]) -> tuple[dict, dict
     return out, age
 
 
+def _check_days(day: np.ndarray, rows: dict, m: Mapping, first: int | None,
+                notes: list[str]) -> None:
+    """Notes and warnings on straggler days and gaps, counted over the logged rows."""
+    logged = day if SAMPLED_COLUMN not in rows else day[rows[SAMPLED_COLUMN] == 0]
+    if first is None:
+        first = int(encode.local_dates(rows["t"][:1], m.days.calendar)[0])  # rows are in time
+    for warning in day_checks.day_warnings(logged, np.datetime64(first, "D")):
+        notes.append(f"days: {warning}")
+        log.warning("days: %s", warning)
+
+
 def _ids(values: np.ndarray | pd.Series, codes: bool) -> tuple[np.ndarray, int]:
     if codes:
         return encode.codes(values)
@@ -208,6 +219,7 @@ def _assemble(rows: dict, m: Mapping, side: list, notes: list[str]
     if m.days.calendar is not None:
         first = int(rows["date"].min()) if "date" in rows else None
         cols["day"] = encode.calendar_days(t, m.days.calendar, first)
+        _check_days(cols["day"], rows, m, first, notes)
     else:
         cols["day"] = equal_count_days(cols["ts"], m.days.buckets)
     if m.domain is not None:

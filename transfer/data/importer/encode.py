@@ -81,6 +81,11 @@ def calendar_days(t_ns: np.ndarray, timezone: str, first: int | None = None) -> 
     a few rows that the clock puts on the day before its first date (KuaiRand dates a row by a
     rounded hour); they join day 0 rather than form a tiny day of their own.
     """
-    local = pd.to_datetime(t_ns, utc=True).tz_convert(timezone).tz_localize(None)
-    date = local.to_numpy().astype("datetime64[D]").astype(np.int64)
+    date = local_dates(t_ns, timezone)
     return np.maximum(date - (date.min() if first is None else first), 0).astype(np.int32)
+
+
+def local_dates(t_ns: np.ndarray, timezone: str) -> np.ndarray:
+    """Each time's local calendar date in ``timezone``, as days since 1970-01-01."""
+    local = pd.to_datetime(t_ns, utc=True).tz_convert(timezone).tz_localize(None)
+    return local.to_numpy().astype("datetime64[D]").astype(np.int64)

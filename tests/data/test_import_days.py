@@ -1,0 +1,71 @@
+"""Trap (h) of the first real log: the import said nothing about straggler days (a handful of rows
+where other days have thousands: the edges of an export) nor about a gap of days with no rows;
+both now come as notes on stdout and warnings on stderr."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import yaml
+
+from gemkd.experiments.cli import main
+
+DAY = 86_400
+T0 = 1_717_200_000 - 1_717_200_000 % DAY  # 2024-06-01 00:00 UTC
+MAPPING = {"source": "clicks", "time": {"column": "t", "unit": "s"}, "days": {"calendar": "UTC"},
+           "user": "user", "item": "item", "labels": {"click": "click"}}
+
+
+def log(rows_per_day: dict[int, int], seed: int = 0) -> pd.DataFrame:
+    """``rows_per_day`` rows on each day (days after 2024-06-01), at random times in the day."""
+    rng = np.random.default_rng(seed)
+    t = np.concatenate([T0 + d * DAY + rng.integers(0, DAY, n) for d, n in rows_per_day.items()])
+    return pd.DataFrame({"t": t, "user": rng.integers(0, 50, len(t)),
+                         "item": rng.integers(0, 30, len(t)), "click": rng.integers(0, 2, len(t))})
+
+
+def run_import(tmp_path: Path, capsys, frame: pd.DataFrame, mapping: dict = MAPPING
+               ) -> tuple[str, str]:
+    src = tmp_path / "src"
+    src.mkdir(exist_ok=True)
+    frame.to_csv(src / "log.csv", index=False)
+    path = tmp_path / "map.yaml"
+    path.write_text(yaml.safe_dump(mapping))
+    assert main(["data", "import", "--src", str(src), "--mapping", str(path), "--out",
+                 str(tmp_path / "out"), "--overwrite"]) == 0
+    captured = capsys.readouterr()
+    return captured.out, captured.err
+
+
+def test_straggler_days_and_a_gap_are_noted_and_warned(tmp_path, capsys):
+    """Days 0 and 13 hold 6 and 24 rows against 1,000 on every other day; days 4-11 have none."""
+    days = {0: 6, 1: 1000, 2: 1000, 3: 1000, 12: 1000, 13: 24}
+    out, err = run_import(tmp_path, capsys, log(days))
+    straggler = ("days: days 0 (2024-06-01) and 13 (2024-06-14) have 6 and 24 rows, under 5 % "
+                 "of the median day's 1,000")
+    gap = "days: no rows on days 4-11 (2024-06-05 to 2024-06-12, 8 days)"
+    assert f"note: {straggler}" in out and f"note: {gap}" in out
+    assert straggler in err and gap in err  # the warning path: stderr, without -v
+    assert "wrote 4030 examples over 6 days" in out
+
+
+def test_a_one_day_gap_and_one_straggler(tmp_path, capsys):
+    out, err = run_import(tmp_path, capsys, log({0: 800, 1: 900, 3: 1000, 4: 30}))
+    assert ("note: days: day 4 (2024-06-05) has 30 rows, under 5 % of the median day's 850"
+            in out)
+    assert "note: days: no rows on day 2 (2024-06-03)" in out
+    assert "under 5 %" in err and "no rows on day 2" in err
+
+
+def test_even_days_say_nothing(tmp_path, capsys):
+    out, err = run_import(tmp_path, capsys, log({0: 400, 1: 500, 2: 450, 3: 30}))
+    assert "days:" not in out and "days:" not in err  # 30 of 425 is 7 %: not a straggler
+
+
+def test_equal_count_days_are_not_checked(tmp_path, capsys):
+    """With ``days: {buckets: N}`` a day is a bucket of equal row count: no straggler, no gap."""
+    mapping = {**MAPPING, "days": {"buckets": 4}}
+    out, err = run_import(tmp_path, capsys, log({0: 6, 1: 1000, 9: 1000}), mapping)
+    assert "days:" not in out and "days:" not in err
