@@ -1,4 +1,5 @@
-"""Reading a run's per-user evaluation files, ``clusters/world={w}/lag={L}/{name}.npz``.
+"""Reading a run's per-user evaluation files, ``clusters/world={w}/lag={L}/{name}.npz`` (the
+folders found by :meth:`gemkd.experiments.run_dir.RunDir.eval_folders`).
 
 One file per final student run (``{variant}__seed{seed}``) and per teacher source
 (``teacher__gem``, ``teacher__domain_fm``), each holding per (user, domain) cluster sums of the
@@ -17,19 +18,18 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from gemkd.experiments.results_schema import ALL
+from gemkd.experiments.run_dir import RunDir
 from gemkd.transfer.errors import ConfigError
 from gemkd.transfer.metrics.bootstrap import WorldSums, ne_point
 
 log = logging.getLogger(__name__)
 
-CLUSTERS = "clusters"
+CLUSTERS = RunDir.CLUSTERS
 GEM = "gem"
-ALL = "all"
 KEYS = ("user_id", "domain", "loss", "n", "pos", "tasks", "domains", "base_rate")
 _STUDENT = re.compile(r"^(?P<variant>.+)__seed(?P<seed>-?\d+)$")
 _TEACHER = re.compile(r"^teacher__(?P<source>.+)$")
-_WORLD = re.compile(r"^world=(?P<world>-?\d+)$")
-_LAG = re.compile(r"^lag=(?P<lag>-?\d+(?:\.\d+)?)$")
 
 
 @dataclass(frozen=True, eq=False)
@@ -56,31 +56,23 @@ class EvalSet:
             else None
 
 
-def has_clusters(run_dir: str | Path) -> bool:
+def has_clusters(run_dir: str | Path | RunDir) -> bool:
     """Does the run keep per-user evaluation files (runs before issue 17 do not)?"""
-    root = Path(run_dir) / CLUSTERS
-    return root.is_dir() and any(root.glob("world=*/lag=*/*.npz"))
+    return _run(run_dir).has_clusters()
 
 
-def load_eval_sets(run_dir: str | Path) -> list[EvalSet]:
+def load_eval_sets(run_dir: str | Path | RunDir) -> list[EvalSet]:
     """Every ``world=…/lag=…`` folder of the run, sorted by lag then world."""
-    root = Path(run_dir) / CLUSTERS
     sets = []
-    for wdir in sorted(root.glob("world=*")):
-        w = _WORLD.match(wdir.name)
-        if w is None or not wdir.is_dir():
-            log.warning("%s: not a world=<seed> folder; skipped", wdir)
-            continue
-        for ldir in sorted(wdir.glob("lag=*")):
-            m = _LAG.match(ldir.name)
-            if m is None or not ldir.is_dir():
-                log.warning("%s: not a lag=<days> folder; skipped", ldir)
-                continue
-            lag = float(m["lag"])
-            found = load_folder(ldir, int(w["world"]), int(lag) if lag.is_integer() else lag)
-            if found is not None:
-                sets.append(found)
+    for world, lag, folder in _run(run_dir).eval_folders():
+        found = load_folder(folder, world, lag)
+        if found is not None:
+            sets.append(found)
     return sorted(sets, key=lambda s: (s.lag, s.world))
+
+
+def _run(run_dir: str | Path | RunDir) -> RunDir:
+    return run_dir if isinstance(run_dir, RunDir) else RunDir(run_dir)
 
 
 def load_folder(folder: Path, world: int, lag: int | float) -> EvalSet | None:

@@ -14,10 +14,12 @@ import pandas as pd
 
 from gemkd.experiments.report.load import CURVE_METRICS, load_curves
 from gemkd.experiments.report.summary import RunView, f4, lag_str, variant_order
+from gemkd.experiments.results_schema import BASELINE
+from gemkd.experiments.run_dir import RunDir
 from gemkd.transfer.io.atomic import atomic_write_bytes
 
 _REF_STYLE = {
-    "ne_baseline": ("baseline", "tab:gray", "--"),
+    "ne_baseline": (BASELINE, "tab:gray", "--"),
     "ne_teacher": ("teacher", "black", "-."),
     "ne_oracle": ("oracle", "tab:green", ":"),
     "ne_feature_oracle": ("feature oracle", "tab:olive", ":"),
@@ -50,7 +52,7 @@ def write_run_plots(run: RunView) -> list[Path]:
     """
     from matplotlib.figure import Figure  # no pyplot: no global backend, no display
 
-    pdir = run.dir / "plots"
+    pdir = run.dir / RunDir.PLOTS
     pdir.mkdir(parents=True, exist_ok=True)
     colors = _colors(run.variants)
     written = [_plot_ne_by_variant(run, Figure, colors, pdir / "ne_by_variant.png"),
@@ -58,7 +60,7 @@ def write_run_plots(run: RunView) -> list[Path]:
     optional = {"ne_vs_lag.png": None, "training_curves.png": None}
     if len(run.lags) > 1:
         optional["ne_vs_lag.png"] = _plot_ne_vs_lag(run, Figure, colors, pdir / "ne_vs_lag.png")
-    curves = load_curves(run.dir)
+    curves = load_curves(run.run_dir)
     if curves is not None:
         optional["training_curves.png"] = _plot_curves(run, curves, Figure, colors,
                                                        pdir / "training_curves.png")
@@ -106,7 +108,7 @@ def _plot_transfer_ratio(run: RunView, Figure: Any, colors: dict, path: Path) ->
     fig = Figure(figsize=(4.8 * len(run.tasks), 4.2), layout="constrained")
     for ax, task in zip(_task_axes(fig, len(run.tasks)), run.tasks, strict=True):
         rows = run.rows(task=task)
-        rows = rows[rows["variant"] != "baseline"]
+        rows = rows[rows["variant"] != BASELINE]
         names = rows["variant"].tolist()
         means = np.array([_finite(x) for x in rows["transfer_ratio_mean"]])
         stds = np.nan_to_num(rows["transfer_ratio_std"].to_numpy(), posinf=0.0, neginf=0.0)

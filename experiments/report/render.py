@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -27,9 +26,11 @@ from gemkd.experiments.report.tuning_edges import edge_sentences
 from gemkd.experiments.report.tuning_plots import write_tuning_plots
 from gemkd.experiments.report.tuning_table import knob_rows
 from gemkd.experiments.report.verdicts import ci, delta_cell, interval_table, rule_paragraph
+from gemkd.experiments.results_schema import KD
+from gemkd.experiments.run_dir import RunDir
 from gemkd.transfer.io.atomic import atomic_write_bytes
 
-INTERVALS_CSV = "intervals.csv"
+INTERVALS_CSV = RunDir.INTERVALS
 
 
 def render_report(run_dir: str | Path) -> str:
@@ -57,7 +58,7 @@ def render(run: RunView) -> str:
                 f"std); {definitions} TR is left empty (—) where the teacher's own advantage is "
                 "within 2 std of the baseline's seed noise, efficiency vs KD where plain KD does "
                 "not gain: ratios to noise mean nothing.", ""]
-    threads = threads_text(run.dir)
+    threads = threads_text(run.run_dir)
     if threads:
         out += [threads, ""]
     few = run.summary[run.summary["n_seeds"] < 3]
@@ -67,7 +68,7 @@ def render(run: RunView) -> str:
 
     out += [f"## Main result ({where})", "", main_table(run), "",
             f"Same evaluation data: {reference_line(run, run.task)}.", ""]
-    out += teacher_data_sentence(run.dir, run.lag)
+    out += teacher_data_sentence(run.run_dir, run.lag)
     out += _sources(run)
 
     out += ["## What it means", "", " ".join(sentences(run)), ""]
@@ -99,7 +100,7 @@ def render(run: RunView) -> str:
     out += _tuning_section(run)
     out += _setup_section(run)
 
-    present = [n for n in PLOT_NAMES if (run.dir / "plots" / n).is_file()]
+    present = [n for n in PLOT_NAMES if (run.dir / RunDir.PLOTS / n).is_file()]
     if present:
         out += ["## Plots", ""] + [f"![{n[:-4]}](plots/{n})" for n in present] + [""]
     return "\n".join(out).rstrip() + "\n"
@@ -117,7 +118,7 @@ def _efficiency_note(run: RunView) -> list[str]:
     """Why the efficiency column is empty, when plain KD's gain is not one."""
     if run.has_intervals:
         kd = run.interval_rows()
-        kd = kd[kd["variant"] == "kd"]
+        kd = kd[kd["variant"] == KD]
         if kd.empty or not kd["efficiency_vs_kd"].isna().all():
             return []
         r = kd.iloc[0]
@@ -126,7 +127,7 @@ def _efficiency_note(run: RunView) -> list[str]:
                 f"interval ({interval}) does not lie above 0, and a ratio to a gain that may "
                 "not be one means nothing; the ΔNE − ΔNE(KD) column carries the comparison.", ""]
     kd_gain = run.cell()
-    kd_gain = kd_gain[kd_gain["variant"] == "kd"]["delta_ne"]
+    kd_gain = kd_gain[kd_gain["variant"] == KD]["delta_ne"]
     if len(kd_gain) and not (kd_gain > 0).all():
         return ["**Efficiency vs KD is not defined here** (shown as —): plain KD did not lower "
                 f"NE on {int((kd_gain <= 0).sum())} of {len(kd_gain)} seeds, and a ratio to a "
@@ -165,21 +166,18 @@ def lag_section(run: RunView) -> list[str]:
     rows.append(["teacher (ΔNE_FM)", *fm])
     rows.append(["teacher's own NE", *own])
     rows.append(["baseline's NE", *base])
-    rows += teacher_data_rows(run.dir, run.lags)
+    rows += teacher_data_rows(run.run_dir, run.lags)
     out += [md_table(("variant", *(f"lag {lag_str(lag)}" for lag in run.lags)), rows), ""]
     return out
 
 
-def _teacher_data(run_dir: Path, lag: Any) -> list[dict]:
+def _teacher_data(run_dir: RunDir, lag: Any) -> list[dict]:
     """Each world's entry of ``teacher_data.json`` for ``lag`` (none for runs before it or with
     an imported store)."""
-    path = run_dir / "teacher_data.json"
-    if not path.is_file():
-        return []
-    return [w[str(lag)] for w in json.loads(path.read_text()).values() if str(lag) in w]
+    return [w[str(lag)] for w in run_dir.teacher_data().values() if str(lag) in w]
 
 
-def teacher_data_sentence(run_dir: Path, lag: Any) -> list[str]:
+def teacher_data_sentence(run_dir: RunDir, lag: Any) -> list[str]:
     """How much more the teacher learnt from than the student, at the main lag."""
     entries = _teacher_data(run_dir, lag)
     r = [e["ratio"] for e in entries if e.get("ratio")]
@@ -194,10 +192,10 @@ def teacher_data_sentence(run_dir: Path, lag: Any) -> list[str]:
             + (f" (mean over {len(entries)} worlds)." if len(entries) > 1 else "."), ""]
 
 
-def teacher_data_rows(run_dir: Path, lags: list) -> list[list[str]]:
+def teacher_data_rows(run_dir: RunDir, lags: list) -> list[list[str]]:
     """The table rows of the teacher's days and its rows against the student's (mean over
     worlds; ``teacher_data.json``, absent for runs before it or with an imported store)."""
-    if not (run_dir / "teacher_data.json").is_file():
+    if not run_dir.teacher_data():
         return []
     days, ratio = [], []
     for lag in lags:
@@ -216,7 +214,7 @@ def teacher_data_rows(run_dir: Path, lags: list) -> list[list[str]]:
 
 def _tuning_section(run: RunView) -> list[str]:
     out = ["## Tuning (validation day)", ""]
-    tuning = load_tuning(run.dir)
+    tuning = load_tuning(run.run_dir)
     if tuning is None:
         return out + ["No `tuning.csv` in this run: every variant used the spec's values.", ""]
     rows = knob_rows(tuning, variant_order(tuning["variant"], run.order))
@@ -227,7 +225,7 @@ def _tuning_section(run: RunView) -> list[str]:
     out += ([f"- **{e}**" for e in edges] + [""]) if edges else \
         (["No chosen value sits at the edge of its searched range (a natural bound such as "
           "KD's α = 1 is not an edge)."] if "at_edge" in tuning.columns else []) + [""]
-    plots = sorted((run.dir / "plots").glob("tuning_*.png"))
+    plots = sorted((run.dir / RunDir.PLOTS).glob("tuning_*.png"))
     if plots:
         out += ["Validation NE of every trial against each knob:", ""]
         out += [f"![{p.stem}](plots/{p.name})" for p in plots] + [""]
@@ -256,10 +254,14 @@ def _setup_section(run: RunView) -> list[str]:
 def write_plots(run_dir: str | Path) -> list[Path]:
     """Write the run's PNGs under ``run_dir/plots/`` (see :mod:`gemkd.experiments.report.plots`),
     and one of validation NE against each tuned knob per variant (``tuning_<variant>.png``)."""
-    written = write_run_plots(RunView(run_dir))
-    tuning = load_tuning(run_dir)
+    return write_plots_for(RunView(run_dir))
+
+
+def write_plots_for(run: RunView) -> list[Path]:
+    written = write_run_plots(run)
+    tuning = load_tuning(run.run_dir)
     if tuning is not None and "trial" in tuning.columns:
-        written += write_tuning_plots(tuning, Path(run_dir) / "plots")
+        written += write_tuning_plots(tuning, run.dir / RunDir.PLOTS)
     return written
 
 
@@ -269,7 +271,7 @@ def write_report(run_dir: str | Path) -> Path:
 
 
 def write_report_for(run: RunView) -> Path:
-    path = run.dir / "report.md"
+    path = run.dir / RunDir.REPORT
     atomic_write_bytes(path, render(run).encode("utf-8"))
     return path
 
@@ -285,7 +287,7 @@ def report_command(run_dir: str | Path) -> str:
     """``gemkd report RUN_DIR``: write the plots, report.md and intervals.csv; return the text
     to print."""
     run = RunView(run_dir)
-    plots = write_plots(run_dir)
+    plots = write_plots_for(run)
     report = write_report_for(run)
     intervals = write_intervals(run)
     where = (f"domain {run.domain}, task {run.task}, teacher lag {lag_str(run.lag)} days")

@@ -5,7 +5,7 @@ variant and dataset, then per dataset the rule its verdicts follow and what it c
 full table (with 95 % intervals and verdicts where the run has per-user evaluation files, else
 mean ± std over seeds), the teacher's NE, the knobs tuning chose, and the two "what it means"
 sentences generated from the numbers (as in each report.md), and the Student Adapter probe's
-summary where ``benchmarks/adapter_probe.py`` wrote one into the run directory.
+summary where ``studies/adapter_probe.py`` wrote one into the run directory.
 """
 
 from __future__ import annotations
@@ -13,12 +13,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from gemkd.experiments.report.load import load_tuning, threads_text, tuning_digest
+from gemkd.experiments.report.load import load_tuning, threads_text
 from gemkd.experiments.report.render import lag_section
 from gemkd.experiments.report.summary import RunView, lag_str, md_table, pm
 from gemkd.experiments.report.text import main_table, reference_line, sentences
 from gemkd.experiments.report.tuning_table import tuned_line
 from gemkd.experiments.report.verdicts import delta_cell, rule_paragraph
+from gemkd.experiments.run_dir import RunDir
 from gemkd.transfer.io.atomic import atomic_write_bytes
 
 
@@ -66,43 +67,45 @@ def render_results(run_dirs: list[str | Path], title: str = "gemkd results") -> 
         where = (f"domain {run.domain}, task {run.task}, teacher lag {lag_str(run.lag)} days, "
                  f"{int(run.rows()['n_seeds'].max())} seeds")
         out += [f"## {run.name} — {_dataset(run)}", "",
-                f"Run directory `{run.dir}`; {where}. {threads_text(run.dir)}".rstrip(), "",
+                f"Run directory `{run.dir}`; {where}. {threads_text(run.run_dir)}".rstrip(), "",
                 rule_paragraph(run), "",
                 main_table(run), "",
                 f"Same evaluation data: {reference_line(run, run.task)}.", "",
                 "Tuned knobs (validation day): "
-                f"{tuned_line(load_tuning(run.dir), run.variants, run.lag)}.", "",
+                f"{tuned_line(load_tuning(run.run_dir), run.variants, run.lag)}.", "",
                 "What holds and what does not: " + " ".join(sentences(run)), ""]
         if len(run.lags) > 1:  # a lag sweep: the staleness table, one heading level down
             lag = lag_section(run)
             out += ["#" + lag[0], *lag[1:]]
-        out += adapter_probe_section(run.dir)
+        out += adapter_probe_section(run.run_dir)
     return "\n".join(out).rstrip() + "\n"
 
 
-#: what ``benchmarks/adapter_probe.py`` writes into a run directory: its summary, and which
+#: what ``studies/adapter_probe.py`` writes into a run directory: its summary, and which
 #: tuning.csv its arms took their knobs from
 PROBE_SUMMARY = Path("adapter_probe") / "summary.md"
 PROBE_SOURCE = "source.json"
 
 
-def adapter_probe_section(run_dir: str | Path) -> list[str]:
+def adapter_probe_section(run_dir: str | Path | RunDir) -> list[str]:
     """The Student Adapter probe's summary of this run (its own gain in isolation, the targets'
     calibration before and after, the students' calibration), when the run has one."""
-    path = Path(run_dir) / PROBE_SUMMARY
+    run = run_dir if isinstance(run_dir, RunDir) else RunDir(run_dir)
+    run_dir = run.path
+    path = run_dir / PROBE_SUMMARY
     if not path.is_file():
         return []
     lines = path.read_text().splitlines()
     body = lines[1:] if lines and lines[0].startswith("# ") else lines
-    out = ["### The Student Adapter in isolation (`benchmarks/adapter_probe.py`)", "",
-           f"From `{path}` (`python benchmarks/adapter_probe.py --run {run_dir}`): student arms "
+    out = ["### The Student Adapter in isolation (`studies/adapter_probe.py`)", "",
+           f"From `{path}` (`python -m studies.adapter_probe --run {run_dir}`): student arms "
            "retrained on this run's teacher stores with its chosen knobs; the learned maps are "
            f"`{path.parent}/learned_map_<arm>.png`."]
-    if _probe_tuning(path.parent) != tuning_digest(run_dir):
+    if _probe_tuning(path.parent) != run.tuning_digest():
         out += ["", "**Outdated:** this probe's arms took their knobs from another search than "
                 "the one in this run's `tuning.csv` (it was run before the run's search was "
                 "redone, or records no source): its figures are of those earlier choices. "
-                f"Rerun `python benchmarks/adapter_probe.py --run {run_dir}` (it retrains the "
+                f"Rerun `python -m studies.adapter_probe --run {run_dir}` (it retrains the "
                 "arms whose knobs changed) to refresh it."]
     return [*out, *body, ""]
 

@@ -25,6 +25,7 @@ from gemkd.experiments.report.load import (
     load_spec,
     validate_results,
 )
+from gemkd.experiments.run_dir import RunDir
 
 
 def summarize(results: pd.DataFrame, order: Sequence[str] | None = None) -> pd.DataFrame:
@@ -133,10 +134,11 @@ def seed_stats(values: pd.Series) -> tuple[float, float]:
 class RunView:
     """Everything a report needs, loaded once from a run directory."""
 
-    def __init__(self, run_dir: str | Path):
-        self.dir = Path(run_dir)
-        self.raw = load_results(self.dir)
-        self.spec = load_spec(self.dir)
+    def __init__(self, run_dir: str | Path | RunDir):
+        self.run_dir = run_dir if isinstance(run_dir, RunDir) else RunDir(run_dir)
+        self.dir = self.run_dir.path
+        self.raw = load_results(self.run_dir)
+        self.spec = load_spec(self.run_dir)
         variants = (self.spec or {}).get("variants")
         self.order = list(variants) if isinstance(variants, dict | list) else None
         self.summary = summarize(self.raw, self.order)

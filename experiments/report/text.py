@@ -13,6 +13,7 @@ import pandas as pd
 
 from gemkd.experiments.report.summary import RunView, f4, lag_str, md_table, pm, seed_stats
 from gemkd.experiments.report.verdicts import interval_sentences, interval_table
+from gemkd.experiments.results_schema import BASELINE, KD
 
 #: How an old run (no per-user files) words a difference beyond its seed spread.
 NO_VERDICT = "but without per-user evaluation files that is seed spread on one world, not a verdict"
@@ -104,9 +105,9 @@ def sentences(run: RunView) -> list[str]:
     rows = run.rows().set_index("variant")
     cell = run.cell()
     where = f"on {run.task} at domain {run.domain} (teacher lag {lag_str(run.lag)} days)"
-    methods = [v for v in rows.index if v != "baseline" and math.isfinite(rows.at[v, "ne_mean"])]
+    methods = [v for v in rows.index if v != BASELINE and math.isfinite(rows.at[v, "ne_mean"])]
     methods.sort(key=lambda v: rows.at[v, "ne_mean"])
-    has_kd = "kd" in rows.index and math.isfinite(rows.at["kd", "ne_mean"])
+    has_kd = KD in rows.index and math.isfinite(rows.at[KD, "ne_mean"])
 
     def ne(v: str) -> str:
         return pm(rows.at[v, "ne_mean"], rows.at[v, "ne_std"])
@@ -121,26 +122,26 @@ def sentences(run: RunView) -> list[str]:
         first = (f"The best variant {where} is {best} with NE {ne(best)}, {f4(d)} below the "
                  f"baseline ({phrase}), but plain KD is not in this run so its efficiency "
                  f"against KD cannot be judged.")
-    elif methods[0] != "kd":
+    elif methods[0] != KD:
         best = methods[0]
-        d, s = paired_diff(cell, "kd", best)
+        d, s = paired_diff(cell, KD, best)
         exceeds, phrase = vs_2std(d, s)
         verdict = {True: NO_VERDICT,
                    False: "so it is not distinguishable from seed noise",
                    None: "so its significance is unknown"}[exceeds]
         first = (f"The best variant {where} is {best} with NE {ne(best)}, {f4(d)} ± {f4(s)} "
-                 f"below plain KD ({ne('kd')}), {phrase} of the per-seed difference, {verdict}.")
+                 f"below plain KD ({ne(KD)}), {phrase} of the per-seed difference, {verdict}.")
     elif len(methods) == 1:
-        first = (f"Plain KD is the only transfer method {where} (NE {ne('kd')}), so there is "
+        first = (f"Plain KD is the only transfer method {where} (NE {ne(KD)}), so there is "
                  f"nothing richer to rank it against.")
     else:
         runner = methods[1]
-        d, s = paired_diff(cell, runner, "kd")
+        d, s = paired_diff(cell, runner, KD)
         exceeds, phrase = vs_2std(d, s)
         verdict = {True: NO_VERDICT,
                    False: "so plain KD's lead is within seed noise",
                    None: "so its significance is unknown"}[exceeds]
-        first = (f"Plain KD is the best variant {where} with NE {ne('kd')}, and the runner-up "
+        first = (f"Plain KD is the best variant {where} with NE {ne(KD)}, and the runner-up "
                  f"{runner} is {f4(d)} ± {f4(s)} worse, {phrase} of the per-seed difference, "
                  f"{verdict}.")
 
@@ -148,7 +149,7 @@ def sentences(run: RunView) -> list[str]:
         second = ("Plain KD is not in this run, so it cannot be said whether KD beats the "
                   "labels-only baseline.")
     else:
-        kd = cell[cell["variant"] == "kd"]
+        kd = cell[cell["variant"] == KD]
         d, s = seed_stats(kd["delta_ne"])
         tr = pm(*seed_stats(kd["transfer_ratio"]))
         exceeds, phrase = vs_2std(d, s)

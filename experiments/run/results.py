@@ -9,11 +9,10 @@ from pathlib import Path
 
 import pandas as pd
 
-RESULT_COLUMNS = ["variant", "seed", "world", "domain", "task", "teacher_lag_days", "ne", "auc",
-                  "calibration", "ne_baseline", "ne_teacher", "ne_source", "ne_oracle",
-                  "ne_feature_oracle", "delta_ne", "transfer_ratio", "efficiency_vs_kd",
-                  "train_seconds", "examples_per_second"]
-BASELINE, KD = "baseline", "kd"
+from gemkd.experiments.results_schema import ALL, BASELINE, KD, MATCH_KEYS, RESULT_COLUMNS, WORLD
+from gemkd.experiments.run_dir import read_ledger
+
+__all__ = ["RESULT_COLUMNS", "References", "derive", "load_done", "record", "rows_of"]
 
 
 @dataclass(frozen=True)
@@ -40,11 +39,11 @@ def rows_of(variant: str, seed: int, res: dict, refs: References, source: dict) 
     teacher, oracle, feature = refs.gem, refs.oracle, refs.feature
     world, lag = refs.world, refs.lag
     # a single-domain dataset's one domain may itself be named "all" (the importer's default)
-    names = list(dict.fromkeys([*refs.domains, "all"]))
+    names = list(dict.fromkeys([*refs.domains, ALL]))
     for task, domain in itertools.product(refs.tasks, names):
         m = res["metrics"]
         rows.append({
-            "variant": variant, "seed": seed, "world": world, "domain": domain, "task": task,
+            "variant": variant, "seed": seed, WORLD: world, "domain": domain, "task": task,
             "teacher_lag_days": lag, "ne": m[f"ne/{task}/{domain}"],
             "auc": m.get(f"auc/{task}/{domain}", float("nan")),
             "calibration": m[f"calibration/{task}/{domain}"],
@@ -64,9 +63,9 @@ def derive(df: pd.DataFrame) -> pd.DataFrame:
     TR is left empty where the teacher's own advantage ΔNE_FM = NE(baseline) − NE(teacher) is
     within 2 std of the baseline's seed noise (a ratio to noise means nothing); efficiency vs
     KD is left empty where plain KD does not gain."""
-    if "world" not in df.columns:  # rows of one world, from before worlds were replicated
-        df = df.assign(world=0)
-    keys = ["seed", "world", "domain", "task", "teacher_lag_days"]
+    if WORLD not in df.columns:  # rows of one world, from before worlds were replicated
+        df = df.assign(**{WORLD: 0})
+    keys = list(MATCH_KEYS)
     base = df[df.variant == BASELINE][keys + ["ne"]].rename(columns={"ne": "ne_baseline"})
     df = df.merge(base, on=keys, how="left")
     df["delta_ne"] = df["ne_baseline"] - df["ne"]
@@ -82,7 +81,7 @@ def derive(df: pd.DataFrame) -> pd.DataFrame:
 def _teacher_gains(df: pd.DataFrame, fm: pd.Series) -> pd.Series:
     """Per row: is the mean ΔNE_FM of its (domain, task, lag) cell above 2 std of the baseline's
     NE over seeds? True where one seed leaves the noise unknown."""
-    cell = ["world", "domain", "task", "teacher_lag_days"]
+    cell = [WORLD, "domain", "task", "teacher_lag_days"]
     grouped = df.assign(fm=fm).groupby(cell)
     noise = grouped["ne_baseline"].transform(lambda s: s.drop_duplicates().std())
     mean_fm = grouped["fm"].transform("mean")
@@ -96,12 +95,6 @@ def record(path: Path, key: str, res: dict) -> dict:
 
 
 def load_done(path: Path) -> dict[str, dict]:
-    done = {}
-    if path.is_file():
-        for line in path.read_text().splitlines():
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError:  # a line torn by a kill: that run is redone
-                continue
-            done[rec.pop("key")] = rec
-    return done
+    """The ledger at ``path`` (``RUN_DIR/runs.jsonl``): key → record; a line torn by a kill is
+    left out, so that run is redone."""
+    return read_ledger(path)

@@ -44,6 +44,7 @@ from gemkd.experiments.run.tracking import log_results, run_tracker
 from gemkd.experiments.run.tuning import planned_runs, tune_variants
 from gemkd.experiments.run.tuning_table import TUNING_COLUMNS
 from gemkd.experiments.run.validate import DataMismatch, check_data, check_spec, data_name
+from gemkd.experiments.run_dir import write_layout
 from gemkd.experiments.spec.model import RunSpec
 from gemkd.transfer.errors import GemkdError
 from gemkd.transfer.io.lock import exclusive
@@ -118,6 +119,7 @@ def _run(spec: RunSpec, out: Path, tracker, sync, executor: Executor) -> pd.Data
 
 def _steps(ctx: RunContext) -> pd.DataFrame:
     spec, out, log = ctx.spec, ctx.out, ctx.log
+    write_layout(out)  # run.json: the layout a reader (RunDir) checks
     (out / "spec.yaml").write_text(yaml.safe_dump(spec.to_dict(), sort_keys=False))
     (out / "environment.json").write_text(json.dumps(_environment(ctx.executor.threads),
                                                           indent=2))
