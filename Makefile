@@ -7,10 +7,24 @@ TORCH_PIN := torch==2.13.0
 
 .PHONY: demo test test-slow test-gpu bench results teacher-curves lint install clean
 
-$(BIN)/gemkd: pyproject.toml
+# editable_mode=strict: the install is a tree of links to the package's files on sys.path, a
+# regular package that a folder named gemkd in the current directory (beside a clone) cannot
+# shadow as a namespace package. A new file needs a reinstall, so the install also depends on
+# the package's file list (from the repository root, gemkd/__init__.py finds new files itself).
+PKG_FILES := $(VENV)/gemkd-files.txt
+
+$(PKG_FILES): FORCE
+	@mkdir -p $(VENV)
+	@find gemkd transfer teachers students adapters experiments \( -name '*.py' -o -name '*.yaml' \) \
+		-not -path '*/__pycache__/*' | LC_ALL=C sort > $@.new
+	@if cmp -s $@.new $@; then rm $@.new; else mv $@.new $@; fi
+
+FORCE:
+
+$(BIN)/gemkd: pyproject.toml $(PKG_FILES)
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet $(TORCH_PIN) -e '.[dev]'
+	$(BIN)/pip install --quiet $(TORCH_PIN) -e '.[dev]' --config-settings editable_mode=strict
 	touch $(BIN)/gemkd
 
 install: $(BIN)/gemkd

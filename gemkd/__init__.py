@@ -14,9 +14,21 @@ Names are imported on first use, so ``import gemkd`` stays cheap.
 from __future__ import annotations
 
 import importlib
+from pathlib import Path
 from typing import Any
 
-from gemkd.experiments.version import __version__
+# Run from the repository's own folder (its root first on sys.path: pytest, ``python -c``), this
+# file is <repo>/gemkd/__init__.py, whose subpackages live beside it (pyproject's package-dir:
+# gemkd.transfer = transfer/, ...): search the repository root too, so they resolve from the
+# working tree, new files included. Installed (a wheel, or the strict editable install's tree),
+# they are subfolders and nothing changes.
+_HERE = Path(__file__).resolve().parent
+if not (Path(__file__).parent / "transfer").is_dir() and (
+        _HERE.parent / "transfer" / "__init__.py").is_file() and (
+        _HERE.parent / "pyproject.toml").is_file():
+    __path__.append(str(_HERE.parent))  # type: ignore[name-defined]  # noqa: F821
+
+from gemkd.experiments.version import __version__  # noqa: E402
 
 _API: dict[str, str] = {
     # experiments
