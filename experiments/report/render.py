@@ -19,6 +19,7 @@ from gemkd.experiments.report.text import (
     main_table,
     metric_header,
     metric_row,
+    ne_above_one,
     reference_line,
     sentences,
 )
@@ -66,8 +67,9 @@ def render(run: RunView) -> str:
         out += [f"**Warning:** {len(few)} cell(s) have fewer than 3 seeds (min "
                 f"{int(few['n_seeds'].min())}); DESIGN §6 asks for ≥ 3.", ""]
 
-    out += [f"## Main result ({where})", "", main_table(run), "",
-            f"Same evaluation data: {reference_line(run, run.task)}.", ""]
+    out += [f"## Main result ({where})", "", main_table(run), ""]
+    out += _note(ne_above_one(run))
+    out += [f"Same evaluation data: {reference_line(run, run.task)}.", ""]
     out += teacher_data_sentence(run.run_dir, run.lag)
     out += _sources(run)
 
@@ -83,6 +85,7 @@ def render(run: RunView) -> str:
             for _, r in run.rows(task=task).iterrows():
                 rows.append([task, r["variant"], *metric_row(r, run.has_oracle)])
         out += [md_table(("task", "variant", *metric_header(run.has_oracle)), rows, left=2), ""]
+    out += _note(ne_above_one(run, run.tasks))
     out += [f"- {task}: {reference_line(run, task)}" for task in run.tasks] + [""]
 
     if len([d for d in run.domains if d != ALL]) > 1:  # one domain: its column is "all"'s
@@ -104,6 +107,11 @@ def render(run: RunView) -> str:
     if present:
         out += ["## Plots", ""] + [f"![{n[:-4]}](plots/{n})" for n in present] + [""]
     return "\n".join(out).rstrip() + "\n"
+
+
+def _note(text: str) -> list[str]:
+    """A paragraph under a table, or nothing."""
+    return [text, ""] if text else []
 
 
 def _delta_cells(run: RunView, summary: Any, **where: Any) -> dict[str, str]:
@@ -291,6 +299,7 @@ def report_command(run_dir: str | Path) -> str:
     report = write_report_for(run)
     intervals = write_intervals(run)
     where = (f"domain {run.domain}, task {run.task}, teacher lag {lag_str(run.lag)} days")
-    lines = [f"{run.name}: {where}", main_table(run), "", " ".join(sentences(run)), "",
+    lines = [f"{run.name}: {where}", main_table(run), "", *_note(ne_above_one(run)),
+             " ".join(sentences(run)), "",
              f"wrote {report}", f"wrote {intervals}"] + [f"wrote {p}" for p in plots]
     return "\n".join(lines)

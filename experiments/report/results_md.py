@@ -16,7 +16,7 @@ from pathlib import Path
 from gemkd.experiments.report.load import load_tuning, threads_text
 from gemkd.experiments.report.render import lag_section
 from gemkd.experiments.report.summary import RunView, lag_str, md_table, pm
-from gemkd.experiments.report.text import main_table, reference_line, sentences
+from gemkd.experiments.report.text import main_table, ne_above_one, reference_line, sentences
 from gemkd.experiments.report.tuning_table import tuned_line
 from gemkd.experiments.report.verdicts import delta_cell, rule_paragraph
 from gemkd.experiments.run_dir import RunDir
@@ -29,15 +29,34 @@ def _dataset(run: RunView) -> str:
     return f"{source} ({data['preset']})" if data.get("preset") else source
 
 
+SAMPLED = "sampled negatives"
+
+
+def _sampled(run: RunView) -> dict | None:
+    """How the run's negatives were sampled (a positive-only log), or None: logged
+    impressions."""
+    return run.run_dir.sampled_negatives()
+
+
 def _summary(runs: list[RunView]) -> str:
+    """ΔNE per variant and run; a run whose negatives were sampled has its column marked and
+    a footnote, since its ΔNE is against those, not logged impressions."""
     variants: list[str] = []
     for run in runs:
         variants += [v for v in run.variants if v not in variants]
-    header = ["variant", *(f"{r.name}: ΔNE {r.task}" for r in runs)]
-    rows = []
+    header = ["variant", *(f"{r.name}: ΔNE {r.task}" + (f" ({SAMPLED}†)" if _sampled(r) else "")
+                           for r in runs)]
     cells = [_deltas(run) for run in runs]
     rows = [[v, *(c.get(v, "—") for c in cells)] for v in variants]
-    return md_table(header, rows)
+    notes = [_footnote(r.name, n) for r in runs if (n := _sampled(r))]
+    return "\n\n".join([md_table(header, rows), *notes])
+
+
+def _footnote(name: str, negatives: dict) -> str:
+    return (f"† {name}: against {SAMPLED} ({negatives.get('per_positive')} per positive, "
+            f"{negatives.get('from')}, seed {negatives.get('seed')}: a positive-only log), not "
+            "logged impressions: compare the variants within its column, not its numbers with "
+            "another column's.")
 
 
 def _deltas(run: RunView) -> dict[str, str]:
@@ -66,10 +85,12 @@ def render_results(run_dirs: list[str | Path], title: str = "gemkd results") -> 
     for run in runs:
         where = (f"domain {run.domain}, task {run.task}, teacher lag {lag_str(run.lag)} days, "
                  f"{int(run.rows()['n_seeds'].max())} seeds")
-        out += [f"## {run.name} — {_dataset(run)}", "",
+        marked = f" ({SAMPLED})" if _sampled(run) else ""
+        out += [f"## {run.name} — {_dataset(run)}{marked}", "",
                 f"Run directory `{run.dir}`; {where}. {threads_text(run.run_dir)}".rstrip(), "",
                 rule_paragraph(run), "",
                 main_table(run), "",
+                *([note, ""] if (note := ne_above_one(run)) else []),
                 f"Same evaluation data: {reference_line(run, run.task)}.", "",
                 "Tuned knobs (validation day): "
                 f"{tuned_line(load_tuning(run.run_dir), run.variants, run.lag)}.", "",

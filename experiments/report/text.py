@@ -64,6 +64,30 @@ def reference_line(run: RunView, task: str) -> str:
     return line
 
 
+def ne_above_one(run: RunView, tasks: list[str] | None = None) -> str:
+    """Why an NE above 1 in the shown rows (``tasks``: the main task by default) is not a bug:
+    the sentence to put under the table, empty when every NE is at most 1."""
+    parts = []
+    for task in tasks or [run.task]:
+        if run.has_intervals:
+            iv = run.interval_rows(task=task)
+            ne = dict(zip(iv["variant"], iv["ne"], strict=True))
+        else:
+            rows = run.rows(task=task)
+            ne = dict(zip(rows["variant"], rows["ne_mean"], strict=True))
+        above = [v for v, x in ne.items() if math.isfinite(x) and x > 1]
+        if above:
+            parts.append(f"{task}: " + ("every variant" if len(above) == len(ne)
+                                        else ", ".join(above)))
+    if not parts:
+        return ""
+    return (f"NE above 1 ({'; '.join(parts)}) means worse than predicting the training days' "
+            "base rate for every impression (NE 1): on a rare task that constant is a hard "
+            "predictor to beat, and a student whose calibration (Σp/Σy) is off, or whose "
+            "evaluation days' rate moved from its training days', pays for it in NE. ΔNE "
+            "still compares the variants on the same rows.")
+
+
 def pct(mean: float, std: float) -> str:
     if not math.isfinite(mean):
         return "—"

@@ -38,8 +38,9 @@ def rows_of(variant: str, seed: int, res: dict, refs: References, source: dict) 
     rows = []
     teacher, oracle, feature = refs.gem, refs.oracle, refs.feature
     world, lag = refs.world, refs.lag
-    # a single-domain dataset's one domain may itself be named "all" (the importer's default)
-    names = list(dict.fromkeys([*refs.domains, ALL]))
+    # a student of one domain: its rows under its name only (the pooled group would repeat
+    # them as "all"); that domain may itself be named "all" (the importer's default)
+    names = list(refs.domains) if len(refs.domains) == 1 else [*refs.domains, ALL]
     for task, domain in itertools.product(refs.tasks, names):
         m = res["metrics"]
         rows.append({
