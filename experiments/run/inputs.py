@@ -19,7 +19,7 @@ from gemkd.experiments.run.teacher_steps import (
     lag_checkpoint,
     teacher_config,
 )
-from gemkd.experiments.spec.model import RunSpec
+from gemkd.experiments.spec.model import RunSpec, VariantSpec
 from gemkd.transfer.io import fs
 
 
@@ -58,12 +58,14 @@ def lag_inputs(ctx: RunContext, lag: int, data, data_key: dict, fm_domains: list
 
 
 def inputs_tag(spec: RunSpec, inputs: InputPaths, threads: int) -> str:
-    """What a student run's result depends on besides variant, seed and lag: the spec's student
-    settings, the cached upstream steps (their names carry their config hashes), the source
-    of the user's own student and method classes and the torch threads the run uses (torch's
-    CPU sums depend on the count, and a search amplifies the difference). A rerun
-    into the same RUN_DIR after changing any of them redoes the student runs instead of
-    reusing stale lines of runs.jsonl. Where results are tracked (``logger``) is not part."""
+    """What every student run of a cell depends on besides variant, seed and lag: the spec's
+    student settings, the source of gemkd and of the user's student class, and the torch
+    threads the run uses (torch's CPU sums depend on the count, and a search amplifies the
+    difference). A rerun into the same RUN_DIR after changing any of them redoes the student
+    runs instead of reusing stale lines of runs.jsonl. Where results are tracked (``logger``)
+    is not part, nor which variants the spec lists: :func:`variant_tag` adds a variant's own
+    definition and what it reads, so adding a variant reuses every other's searches and runs.
+    (``inputs``: the cell's upstream steps, read by :func:`variant_tag`, not here.)"""
     from gemkd.experiments.run.cache import code_hash, plugin_key, step_sources
 
     spec_part = {k: v for k, v in spec.to_dict().items()
@@ -71,14 +73,33 @@ def inputs_tag(spec: RunSpec, inputs: InputPaths, threads: int) -> str:
     # which other worlds the run replicates over is not an input of this world's students (its
     # own data is, through the upstream steps' names): adding a world reuses the others' runs
     spec_part["data"] = {k: v for k, v in spec_part["data"].items() if k != "seeds"}
-    upstream = {k: fs.name(fs.parent(v)) for k, v in inputs.stores.items()}
-    if inputs.codes is not None:
+    blob = json.dumps({"spec": spec_part, "code": code_hash(step_sources("students")),
+                       "threads": threads, **plugin_key([spec.student.class_path])},
+                      sort_keys=True, default=str)
+    return _digest(blob)
+
+
+def variant_tag(cell_tag: str, spec: RunSpec, variant: VariantSpec, inputs: InputPaths) -> str:
+    """The tag of ``variant``'s runs in a cell (its searches' study names and its runs.jsonl
+    keys): the cell's :func:`inputs_tag`, the variant's definition, the upstream steps it reads
+    (by their names, which carry their config hashes: the teacher source it distils from, the
+    GEM store for the teacher's weights, the LoopFM codes) and its methods' plug-in source. The
+    baseline reads none, so a new teacher step changes no baseline run."""
+    from gemkd.experiments.run.cache import plugin_key
+
+    needs = variant_needs(variant)
+    upstream = {}
+    if needs & {"teacher", "teacher_emb"}:
+        upstream[variant.teacher] = fs.name(fs.parent(inputs.stores[variant.teacher]))
+    if "teacher_weights" in needs and "gem" in inputs.stores:  # the store names the checkpoint
+        upstream["gem"] = fs.name(fs.parent(inputs.stores["gem"]))
+    if "codes" in needs and inputs.codes is not None:
         upstream["codes"] = fs.name(fs.parent(inputs.codes))
-    variants = {v.name: v.to_value() for v in spec.variants}
-    plugins = plugin_key([spec.student.class_path,
-                          *(m.class_path for v in spec.variants for m in v.methods)])
-    blob = json.dumps({"spec": spec_part, "upstream": upstream, "variants": variants,
-                       "code": code_hash(step_sources("students")), "threads": threads,
-                       **plugins}, sort_keys=True,
-                      default=str)
+    blob = json.dumps({"cell": cell_tag, "variant": variant.to_value(), "upstream": upstream,
+                       **plugin_key(m.class_path for m in variant.methods)},
+                      sort_keys=True, default=str)
+    return _digest(blob)
+
+
+def _digest(blob: str) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:12]

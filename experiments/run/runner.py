@@ -35,7 +35,7 @@ from gemkd.experiments.run.evaluation import (
     store_logits,
 )
 from gemkd.experiments.run.executors import Executor, Serial
-from gemkd.experiments.run.inputs import inputs_tag, lag_inputs
+from gemkd.experiments.run.inputs import inputs_tag, lag_inputs, variant_tag
 from gemkd.experiments.run.jobs import StudentRun
 from gemkd.experiments.run.methods import variant_needs
 from gemkd.experiments.run.progress import Progress
@@ -203,7 +203,8 @@ def _final_runs(ctx: RunContext, cell: LagCell, chosen: dict[str, dict[str, Any]
     keys, todo = {}, []
     for variant in spec.variants:
         for seed in spec.seeds:
-            key = f"final|{variant.name}|{seed}|{cell.lag}|{cell.world_key}{cell.tag}"
+            tag = variant_tag(cell.tag, spec, variant, cell.inputs)  # its own inputs only
+            key = f"final|{variant.name}|{seed}|{cell.lag}|{cell.world_key}{tag}"
             keys[variant.name, seed] = key
             if key in ctx.done:
                 log(f"[cached] {variant.name} seed {seed} (runs.jsonl)")

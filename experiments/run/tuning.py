@@ -16,6 +16,7 @@ import math
 from typing import Any
 
 from gemkd.experiments.run.context import LagCell, RunContext
+from gemkd.experiments.run.inputs import variant_tag
 from gemkd.experiments.run.jobs import StudentRun
 from gemkd.experiments.run.methods import search_space
 from gemkd.experiments.run.results import record
@@ -27,16 +28,18 @@ from gemkd.transfer.methods.space import Categorical
 
 def make_tuner(ctx: RunContext, cell: LagCell, variant: VariantSpec) -> SearchTuner:
     """The variant's Optuna study for the cell, kept under ``RUN_DIR/tuning`` (a killed run
-    resumes it); the study's name carries the cell's input tag, so a changed spec starts a new
-    search instead of continuing another's, while its samplers are seeded by (variant, lag,
-    world) alone: the tag also hashes gemkd's source, and a search reseeded by every edit would
-    move a run's choices (and its results) with code that computes the same numbers. The seed
-    is ``tuning.seed``, by default the spec's first training seed."""
+    resumes it); the study's name carries the variant's input tag (:func:`variant_tag`), so a
+    changed spec starts a new search instead of continuing another's, and a variant added to
+    the spec leaves the others' studies as they were, while its samplers are seeded by
+    (variant, lag, world) alone: the tag also hashes gemkd's source, and a search reseeded by
+    every edit would move a run's choices (and its results) with code that computes the same
+    numbers. The seed is ``tuning.seed``, by default the spec's first training seed."""
     spec = ctx.spec
     key = study_name(variant.name, cell.lag, cell.world)
     return SearchTuner(Search(search_space(spec, variant), spec.tuning.sampler,
                               spec.tuning.trials, search_seed(spec), ctx.out / "tuning",
-                              f"{key}-{cell.tag}", seed_key=key))
+                              f"{key}-{variant_tag(cell.tag, spec, variant, cell.inputs)}",
+                              seed_key=key))
 
 
 def search_seed(spec: RunSpec) -> int:
@@ -68,6 +71,7 @@ def tune_variants(ctx: RunContext, cell: LagCell, tuning_rows: list[dict]
     ``tuning_rows`` (tuning.csv)."""
     spec, log = ctx.spec, ctx.log
     tuners = {v.name: make_tuner(ctx, cell, v) for v in spec.variants}
+    tags = {v.name: variant_tag(cell.tag, spec, v, cell.inputs) for v in spec.variants}
     first, end = spec.student_days
     train, val = (first, end - 1), (end - 1, end)
     task = ctx.tasks[0]
@@ -82,7 +86,7 @@ def tune_variants(ctx: RunContext, cell: LagCell, tuning_rows: list[dict]
             for seed in validation_seeds(spec):
                 # the first seed's key is the one earlier versions wrote: their ledger is reused
                 seed_part = "" if seed == spec.seeds[0] else f"|s{seed}"
-                key = f"tune|{name}|{cell.lag}|{blob}{seed_part}|{cell.world_key}{cell.tag}"
+                key = f"tune|{name}|{cell.lag}|{blob}{seed_part}|{cell.world_key}{tags[name]}"
                 keys.setdefault((name, blob), []).append(key)
                 if key in ctx.done:
                     log.run_done(None)
