@@ -51,13 +51,13 @@ BENCH_DEVICE ?= cpu
 RESULTS := benchmarks/results
 bench: install
 	rm -f $(RESULTS)/*.json
-	$(BIN)/python benchmarks/bench_data.py --json $(RESULTS)/data.json $(BENCH_ARGS)
-	$(BIN)/python benchmarks/bench_jagged.py --json $(RESULTS)/jagged.json --device $(BENCH_DEVICE) $(BENCH_ARGS)
-	$(BIN)/python benchmarks/bench_store.py --json $(RESULTS)/store.json $(BENCH_ARGS)
-	$(BIN)/python benchmarks/bench_teacher.py --json $(RESULTS)/teacher.json --device $(BENCH_DEVICE) $(BENCH_ARGS)
-	$(BIN)/python benchmarks/bench_transfer.py --json $(RESULTS)/transfer.json --device $(BENCH_DEVICE) $(BENCH_ARGS)
-	$(BIN)/python benchmarks/bench_serving.py --json $(RESULTS)/serving.json --device $(BENCH_DEVICE) $(BENCH_ARGS)
-	$(BIN)/python benchmarks/render_performance.py --results $(RESULTS) --out docs/PERFORMANCE.md \
+	$(BIN)/python -m benchmarks.bench_data --json $(RESULTS)/data.json $(BENCH_ARGS)
+	$(BIN)/python -m benchmarks.bench_jagged --json $(RESULTS)/jagged.json --device $(BENCH_DEVICE) $(BENCH_ARGS)
+	$(BIN)/python -m benchmarks.bench_store --json $(RESULTS)/store.json $(BENCH_ARGS)
+	$(BIN)/python -m benchmarks.bench_teacher --json $(RESULTS)/teacher.json --device $(BENCH_DEVICE) $(BENCH_ARGS)
+	$(BIN)/python -m benchmarks.bench_transfer --json $(RESULTS)/transfer.json --device $(BENCH_DEVICE) $(BENCH_ARGS)
+	$(BIN)/python -m benchmarks.bench_serving --json $(RESULTS)/serving.json --device $(BENCH_DEVICE) $(BENCH_ARGS)
+	$(BIN)/python -m benchmarks.render_performance --results $(RESULTS) --out docs/PERFORMANCE.md \
 		--gpu-results $(RESULTS)/gpu \
 		--command "make bench BENCH_ARGS='$(BENCH_ARGS)' BENCH_DEVICE=$(BENCH_DEVICE)"
 
@@ -75,13 +75,13 @@ results: install
 # KD's and full's gain against the teacher's days of data at equal age (world 0, lag 0).
 TEACHER_DAYS := 5 10 20
 teacher-curves: install
-	$(BIN)/python benchmarks/teacher_scaling.py --run runs/benchmark --every 3 \
+	$(BIN)/python -m studies.teacher_scaling --run runs/benchmark --every 3 \
 		--json $(RESULTS)/teacher_scaling.json --markdown $(RESULTS)/teacher_scaling.md \
 		--plots $(RESULTS)
 	for d in $(TEACHER_DAYS); do $(BIN)/gemkd run experiments/benchmark.yaml \
 		--set 'data.seeds=[0]' --set teacher_lag_days=0 --set teacher_stream_start=$$((30 - d)) \
 		--set 'variants=[baseline,kd,full]' --out runs/teacher_days_$$d || exit 1; done
-	$(BIN)/python benchmarks/teacher_days_grid.py --world 0 \
+	$(BIN)/python -m studies.teacher_days_grid --world 0 \
 		--runs $(foreach d,$(TEACHER_DAYS),runs/teacher_days_$(d)) runs/benchmark \
 		--markdown $(RESULTS)/teacher_days_grid.md --plot $(RESULTS)/teacher_days_grid.png
 

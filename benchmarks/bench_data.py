@@ -1,6 +1,6 @@
 """Data layer benchmark: synthetic generation time and reader rate vs a bare pyarrow scan.
 
-    python benchmarks/bench_data.py [--config experiments/data/base.yaml] [--json OUT] [--quick]
+    python -m benchmarks.bench_data [--config experiments/data/base.yaml] [--json OUT] [--quick]
 
 Targets (issue 2): 1M examples at mean history 50 generated in <= 60 s; the reader delivers
 >= 0.5x the rate of a bare ``pyarrow.dataset`` scan of the same columns, and >= 200k
@@ -11,15 +11,13 @@ examples/s with one worker (num_workers=0: batches are built in the consuming pr
 from __future__ import annotations
 
 import argparse
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import pyarrow.dataset as ds
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from benchmarks.common import (  # noqa: E402
+from benchmarks.common import (
     add_common_args,
     apply_common_args,
     figure,
@@ -27,9 +25,9 @@ from benchmarks.common import (  # noqa: E402
     print_figures,
     write_json,
 )
-from gemkd.transfer.config import load_dataclass  # noqa: E402
-from gemkd.transfer.data.reader import DatasetReader  # noqa: E402
-from gemkd.transfer.data.synth import SynthConfig, generate  # noqa: E402
+from gemkd.transfer.config import load_dataclass
+from gemkd.transfer.data.reader import DatasetReader
+from gemkd.transfer.data.synth import SynthConfig, generate
 
 
 def main() -> None:

@@ -28,7 +28,7 @@ multi-threaded torch ops stall in OpenMP barriers and the timings measure the ne
 On CUDA the jagged variants run with both kernels ("torch" and "triton"). ``--quick``: B=64,
 mean 50, max 500 (a smoke run, not the reference figures). Usage::
 
-    python benchmarks/bench_jagged.py [--json OUT] [--device cpu|cuda] [--quick]
+    python -m benchmarks.bench_jagged [--json OUT] [--device cpu|cuda] [--quick]
 """
 
 from __future__ import annotations
@@ -43,13 +43,10 @@ from pathlib import Path
 
 import torch
 
+from benchmarks.common import figure, print_figures, write_json
+from gemkd.transfer import ops
+
 REPO = Path(__file__).resolve().parents[1]
-if str(REPO) not in sys.path:  # run as a script from a checkout without installing
-    sys.path.insert(0, str(REPO))
-
-from benchmarks.common import figure, print_figures, write_json  # noqa: E402
-from gemkd.transfer import ops  # noqa: E402
-
 OPS = ("segment_mean", "target_attention")
 
 
@@ -146,7 +143,8 @@ def measure_cpu_memory_here(op: str, variant: str, args: argparse.Namespace) -> 
 def cpu_peak_bytes(op: str, variant: str, args: argparse.Namespace) -> int:
     cmd = [
         sys.executable,
-        str(Path(__file__).resolve()),
+        "-m",
+        "benchmarks.bench_jagged",
         "--_memory-child",
         op,
         variant,

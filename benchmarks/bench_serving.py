@@ -1,7 +1,7 @@
 """Serving-side cost of transfer: per-request latency of the student with representation
 features vs the plain student vs running the GEM teacher itself.
 
-    python benchmarks/bench_serving.py [--json OUT] [--quick] [--threads 1] [--device cpu|cuda]
+    python -m benchmarks.bench_serving [--json OUT] [--quick] [--threads 1] [--device cpu|cuda]
         [--candidates 100] [--requests 500]
 
 Why: LoopFM-style representation features move teacher knowledge into serving as a lookup; the
@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -39,8 +38,7 @@ import numpy as np
 import torch
 import yaml
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from benchmarks.common import (  # noqa: E402
+from benchmarks.common import (
     add_common_args,
     apply_common_args,
     figure,
@@ -48,14 +46,14 @@ from benchmarks.common import (  # noqa: E402
     sync,
     write_json,
 )
-from gemkd.experiments.spec import load_spec  # noqa: E402
-from gemkd.students import build_student  # noqa: E402
-from gemkd.teachers import GEM  # noqa: E402
-from gemkd.transfer.config import load_dataclass  # noqa: E402
-from gemkd.transfer.data.batch import Batch  # noqa: E402
-from gemkd.transfer.data.reader import DatasetReader  # noqa: E402
-from gemkd.transfer.data.synth import SynthConfig, generate  # noqa: E402
-from gemkd.transfer.repr_features import (  # noqa: E402
+from gemkd.experiments.spec import load_spec
+from gemkd.students import build_student
+from gemkd.teachers import GEM
+from gemkd.transfer.config import load_dataclass
+from gemkd.transfer.data.batch import Batch
+from gemkd.transfer.data.reader import DatasetReader
+from gemkd.transfer.data.synth import SynthConfig, generate
+from gemkd.transfer.repr_features import (
     AsOfCodes,
     CodeStore,
     pool_mean,

@@ -24,7 +24,7 @@ predict loop would.
 Each figure is the median of ``--reps`` interleaved runs after a warm-up on 50k rows. ``--quick``
 uses 100k rows. Usage::
 
-    python benchmarks/bench_store.py [--json OUT] [--rows N] [--reps R] [--quick]
+    python -m benchmarks.bench_store [--json OUT] [--rows N] [--reps R] [--quick]
 """
 
 from __future__ import annotations
@@ -32,7 +32,6 @@ from __future__ import annotations
 import argparse
 import shutil
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -43,14 +42,10 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 import torch
 
-REPO = Path(__file__).resolve().parents[1]
-if str(REPO) not in sys.path:  # run as a script from a checkout without installing
-    sys.path.insert(0, str(REPO))
-
-from benchmarks.common import figure, print_figures, write_json  # noqa: E402
-from gemkd.transfer.repr_features import quantize_codes, write_code_store  # noqa: E402
-from gemkd.transfer.store import StoreWriter, TeacherJoin, TeacherStore  # noqa: E402
-from gemkd.transfer.store.writer import parquet_options, store_schema  # noqa: E402
+from benchmarks.common import figure, print_figures, write_json
+from gemkd.transfer.repr_features import quantize_codes, write_code_store
+from gemkd.transfer.store import StoreWriter, TeacherJoin, TeacherStore
+from gemkd.transfer.store.writer import parquet_options, store_schema
 
 TASKS = ["click", "conversion", "organic"]
 E = 64

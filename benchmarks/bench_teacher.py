@@ -1,6 +1,6 @@
 """GEM teacher benchmark: training-step rate, torch.compile, history-length scaling, memory, FLOPs.
 
-    python benchmarks/bench_teacher.py [--json OUT] [--quick] [--device cpu|cuda]
+    python -m benchmarks.bench_teacher [--json OUT] [--quick] [--device cpu|cuda]
 
 One training step = GEM forward + per-task BCE + backward + AdamW step (the trainer's two
 parameter groups) on real ``Batch`` objects (B = 512) read by ``DatasetReader`` from synthetic
@@ -37,10 +37,9 @@ from pathlib import Path
 import torch
 import yaml
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from benchmarks import teacher_steps  # noqa: E402
-from benchmarks.common import figure, interleaved, print_figures, sync, write_json  # noqa: E402
-from benchmarks.teacher_steps import (  # noqa: E402
+from benchmarks import teacher_steps
+from benchmarks.common import figure, interleaved, print_figures, sync, write_json
+from benchmarks.teacher_steps import (
     BATCH,
     MM_FLOPS,
     MM_SHAPE,
@@ -50,9 +49,9 @@ from benchmarks.teacher_steps import (  # noqa: E402
     read_batches,
     step_flops,
 )
-from gemkd.transfer.data.batch import Batch  # noqa: E402
-from gemkd.transfer.data.reader import DatasetReader  # noqa: E402
-from gemkd.transfer.data.synth import SynthConfig, generate  # noqa: E402
+from gemkd.transfer.data.batch import Batch
+from gemkd.transfer.data.reader import DatasetReader
+from gemkd.transfer.data.synth import SynthConfig, generate
 
 ROOT = Path(__file__).resolve().parents[1]
 CAPS = [128, 256, 512, 1024, 2048, 4096]
@@ -120,7 +119,8 @@ def memory(data: Path, config: dict, max_seq_len: int | None, threads: int | Non
            steps: int = 3) -> dict:
     if DEVICE == "cuda":
         return cuda_memory(data, config, max_seq_len, steps)
-    cmd = [sys.executable, __file__, "--_memory", str(data), "--_config", json.dumps(config),
+    cmd = [sys.executable, "-m", "benchmarks.bench_teacher", "--_memory", str(data),
+           "--_config", json.dumps(config),
            "--_steps", str(steps)]
     if threads:
         cmd += ["--threads", str(threads)]

@@ -1,6 +1,6 @@
 """KD overhead: one student epoch per `gemkd run` variant, side by side; input-pipeline headroom.
 
-    python benchmarks/bench_transfer.py [--json OUT] [--quick] [--threads 1] [--device cpu|cuda]
+    python -m benchmarks.bench_transfer [--json OUT] [--quick] [--threads 1] [--device cpu|cuda]
 
 Why: knowledge transfer is only worth shipping if it costs the student little. Each variant's
 epoch is run through ``gemkd.experiments.run.student.train_student`` exactly as ``gemkd run`` runs
@@ -54,7 +54,6 @@ import argparse
 import dataclasses
 import logging
 import statistics
-import sys
 import tempfile
 import time
 import warnings
@@ -63,9 +62,8 @@ from pathlib import Path
 import lightning.pytorch as pl
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from benchmarks.bare import RawCapture, bare_loop, compare  # noqa: E402
-from benchmarks.common import (  # noqa: E402
+from benchmarks.bare import RawCapture, bare_loop, compare
+from benchmarks.common import (
     add_common_args,
     apply_common_args,
     interleaved_times,
@@ -74,29 +72,29 @@ from benchmarks.common import (  # noqa: E402
     sync,
     write_json,
 )
-from benchmarks.transfer_figures import SEPARATE, figures  # noqa: E402
-from gemkd.experiments.run.codes_step import build_codes  # noqa: E402
-from gemkd.experiments.run.data_sources import prepare_data  # noqa: E402
-from gemkd.experiments.run.student import (  # noqa: E402
+from benchmarks.transfer_figures import SEPARATE, figures
+from gemkd.experiments.run.codes_step import build_codes
+from gemkd.experiments.run.data_sources import prepare_data
+from gemkd.experiments.run.student import (
     Inputs,
     StudentJob,
     student_projection,
     train_student,
 )
-from gemkd.experiments.run.teacher_steps import (  # noqa: E402
+from gemkd.experiments.run.teacher_steps import (
     cached_export,
     cached_fit,
     teacher_config,
 )
-from gemkd.experiments.spec import PluginSpec, RunSpec, TeacherSpec, VariantSpec, load_spec  # noqa: E402
-from gemkd.students import build_student  # noqa: E402
-from gemkd.transfer.data.datamodule import AdsDataModule  # noqa: E402
-from gemkd.transfer.data.schema import DatasetSchema  # noqa: E402
-from gemkd.transfer.distill import StoreTeacher  # noqa: E402
-from gemkd.transfer.repr_features import AsOfCodes, CodeStore  # noqa: E402
-from gemkd.transfer.store import TeacherStore  # noqa: E402
-from gemkd.transfer.training import training_base_rates  # noqa: E402
-from gemkd.transfer.training.trainer import best_or_last  # noqa: E402
+from gemkd.experiments.spec import PluginSpec, RunSpec, TeacherSpec, VariantSpec, load_spec
+from gemkd.students import build_student
+from gemkd.transfer.data.datamodule import AdsDataModule
+from gemkd.transfer.data.schema import DatasetSchema
+from gemkd.transfer.distill import StoreTeacher
+from gemkd.transfer.repr_features import AsOfCodes, CodeStore
+from gemkd.transfer.store import TeacherStore
+from gemkd.transfer.training import training_base_rates
+from gemkd.transfer.training.trainer import best_or_last
 
 VARIANTS = ["baseline", "kd", "kd_aux", "kd_aux_adapter", "kd_repr", "full",
             "kd_aux_adapter" + SEPARATE, "full" + SEPARATE]

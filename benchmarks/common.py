@@ -1,9 +1,10 @@
-"""Shared helpers for the benchmark scripts: side-by-side timing, figures and JSON output.
+"""Shared helpers for the benchmark scripts (and the studies' command-line conventions:
+``--json``, ``--threads``, ``machine``, ``command``): side-by-side timing, figures and JSON output.
 
 Every script writes one JSON file (``--json``) holding ``machine`` (where it ran), ``command``
 (the exact command line), ``quick`` (reduced sizes: not reference figures) and ``figures``: a
-flat list that ``benchmarks/render_performance.py`` turns into docs/PERFORMANCE.md, so a figure
-and its target are defined once, in the script that measures it.
+flat list that ``python -m benchmarks.render_performance`` turns into docs/PERFORMANCE.md, so a
+figure and its target are defined once, in the script that measures it.
 """
 
 from __future__ import annotations
@@ -183,7 +184,12 @@ def machine() -> dict:
 
 
 def command() -> str:
-    """The command line that produced the figures, as a user would type it."""
+    """The command line that produced the figures, as a user would type it: ``python -m
+    benchmarks.<name> ...`` (or ``studies.<name>``) for a module run from the repository root,
+    else the script's path."""
+    main = getattr(sys.modules.get("__main__"), "__spec__", None)
+    if main is not None and main.name and main.name != "__main__":
+        return shlex.join(["python", "-m", main.name.removesuffix(".__main__"), *sys.argv[1:]])
     script = Path(sys.argv[0])
     try:
         script = script.resolve().relative_to(Path.cwd())

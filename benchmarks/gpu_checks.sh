@@ -21,12 +21,12 @@ log() { echo "== $(date +%T) $*"; }
     tests/teachers/test_gem_gpu.py tests/training/test_gpu_fit.py
   echo "gpu tests exit $?"
   log "bench_jagged (torch and triton kernels)"
-  timeout 90 $PY benchmarks/bench_jagged.py --device cuda --json "$OUT/r/jagged.json"
+  timeout 90 $PY -m benchmarks.bench_jagged --device cuda --json "$OUT/r/jagged.json"
   log "bench_transfer"
-  timeout 120 $PY benchmarks/bench_transfer.py --device cuda --json "$OUT/r/transfer.json"
+  timeout 120 $PY -m benchmarks.bench_transfer --device cuda --json "$OUT/r/transfer.json"
   if [ "${1:-}" = "--ablation" ]; then
     log "teacher ablation (small, 3 seeds)"
-    timeout 420 $PY benchmarks/teacher_ablation.py --accelerator gpu --seeds 0 1 2 \
+    timeout 420 $PY -m studies.teacher_ablation --accelerator gpu --seeds 0 1 2 \
       --json "$OUT/r/ablation_small_gpu.json"
   fi
   if [ "${1:-}" = "--size" ]; then
@@ -34,7 +34,7 @@ log() { echo "== $(date +%T) $*"; }
     sed 's/^n_days: .*/n_days: 35/' experiments/data/base.yaml > "$OUT/base35.yaml"
     timeout 300 $PY -m gemkd.experiments.cli data synth --config "$OUT/base35.yaml" \
       --out "$OUT/base35" --overwrite
-    timeout 900 $PY benchmarks/teacher_aging.py --data "$OUT/base35" --window 30 --ages 0 \
+    timeout 900 $PY -m studies.teacher_aging --data "$OUT/base35" --window 30 --ages 0 \
       --eval-days 33 35 --seeds 0 1 --models gem gem_base --control gem --accelerator gpu \
       --set max_seq_len=256 max_epochs=1 --groups all stories --task click --bootstrap 200 \
       --json "$OUT/r/teacher_size_gpu.json" --markdown "$OUT/r/teacher_size_gpu.md"

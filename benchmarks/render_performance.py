@@ -1,6 +1,6 @@
 """Render every benchmark JSON under benchmarks/results/ into docs/PERFORMANCE.md.
 
-    python benchmarks/render_performance.py [--results benchmarks/results]
+    python -m benchmarks.render_performance [--results benchmarks/results]
         [--out docs/PERFORMANCE.md] [--command "make bench"]
 
 Why: the figures a README or an issue quotes should come from one run, with the machine and the
@@ -15,12 +15,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from benchmarks.common import command as this_command  # noqa: E402
-from benchmarks.common import fmt  # noqa: E402
+from benchmarks.common import command as this_command
+from benchmarks.common import fmt
 
 ORDER = ["data", "jagged", "store", "teacher", "transfer", "serving"]
 TITLES = {"data": "Data layer", "jagged": "Jagged ops", "store": "Teacher-output store",

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from gemkd.experiments.run.methods import build_methods, check_variant, search_space
@@ -117,15 +119,12 @@ def test_two_methods_tuning_one_knob_and_bad_declarations():
         method_space("m", {"w": LogUniform(0.1, 1.0, alternative_to="alpha")}, (), {})
 
 
-def test_a_plug_in_with_a_list_tunable_keeps_working():
+def test_a_plug_in_with_a_list_tunable_keeps_working(monkeypatch):
     spec = load_spec(None, ["tuning={emb_weight: {low: 0.01, high: 1.0, log: true}}"])
     (v,) = parse_variants({"mine": ["kd", "my_methods.embedding_kd.EmbeddingKD"]})
-    import sys
-    sys.path.insert(0, "docs/examples")
-    try:
-        space = search_space(spec, v)
-        assert isinstance(space["emb_weight"], LogUniform) and "alpha" in space
-        listed = search_space(load_spec(None, ["tuning={}"]), v)["emb_weight"]
-        assert listed.values == (0.1, 1.0)
-    finally:
-        sys.path.remove("docs/examples")
+    # the docs' example plug-in, importable for this test only (undone after it)
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[2] / "docs" / "examples"))
+    space = search_space(spec, v)
+    assert isinstance(space["emb_weight"], LogUniform) and "alpha" in space
+    listed = search_space(load_spec(None, ["tuning={}"]), v)["emb_weight"]
+    assert listed.values == (0.1, 1.0)

@@ -1,7 +1,7 @@
 """Teacher aging on real logs: how fast does a teacher's NE rise with the age of its training
 window? (docs/STALENESS.md)
 
-    python benchmarks/teacher_aging.py --data DATASET_DIR [--window 4] [--ages 0 2 4 6]
+    python -m studies.teacher_aging --data DATASET_DIR [--window 4] [--ages 0 2 4 6]
         [--eval-days 12 14] [--seeds 0 1 2] [--models gem mlp] [--set KEY=VALUE ...]
         [--groups all tab_0] [--task click] [--bootstrap 200] [--threads 1]
         [--json OUT] [--markdown OUT] [--plot OUT.png] [--keep DIR]
@@ -10,7 +10,7 @@ Every model is trained on a window of ``--window`` days that ends ``age`` days b
 evaluation day — ``[E0 − age − W, E0 − age)`` — and all are evaluated on the same days
 ``[E0, E1)``: the windows have equal length and differ only in age (DESIGN §6.1). Each age is
 trained for ``gem`` (the teacher config, default ``small``) and ``mlp`` (``mlp_small`` with the
-teacher's feature keys and trainer settings, as in ``benchmarks/teacher_ablation.py``) on the
+teacher's feature keys and trainer settings, as in ``studies/teacher_ablation.py``) on the
 same windows and seeds: the MLP is the control, so a teacher whose NE rises with age faster than
 the MLP's has aged beyond "an older window is a worse window for any model".
 
@@ -32,11 +32,11 @@ rows' own rate, i.e. rescaled log loss) is reported beside it. The headline is t
 slope of NE against age (NE per day of age) per model, its interval from the same replicates, and
 the paired difference of slopes teacher − MLP.
 
-This file trains the windows and runs the command; ``benchmarks/aging_study.py`` holds
+This file trains the windows and runs the command; ``studies/aging_study.py`` holds
 :func:`evaluate_rows` (a trained checkpoint → per-row outputs on the evaluation days) and
 :func:`aging_study` / :func:`aging_curve` (rows of many checkpoints → the table and the slopes),
 separate from training so any set of checkpoints (a streaming teacher's daily ones, a synthetic
-world's) can be aged the same way; ``benchmarks/aging_report.py`` the markdown and the plot.
+world's) can be aged the same way; ``studies/aging_report.py`` the markdown and the plot.
 """
 
 from __future__ import annotations
@@ -44,7 +44,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import glob
-import sys
 import tempfile
 import time
 from collections.abc import Iterable
@@ -53,27 +52,26 @@ from typing import Any
 
 import yaml
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from benchmarks.aging_report import markdown, plot  # noqa: E402
-from benchmarks.aging_study import (  # noqa: E402
+from benchmarks.common import (
+    add_common_args,
+    apply_common_args,
+    quiet_lightning,
+    write_json,
+)
+from gemkd.experiments.teacher_config import (
+    TeacherTrainConfig,
+    find_config,
+    load_teacher_config,
+)
+from studies.aging_report import markdown, plot
+from studies.aging_study import (
     ALL,
     Run,
     aging_study,
     evaluate_rows,
     window_base_rates,
 )
-from benchmarks.common import (  # noqa: E402
-    add_common_args,
-    apply_common_args,
-    quiet_lightning,
-    write_json,
-)
-from benchmarks.teacher_ablation import parse_overrides, variant_config  # noqa: E402
-from gemkd.experiments.teacher_config import (  # noqa: E402
-    TeacherTrainConfig,
-    find_config,
-    load_teacher_config,
-)
+from studies.teacher_ablation import parse_overrides, variant_config
 
 #: benchmark model name → teacher_ablation variant
 MODELS = {"gem": "full", "mlp": "mlp", "gem_base": "full"}  # gem_base: GEM of --base-config

@@ -1,4 +1,4 @@
-"""A tiny finished ``gemkd run`` for the benchmarks that read one (``--run RUN_DIR``)."""
+"""A tiny finished ``gemkd run`` for the studies that read one (``--run RUN_DIR``)."""
 
 from __future__ import annotations
 

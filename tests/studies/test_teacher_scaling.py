@@ -1,4 +1,4 @@
-"""``benchmarks/teacher_scaling.py`` on a tiny streaming run: the curves come from the daily
+"""``studies/teacher_scaling.py`` on a tiny streaming run: the curves come from the daily
 checkpoints, the last GEM point is the run's own lag-0 teacher, the shares follow their formula
 and the MLP is streamed over the same days."""
 
@@ -11,8 +11,8 @@ import shutil
 import pandas as pd
 import pytest
 
-from benchmarks.teacher_scaling import log_trend, main
-from tests.benchmarks.runs import spec_run
+from studies.teacher_scaling import log_trend, main
+from tests.studies.runs import spec_run
 
 SPEC = {
     "name": "scaling", "seeds": [0], "data": {"source": "synthetic", "preset": "tiny"},
@@ -67,7 +67,7 @@ def test_log_trend_recovers_a_known_slope():
 
 
 def test_baseline_from_the_ledger_while_the_run_goes_on(run, tmp_path):
-    from benchmarks.teacher_scaling import baseline_ne
+    from studies.teacher_scaling import baseline_ne
 
     shutil.copy(run / "runs.jsonl", tmp_path / "runs.jsonl")
     results = pd.read_csv(run / "results.csv")

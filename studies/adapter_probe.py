@@ -1,13 +1,14 @@
 """The Student Adapter's own gain, and what it learned, on the stores of a finished run
 (issue 19 item 3; docs/STALENESS.md, docs/RESULTS.md).
 
-    python benchmarks/adapter_probe.py --run runs/benchmark --out runs/benchmark/adapter_probe \\
+    python -m studies.adapter_probe --run runs/benchmark --out runs/benchmark/adapter_probe \\
         [--worlds 0 1 2] [--lags 0 3 6] [--seeds 0 1 2] [--arms ...] [--threads 1]
 
-For every (world, lag) cell of ``--run`` (found from its cache: :mod:`benchmarks.run_cells`) and
-every seed, student arms are trained on the run's own teacher stores with the hyper-parameters the
-run's search chose (``tuning.csv``), each arm's evaluation written as the run writes it
-(``OUT/clusters/world=W/lag=L/<arm>__seed<S>.npz``). The arms isolate the adapter:
+For every (world, lag) cell of ``--run`` (found from its cache:
+:meth:`gemkd.experiments.run_dir.RunDir.cells`) and every seed, student arms are trained on the
+run's own teacher stores with the hyper-parameters the run's search chose (``tuning.csv``), each
+arm's evaluation written as the run writes it (``OUT/clusters/world=W/lag=L/<arm>__seed<S>.npz``).
+The arms isolate the adapter:
 
 - ``kd_aux`` / ``kd_aux_adapter`` — the built-in pair (the adapter's own gain), each with the
   values its own search chose;
@@ -41,7 +42,6 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -49,26 +49,24 @@ from typing import Any
 import lightning.pytorch as pl
 import pandas as pd
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from benchmarks.common import add_common_args, apply_common_args, quiet_lightning  # noqa: E402
-from benchmarks.run_cells import Cell, find_cells  # noqa: E402
-from gemkd.adapters.learned_map import (  # noqa: E402
+from benchmarks.common import add_common_args, apply_common_args, quiet_lightning
+from gemkd.adapters.learned_map import (
     LearnedMap,
     collect_learned_map,
     plot_learned_map,
 )
-from gemkd.adapters.methods.student_adapter import Adapter  # noqa: E402
-from gemkd.experiments.report.load import load_tuning, tuning_digest  # noqa: E402
-from gemkd.experiments.report.results_md import PROBE_SOURCE  # noqa: E402
-from gemkd.experiments.run.jobs import InputPaths  # noqa: E402
-from gemkd.experiments.run.methods import search_space  # noqa: E402
-from gemkd.experiments.run.search import single_point  # noqa: E402
-from gemkd.experiments.run.student import StudentJob, student_datamodule, train_student  # noqa: E402
-from gemkd.experiments.spec.load import load_spec  # noqa: E402
-from gemkd.experiments.spec.model import RunSpec, VariantSpec  # noqa: E402
-from gemkd.transfer.io.atomic import atomic_write_bytes  # noqa: E402
-from gemkd.transfer.methods.space import IntRange  # noqa: E402
-from gemkd.transfer.training.trainer import training_base_rates  # noqa: E402
+from gemkd.adapters.methods.student_adapter import Adapter
+from gemkd.experiments.report.results_md import PROBE_SOURCE
+from gemkd.experiments.run.jobs import InputPaths
+from gemkd.experiments.run.methods import search_space
+from gemkd.experiments.run.search import single_point
+from gemkd.experiments.run.student import StudentJob, student_datamodule, train_student
+from gemkd.experiments.run_cells import Cell
+from gemkd.experiments.run_dir import RunDir
+from gemkd.experiments.spec.model import RunSpec, VariantSpec
+from gemkd.transfer.io.atomic import atomic_write_bytes
+from gemkd.transfer.methods.space import IntRange
+from gemkd.transfer.training.trainer import training_base_rates
 
 _ADAPTER = "adapter"
 
@@ -187,8 +185,7 @@ def run_cell(spec: RunSpec, cell: Cell, arms: list[str], seeds: list[int],
             job = StudentJob(variant, params, seed, tuple(spec.student_days),
                              tuple(spec.eval_days), cell.trained_until_day)
             capture = _CaptureMap(spec, job, cell.data) if _has_adapter(methods) else None
-            clusters = (out / "clusters" / f"world={cell.world}" / f"lag={cell.lag}"
-                        / f"{arm}__seed{seed}.npz")
+            clusters = RunDir(out).clusters_path(cell.world, cell.lag, f"{arm}__seed{seed}")
             t0 = time.perf_counter()
             res = train_student(spec, job, cell.data, inputs, base_rates,
                                 callbacks=[capture] if capture else None,
@@ -315,14 +312,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     quiet_lightning()
     apply_common_args(p, args)
     arms = list(dict.fromkeys(["baseline", *args.arms]))  # ΔNE needs the labels-only arm
-    run = Path(args.run)
-    spec = load_spec(run / "spec.yaml")
+    run = RunDir(args.run)
+    spec = run.run_spec()
     out = Path(args.out) if args.out else run / "adapter_probe"
     out.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(run / "spec.yaml", out / "spec.yaml")  # bootstrap settings for the report
-    tuning = load_tuning(run)
+    shutil.copyfile(run / RunDir.SPEC, out / RunDir.SPEC)  # bootstrap settings for the report
+    tuning = run.tuning()
     seeds = args.seeds if args.seeds is not None else list(spec.seeds)
-    cells = [c for c in find_cells(run, spec)
+    cells = [c for c in run.cells(spec)
              if (args.worlds is None or c.world in args.worlds)
              and (args.lags is None or c.lag in args.lags)]
     done = read_records(out)
@@ -347,7 +344,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         plots.append(str(plot_learned_map(lag_maps, out / f"learned_map_{arm}.png",
                                           title=f"{args.name or run.name}: {arm}")))
     md = summary_markdown(args.name or run.name, gains, calib, records, domain, task)
-    atomic_write_bytes(out / PROBE_SOURCE, json.dumps({"tuning_sha256": tuning_digest(run)},
+    atomic_write_bytes(out / PROBE_SOURCE, json.dumps({"tuning_sha256": run.tuning_digest()},
                                                       indent=1).encode())
     atomic_write_bytes(out / "summary.md", md.encode())
     print(md)

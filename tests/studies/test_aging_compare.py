@@ -1,4 +1,4 @@
-"""``benchmarks/aging_compare.py``: two aging results compared slope by slope, and the plot."""
+"""``studies/aging_compare.py``: two aging results compared slope by slope, and the plot."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from benchmarks.aging_compare import main
+from studies.aging_compare import main
 
 
 def _result(path, slopes: dict[str, tuple[float, float, float]], base: float):

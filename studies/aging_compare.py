@@ -1,6 +1,6 @@
 """Does the synthetic world age like the logs? Two ``teacher_aging.py`` results side by side.
 
-    python benchmarks/aging_compare.py \\
+    python -m studies.aging_compare \\
         --real benchmarks/results/teacher_aging_kuairand.json --real-group all \\
         --synthetic benchmarks/results/teacher_aging_synthetic.json --synthetic-group all \\
         [--task click] [--metric ne_eval] [--plot OUT.png] [--markdown OUT.md]
@@ -19,13 +19,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
 def load(path: str | Path, group: str, task: str) -> tuple[pd.DataFrame, pd.DataFrame]:

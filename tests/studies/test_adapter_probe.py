@@ -1,4 +1,4 @@
-"""``benchmarks/adapter_probe.py`` on a tiny streaming run: it finds the run's cells from its
+"""``studies/adapter_probe.py`` on a tiny streaming run: it finds the run's cells from its
 cache, retrains the run's variants to the run's own figures, measures the adapter's own gain
 with the report's paired bootstrap, and bins what each trained adapter learned."""
 
@@ -9,10 +9,9 @@ import json
 import pandas as pd
 import pytest
 
-from benchmarks.adapter_probe import main
-from benchmarks.run_cells import find_cells
-from gemkd.experiments.spec import load_spec
-from tests.benchmarks.runs import spec_run
+from gemkd.experiments.run_dir import LAYOUT_VERSION, RunDir
+from studies.adapter_probe import main
+from tests.studies.runs import spec_run
 
 SPEC = {
     "name": "probe", "seeds": [0], "data": {"source": "synthetic", "preset": "tiny"},
@@ -40,9 +39,34 @@ def probe(run):
 
 
 def test_cells_found_from_the_cache(run):
-    cells = find_cells(run, load_spec(run / "spec.yaml"))
+    cells = RunDir(run).cells()
     assert [(c.world, c.lag, c.trained_until_day) for c in cells] == [(0, 0, 3), (0, 2, 1)]
     assert all(c.data.is_dir() and c.stores["gem"].is_dir() for c in cells)
+
+
+def test_the_run_read_through_run_dir(run):
+    """What the runner wrote is where RunDir says: its layout version, spec, results, ledger,
+    curves and per-user evaluation files."""
+    rd = RunDir(run)
+    assert rd.layout_version == LAYOUT_VERSION
+    assert rd.run_spec().name == "probe" and rd.spec()["student_domain"] == "stories"
+    results = rd.results()
+    assert set(results["domain"]) == {"stories"}  # a one-domain student: no "all" rows
+    assert set(results["teacher_lag_days"]) == {0, 2} and set(results["world"]) == {0}
+    finals = rd.final_runs()
+    assert {(f.variant, f.seed, f.lag, f.world) for f in finals} == {
+        (v, 0, lag, None) for v in SPEC["variants"] for lag in (0, 2)}
+    for f in finals:
+        assert rd.curve_path(f.variant, f.seed, f.lag).is_file()
+        assert rd.clusters_path(0, f.lag, f"{f.variant}__seed{f.seed}").is_file()
+    assert rd.clusters_path(0, 0, "teacher__gem").is_file()
+    assert [(w, lag) for w, lag, _ in rd.eval_folders()] == [(0, 0), (0, 2)]
+    curves = rd.curves()
+    assert set(curves["variant"]) == set(SPEC["variants"])
+    assert rd.tuning() is not None and rd.environment()["run_threads"] >= 1
+    assert set(rd.teacher_data()["0"]) == {"0", "2"} and rd.sampled_negatives() is None
+    (fit,) = rd.teacher_fits()
+    assert fit.seed == 0 and (fit.run / "checkpoints").is_dir() and fit.data.is_dir()
 
 
 def test_the_probe_reproduces_the_runs_own_variants(run, probe):

@@ -1,4 +1,4 @@
-"""``benchmarks/teacher_days_grid.py``: one point per run, ΔNE and its interval from the run's
+"""``studies/teacher_days_grid.py``: one point per run, ΔNE and its interval from the run's
 files, the teacher's shares from its results, a multi-world run read at one world."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from benchmarks.teacher_days_grid import main
+from studies.teacher_days_grid import main
 
 
 def _run(path, days, worlds, ne_teacher, kd_ne, full_ne):
@@ -24,9 +24,11 @@ def _run(path, days, worlds, ne_teacher, kd_ne, full_ne):
         for seed, noise in ((0, 0.001), (1, -0.001)):
             for v, ne in (("baseline", 0.90), ("kd", kd_ne + noise), ("full", full_ne - noise)):
                 rows.append({"variant": v, "seed": seed, "world": w, "domain": "stories",
-                             "task": "click", "teacher_lag_days": 0, "ne": ne,
+                             "task": "click", "teacher_lag_days": 0, "ne": ne, "auc": 0.7,
+                             "calibration": 1.0, "ne_baseline": 0.90,
                              "ne_teacher": ne_teacher, "ne_oracle": 0.70,
-                             "ne_feature_oracle": 0.80, "delta_ne": 0.90 - ne})
+                             "ne_feature_oracle": 0.80, "delta_ne": 0.90 - ne,
+                             "transfer_ratio": None, "efficiency_vs_kd": None})
     pd.DataFrame(rows).to_csv(path / "results.csv", index=False)
     iv = [{"teacher_lag_days": 0, "domain": "stories", "task": "click", "variant": v,
            "delta_ne_lo": lo, "delta_ne_hi": hi} for v, lo, hi in (("kd", 0.01, 0.02),

@@ -1,5 +1,5 @@
 """``evaluate_teacher``: a trained teacher's NE / AUC / calibration on chosen days, from its
-checkpoint (what ``benchmarks/teacher_ablation.py`` compares teachers by). A benchmark's tool,
+checkpoint (what ``studies/teacher_ablation.py`` compares teachers by). A benchmark's tool,
 outside the installed package."""
 
 from __future__ import annotations

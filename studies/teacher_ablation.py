@@ -1,6 +1,6 @@
 """Teacher ablation: does every arm of GEM earn its place? (issue 9, docs/TEACHER.md)
 
-    python benchmarks/teacher_ablation.py [--data-config experiments/data/small.yaml |
+    python -m studies.teacher_ablation [--data-config experiments/data/small.yaml |
         --data DATASET_DIR] [--data-set KEY=VALUE ...] [--teacher-config FILE]
         [--mlp-config FILE] [--set KEY=VALUE ...] [--tune KEY=V1,V2,...] [--seeds 0 1 2]
         [--variants full wukong_only sequence_only mlp] [--accelerator auto|cpu|gpu]
@@ -30,7 +30,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -39,23 +38,22 @@ from typing import Any
 import torch
 import yaml
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from benchmarks.common import quiet_lightning, write_json  # noqa: E402
-from benchmarks.teacher_eval import evaluate_teacher  # noqa: E402
-from gemkd.experiments.run.evaluation import (  # noqa: E402
+from benchmarks.common import quiet_lightning, write_json
+from gemkd.experiments.run.evaluation import (
     eval_metrics,
     feature_oracle_metrics,
     has_oracle,
     oracle_logits,
 )
-from gemkd.experiments.teacher_config import TeacherTrainConfig, load_teacher_config  # noqa: E402
-from gemkd.experiments.teacher_fit import fit_teacher  # noqa: E402
-from gemkd.transfer.config import load_dataclass  # noqa: E402
-from gemkd.transfer.data.schema import DatasetSchema  # noqa: E402
-from gemkd.transfer.data.synth import SynthConfig, generate  # noqa: E402
-from gemkd.transfer.metrics.numerics import binary_entropy, logit  # noqa: E402
-from gemkd.transfer.options import ACCELERATORS  # noqa: E402
-from gemkd.transfer.training import training_base_rates  # noqa: E402
+from gemkd.experiments.teacher_config import TeacherTrainConfig, load_teacher_config
+from gemkd.experiments.teacher_fit import fit_teacher
+from gemkd.transfer.config import load_dataclass
+from gemkd.transfer.data.schema import DatasetSchema
+from gemkd.transfer.data.synth import SynthConfig, generate
+from gemkd.transfer.metrics.numerics import binary_entropy, logit
+from gemkd.transfer.options import ACCELERATORS
+from gemkd.transfer.training import training_base_rates
+from studies.teacher_eval import evaluate_teacher
 
 VARIANTS = ("full", "wukong_only", "sequence_only", "mlp")
 SAME_FEATURES = ("d", "max_history", "max_rows", "n_dense_tokens", "domain_token")

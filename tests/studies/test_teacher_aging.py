@@ -1,4 +1,4 @@
-"""benchmarks/teacher_aging.py (with aging_study.py and aging_report.py): the slope and its
+"""studies/teacher_aging.py (with aging_study.py and aging_report.py): the slope and its
 interval on constructed cases, the table's figures against the library's metrics, and one
 end-to-end run on the tiny world."""
 
@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 import torch
 
-from benchmarks.aging_study import (
+from gemkd.transfer.metrics.bootstrap import WorldSums, ne_point
+from studies.aging_study import (
     EvalRows,
     Run,
     aging_curve,
@@ -19,9 +20,8 @@ from benchmarks.aging_study import (
     ls_slope,
     slope_with_interval,
 )
-from benchmarks.teacher_aging import main
-from benchmarks.teacher_eval import evaluate_teacher
-from gemkd.transfer.metrics.bootstrap import WorldSums, ne_point
+from studies.teacher_aging import main
+from studies.teacher_eval import evaluate_teacher
 
 
 @pytest.fixture

@@ -1,7 +1,7 @@
 """What a streaming teacher's days of data buy: its NE on fixed evaluation days, and its share
 of the student's gap to the oracle, against the days it has seen — GEM beside the MLP ranker.
 
-    python benchmarks/teacher_scaling.py --run runs/benchmark --every 3 --threads 2 \\
+    python -m studies.teacher_scaling --run runs/benchmark --every 3 --threads 2 \\
         --json scaling.json --markdown scaling.md --plots docs/figures
 
 ``--run`` is a ``gemkd run`` directory of a spec with ``teacher_protocol: streaming`` (the
@@ -27,7 +27,6 @@ import argparse
 import dataclasses
 import json
 import math
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -35,61 +34,37 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import torch
-import yaml
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from benchmarks.common import add_common_args, apply_common_args, command, machine  # noqa: E402
-from gemkd.experiments.run.evaluation import (  # noqa: E402
+from benchmarks.common import add_common_args, apply_common_args, command, machine
+from gemkd.experiments.results_schema import BASELINE
+from gemkd.experiments.run.evaluation import (
     eval_metrics,
     feature_oracle_metrics,
     oracle_logits,
 )
-from gemkd.experiments.teacher_config import (  # noqa: E402
+from gemkd.experiments.run_cells import TeacherFit
+from gemkd.experiments.run_dir import RunDir
+from gemkd.experiments.teacher_config import (
     find_config,
     load_teacher,
     load_teacher_config,
 )
-from gemkd.transfer.training import training_base_rates  # noqa: E402
-from gemkd.transfer.training.day_checkpoints import day_checkpoints  # noqa: E402
+from gemkd.transfer.training import training_base_rates
+from gemkd.transfer.training.day_checkpoints import day_checkpoints
 
 TARGETS = {"oracle": 0.40, "feature_oracle": 0.60}  # issue 18's headroom targets
 
 
-@dataclasses.dataclass
-class World:
-    """One world of the run: its data, its seed and its streaming GEM fit."""
-
-    seed: int
-    data: Path
-    gem_run: Path
-
-
-def find_worlds(run: Path) -> list[World]:
+def find_worlds(run: Path) -> list[TeacherFit]:
     """Each world's data and streaming GEM fit in ``run``'s cache (matched on the data's key)."""
-    cache = run / "cache"
-    data = {}
-    for step in sorted(cache.glob("data-*")):
-        key = json.loads((step / "config.json").read_text())["config"]
-        data[json.dumps(key, sort_keys=True)] = (int(key.get("seed", 0) or 0), step / "data")
-    worlds = []
-    for step in sorted(cache.glob("teacher-*")):
-        cfg = json.loads((step / "config.json").read_text())["config"]
-        if not cfg["teacher"].get("stream") or not (step / "DONE").exists():
-            continue
-        seed, path = data[json.dumps(cfg["data"], sort_keys=True)]
-        worlds.append(World(seed, path, step / "run"))
-    if not worlds:
-        raise SystemExit(f"{run}: no finished streaming teacher fit in cache/ (a run of a spec "
-                         "with teacher_protocol: streaming)")
-    return sorted(worlds, key=lambda w: w.seed)
+    return RunDir(run).teacher_fits(streaming=True)
 
 
-def fit_mlp(world: World, out: Path, mlp_config: str) -> Path:
+def fit_mlp(world: TeacherFit, out: Path, mlp_config: str) -> Path:
     """The MLP ranker streamed over the GEM fit's days with its histories cap (resumable)."""
     from gemkd.experiments.teacher_fit import fit_teacher
 
-    gem = load_teacher_config(world.gem_run / "config.yaml")
+    gem = load_teacher_config(world.run / "config.yaml")
     cfg = dataclasses.replace(load_teacher_config(find_config(mlp_config, "teachers")),
                               train_days=gem.train_days, val_days=None, test_days=None,
                               max_seq_len=gem.max_seq_len, seed=gem.seed, stream=True,
@@ -112,7 +87,7 @@ def model_logits(ckpt: Path, data: Path, tasks: list[str]):
     return fn, teacher.cfg.max_seq_len
 
 
-def scores(world: World, spec: dict[str, Any], runs: dict[str, Path], every: int,
+def scores(world: TeacherFit, spec: dict[str, Any], runs: dict[str, Path], every: int,
            baseline: dict[str, float]) -> list[dict[str, Any]]:
     """One row per model × checkpoint × task × scope (the student domain, every domain)."""
     data, tasks, domain = world.data, list(spec["student_tasks"]), spec["student_domain"]
@@ -160,23 +135,15 @@ def baseline_ne(run: Path, world: int, domain: str) -> dict[str, float]:
     """The labels-only student's NE per task (mean over seeds) at lag 0 of ``world``: from
     results.csv, or while the run is still going from the finished runs in runs.jsonl (the
     last line of each seed)."""
-    path = run / "results.csv"
-    if path.is_file():
-        r = pd.read_csv(path)
-        r = r[(r.variant == "baseline") & (r.domain == domain) & (r.teacher_lag_days == 0)
+    rd = RunDir(run)
+    if (rd / RunDir.RESULTS).is_file():
+        r = rd.results()
+        r = r[(r.variant == BASELINE) & (r.domain == domain) & (r.teacher_lag_days == 0)
               & (r.world == world)]
         if len(r):
             return r.groupby("task")["ne"].mean().to_dict()
-    ledger = run / "runs.jsonl"
-    if not ledger.is_file():
-        return {}
-    by_seed: dict[str, dict] = {}
-    for line in ledger.read_text().splitlines():
-        entry = json.loads(line)
-        parts = entry["key"].split("|")
-        if parts[:2] == ["final", "baseline"] and parts[3] == "0" and \
-                (parts[4] == f"w{world}" or (len(parts) == 5 and world == 0)):
-            by_seed[parts[2]] = entry["metrics"]
+    by_seed = {f.seed: f.record["metrics"] for f in rd.final_runs()
+               if f.variant == BASELINE and f.lag == 0 and f.world in (None, world)}
     tasks = {k.split("/")[1] for m in by_seed.values() for k in m if k.startswith("ne/")}
     return {t: float(np.mean([m[f"ne/{t}/{domain}"] for m in by_seed.values()]))
             for t in sorted(tasks)} if by_seed else {}
@@ -305,7 +272,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     add_common_args(p)
     args = p.parse_args(argv)
     apply_common_args(p, args)
-    spec = yaml.safe_load((args.run / "spec.yaml").read_text())
+    spec = RunDir(args.run).spec()
     domain, task = spec["student_domain"], spec["student_tasks"][0]
     rows, seconds = [], {}
     for world in find_worlds(args.run):
@@ -313,7 +280,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             continue
         runs = {}
         if "gem" in args.models:
-            runs["gem"] = world.gem_run
+            runs["gem"] = world.run
         if "mlp" in args.models:
             t0 = time.perf_counter()
             runs["mlp"] = fit_mlp(world, args.run / "scaling" / f"mlp-w{world.seed}",

@@ -7,7 +7,7 @@ Each point is a ``gemkd run`` of the streaming benchmark at lag 0 with a later
     for d in 5 10 20; do gemkd run experiments/benchmark.yaml --set data.seeds=[0] \\
         --set teacher_lag_days=0 --set teacher_stream_start=$((30 - d)) \\
         --set 'variants=[baseline,kd,full]' --out runs/teacher_days_$d; done
-    python benchmarks/teacher_days_grid.py --runs runs/teacher_days_5 runs/teacher_days_10 \\
+    python -m studies.teacher_days_grid --runs runs/teacher_days_5 runs/teacher_days_10 \\
         runs/teacher_days_20 runs/benchmark --world 0 --markdown grid.md --plot grid.png
 
 A run with several lags or worlds contributes its lag 0 of ``--world`` only (the benchmark's
@@ -18,21 +18,25 @@ where the run has that one world, else mean ± std over seeds of that world.
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
-VARIANTS = ("kd", "full")
+from gemkd.experiments.results_schema import BASELINE, KD
+from gemkd.experiments.run_dir import RunDir, read_csv
+
+VARIANTS = (KD, "full")
 
 
 def grid_point(run: Path, world: int, domain: str, task: str) -> dict[str, Any]:
     """One run's teacher days and rows, the teacher's NE and shares, and each variant's ΔNE."""
-    data = json.loads((run / "teacher_data.json").read_text())[str(world)]["0"]
-    r = pd.read_csv(run / "results.csv")
-    r = r[(r.world == world) & (r.teacher_lag_days == 0) & (r.domain == domain) & (r.task == task)]
-    base = r[r.variant == "baseline"]
+    rd = RunDir(run)
+    data = rd.teacher_data()[str(world)]["0"]
+    results = rd.results()
+    r = results[(results.world == world) & (results.teacher_lag_days == 0)
+                & (results.domain == domain) & (results.task == task)]
+    base = r[r.variant == BASELINE]
     b = base["ne"]
     point: dict[str, Any] = {
         "run": str(run), "days": data["teacher_days"][1] - data["teacher_days"][0],
@@ -41,9 +45,9 @@ def grid_point(run: Path, world: int, domain: str, task: str) -> dict[str, Any]:
         "share_oracle": float(((b - base["ne_teacher"]) / (b - base["ne_oracle"])).mean()),
         "share_feature_oracle": float(((b - base["ne_teacher"])
                                        / (b - base["ne_feature_oracle"])).mean())}
-    iv_path = run / "intervals.csv"
-    iv = pd.read_csv(iv_path) if iv_path.is_file() else None
-    one_world = r.world.nunique() == 1 and pd.read_csv(run / "results.csv").world.nunique() == 1
+    iv_path = rd / RunDir.INTERVALS  # written by gemkd report
+    iv = read_csv(iv_path) if iv_path.is_file() else None
+    one_world = results.world.nunique() == 1
     for v in VARIANTS:
         d = r[r.variant == v].delta_ne
         point[f"{v}_delta_ne"] = float(d.mean())
@@ -107,10 +111,7 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
     p.add_argument("--plot", type=Path, default=None)
     p.add_argument("--json", type=Path, default=None)
     args = p.parse_args(argv)
-    import yaml
-
-    domain = args.domain or yaml.safe_load((args.runs[0] / "spec.yaml").read_text())[
-        "student_domain"]
+    domain = args.domain or (RunDir(args.runs[0]).spec() or {}).get("student_domain")
     points = pd.DataFrame([grid_point(r, args.world, domain, args.task) for r in args.runs])
     text = markdown(points, domain, args.task)
     print(text)

@@ -1,9 +1,9 @@
-"""The aging study of ``benchmarks/teacher_aging.py``: trained checkpoints → per-row outputs on
+"""The aging study of ``studies/teacher_aging.py``: trained checkpoints → per-row outputs on
 the same evaluation days → NE, AUC and calibration per model × age × domain group × task with
 intervals (a user-level cluster bootstrap nested with one over seeds,
 ``gemkd.transfer.metrics.bootstrap``), the least-squares slope against age and the paired
 differences. Kept apart from training so any checkpoints (a streaming teacher's daily ones, a
-synthetic world's) can be aged the same way; ``benchmarks/aging_report.py`` renders it.
+synthetic world's) can be aged the same way; ``studies/aging_report.py`` renders it.
 """
 
 from __future__ import annotations
