@@ -35,6 +35,8 @@ from gemkd.experiments.report.clusters import (
     unique_groups,
 )
 from gemkd.experiments.report.load import WORLD, load_results, load_spec
+from gemkd.experiments.results_schema import BASELINE, KD
+from gemkd.experiments.results_schema import KEYS as CELL_KEYS
 from gemkd.transfer.errors import ConfigError
 from gemkd.transfer.metrics.bootstrap import (
     interval,
@@ -47,10 +49,9 @@ from gemkd.transfer.metrics.bootstrap import (
     world_draws,
 )
 
-BASELINE, KD = "baseline", "kd"
 GAIN, LOSS, UNRESOLVED = "real gain", "real loss", "not resolved"
 BEATS, BELOW = "beats KD", "below KD"
-KEYS = ["teacher_lag_days", "domain", "task", "variant"]
+KEYS = list(CELL_KEYS)  # results_schema.KEYS as a list: frame[KEYS] selects columns
 COLUMNS = [
     *KEYS, "ne", "ne_lo", "ne_hi", "delta_ne", "delta_ne_lo", "delta_ne_hi",
     "efficiency_vs_kd", "efficiency_lo", "efficiency_hi", "vs_kd", "vs_kd_lo", "vs_kd_hi",
