@@ -2,8 +2,9 @@
 
 A run directory written by ``gemkd run`` holds ``results.csv`` (one row per variant × seed ×
 domain × task × teacher lag), optionally ``tuning.csv``, ``curves/<variant>_seed<k>_lag<l>.csv``
-and ``spec.yaml``, and since issue 17 ``clusters/`` (per-user evaluation sums). This package
-turns them into ``report.md``, ``intervals.csv`` and ``plots/*.png`` (DESIGN §6, §6.1): ΔNE,
+and ``spec.yaml``, and since issue 17 ``clusters/`` (per-user evaluation sums); the package reads
+them only through :class:`gemkd.experiments.run_dir.RunDir` (the layout, versioned). It turns
+them into ``report.md``, ``intervals.csv`` and ``plots/*.png`` (DESIGN §6, §6.1): ΔNE,
 efficiency vs KD and TR with 95 % intervals of a paired user-level bootstrap nested with seeds
 and worlds, verdicts from those intervals (:mod:`gemkd.experiments.report.intervals`), NE
 differences to 4 decimals, and the two "what it means" sentences generated from the numbers, never
