@@ -8,6 +8,11 @@ cluster of a user moves with it) and its training seeds. All arms of a world (ea
 the teacher) get the same user draw and all variants the same seed draw, so a difference between
 arms keeps only the noise that does not cancel (paired).
 
+Since issue 28 the report reads only the user level from here (one world's users resampled, every
+arm and seed at once: :mod:`gemkd.transfer.metrics.contrasts` turns it into the users' variance);
+the seed and world resampling and the percentile interval remain for the rule before it
+(``lag_intervals(method="percentile")``), which undercovers with 3 top-level units.
+
 Everything works on per-cluster sums (log loss, present labels, positives), so NE for every
 replicate of a world is one weighted sum — a matrix product, no Python loop over replicates.
 Axis names used below: B replicates, A arms, C clusters, U users, D domains, G = D + 1 domain
@@ -20,6 +25,8 @@ import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
+
+from gemkd.transfer.metrics.numerics import binary_entropy
 
 #: Elements of a [b, C] weight block held at once: bounds memory for any number of users.
 _BLOCK = 1 << 23
@@ -95,13 +102,6 @@ def resample_weights(user: np.ndarray, samples: int, rng: np.random.Generator) -
     return counts[:, index].astype(np.float64)
 
 
-def _entropy(p: np.ndarray) -> np.ndarray:
-    """H(p) in nats, 0 at p in {0, 1} (as gemkd.transfer.metrics.ne.binary_entropy)."""
-    inside = (p > 0) & (p < 1)
-    q = np.where(inside, p, 0.5)
-    return np.where(inside, -(q * np.log(q) + (1 - q) * np.log(1 - q)), 0.0)
-
-
 def _ne(world: WorldSums, weights: np.ndarray) -> np.ndarray:
     """NE ``[b, A, G, T]`` of every arm under cluster ``weights [b, C]``."""
     a, t = world.n_arms, world.n_tasks
@@ -115,7 +115,7 @@ def _ne(world: WorldSums, weights: np.ndarray) -> np.ndarray:
     with np.errstate(divide="ignore", invalid="ignore"):
         own = pos / n
     p = np.where(np.isnan(world.base_rate), own, world.base_rate)
-    h = _entropy(np.nan_to_num(p, nan=0.0))
+    h = binary_entropy(np.nan_to_num(p, nan=0.0))
     ok = (n > 0) & (h > 0)
     with np.errstate(divide="ignore", invalid="ignore"):
         ne = loss / np.where(ok, n, 1.0)[:, None] / np.where(ok, h, 1.0)[:, None]
