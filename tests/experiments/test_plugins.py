@@ -83,7 +83,7 @@ def doc_snippet(doc: Path, heading: str) -> str:
 def test_doc_check_snippets_run(monkeypatch, doc, heading):
     """The checks shown in docs/custom_method.md and docs/custom_teacher.md, as written, from
     the repository root: they use only the installed packages (``gemkd.transfer.testing``)."""
-    path = ROOT / "docs" / doc
+    path = ROOT / "docs" / "guides" / doc
     code = doc_snippet(path, heading)
     assert "tests." not in code
     monkeypatch.chdir(ROOT)

@@ -21,7 +21,7 @@ from gemkd.transfer.methods import MethodContext
 from gemkd.transfer.testing import random_batch, tiny_schema
 
 ROOT = Path(__file__).resolve().parents[2]
-DOC = ROOT / "docs" / "custom_student.md"
+DOC = ROOT / "docs" / "guides" / "custom_student.md"
 CLASS_PATH = "my_students.tower.TwoTower"
 
 
