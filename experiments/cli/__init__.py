@@ -1,7 +1,10 @@
-"""The gemkd command line. Every user error is one "error: ..." line and exit code 2.
+"""The gemkd command line. Every user error is one "error: ..." line and exit code 2; Ctrl-C is
+one "interrupted: ..." line and exit code 130.
 
 Each command only parses its arguments and calls a library function (gemkd's Python API) with
-them, so a notebook can do exactly what a command does."""
+them, so a notebook can do exactly what a command does. Every option is declared once, in its
+command's table (:mod:`gemkd.experiments.cli.declare`); docs/reference/cli.md is generated from
+the parser (``make reference``)."""
 
 from __future__ import annotations
 
@@ -10,69 +13,75 @@ import os
 import sys
 from collections.abc import Sequence
 
+from gemkd.experiments.cli.declare import COMMAND, Command, Opt, add_commands
 from gemkd.transfer.errors import ConfigError, GemkdError
 
 DESCRIPTION = ("Teacher-student knowledge transfer for ads ranking: make or import data, train "
                "and export a teacher, and measure how much of it reaches small students. Every "
                "command exits 0 on success and 2 on bad input, printing one line 'error: ...'.")
-EPILOG = "Run 'gemkd COMMAND --help' for a command's options; README.md has the full reference."
-#: integer options that count something (threads, processes, rows, days): 0 or less is a mistake
-COUNTS = ("threads", "workers", "devices", "num_nodes", "batch_size", "n_days", "max_history")
+EPILOG = ("Run 'gemkd COMMAND --help' for a command's options; docs/reference/cli.md lists "
+          "every command and option.")
+VERBOSE = Opt("--verbose", "also log progress details and Lightning's info lines (devices, "
+              "model summary) to stderr", short="-v", flag=True)
+
+
+def commands() -> tuple[Command, ...]:
+    """Every command, in the order ``gemkd --help`` lists them."""
+    from gemkd.experiments.cli import clean, data, run, store, teacher
+
+    return (*data.COMMANDS, *teacher.COMMANDS, *store.COMMANDS, *run.COMMANDS, *clean.COMMANDS)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from gemkd.experiments.cli import clean, data, run, store, teacher
     from gemkd.experiments.version import __version__
 
     p = argparse.ArgumentParser(prog="gemkd", description=DESCRIPTION, epilog=EPILOG)
-    p.add_argument("-v", "--verbose", action="store_true",
-                   help="also log progress details and Lightning's info lines (devices, model "
-                        "summary) to stderr")
+    VERBOSE.add_to(p)
     p.add_argument("--version", action="version", version=f"gemkd {__version__}")
-    sub = p.add_subparsers(dest="command", required=True)
-    data.add_parser(sub)
-    teacher.add_parser(sub)
-    store.add_parser(sub)
-    run.add_parser(sub)
-    clean.add_parser(sub)
-    _describe(p)
+    add_commands(p, commands())
     return p
 
 
-def _describe(parser: argparse.ArgumentParser) -> None:
-    """Give every subcommand's own --help the one-line summary its parent lists."""
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            for choice in action._choices_actions:
-                sub = action.choices[choice.dest]
-                if sub.description is None and choice.help:
-                    sub.description = choice.help[0].upper() + choice.help[1:] + "."
-                _describe(sub)
-
-
 def main(argv: Sequence[str] | None = None) -> int:
-    from gemkd.experiments.cli import output
+    from gemkd.experiments.cli import interrupt, output
 
     parser = build_parser()
     args = parser.parse_args(argv)
+    command: Command = getattr(args, COMMAND)
     output.configure(args.verbose, lightning=args.command in ("teacher", "run"))
-    try:
-        _check_counts(args)
-        args.func(args)
-    except GemkdError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("error: interrupted", file=sys.stderr)
-        return 130
-    except BrokenPipeError:  # `gemkd data summary DIR | head`: the reader has what it wanted
-        _quiet_stdout()
-    finally:
-        if "gemkd.transfer.training.trainer" in sys.modules:  # a command that trained or predicted
-            from gemkd.transfer.training import release_process_group
+    with interrupt.handled():
+        try:
+            _check_counts(command, args)
+            args.func(args)
+        except GemkdError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+        except (KeyboardInterrupt, SystemExit) as e:
+            if not interrupt.is_interrupt(e):
+                raise
+            newline = "\n" if sys.stderr.isatty() else ""  # past the terminal's ^C and a bar
+            print(f"{newline}{_interrupted(command)}", file=sys.stderr, flush=True)
+            return interrupt.EXIT_CODE
+        except BrokenPipeError:  # `gemkd data summary DIR | head`: the reader has what it wanted
+            _quiet_stdout()
+        finally:
+            if "gemkd.transfer.training.trainer" in sys.modules:  # a command that trained
+                from gemkd.transfer.training import release_process_group
 
-            release_process_group()
+                release_process_group()
     return 0
+
+
+def _interrupted(command: Command) -> str:
+    """The line an interrupted command prints: what is kept and how to go on."""
+    from gemkd.experiments.cli import interrupt
+
+    if command.words == ("run",):
+        return interrupt.RUN_MESSAGE
+    if command.words == ("teacher", "fit"):
+        return ("interrupted: rerun the same command with --resume to continue from its last "
+                "checkpoint")
+    return "interrupted"
 
 
 def _quiet_stdout() -> None:
@@ -85,11 +94,11 @@ def _quiet_stdout() -> None:
         pass
 
 
-def _check_counts(args: argparse.Namespace) -> None:
-    for name in COUNTS:
-        value = getattr(args, name, None)
-        if value is not None and value < 1:
-            raise ConfigError(f"--{name.replace('_', '-')} must be >= 1, got {value}")
+def _check_counts(command: Command, args: argparse.Namespace) -> None:
+    for opt in command.options:
+        value = getattr(args, opt.dest)
+        if opt.positive and value is not None and value < 1:
+            raise ConfigError(f"{opt.name} must be >= 1, got {value}")
 
 
 if __name__ == "__main__":

@@ -6,6 +6,8 @@ import argparse
 import os
 from pathlib import Path
 
+from gemkd.experiments.cli.declare import Command, Opt, arguments
+
 
 def stale_staging(path: str | Path) -> list[Path]:
     """Remove the staging directories of ``path`` (beside it) and of everything under it that
@@ -22,16 +24,18 @@ def stale_staging(path: str | Path) -> list[Path]:
 
 
 def _clean(args: argparse.Namespace) -> None:
-    removed = stale_staging(args.path)
+    removed = stale_staging(**arguments(args))
     for p in removed:
         print(f"removed {p}")
     print(f"{len(removed)} stale staging director{'y' if len(removed) == 1 else 'ies'} "
           f"removed under {args.path}")
 
 
-def add_parser(sub) -> None:
-    c = sub.add_parser("clean", help="remove the hidden staging directories killed exports "
-                       "left (.NAME.tmp-*), never one a live process is writing")
-    c.add_argument("path", help="a store, dataset or run directory (its staging siblings and "
-                   "everything under it are swept)")
-    c.set_defaults(func=_clean)
+COMMANDS = (
+    Command(("clean",), "remove the hidden staging directories killed exports left "
+            "(.NAME.tmp-*), never one a live process is writing", run=_clean,
+            calls="gemkd.experiments.cli.clean:stale_staging", options=(
+                Opt("path", "a store, dataset or run directory (its staging siblings and "
+                    "everything under it are swept)", param="path"),
+            )),
+)

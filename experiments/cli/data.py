@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from gemkd.experiments.cli.declare import Command, Opt, arguments
+
 MAPPINGS = Path(__file__).resolve().parents[1] / "data" / "mappings"  # shipped importer presets
 
 
@@ -14,7 +16,7 @@ def _synth(args: argparse.Namespace) -> None:
 
     overrides = {} if args.seed is None else {"seed": args.seed}
     cfg = load_dataclass(SynthConfig, args.config, overrides)
-    schema = generate(cfg, args.out, overwrite=args.overwrite)
+    schema = generate(cfg, **arguments(args, GENERATE))
     print(f"wrote {schema.n_rows} examples over {len(schema.days)} days to {args.out}")
     if args.summary:
         _print_summary(args.out, oracle=True)
@@ -23,8 +25,7 @@ def _synth(args: argparse.Namespace) -> None:
 def _movielens(args: argparse.Namespace) -> None:
     from gemkd.transfer.data.movielens import convert_movielens
 
-    schema = convert_movielens(args.src, args.out, n_days=args.n_days,
-                               max_history=args.max_history, overwrite=args.overwrite)
+    schema = convert_movielens(**arguments(args))
     print(f"wrote {schema.n_rows} examples over {len(schema.days)} days, "
           f"domains {schema.domains}, to {args.out}")
 
@@ -33,18 +34,15 @@ def _kuairand(args: argparse.Namespace) -> None:
     from gemkd.transfer.data.importer import load_mapping
     from gemkd.transfer.data.kuairand import convert_kuairand
 
-    tasks = None if args.tasks is None else [t.strip() for t in args.tasks.split(",")]
-    result = convert_kuairand(args.src, args.out, load_mapping(MAPPINGS / "kuairand.yaml"),
-                              tasks=tasks, min_domain_share=args.min_domain_share,
-                              max_history=args.max_history, overwrite=args.overwrite)
+    result = convert_kuairand(mapping=load_mapping(MAPPINGS / "kuairand.yaml"),
+                              **arguments(args))
     _print_imported(result, args.out)
 
 
 def _import(args: argparse.Namespace) -> None:
-    from gemkd.transfer.data.importer import import_logs, load_mapping
+    from gemkd.transfer.data.importer import import_logs
 
-    result = import_logs(args.src, load_mapping(args.mapping), args.out,
-                         overwrite=args.overwrite)
+    result = import_logs(**arguments(args))
     _print_imported(result, args.out)
 
 
@@ -80,7 +78,7 @@ def _summary(args: argparse.Namespace) -> None:
 def _validate(args: argparse.Namespace) -> None:
     from gemkd.transfer.data.audit import validate_dataset
 
-    reader = validate_dataset(args.data)
+    reader = validate_dataset(**arguments(args))
     print(f"ok: {reader.num_rows} rows in {len(reader.units)} row groups match "
           f"{args.data}/schema.json; example_id unique")
 
@@ -93,55 +91,76 @@ def print_table(frame) -> None:
         print(frame.to_string(index=False))
 
 
-def add_parser(sub) -> None:
-    data = sub.add_parser("data", help="generate, convert, inspect datasets")
-    dsub = data.add_subparsers(dest="data_command", required=True)
+def _task_list(text: str | None) -> list[str] | None:
+    return None if text is None else [t.strip() for t in text.split(",")]
 
-    s = dsub.add_parser("synth", help="write the synthetic ads world")
-    s.add_argument("--config", required=True, help="YAML of SynthConfig keys "
-                   "(experiments/data/{tiny,small,base}.yaml)")
-    s.add_argument("--out", required=True, help="output dataset directory")
-    s.add_argument("--seed", type=int, default=None, help="override the config's seed")
-    s.add_argument("--overwrite", action="store_true", help="replace an existing --out")
-    s.add_argument("--summary", action="store_true", help="print the per-day summary after")
-    s.set_defaults(func=_synth)
 
-    m = dsub.add_parser("movielens", help="convert MovieLens ratings.csv (+ movies.csv)")
-    m.add_argument("--src", required=True, help="directory with ratings.csv [movies.csv]")
-    m.add_argument("--out", required=True, help="output dataset directory")
-    m.add_argument("--n-days", type=int, default=20, help="time buckets of equal size")
-    m.add_argument("--max-history", type=int, default=1024, help="most recent events kept")
-    m.add_argument("--overwrite", action="store_true", help="replace an existing --out")
-    m.set_defaults(func=_movielens)
+def _load_mapping(path: str):
+    from gemkd.transfer.data.importer import load_mapping
 
-    k = dsub.add_parser("kuairand", help="convert KuaiRand logs (+ user/video features)")
-    k.add_argument("--src", required=True, help="directory with log_standard*.csv / "
-                   "log_random*.csv [user_features*.csv, video_features_basic*.csv], or one log")
-    k.add_argument("--out", required=True, help="output dataset directory")
-    k.add_argument("--tasks", default=None, help="comma-separated, default click,long_view,like "
-                   "(also: follow, comment, forward, hate, profile_enter)")
-    k.add_argument("--min-domain-share", type=float, default=0.01,
-                   help="tabs with a smaller share of rows are grouped into domain 'other'")
-    k.add_argument("--max-history", type=int, default=1024, help="most recent events kept")
-    k.add_argument("--overwrite", action="store_true", help="replace an existing --out")
-    k.set_defaults(func=_kuairand)
+    return load_mapping(path)
 
-    im = dsub.add_parser("import", help="convert any event log with a mapping file "
-                         "(docs/your_data.md)")
-    im.add_argument("--src", required=True, help="a CSV/Parquet log, or a directory of them")
-    im.add_argument("--mapping", required=True, help="YAML mapping of log columns to the schema")
-    im.add_argument("--out", required=True, help="output dataset directory")
-    im.add_argument("--overwrite", action="store_true", help="replace an existing --out")
-    im.set_defaults(func=_import)
 
-    su = dsub.add_parser("summary", help="per-day table: rates, oracle NE, history lengths")
-    su.add_argument("data", help="dataset directory")
-    su.add_argument("--drift", action="store_true", help="also print the day-to-day movement "
-                    "of each domain's base rates")
-    su.add_argument("--no-oracle", action="store_true",
-                    help="skip the feature-oracle table (synthetic data; ~20 s for small)")
-    su.set_defaults(func=_summary)
+GENERATE = "gemkd.transfer.data.synth:generate"
+OUT = Opt("--out", "output dataset directory", required=True, param="out")
+OVERWRITE = Opt("--overwrite", "replace an existing --out", flag=True, param="overwrite")
+MAX_HISTORY = Opt("--max-history", "most recent events kept", type=int, default=1024,
+                  positive=True, param="max_history")
+DATA = Opt("data", "dataset directory")
 
-    v = dsub.add_parser("validate", help="read every row and check it against schema.json")
-    v.add_argument("data", help="dataset directory")
-    v.set_defaults(func=_validate)
+COMMANDS = (
+    Command(("data",), "generate, convert, inspect datasets"),
+    Command(("data", "synth"), "write the synthetic ads world", run=_synth, options=(
+        Opt("--config", "YAML of SynthConfig keys (experiments/data/{tiny,small,base}.yaml)",
+            required=True),
+        Opt("--out", OUT.help, required=True, param=f"{GENERATE}.out"),
+        Opt("--seed", "override the config's seed", type=int),
+        Opt("--overwrite", OVERWRITE.help, flag=True, param=f"{GENERATE}.overwrite"),
+        Opt("--summary", "print the per-day summary after", flag=True),
+    )),
+    Command(("data", "movielens"), "convert MovieLens ratings.csv (+ movies.csv)",
+            run=_movielens, calls="gemkd.transfer.data.movielens:convert_movielens", options=(
+                Opt("--src", "directory with ratings.csv [movies.csv]", required=True,
+                    param="src"),
+                OUT,
+                Opt("--n-days", "time buckets of equal size", type=int, default=20,
+                    positive=True, param="n_days"),
+                MAX_HISTORY,
+                OVERWRITE,
+            )),
+    Command(("data", "kuairand"), "convert KuaiRand logs (+ user/video features)",
+            run=_kuairand, calls="gemkd.transfer.data.kuairand:convert_kuairand", options=(
+                Opt("--src", "directory with log_standard*.csv / log_random*.csv "
+                    "[user_features*.csv, video_features_basic*.csv], or one log",
+                    required=True, param="src"),
+                OUT,
+                Opt("--tasks", "comma-separated, default click,long_view,like (also: follow, "
+                    "comment, forward, hate, profile_enter)", param="tasks",
+                    convert=_task_list),
+                Opt("--min-domain-share", "tabs with a smaller share of rows are grouped into "
+                    "domain 'other'", type=float, default=0.01, param="min_domain_share"),
+                MAX_HISTORY,
+                OVERWRITE,
+            )),
+    Command(("data", "import"), "convert any event log with a mapping file "
+            "(docs/your_data.md)", run=_import,
+            calls="gemkd.transfer.data.importer:import_logs", options=(
+                Opt("--src", "a CSV/Parquet log, or a directory of them", required=True,
+                    param="src"),
+                Opt("--mapping", "YAML mapping of log columns to the schema", required=True,
+                    param="mapping", convert=_load_mapping),
+                OUT,
+                OVERWRITE,
+            )),
+    Command(("data", "summary"), "per-day table: rates, oracle NE, history lengths",
+            run=_summary, options=(
+                DATA,
+                Opt("--drift", "also print the day-to-day movement of each domain's base "
+                    "rates", flag=True),
+                Opt("--no-oracle", "skip the feature-oracle table (synthetic data; ~20 s for "
+                    "small)", flag=True),
+            )),
+    Command(("data", "validate"), "read every row and check it against schema.json",
+            run=_validate, calls="gemkd.transfer.data.audit:validate_dataset",
+            options=(Opt("data", DATA.help, param="root"),)),
+)

@@ -5,50 +5,51 @@ from __future__ import annotations
 
 import argparse
 
+from gemkd.experiments.cli.declare import Command, Opt, arguments
 from gemkd.transfer.errors import ConfigError
 from gemkd.transfer.options import EMB_DTYPES
 
 
-def _mapping(items: list[str]) -> dict[str, str]:
+def _mapping(items: list[str]) -> dict[str, str] | None:
+    """``["click=p_click"]`` → ``{"click": "p_click"}``; none given: None (``logit_<task>``)."""
     out = {}
     for item in items:
         task, sep, column = item.partition("=")
         if not sep or not task or not column:
             raise ConfigError(f"--logit-column {item!r}: expected TASK=COLUMN")
         out[task] = column
-    return out
+    return out or None
 
 
 def _import(args: argparse.Namespace) -> None:
     from gemkd.transfer.store.importer import import_store
 
-    tasks = [t for t in args.tasks.split(",") if t]
-    m = import_store(args.src, args.out, tasks, trained_until_day=args.trained_until_day,
-                     data=args.data, logit_columns=_mapping(args.logit_column),
-                     emb_column=args.emb_column, teacher_name=args.name,
-                     emb_dtype=args.emb_dtype, overwrite=args.overwrite)
+    m = import_store(**arguments(args))
     print(f"imported {m.total_rows} rows ({len(m.shards)} shards, tasks {m.tasks}, layer "
           f"{m.layer!r}) of teacher {m.teacher_name} to {args.out}")
 
 
-def add_parser(sub) -> None:
-    store = sub.add_parser("store", help="teacher-output stores")
-    ssub = store.add_subparsers(dest="store_command", required=True)
-    i = ssub.add_parser("import", help="a Parquet table of logged predictions -> a store")
-    i.add_argument("--src", required=True, help="Parquet file or directory: example_id, "
-                   "logit_<task> per task [, emb] [, day, domain, user_id, ts]")
-    i.add_argument("--out", required=True, help="store directory to create")
-    i.add_argument("--tasks", required=True, help="comma-separated task names, e.g. click,like")
-    i.add_argument("--trained-until-day", type=int, required=True,
-                   help="the last day the model was trained on (staleness is measured from it)")
-    i.add_argument("--data", default=None,
-                   help="the dataset the ids belong to (gives day, domain, user_id, ts when the "
-                        "source has no such columns)")
-    i.add_argument("--logit-column", action="append", default=[], metavar="TASK=COLUMN",
-                   help="source column of a task's logit (default logit_<task>)")
-    i.add_argument("--emb-column", default="emb",
-                   help="source column of the representation, if any (default emb)")
-    i.add_argument("--name", default="external", help="teacher name in the manifest")
-    i.add_argument("--emb-dtype", choices=EMB_DTYPES, default=EMB_DTYPES[0])
-    i.add_argument("--overwrite", action="store_true", help="replace an existing store")
-    i.set_defaults(func=_import)
+COMMANDS = (
+    Command(("store",), "teacher-output stores"),
+    Command(("store", "import"), "a Parquet table of logged predictions -> a store", run=_import,
+            calls="gemkd.transfer.store.importer:import_store", options=(
+                Opt("--src", "Parquet file or directory: example_id, logit_<task> per task "
+                    "[, emb] [, day, domain, user_id, ts]", required=True, param="src"),
+                Opt("--out", "store directory to create", required=True, param="out"),
+                Opt("--tasks", "comma-separated task names, e.g. click,like", required=True,
+                    param="tasks", convert=lambda text: [t for t in text.split(",") if t]),
+                Opt("--trained-until-day", "the last day the model was trained on (staleness "
+                    "is measured from it)", type=int, required=True, param="trained_until_day"),
+                Opt("--data", "the dataset the ids belong to (gives day, domain, user_id, ts "
+                    "when the source has no such columns)", param="data"),
+                Opt("--logit-column", "source column of a task's logit (default logit_<task>)",
+                    many=True, metavar="TASK=COLUMN", param="logit_columns", convert=_mapping),
+                Opt("--emb-column", "source column of the representation, if any (default emb)",
+                    default="emb", param="emb_column"),
+                Opt("--name", "teacher name in the manifest", default="external",
+                    param="teacher_name"),
+                Opt("--emb-dtype", "how the store keeps the representation", choices=EMB_DTYPES,
+                    default=EMB_DTYPES[0], param="emb_dtype"),
+                Opt("--overwrite", "replace an existing store", flag=True, param="overwrite"),
+            )),
+)
