@@ -143,7 +143,7 @@ COMMANDS = (
                 OVERWRITE,
             )),
     Command(("data", "import"), "convert any event log with a mapping file "
-            "(docs/your_data.md)", run=_import,
+            "(docs/guides/your_data.md)", run=_import,
             calls="gemkd.transfer.data.importer:import_logs", options=(
                 Opt("--src", "a CSV/Parquet log, or a directory of them", required=True,
                     param="src"),

@@ -82,8 +82,8 @@ COMMANDS = (
             convert=lambda sets: list(sets) or None),
         Opt("--threads", "torch CPU threads of this process's steps (default: torch's own "
             "choice) and of every student run (default 1). Results depend on it (torch's CPU "
-            "sums do); README's and docs/RESULTS.md's tables are at 1", type=int, positive=True,
-            param=f"{MAKE_EXECUTOR}.threads"),
+            "sums do); README's and docs/results/RESULTS.md's tables are at 1", type=int,
+            positive=True, param=f"{MAKE_EXECUTOR}.threads"),
         Opt("--workers", "student runs side by side in this many local processes (default: as "
             "many as the cores allow at --threads each; 1: one after another in this process). "
             "Results do not depend on it: every student run uses --threads threads wherever it "
@@ -103,7 +103,7 @@ COMMANDS = (
             "--markdown one page comparing several runs", run=_report, options=(
                 Opt("run_dir", "directories written by gemkd run", nargs="+"),
                 Opt("--markdown", "write one page with every RUN_DIR side by side "
-                    "(docs/RESULTS.md)", metavar="OUT.md"),
+                    "(docs/results/RESULTS.md)", metavar="OUT.md"),
                 Opt("--title", "the page's title (--markdown)", default="gemkd results",
                     param="gemkd.experiments.report.results_md:write_results.title"),
                 Opt("--pair", "print ΔNE(VARIANT) - ΔNE(REFERENCE) per lag, domain and task "
