@@ -47,7 +47,12 @@ def fit_teacher(config: TeacherTrainConfig | str | Path, data: str | Path, out: 
                 continue_from: str | Path | None = None) -> dict[str, Any]:
     """Train ``config`` (a config object or a YAML path) on ``data`` into ``out``; ``strategy``,
     ``devices`` and ``num_nodes`` override the config's. ``resume`` continues from
-    ``out/checkpoints/last.ckpt`` when it exists. ``tracker`` also logs the fit to TensorBoard
+    ``out/checkpoints/last.ckpt`` when it exists: saved at every epoch end, every day end of a
+    streaming pass, every ``checkpoint_every_n_steps`` when set and every 10 minutes of
+    training (:data:`~gemkd.transfer.training.trainer.CHECKPOINT_MINUTES`), mid-epoch too; it
+    restores the weights, the optimizer and the position in the pass, so the resumed fit skips
+    the batches already trained on and trains on the same batches as an uninterrupted one
+    (the work since the last save is redone). ``tracker`` also logs the fit to TensorBoard
     or MLflow (a ``Tracker``, or its kind: then under ``out/logs``, experiment = the config's
     name); ``out/metrics.csv`` is always written. Returns the summary written to
     ``val_metrics.json`` (global step, examples/s, final validation metrics). ``domains`` and

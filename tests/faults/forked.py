@@ -26,6 +26,7 @@ PAUSES = {
     "export.manifest": "after manifest.json is written in staging: only the rename is left",
     "export.finalized": "after StoreWriter.finalize: the store is in place",
     "run.first_student": "after gemkd run recorded its first student run in runs.jsonl",
+    "teacher.step10": "as a teacher starts its training step after global step 10 (mid-epoch)",
 }
 
 
@@ -147,6 +148,17 @@ def _arm(pause: str | None, sentinel: Path, barrier: tuple[Path, int] | None) ->
         _after(writer.StoreWriter, "finalize", stop)
     elif pause == "run.first_student":
         _after(runner, "record", stop)
+    elif pause == "teacher.step10":
+        from gemkd.transfer.training.ranking_module import RankingModule
+
+        step = RankingModule.training_step
+
+        def stop_at_step(self, *args, **kwargs):
+            if self.trainer.global_step >= 10:
+                _stop(sentinel)
+            return step(self, *args, **kwargs)
+
+        RankingModule.training_step = stop_at_step
     if barrier is not None:
         directory, n = barrier
         finalize = writer.StoreWriter.finalize

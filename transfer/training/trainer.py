@@ -30,8 +30,12 @@ from gemkd.transfer.data.reader import DatasetReader
 from gemkd.transfer.errors import ConfigError
 from gemkd.transfer.options import STRATEGIES, Strategy
 from gemkd.transfer.training.loggers import RunCSVLogger
+from gemkd.transfer.training.timed_checkpoint import TimedCheckpoint
 
 BEST = "best"  # checkpoints/best.ckpt: the epoch with the best validation metric
+#: a run's ``last.ckpt`` is also saved this often (minutes of training), mid-epoch: a killed fit
+#: loses at most this much (:class:`~gemkd.transfer.training.timed_checkpoint.TimedCheckpoint`)
+CHECKPOINT_MINUTES = 10.0
 
 
 class Throughput(Callback):
@@ -198,6 +202,7 @@ def build_trainer(
     *,
     max_steps: int = -1,
     checkpoint_every_n_steps: int | None = None,
+    checkpoint_every_minutes: float | None = None,
     grad_clip: float | None = None,
     num_nodes: int = 1,
     select_best: str | None = None,
@@ -211,17 +216,22 @@ def build_trainer(
     (continued, not replaced, by a resumed fit).
 
     ``checkpoint_every_n_steps`` (default: epoch ends only) sets ``ModelCheckpoint``'s
-    ``every_n_train_steps``. ``grad_clip`` is the gradient-norm clip (DTensor gradients
-    included under ``"fsdp"``). ``select_best`` names a validation metric (e.g. ``val/loss``):
-    the epoch with its lowest value is also kept as ``checkpoints/best.ckpt``; ``patience``
-    stops training after that many validation rounds without improvement (Lightning's
-    ``EarlyStopping``). ``loggers`` log beside the CSV (a TensorBoard or MLflow
+    ``every_n_train_steps``; ``last.ckpt`` is also saved every ``checkpoint_every_minutes`` of
+    training (None: :data:`CHECKPOINT_MINUTES`; ``math.inf``: never), mid-epoch, so a killed fit
+    resumes from the batch after that save. ``grad_clip`` is the gradient-norm clip (DTensor
+    gradients included under ``"fsdp"``). ``select_best`` names a validation metric (e.g.
+    ``val/loss``): the epoch with its lowest value is also kept as ``checkpoints/best.ckpt``;
+    ``patience`` stops training after that many validation rounds without improvement
+    (Lightning's ``EarlyStopping``). ``loggers`` log beside the CSV (a TensorBoard or MLflow
     tracker). Extra keyword arguments go to ``Trainer``.
     """
     out_dir = Path(out_dir)
     ckpt = ModelCheckpoint(dirpath=out_dir / "checkpoints", save_last=True,
                            every_n_train_steps=checkpoint_every_n_steps, save_top_k=1)
     cbs: list[Callback] = [ckpt, Throughput()]
+    minutes = CHECKPOINT_MINUTES if checkpoint_every_minutes is None else checkpoint_every_minutes
+    if math.isfinite(minutes):
+        cbs.append(TimedCheckpoint(out_dir / "checkpoints", minutes))
     if select_best is not None:
         cbs.append(ModelCheckpoint(dirpath=out_dir / "checkpoints", filename=BEST,
                                    monitor=select_best, mode="min", save_top_k=1,
