@@ -1,0 +1,177 @@
+"""The t distribution without scipy, the generalized pivot, and the contrast intervals: the t
+interval over worlds in closed form, the one-world variance split (users shared by seeds +
+seeds over S), Fieller's interval agreeing with the difference's, degenerate inputs."""
+
+from __future__ import annotations
+
+import math
+
+import mpmath
+import numpy as np
+import pytest
+
+from gemkd.transfer.metrics.bootstrap import resample_weights
+from gemkd.transfer.metrics.contrasts import Units, covariance, difference, fieller
+from gemkd.transfer.metrics.distributions import (
+    betainc,
+    chi2_nodes,
+    gammainc,
+    mixed_critical,
+    mixed_tail,
+    quantile,
+    two_sided_p,
+)
+
+# two-sided 95 % critical values of Student's t (tables) and the normal
+T95 = {1: 12.706204736, 2: 4.302652730, 3: 3.182446305, 7: 2.364624252, 30: 2.042272456,
+       math.inf: 1.959963985}
+
+
+def test_t_quantiles_and_tails_match_the_tables():
+    dfs = np.array(list(T95))
+    np.testing.assert_allclose(quantile(0.95, dfs), list(T95.values()), rtol=1e-9)
+    assert quantile(0.99, 2.0) == pytest.approx(9.924843201, rel=1e-9)
+    np.testing.assert_allclose(two_sided_p(np.array(list(T95.values())), dfs), 0.05, rtol=1e-7)
+    for df in (0.7, 2.5, 11.3):  # real degrees of freedom: against mpmath's incomplete beta
+        for t in (0.3, 2.0, 9.0):
+            x = df / (df + t * t)
+            want = float(mpmath.betainc(df / 2, 0.5, 0, x, regularized=True))
+            assert two_sided_p(t, df) == pytest.approx(want, rel=1e-10)
+    assert np.isnan(quantile(0.95, np.array([0.0, -1.0, np.nan]))).all()
+    assert np.isnan(two_sided_p(np.nan, 3.0)) and two_sided_p(np.inf, 3.0) == 0.0
+    with pytest.raises(ValueError, match="level"):
+        quantile(1.0, 3.0)
+
+
+def test_incomplete_beta_and_gamma_against_mpmath():
+    for a, b, x in ((0.5, 0.5, 0.2), (3.0, 0.5, 0.9), (40.0, 2.0, 0.95)):
+        want = float(mpmath.betainc(a, b, 0, x, regularized=True))
+        assert betainc(a, b, x) == pytest.approx(want, rel=1e-12)
+    x = np.array([0.0, 0.01, 1.0, 4.0, 30.0])
+    for a in (0.5, 1.0, 2.5):
+        want = [float(mpmath.gammainc(a, 0, v, regularized=True)) for v in x]
+        np.testing.assert_allclose(gammainc(a, x), want, rtol=1e-12, atol=1e-300)
+
+
+def test_chi2_nodes_integrate_its_moments():
+    nodes, weights = chi2_nodes(2.0)
+    assert weights.sum() == pytest.approx(1.0) and not nodes.flags.writeable
+    assert (weights * nodes).sum() == pytest.approx(2.0, rel=2e-3)  # E W = df
+
+
+def test_mixed_pivot_is_t_with_no_known_part_and_normal_with_all_of_it():
+    t = np.array([1.0, 3.0, 10.0])
+    for df in (1.0, 2.0, 4.0):
+        np.testing.assert_allclose(mixed_tail(t, 0.0, df), two_sided_p(t, df), rtol=1e-4)
+        np.testing.assert_allclose(mixed_tail(t, 1.0, df), two_sided_p(t, np.inf), rtol=1e-12)
+    c = mixed_critical(0.95, np.array([0.0, 0.3, 0.7, 1.0]), 2.0)
+    assert c[0] == pytest.approx(T95[2]) and c[-1] == pytest.approx(T95[math.inf])
+    assert (np.diff(c) < 0).all()  # more of the variance known: a smaller critical value
+    np.testing.assert_allclose(mixed_tail(c, [0.0, 0.3, 0.7, 1.0], 2.0), 0.05, rtol=2e-3)
+
+
+def test_t_interval_over_worlds_is_the_textbook_one():
+    d = np.array([0.0120, 0.0107, 0.0024])  # docs/RESULTS.md's full − KD per world
+    est = difference(d.mean(), Units(d[:, None]))
+    se = d.std(ddof=1) / math.sqrt(3)
+    assert float(est.lo[0]) == pytest.approx(d.mean() - T95[2] * se)
+    assert float(est.hi[0]) == pytest.approx(d.mean() + T95[2] * se)
+    assert float(est.lo[0]) == pytest.approx(-0.0046, abs=1e-4)  # the issue's [−0.0046, 0.0213]
+    assert float(est.hi[0]) == pytest.approx(0.0213, abs=1e-4)
+    t = d.mean() / se
+    assert float(est.p[0]) == pytest.approx(float(two_sided_p(t, 2.0)))
+    # a missing world is left out, with its degree of freedom
+    gap = np.array([[0.01], [np.nan], [0.02], [0.03]])
+    est = difference(np.array([0.02]), Units(gap))
+    assert float(est.df[0]) == 2.0
+    assert np.isnan(difference(np.array([0.01]), Units(np.array([[0.01], [np.nan]]))).lo[0])
+
+
+def _seed_world(rng, s, b, users, sd_user, sd_seed, sd_inter, cells):
+    """Per-seed values and their user-resample replicates of one world, as the model says:
+    x_s = a + b_s + e_s with a (users, shared by seeds), b_s (users, per seed), e_s (seed)."""
+    u_shared = rng.standard_normal((users, cells)) * sd_user
+    u_seed = rng.standard_normal((s, users, cells)) * sd_inter
+    e = rng.standard_normal((s, cells)) * sd_seed
+    per_user = u_shared[None] + u_seed  # [S, U, cells]
+    values = per_user.mean(axis=1) + e
+    counts = resample_weights(np.arange(users), b, rng)  # [B, U]: users drawn with replacement
+    reps = np.einsum("bu,suc->bsc", counts, per_user) / users + e[None]  # [B, S, cells]
+    return values, reps
+
+
+def test_one_world_variance_counts_each_noise_once():
+    """Var(mean of seeds) = Var(users shared) + (Var(users per seed) + Var(seed)) / S: the
+    estimate's two parts add up to it on average, without the per-seed user noise twice."""
+    rng = np.random.default_rng(0)
+    s, b, users, cells = 3, 400, 200, 4000
+    sd_user, sd_seed, sd_inter = 1.0, 0.05, 1.0
+    values, reps = _seed_world(rng, s, b, users, sd_user, sd_seed, sd_inter, cells)
+    parts = covariance(Units(values, reps, users), Units(values, reps, users))
+    truth_users = sd_user ** 2 / users
+    truth_total = truth_users + (sd_inter ** 2 / users + sd_seed ** 2) / s
+    assert parts.comps[0].mean() == pytest.approx(truth_users, rel=0.05)
+    assert parts.comps.sum(axis=0).mean() == pytest.approx(truth_total, rel=0.05)
+    assert (parts.dfs[0] == users - 1).all() and (parts.dfs[1] == s - 1).all()
+    assert values.mean(axis=0).var() == pytest.approx(truth_total, rel=0.06)
+
+
+def test_one_world_interval_covers_with_seeds_or_users_dominating():
+    rng = np.random.default_rng(1)
+    s, b, users, cells = 3, 200, 150, 3000
+    for sd_user, sd_seed in ((0.02, 1.0), (1.0, 0.001)):
+        values, reps = _seed_world(rng, s, b, users, sd_user, sd_seed, 0.2, cells)
+        est = difference(values.mean(axis=0), Units(values, reps, users))
+        covered = (est.lo <= 0) & (0 <= est.hi)
+        assert 0.935 <= covered.mean() <= 0.965
+        assert ((est.p < 0.05) == ~covered).all()
+
+
+def test_one_seed_gives_the_users_variance_only():
+    rng = np.random.default_rng(2)
+    values, reps = _seed_world(rng, 1, 500, 300, 1.0, 0.0, 0.0, 5)
+    parts = covariance(Units(values, reps, 300), Units(values, reps, 300))
+    np.testing.assert_allclose(parts.comps[0], reps[:, 0].var(axis=0, ddof=1))
+    assert (parts.comps[1] == 0).all()
+    est = difference(values.mean(axis=0), Units(values, reps, 300))
+    np.testing.assert_allclose(est.hi - est.lo, 2 * T95[math.inf] * np.sqrt(parts.comps[0]),
+                               rtol=1e-6)
+
+
+def test_fieller_holds_one_exactly_when_the_difference_holds_zero():
+    rng = np.random.default_rng(3)
+    w, cells = 3, 400
+    b = 0.01 + 0.002 * rng.standard_normal((w, cells))          # the reference's gain
+    a = b * (1 + 0.3 * rng.standard_normal((1, cells))) + 0.001 * rng.standard_normal((w, cells))
+    pa, pb = a.mean(axis=0), b.mean(axis=0)
+    lo, hi = fieller(pa, pb, Units(a), Units(b))
+    diff = difference(pa - pb, Units(a - b))
+    ok = np.isfinite(lo)
+    assert ok.mean() > 0.9 and (np.isfinite(hi) == ok).all()  # finite at both ends or neither
+    assert ((lo[ok] <= pa[ok] / pb[ok]) & (pa[ok] / pb[ok] <= hi[ok])).all()
+    assert ((lo[ok] > 1) == (diff.lo[ok] > 0)).all() and ((hi[ok] < 1) == (diff.hi[ok] < 0)).all()
+    # per seed too (the critical value moves with ρ), and a ratio to noise is not an interval
+    values, reps = _seed_world(rng, 3, 300, 100, 0.2, 0.2, 0.2, 200)
+    den_v, den_r = values + 0.5, reps + 0.5
+    num_v, num_r = 1.1 * den_v + 0.3 * values[::-1], 1.1 * den_r + 0.3 * reps[:, ::-1]
+    u_num, u_den = Units(num_v, num_r, 100), Units(den_v, den_r, 100)
+    lo, hi = fieller(num_v.mean(0), den_v.mean(0), u_num, u_den)
+    diff = difference(num_v.mean(0) - den_v.mean(0), Units(num_v - den_v, num_r - den_r, 100))
+    ok = np.isfinite(lo)
+    holds_one = (lo <= 1) & (1 <= hi)
+    assert ok.mean() > 0.5 and (holds_one[ok] == ((diff.lo <= 0) & (0 <= diff.hi))[ok]).all()
+    lo, _ = fieller(np.array([1.0]), np.array([0.001]), Units(np.array([[1.0], [1.1], [0.9]])),
+                    Units(np.array([[0.5], [-0.5], [0.003]])))
+    assert np.isnan(lo[0])
+
+
+def test_zero_variance_and_missing_values():
+    same = Units(np.zeros((3, 2)))
+    est = difference(np.zeros(2), same)
+    assert (est.lo == 0).all() and (est.hi == 0).all() and np.isnan(est.p).all()
+    shift = difference(np.full(2, 0.05), Units(np.full((3, 2), 0.05)))
+    assert shift.lo == pytest.approx(0.05) and (shift.p < 1e-12).all()
+    none = difference(np.array([np.nan]), Units(np.full((3, 1), np.nan)))
+    assert np.isnan(none.lo).all() and np.isnan(none.p).all()
+    with pytest.raises(ValueError, match="per-world or both per-seed"):
+        covariance(Units(np.zeros((3, 1))), Units(np.zeros((3, 1)), np.zeros((5, 3, 1)), 10))
