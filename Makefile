@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 # torch is pinned in the same pip command: without it pip picks a multi-GB CUDA build.
 TORCH_PIN := torch==2.13.0
 
-.PHONY: demo test test-slow test-gpu bench results teacher-curves lint install clean
+.PHONY: demo test test-slow test-gpu bench results teacher-curves reference lint install clean
 
 # editable_mode=strict: the install is a tree of links to the package's files on sys.path, a
 # regular package that a folder named gemkd in the current directory (beside a clone) cannot
@@ -84,6 +84,11 @@ teacher-curves: install
 	$(BIN)/python -m studies.teacher_days_grid --world 0 \
 		--runs $(foreach d,$(TEACHER_DAYS),runs/teacher_days_$(d)) runs/benchmark \
 		--markdown $(RESULTS)/teacher_days_grid.md --plot $(RESULTS)/teacher_days_grid.png
+
+# docs/reference/{cli,spec,teacher}.md, generated from the parser and the config dataclasses
+# (tests/experiments/test_reference.py fails while the committed pages differ)
+reference: install
+	$(BIN)/python -m gemkd.experiments.cli.reference
 
 lint: install
 	$(BIN)/ruff check .

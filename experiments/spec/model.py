@@ -59,10 +59,18 @@ class DataSpec:
     unset: the preset's one world); every other key overrides the source's own config (e.g.
     ``examples_per_day``)."""
 
+    #: synthetic, movielens, kuairand, import (a log and its ``mapping``) or dataset (a gemkd
+    #: dataset made before: a directory or s3:// URI, read in place)
     source: str = "synthetic"
+    #: synthetic: the world's config, a name in experiments/data or a YAML path
     preset: str | None = None
+    #: real data: the source directory or file (dataset: the dataset itself)
     src: str | None = None
+    #: synthetic: the worlds the experiment is replicated over, one seed each (each its own
+    #: data, teachers and students; a verdict must hold in most); null: the preset's one world
     seeds: list[int] | None = None
+    #: every other key overrides a key of the source's own config (e.g. examples_per_day; an
+    #: import's mapping; movielens n_days; kuairand tasks)
     overrides: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
@@ -98,8 +106,13 @@ class TeacherSpec:
     a verified teacher-output store to use instead of training one (``gemkd store import``);
     every other key overrides a key of the teacher config (e.g. ``max_seq_len``)."""
 
+    #: a teacher config: a name in experiments/teachers or a path to a teacher config YAML
     config: str = "small"
+    #: a verified teacher-output store (directory or s3:// URI) used instead of training a
+    #: teacher (gemkd store import)
     store: str | None = None
+    #: every other key overrides a key of the teacher config (e.g. max_seq_len, init_from; the
+    #: days are set by the protocol)
     overrides: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
@@ -117,7 +130,9 @@ class TeacherSpec:
 class PluginSpec:
     """``class_path`` (a built-in name or a dotted import path) and its ``init_args``."""
 
+    #: a built-in name or the dotted import path of your own class
     class_path: str
+    #: keyword arguments of its constructor
     init_args: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
@@ -136,8 +151,12 @@ class VariantSpec:
     """A variant: its transfer ``methods`` (in the order they run) and the ``teacher`` source
     they learn from (``gem``, or ``domain_fm`` for hierarchical transfer)."""
 
+    #: the variant's name (its key in ``variants``)
     name: str
+    #: transfer methods in the order they run: built-in names (kd, aux_head, adapter, repr,
+    #: param_share) or import paths, each optionally {class_path, init_args}; empty: labels only
     methods: list[PluginSpec] = field(default_factory=list)
+    #: the teacher the methods learn from: the run's GEM, or the per-domain FM (hierarchical)
     teacher: TeacherSource = "gem"
 
     @classmethod
@@ -192,10 +211,17 @@ class TuningSpec:
     verdict owes to the search's draw. Every other key names a knob and replaces its method's
     declared range: a list of values (categorical) or ``{low, high, log, int}``."""
 
+    #: Optuna's sampler (grid needs a list of values for every knob)
     sampler: Sampler = "tpe"
+    #: trials per variant, the same for every variant with knobs (the first at the defaults)
     trials: int = 8
+    #: training seeds each trial's validation NE is averaged over
     seeds: int = 1
+    #: the samplers' seed (null: the spec's first training seed); another value redraws every
+    #: search with the training seeds unchanged
     seed: int | None = None
+    #: every other key names a knob (alpha, kd_weight, temperature, aux_beta, adapter_hidden or
+    #: your method's) and replaces its declared range: a list of values or {low, high, log, int}
     overrides: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
@@ -232,7 +258,9 @@ class BootstrapSpec:
     """The paired, user-level cluster bootstrap of every interval (DESIGN §6): ``samples``
     resamples, drawn from ``seed``."""
 
+    #: resamples of the evaluation users (at least 100)
     samples: int = 1000
+    #: the resamples' random seed
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -247,44 +275,80 @@ class ReprSpec:
     4), the compressor's ``epochs``, and the ``max_events`` most recent codes a student example
     reads."""
 
+    #: the teacher representation the store keeps and the compressor reads (null: the teacher
+    #: config's repr_layer)
     layer: str | None = None
+    #: the width of a code
     code_dim: int = 8
+    #: bits per code value (8 or 4)
     bits: int = 8
+    #: the most recent codes of the user's history a student example reads
     max_events: int = 50
+    #: the compressor's training epochs
     epochs: int = 10
 
 
 @dataclass
 class RunSpec:
+    #: the run's name (the run directory defaults to runs/<name>)
     name: str = "experiment"
+    #: the students' training seeds: every number is a mean ± std over them
     seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
+    #: the data: the synthetic world, a real log, or a dataset made before
     data: DataSpec = field(default_factory=lambda: DataSpec(preset="small"))
+    #: the teacher: a config to train, or a store to use
     teacher: TeacherSpec = field(default_factory=TeacherSpec)
+    #: T: the teachers learn from days before T; a lag-L teacher's window ends at T - L
     teacher_days: int = 9
     # window: each lag's teacher is its own fit on a window of equal length (age isolated from
     # data amount); streaming: one time-ordered pass over [0, teacher_days) with daily
     # checkpoints, the lag-L teacher being the checkpoint of day teacher_days - L - 1
     teacher_protocol: TeacherProtocol = "window"
     teacher_stream_start: int = 0  # streaming: the pass's first day (a teacher of fewer days)
+    #: W: every lag's window is [T - L - W, T - L), one length for all, so a lag sweep measures
+    #: age alone (streaming: the days the domain FMs and codes learn from); null: all before
     teacher_window_days: int | None = None
+    #: the window's last days, held out to choose the teacher's epoch (its config's select:
+    #: best); 0: no validation, the config's max_epochs are trained
     teacher_val_days: int = 0
+    #: half-open [first, end): the student's one pass in time order (its last day validates
+    #: the tuning)
     student_days: list[int] = field(default_factory=lambda: [9, 12])
+    #: half-open [first, end): the evaluation days
     eval_days: list[int] = field(default_factory=lambda: [12, 14])
+    #: the teacher's age L in days: an int, or a list (a lag sweep, one teacher per lag)
     teacher_lag_days: int | list[int] = 0
+    #: the student model: class_path (mlp, dcn, seq_pool or an import path) and init_args
     student: PluginSpec = field(default_factory=lambda: PluginSpec("mlp"))
+    #: the tasks the student learns and is evaluated on
     student_tasks: list[str] = field(default_factory=lambda: ["click", "conversion"])
+    #: the vertical: the student trains and is evaluated on this domain's rows (null: all)
     student_domain: str | None = None
+    #: the variants compared: a list of built-in names, or a mapping name: [methods] (or name:
+    #: {teacher, methods}) defining your own
     variants: Any = field(default_factory=lambda: list(BUILTIN_VARIANTS))
+    #: the student's batch size
     batch_size: int = 256
+    #: the student's learning rate
     lr: float = 0.01
+    #: the kd method's default loss: bce (with temperature and T²) or mse on logits
     kd_loss: str = "bce"
+    #: the equal-budget search of every variant's knobs
     tuning: TuningSpec = field(default_factory=TuningSpec)
+    #: the paired, user-level cluster bootstrap behind every interval and verdict
     bootstrap: BootstrapSpec = field(default_factory=BootstrapSpec)
+    #: the LoopFM codes of variants with repr
     repr: ReprSpec = field(default_factory=ReprSpec)
+    #: the domain FM of variants with teacher: domain_fm (a teacher config and overrides, e.g.
+    #: init_from: gem to start it from the lag's GEM)
     hierarchical: TeacherSpec = field(default_factory=lambda: TeacherSpec("domain_fm"))
-    accelerator: Accelerator = "cpu"  # the students' Lightning accelerator: small models, CPU
-    ema_decay: float | None = None  # evaluate an EMA of the student's weights (None: last step)
-    logger: TrackerKind | None = None  # experiment tracker of every fit (None: none)
+    #: the students' Lightning accelerator (small models: cpu); teachers take their config's
+    accelerator: Accelerator = "cpu"
+    #: evaluate an exponential moving average of the student's weights with this decay (in
+    #: (0, 1); the shipped specs use 0.98) instead of its last step's (null)
+    ema_decay: float | None = None
+    #: the experiment tracker every fit of the run logs to (null: none); --logger overrides it
+    logger: TrackerKind | None = None
     #: the spec file's folder: relative config paths in the spec are also looked up there
     source_dir: ClassVar[Path | None] = None
 
