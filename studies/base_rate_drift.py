@@ -1,6 +1,6 @@
 """How fast real base rates move from day to day: the figures behind ``calibration_drift``.
 
-    python benchmarks/base_rate_drift.py [--shared ../shared] [--min-rows 400] [--synthetic DIR]
+    python -m studies.base_rate_drift [--shared ../shared] [--min-rows 400] [--synthetic DIR]
 
 For every (dataset, surface, label) it prints the daily positive rate's logit and two figures
 of its movement over days: the std over days of the daily logit, and the mean |day-to-day
@@ -33,14 +33,12 @@ Datasets that are absent are skipped with a note; the script exits 0.
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
 
 def drift_table(df: pd.DataFrame, label: str, min_rows: float) -> pd.DataFrame:
