@@ -1,19 +1,35 @@
-"""95 % intervals and verdicts per (teacher lag, domain, task, variant) of a run (DESIGN §6).
+"""95 % intervals, p-values and verdicts per (teacher lag, domain, task, variant) of a run
+(DESIGN §6).
 
 "2 std over 3 training seeds on one world" flipped on a second world, so a verdict here needs an
-interval that holds all three noises: training seeds, evaluation users, worlds. Point estimate:
-the mean over worlds of each world's mean over seeds. Interval: the percentile interval of the
-paired user-level bootstrap nested with seeds and worlds (:mod:`gemkd.transfer.metrics.bootstrap`);
-every statistic of a lag is formed from the same replicates, so differences stay paired.
+interval that holds all three noises: training seeds, evaluation users, worlds — with the
+degrees of freedom of the level that has few units (:mod:`gemkd.transfer.metrics.contrasts`):
 
-Verdicts: ΔNE = NE(baseline) − NE(variant) is a ``real gain`` (``real loss``) when its interval
-lies above (below) 0 and a strict majority of worlds' point estimates have the pooled sign, else
-``not resolved``; the same rule on the paired difference vs_kd = ΔNE − ΔNE(KD) gives ``beats KD``
-/ ``below KD`` (efficiency = ΔNE / ΔNE(KD) is shown beside it: a ratio is worse behaved). A
-verdict is empty where the row is its own reference (baseline's gain, KD against KD) or the
-reference is missing. A ratio (efficiency, TR = ΔNE / ΔNE_FM with ΔNE_FM = NE(baseline) −
-NE(GEM teacher)) is left empty unless its denominator's interval lies above 0: a ratio to noise
-means nothing.
+* several worlds: a t interval over the worlds' paired, seed-averaged values (W − 1 df; each
+  world's own users and seeds are inside its value's spread);
+* one world: the users' variance from a paired user-level bootstrap
+  (:mod:`gemkd.transfer.metrics.bootstrap`, one user draw for every arm and seed) plus the
+  between-seed variance over S, the latter with its S − 1 df through a generalized pivot
+  (Student's t when the seeds dominate, the normal when the users do; one seed: the users'
+  variance only).
+
+Point estimate: the mean over worlds of each world's mean over seeds. A verdict reads the
+interval of a difference only: ΔNE = NE(baseline) − NE(variant) is a ``real gain`` (``real
+loss``) when its interval lies above (below) 0; vs_kd = ΔNE − ΔNE(reference) =
+NE(reference) − NE(variant) gives ``beats KD`` / ``below KD`` (the reference is plain KD unless
+another is named). The verdict is the interval's, so it agrees with the two-sided p-value
+(``delta_ne_p``, ``vs_kd_p``: below 1 − level exactly when resolved) that a family-wise
+adjustment reads. The per-world sign counts are reported beside it; they no longer gate it
+(the t interval already pays for few worlds; tests/metrics/test_null_calibration.py holds the
+rates). A verdict is empty where the row is its own reference or the reference is missing.
+Ratios (efficiency = ΔNE / ΔNE(reference), TR = ΔNE / ΔNE_FM with ΔNE_FM = NE(baseline) −
+NE(GEM teacher)) get Fieller's interval over the same variance, left empty unless the
+denominator's interval lies above 0 (a ratio to noise means nothing); the efficiency interval
+holds 1 exactly when vs_kd's holds 0.
+
+``method="percentile"`` keeps the rule before issue 28 (the percentile interval of the
+bootstrap nested over worlds, users and seeds, and a strict majority of worlds agreeing on the
+sign) for comparison: with 3 top-level units it undercovers (benchmarks/null_calibration.py).
 """
 
 from __future__ import annotations
@@ -48,6 +64,7 @@ from gemkd.transfer.metrics.bootstrap import (
     seed_weights,
     world_draws,
 )
+from gemkd.transfer.metrics.contrasts import Units, difference, fieller
 
 GAIN, LOSS, UNRESOLVED = "real gain", "real loss", "not resolved"
 BEATS, BELOW = "beats KD", "below KD"
@@ -57,19 +74,40 @@ COLUMNS = [
     "efficiency_vs_kd", "efficiency_lo", "efficiency_hi", "vs_kd", "vs_kd_lo", "vs_kd_hi",
     "transfer_ratio", "tr_lo", "tr_hi", "n_worlds", "worlds_agree_delta_ne", "worlds_agree_vs_kd",
     "gain_verdict", "kd_verdict", "delta_ne_half_width", "vs_kd_half_width",
+    "delta_ne_p", "vs_kd_p",
 ]
 WORLD_COLUMNS = [*KEYS, WORLD, "n_seeds", "ne", "delta_ne", "vs_kd", "efficiency_vs_kd"]
 #: Stream keys of :func:`rng_for`: users and seeds per world, worlds per run.
 USERS, SEEDS, WORLDS = 1, 2, 3
 #: A warning when the files' NE and results.csv's differ by more than this (same data, sums).
 TOLERANCE = 1e-6
+#: ``lag_intervals``' methods: t intervals with the top level's df (default), or the rule
+#: before issue 28 (nested percentile bootstrap and a majority of worlds), for comparison.
+METHODS = ("t", "percentile")
+#: What :attr:`Intervals.interval_method` names, in words (the report's rule paragraph).
+METHOD_TEXT = {
+    "t-worlds": "t intervals over the worlds' paired, seed-averaged values (W − 1 degrees of "
+                "freedom; each world's users and seeds are inside their spread)",
+    "pivot-seeds": "intervals on one world from the evaluation users' variance (a paired, "
+                   "user-level bootstrap) plus the training seeds' variance over their "
+                   "number, the latter with its S − 1 degrees of freedom (a generalized pivot: "
+                   "Student's t when the seeds' noise dominates, the normal when the users' "
+                   "does)",
+    "users-only": "intervals on one world and one training seed from a paired, user-level "
+                  "bootstrap: the seed-to-seed noise is not in them",
+    "percentile": "95 % percentile intervals of a paired, user-level bootstrap nested with the "
+                  "training seeds and the worlds, and a majority of worlds agreeing on the sign",
+    "none": "no intervals (no per-user evaluation files)",
+}
 
 
 @dataclass(frozen=True)
 class Intervals:
     """``table``: one row per (lag, domain, task, variant), :data:`COLUMNS`; ``by_world``: each
     world's point estimates, :data:`WORLD_COLUMNS`; ``resolved``: False for a run without
-    per-user evaluation files (its interval columns are NaN)."""
+    per-user evaluation files (its interval columns are NaN); ``interval_method``: a key of
+    :data:`METHOD_TEXT` (several, comma-joined, if the lags differ); ``reference``: the arm
+    vs_kd and efficiency are against."""
 
     table: pd.DataFrame
     by_world: pd.DataFrame
@@ -78,6 +116,8 @@ class Intervals:
     worlds: list[int]
     resolved: bool
     level: float = 0.95
+    interval_method: str = "t-worlds"
+    reference: str = KD
 
 
 def bootstrap_settings(spec: dict[str, Any] | None) -> tuple[int, int]:
@@ -87,27 +127,46 @@ def bootstrap_settings(spec: dict[str, Any] | None) -> tuple[int, int]:
 
 
 def run_intervals(run_dir: str | Path, results: pd.DataFrame | None = None,
-                  spec: dict[str, Any] | None = None, level: float = 0.95) -> Intervals:
-    """The intervals of a run directory (results.csv, spec.yaml, clusters/)."""
+                  spec: dict[str, Any] | None = None, level: float = 0.95,
+                  reference: str = KD, method: str = "t") -> Intervals:
+    """The intervals of a run directory (results.csv, spec.yaml, clusters/), differences and
+    efficiency against ``reference`` (plain KD by default)."""
     run_dir = Path(run_dir)
     results = load_results(run_dir) if results is None else results
     spec = load_spec(run_dir) if spec is None else spec
     samples, seed = bootstrap_settings(spec)
     sets = load_eval_sets(run_dir) if has_clusters(run_dir) else []
     if not sets:
-        table, by_world = from_results(results)
+        table, by_world = from_results(results, reference)
         worlds = sorted(results[WORLD].unique().tolist())
-        return Intervals(table, by_world, samples, seed, worlds, False, level)
+        return Intervals(table, by_world, samples, seed, worlds, False, level, "none", reference)
     check_against_results(sets, results)
-    parts = [lag_intervals([s for s in sets if s.lag == lag], samples, seed, level)
-             for lag in sorted({s.lag for s in sets})]
+    lags = sorted({s.lag for s in sets})
+    parts = [lag_intervals([s for s in sets if s.lag == lag], samples, seed, level, reference,
+                           method) for lag in lags]
     table = pd.concat([p[0] for p in parts], ignore_index=True)
     by_world = pd.concat([p[1] for p in parts], ignore_index=True)
     present = results[KEYS].drop_duplicates()
     table = table.merge(present, on=KEYS, how="inner")[COLUMNS]
     by_world = by_world.merge(present, on=KEYS, how="inner")[WORLD_COLUMNS]
     worlds = sorted({s.world for s in sets})
-    return Intervals(table, by_world, samples, seed, worlds, True, level)
+    names = dict.fromkeys(interval_method([s for s in sets if s.lag == lag], method)
+                          for lag in lags)
+    return Intervals(table, by_world, samples, seed, worlds, True, level, ",".join(names),
+                     reference)
+
+
+def interval_method(sets: list[EvalSet], method: str = "t") -> str:
+    """Which interval :func:`lag_intervals` makes for one lag's evaluation sets."""
+    if method not in METHODS:
+        raise ConfigError(f"interval method {method!r}: expected one of {', '.join(METHODS)}")
+    if method == "percentile":
+        return "percentile"
+    if len(sets) >= 2:
+        return "t-worlds"
+    seeds = max((len({s for _, s in sets[0].students if _ == v})
+                 for v in {v for v, _ in sets[0].students}), default=0) if sets else 0
+    return "pivot-seeds" if seeds >= 2 else "users-only"
 
 
 def check_against_results(sets: list[EvalSet], results: pd.DataFrame) -> None:
@@ -126,28 +185,42 @@ def check_against_results(sets: list[EvalSet], results: pd.DataFrame) -> None:
             f"{r['ne_results']:.6f}; the files are not this run's evaluation")
 
 
-def lag_intervals(sets: list[EvalSet], samples: int, seed: int,
-                  level: float = 0.95) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Intervals of one teacher lag over its worlds: (table rows, per-world rows)."""
+def labels(reference: str = KD) -> tuple[str, str]:
+    """The verdict words of a difference against ``reference``: ("beats KD", "below KD") for
+    plain KD, else ("beats <reference>", "below <reference>")."""
+    return (BEATS, BELOW) if reference == KD else (f"beats {reference}", f"below {reference}")
+
+
+def lag_intervals(sets: list[EvalSet], samples: int, seed: int, level: float = 0.95,
+                  reference: str = KD, method: str = "t"
+                  ) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Intervals of one teacher lag over its worlds: (table rows, per-world rows); vs_kd and
+    efficiency are against ``reference``."""
+    kind = interval_method(sets, method)
     groups, tasks = sets[0].groups, sets[0].tasks
     for es in sets[1:]:
         if es.groups != groups or es.tasks != tasks:
             raise ConfigError(f"clusters/world={es.world}/lag={es.lag}: domains {es.domains} "
                               f"and tasks {es.tasks} differ from world {sets[0].world}'s")
     variants = list(dict.fromkeys(v for es in sets for v, _ in es.students))
-    per = [_world_ne(es, variants, samples, seed) for es in sets]
     ib = variants.index(BASELINE) if BASELINE in variants else None
-    ik = variants.index(KD) if KD in variants else None
-    reps = _stats(np.stack([p[0] for p in per]), np.stack([p[2] for p in per]), ib, ik)
-    worlds = _stats(np.stack([p[1] for p in per]), np.stack([p[3] for p in per]), ib, ik)
-    draws = world_draws(len(sets), samples, rng_for(seed, WORLDS))
-    pooled = {k: pool_worlds(v, draws) for k, v in reps.items()}
+    ir = variants.index(reference) if reference in variants else None
+    need_reps = kind != "t-worlds"
+    per = [_world_arrays(es, variants, samples if need_reps else 0, seed) for es in sets]
+    worlds = _stats(np.stack([p.ne for p in per]), np.stack([p.teacher for p in per]), ib, ir)
     point = {k: _mean0(v) for k, v in worlds.items()}
-    _ratios(pooled, point, level)
-    bounds = {k: interval(v, level) for k, v in pooled.items()}
+    if kind == "percentile":
+        bounds, pvals = _percentile(per, ib, ir, samples, seed, level, point)
+    else:
+        bounds, pvals = _t_intervals(per, ib, ir, level, point)
     agree = {k: _agree(worlds[k], point[k]) for k in ("delta", "vs_kd")}
     n_worlds = np.isfinite(worlds["ne"]).sum(axis=0)
-    n_seeds = np.stack([p[4] for p in per])
+    n_seeds = np.stack([p.count for p in per])
+    beats, below = labels(reference)
+
+    def decide(lo: float, hi: float, agreeing: int, n: int, above: str, under: str) -> str:
+        return verdict(lo, hi, above, under,
+                       majority=kind != "percentile" or 2 * agreeing > n)
 
     rows, world_rows = [], []
     lag = sets[0].lag
@@ -160,16 +233,17 @@ def lag_intervals(sets: list[EvalSet], samples: int, seed: int,
                 row = {"teacher_lag_days": lag, "domain": domain, "task": task,
                        "variant": variant, "n_worlds": int(n_worlds[i]),
                        "worlds_agree_delta_ne": int(agree["delta"][i]),
-                       "worlds_agree_vs_kd": int(agree["vs_kd"][i])}
+                       "worlds_agree_vs_kd": int(agree["vs_kd"][i]),
+                       "delta_ne_p": pvals["delta"][i], "vs_kd_p": pvals["vs_kd"][i]}
                 for key, (name, lo, hi) in _NAMES.items():
                     row[name], row[lo], row[hi] = (point[key][i], bounds[key][0][i],
                                                    bounds[key][1][i])
-                row["gain_verdict"] = ("" if variant == BASELINE or ib is None else verdict(
+                row["gain_verdict"] = ("" if variant == BASELINE or ib is None else decide(
                     row["delta_ne_lo"], row["delta_ne_hi"], row["worlds_agree_delta_ne"],
                     row["n_worlds"], GAIN, LOSS))
-                row["kd_verdict"] = ("" if variant == KD or ik is None else verdict(
+                row["kd_verdict"] = ("" if variant == reference or ir is None else decide(
                     row["vs_kd_lo"], row["vs_kd_hi"], row["worlds_agree_vs_kd"],
-                    row["n_worlds"], BEATS, BELOW))
+                    row["n_worlds"], beats, below))
                 row["delta_ne_half_width"] = (row["delta_ne_hi"] - row["delta_ne_lo"]) / 2
                 row["vs_kd_half_width"] = (row["vs_kd_hi"] - row["vs_kd_lo"]) / 2
                 rows.append(row)
@@ -193,10 +267,10 @@ _NAMES = {
 }
 
 
-def verdict(lo: float, hi: float, agree: int, n_worlds: int, above: str, below: str) -> str:
-    """``above``/``below`` when the interval excludes 0 on that side and a strict majority of
-    worlds agrees on the sign; otherwise not resolved."""
-    majority = 2 * agree > n_worlds
+def verdict(lo: float, hi: float, above: str, below: str, majority: bool = True) -> str:
+    """``above``/``below`` when the interval excludes 0 on that side (and, under the
+    percentile rule, ``majority``: a strict majority of worlds agrees on the sign); otherwise
+    not resolved — a nan interval included."""
     if majority and lo > 0:
         return above
     if majority and hi < 0:
@@ -204,52 +278,121 @@ def verdict(lo: float, hi: float, agree: int, n_worlds: int, above: str, below: 
     return UNRESOLVED
 
 
-def _world_ne(es: EvalSet, variants: list[str], samples: int, seed: int
-              ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """One world's seed-averaged variant NE replicates ``[B, V, G, T]`` and points
-    ``[V, G, T]``, the GEM teacher's ``[B, G, T]`` and ``[G, T]``, and seeds per variant."""
-    reps = ne_replicates(es.sums, samples, rng_for(seed, USERS, es.world))
+@dataclass(frozen=True, eq=False)
+class _WorldArrays:
+    """One world's arms by seed: ``seed_ne [S, V, G, T]`` (nan: no such run), their mean over
+    seeds ``ne [V, G, T]``, the GEM teacher's ``teacher [G, T]``, runs per variant ``count``;
+    with resamples, ``reps [B, S, V, G, T]`` and ``teacher_reps [B, G, T]``."""
+
+    seed_ne: np.ndarray
+    ne: np.ndarray
+    teacher: np.ndarray
+    count: np.ndarray
+    n_users: int
+    world: int
+    reps: np.ndarray | None = None
+    teacher_reps: np.ndarray | None = None
+
+
+def _world_arrays(es: EvalSet, variants: list[str], samples: int, seed: int) -> _WorldArrays:
+    """One world's arms arranged by (seed, variant); user resamples when ``samples`` > 0."""
     point = ne_point(es.sums)
     seeds = sorted({s for _, s in es.students})
     shape = (len(seeds), len(variants), *point.shape[1:])
-    grid = np.full((samples, *shape), np.nan)
-    pgrid = np.full((1, *shape), np.nan)
+    grid = np.full(shape, np.nan)
     count = np.zeros(len(variants), dtype=int)
+    reps = ne_replicates(es.sums, samples, rng_for(seed, USERS, es.world)) if samples else None
+    rgrid = np.full((samples, *shape), np.nan) if samples else None
     for a, (variant, s) in enumerate(es.students):
         v = variants.index(variant)
-        grid[:, seeds.index(s), v] = reps[:, a]
-        pgrid[0, seeds.index(s), v] = point[a]
+        grid[seeds.index(s), v] = point[a]
+        if rgrid is not None:
+            rgrid[:, seeds.index(s), v] = reps[:, a]
         count[v] += 1
-    ne = seed_mean(grid, seed_weights(len(seeds), samples, rng_for(seed, SEEDS, es.world)))
-    ne_pt = seed_mean(pgrid, np.ones((1, len(seeds))))[0]
+    ne = seed_mean(grid[None], np.ones((1, len(seeds))))[0]
     arm = es.teacher_arm(GEM)
-    if arm is None:
-        return ne, ne_pt, np.full(reps[:, 0].shape, np.nan), np.full(point[0].shape, np.nan), \
-            count
-    return ne, ne_pt, reps[:, arm], point[arm], count
+    teacher = point[arm] if arm is not None else np.full(point.shape[1:], np.nan)
+    teacher_reps = None
+    if reps is not None:
+        teacher_reps = reps[:, arm] if arm is not None else np.full(reps[:, 0].shape, np.nan)
+    return _WorldArrays(grid, ne, teacher, count, int(np.unique(es.sums.user).size), es.world,
+                        rgrid, teacher_reps)
 
 
-def _stats(ne: np.ndarray, teacher: np.ndarray, ib: int | None,
-           ik: int | None) -> dict[str, np.ndarray]:
-    """NE, ΔNE, vs_kd ``[..., V, G, T]``, ΔNE(KD) and ΔNE_FM ``[..., G, T]``, and each
-    world's own efficiency (for the per-world table) from NE and the teacher's NE."""
-    nan_v, nan_g = np.full(ne.shape, np.nan), np.full(teacher.shape, np.nan)
-    delta = ne[..., [ib], :, :] - ne if ib is not None else nan_v
-    kd = delta[..., ik, :, :] if ik is not None else nan_g
-    with np.errstate(divide="ignore", invalid="ignore"):
-        eff = np.where(kd[..., None, :, :] > 0, delta / kd[..., None, :, :], np.nan)
-    return {"ne": ne, "delta": delta, "vs_kd": delta - kd[..., None, :, :], "kd": kd,
-            "fm": ne[..., ib, :, :] - teacher if ib is not None else nan_g, "eff": eff}
+def _t_intervals(per: list[_WorldArrays], ib: int | None, ir: int | None, level: float,
+                 point: dict[str, np.ndarray]
+                 ) -> tuple[dict[str, tuple[np.ndarray, np.ndarray]], dict[str, np.ndarray]]:
+    """Bounds and p-values per statistic from t intervals (worlds, or one world's seeds);
+    fills ``point``'s ratios (nan unless the denominator's interval lies above 0)."""
+    if len(per) >= 2:
+        arms = Units(np.stack([p.ne for p in per]))
+        teacher = Units(np.stack([p.teacher for p in per]))
+    else:
+        p = per[0]
+        s = p.seed_ne.shape[0]
+        arms = Units(p.seed_ne, p.reps, p.n_users)
+        teacher = Units(np.broadcast_to(p.teacher, (s, *p.teacher.shape)),
+                        np.broadcast_to(p.teacher_reps[:, None],
+                                        (p.teacher_reps.shape[0], s, *p.teacher.shape)),
+                        p.n_users)
+    base, ref = _arm(arms, ib), _arm(arms, ir)
+    units = {"ne": arms, "delta": base.expand() - arms, "vs_kd": ref.expand() - arms,
+             "kd": base - ref, "fm": base - teacher}
+    est = {k: difference(point[k], u, level) for k, u in units.items()}
+    bounds = {k: (e.lo, e.hi) for k, e in est.items()}
+    for key, den in (("eff", "kd"), ("tr", "fm")):
+        ok = (est[den].lo > 0)[None]  # [1, G, T]; nan compares False
+        lo, hi = fieller(point["delta"], point[den][None], units["delta"], units[den].expand(),
+                         level)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            point[key] = np.where(ok, point["delta"] / point[den][None], np.nan)
+        bounds[key] = (np.where(ok, lo, np.nan), np.where(ok, hi, np.nan))
+    return bounds, {"delta": est["delta"].p, "vs_kd": est["vs_kd"].p}
 
 
-def _ratios(pooled: dict[str, np.ndarray], point: dict[str, np.ndarray], level: float) -> None:
-    """Efficiency and TR replicates and points from the pooled ΔNEs, each left nan unless its
-    denominator's interval lies above 0."""
+def _arm(arms: Units, i: int | None) -> Units:
+    """Arm ``i``'s units, or nan ones of the same shape where the arm is missing."""
+    if i is not None:
+        return arms.take(i)
+    one = arms.take(0)
+    reps = None if one.replicates is None else np.full(one.replicates.shape, np.nan)
+    return Units(np.full(one.values.shape, np.nan), reps, one.n_users)
+
+
+def _percentile(per: list[_WorldArrays], ib: int | None, ir: int | None, samples: int,
+                seed: int, level: float, point: dict[str, np.ndarray]
+                ) -> tuple[dict[str, tuple[np.ndarray, np.ndarray]], dict[str, np.ndarray]]:
+    """The rule before issue 28: percentile bounds of the bootstrap nested over worlds (with
+    replacement), users and seeds; no p-values."""
+    reps = []
+    for p in per:
+        weights = seed_weights(p.seed_ne.shape[0], samples, rng_for(seed, SEEDS, p.world))
+        reps.append((seed_mean(p.reps, weights), p.teacher_reps))
+    stats = _stats(np.stack([r[0] for r in reps]), np.stack([r[1] for r in reps]), ib, ir)
+    draws = world_draws(len(per), samples, rng_for(seed, WORLDS))
+    pooled = {k: pool_worlds(v, draws) for k, v in stats.items()}
     for key, den in (("eff", "kd"), ("tr", "fm")):
         ok = interval(pooled[den], level)[0] > 0  # [G, T]; nan compares False
         with np.errstate(divide="ignore", invalid="ignore"):
             pooled[key] = np.where(ok, pooled["delta"] / pooled[den][:, None], np.nan)
             point[key] = np.where(ok, point["delta"] / point[den][None], np.nan)
+    bounds = {k: interval(v, level) for k, v in pooled.items()}
+    nan = np.full(point["delta"].shape, np.nan)
+    return bounds, {"delta": nan, "vs_kd": nan}
+
+
+def _stats(ne: np.ndarray, teacher: np.ndarray, ib: int | None,
+           ir: int | None) -> dict[str, np.ndarray]:
+    """NE, ΔNE, vs_kd ``[..., V, G, T]``, ΔNE(reference) and ΔNE_FM ``[..., G, T]``, and each
+    world's own efficiency (for the per-world table) from NE and the teacher's NE."""
+    nan_v, nan_g = np.full(ne.shape, np.nan), np.full(teacher.shape, np.nan)
+    delta = ne[..., [ib], :, :] - ne if ib is not None else nan_v
+    kd = delta[..., ir, :, :] if ir is not None else nan_g
+    with np.errstate(divide="ignore", invalid="ignore"):
+        eff = np.where(kd[..., None, :, :] > 0, delta / kd[..., None, :, :], np.nan)
+    vs = ne[..., [ir], :, :] - ne if ir is not None else nan_v
+    return {"ne": ne, "delta": delta, "vs_kd": vs, "kd": kd,
+            "fm": ne[..., ib, :, :] - teacher if ib is not None else nan_g, "eff": eff}
 
 
 def _mean0(x: np.ndarray) -> np.ndarray:
@@ -262,7 +405,8 @@ def _agree(per_world: np.ndarray, pooled: np.ndarray) -> np.ndarray:
     return (np.isfinite(per_world) & (np.sign(per_world) == np.sign(pooled))).sum(axis=0)
 
 
-def from_results(results: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+def from_results(results: pd.DataFrame, reference: str = KD
+                 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """A run without per-user files: the same point estimates from results.csv, every interval
     column NaN and every verdict not resolved (seed spread on its own is no verdict)."""
     df = results.copy()
@@ -271,7 +415,7 @@ def from_results(results: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
            .agg(ne=("ne", "mean"), delta_ne=("delta_ne", "mean"), fm=("fm", "mean"),
                 n_seeds=("seed", "nunique")).reset_index())
     cell = ["teacher_lag_days", "domain", "task", WORLD]
-    kd = per[per["variant"] == KD].set_index(cell)["delta_ne"].rename("kd")
+    kd = per[per["variant"] == reference].set_index(cell)["delta_ne"].rename("kd")
     per = per.join(kd, on=cell)
     per["vs_kd"] = per["delta_ne"] - per["kd"]
     per["efficiency_vs_kd"] = (per["delta_ne"] / per["kd"]).where(per["kd"] > 0)
@@ -285,9 +429,11 @@ def from_results(results: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
         same = np.sign(joined[col]) == np.sign(joined[f"{col}_pooled"])
         table[name] = same.groupby([joined[k] for k in KEYS], sort=False).sum().to_numpy()
     table["n_worlds"] = per.groupby(KEYS, sort=False)[WORLD].nunique().to_numpy()
-    has_base, has_kd = (per["variant"] == BASELINE).any(), (per["variant"] == KD).any()
+    has_base = (per["variant"] == BASELINE).any()
+    has_ref = (per["variant"] == reference).any()
     table["gain_verdict"] = np.where((table["variant"] == BASELINE) | (not has_base), "",
                                      UNRESOLVED)
-    table["kd_verdict"] = np.where((table["variant"] == KD) | (not has_kd), "", UNRESOLVED)
+    table["kd_verdict"] = np.where((table["variant"] == reference) | (not has_ref), "",
+                                   UNRESOLVED)
     table = table.reindex(columns=COLUMNS)
     return table, per.reindex(columns=WORLD_COLUMNS)
