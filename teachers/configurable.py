@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import logging
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, ClassVar
 
 from torch import nn
 
@@ -38,14 +39,19 @@ def resolve_use_sequence(owner: str, requested: bool | None, schema: DatasetSche
 
 
 class ConfigurableTeacher(nn.Module):
-    """Mixin base: keyword-only ``__init__`` arguments are the config keys; subclasses fill
-    ``self._repr_dims`` ({name: width}) with the representations ``forward`` returns."""
+    """Mixin base: the config keys are the keyword-only ``__init__`` arguments and, where the
+    class names one, the fields of its ``config_class`` dataclass (GEM's ``GEMConfig``);
+    subclasses fill ``self._repr_dims`` ({name: width}) with the representations ``forward``
+    returns."""
 
     _repr_dims: dict[str, int]
+    #: a dataclass whose fields are (more) config keys, taken as ``**hparams`` by ``__init__``
+    config_class: ClassVar[type | None] = None
 
     @classmethod
     def hparam_names(cls) -> list[str]:
-        """The keyword hyper-parameters ``__init__`` accepts, subclasses' first."""
+        """The keyword hyper-parameters ``__init__`` accepts, subclasses' first, then the
+        fields of ``config_class``."""
         names: list[str] = []
         for klass in cls.__mro__:
             if klass in (ConfigurableTeacher, nn.Module):
@@ -53,6 +59,8 @@ class ConfigurableTeacher(nn.Module):
             for p in inspect.signature(klass.__init__).parameters.values():
                 if p.kind is p.KEYWORD_ONLY and p.name not in names:
                     names.append(p.name)
+        if cls.config_class is not None:
+            names += [f.name for f in dataclasses.fields(cls.config_class) if f.name not in names]
         return names
 
     @classmethod

@@ -12,6 +12,7 @@ from typing import Any
 
 from torch import Tensor
 
+from gemkd.teachers.gem.config import GEMConfig
 from gemkd.teachers.gem.heads import build_heads
 from gemkd.teachers.gem.model import GEM
 from gemkd.transfer.data.batch import Batch
@@ -39,11 +40,14 @@ class DomainFM(GEM):
         "head_hidden": 32,
     }
 
-    def __init__(self, schema: DatasetSchema, *, domain: int | None = None, **hparams: Any):
-        # a single-domain FM reads no domain column unless asked to (domain_token: true)
-        specialised = {"domain_token": False} if domain is not None else {}
-        super().__init__(schema, **{**self.DEFAULTS, **specialised, **hparams})
-        self.config["domain"] = domain
+    def __init__(self, schema: DatasetSchema, config: GEMConfig | None = None, /, *,
+                 domain: int | None = None, **hparams: Any):
+        """``DEFAULTS`` apply unless a ``config`` is given (it is then taken as it is)."""
+        if config is None:
+            # a single-domain FM reads no domain column unless asked to (domain_token: true)
+            specialised = {"domain_token": False} if domain is not None else {}
+            hparams = {**self.DEFAULTS, **specialised, **hparams}
+        super().__init__(schema, config, **hparams)
         self.domain_id = domain
         if domain is not None:
             if not isinstance(domain, int) or not 0 <= domain < len(schema.domains):
@@ -53,12 +57,7 @@ class DomainFM(GEM):
                 )
             c = self.config
             self.heads = build_heads(
-                c["head_type"],
-                c["trunk_dim"],
-                1,
-                len(schema.tasks),
-                c["head_hidden"],
-                c["n_experts"],
+                c.head_type, c.trunk_dim, 1, len(schema.tasks), c.head_hidden, c.n_experts
             )
 
     def _head_domain(self, batch: Batch) -> Tensor:

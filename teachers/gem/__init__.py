@@ -1,5 +1,6 @@
 """The GEM teacher: Wukong + pyramid sequence arm + InterFormer + multi-domain/-task heads."""
 
+from gemkd.teachers.gem.config import GEMConfig
 from gemkd.teachers.gem.embeddings import FeatureEmbeddings, HashedEmbedding
 from gemkd.teachers.gem.heads import DomainGatedHeads, DomainTaskHeads
 from gemkd.teachers.gem.interformer import InterFormerLayer, SequenceSummary
@@ -9,6 +10,7 @@ from gemkd.teachers.gem.wukong import FactorizationMachineBlock, WukongLayer
 
 __all__ = [
     "GEM",
+    "GEMConfig",
     "DomainGatedHeads",
     "DomainTaskHeads",
     "FactorizationMachineBlock",

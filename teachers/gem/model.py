@@ -11,15 +11,16 @@ what a dataset without sequence fields (a log without histories) gets by default
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from torch import Tensor, nn
 
-from gemkd.teachers.configurable import ConfigurableTeacher, resolve_use_sequence
+from gemkd.teachers.configurable import ConfigurableTeacher
 from gemkd.teachers.gem.common import masked_mean
+from gemkd.teachers.gem.config import GEMConfig
 from gemkd.teachers.gem.embeddings import FeatureEmbeddings, HashedEmbedding
-from gemkd.teachers.gem.heads import HEAD_TYPES, build_heads
+from gemkd.teachers.gem.heads import build_heads
 from gemkd.teachers.gem.interformer import InterFormerLayer, SequenceSummary
 from gemkd.teachers.gem.pyramid import PyramidCompressor, layer_token_budgets
 from gemkd.teachers.gem.wukong import WukongLayer
@@ -27,7 +28,7 @@ from gemkd.transfer.data.batch import Batch
 from gemkd.transfer.data.schema import DatasetSchema
 from gemkd.transfer.errors import ConfigError
 from gemkd.transfer.models import TeacherOutput
-from gemkd.transfer.ops import KERNELS, keep_last
+from gemkd.transfer.ops import keep_last
 
 
 class GEM(ConfigurableTeacher):
@@ -40,7 +41,8 @@ class GEM(ConfigurableTeacher):
     ``wukong.<i>`` = the flattened tokens of Wukong layer ``i``, ``sequence`` = the final
     sequence summary (flattened ``S_sum``), ``trunk`` = the shared trunk the heads read.
 
-    Hyper-parameters (all keyword, all scalars except ``shared_tables``):
+    Hyper-parameters: a :class:`~gemkd.teachers.gem.config.GEMConfig` or its fields as keywords
+    (each typed and checked there; all scalars except ``shared_tables``):
     ``d`` embedding/token width; ``n_layers`` interleaved [cross, Wukong] layers; ``n_F``,
     ``n_L``, ``k``, ``mlp_width``, ``mlp_layers`` Wukong (FMB output tokens, LCB tokens, FM rank,
     MLP width/depth; ``mlp_width`` also sizes the X-summary MLP and trunk); ``n_heads``,
@@ -67,61 +69,39 @@ class GEM(ConfigurableTeacher):
         InterFormerLayer,
     )
 
-    def __init__(
-        self,
-        schema: DatasetSchema,
-        *,
-        d: int = 32,
-        n_layers: int = 2,
-        n_F: int = 8,
-        n_L: int = 8,
-        k: int = 8,
-        mlp_width: int = 256,
-        mlp_layers: int = 1,
-        n_heads: int = 2,
-        n_cls: int = 2,
-        n_xsum: int = 2,
-        n_pma: int = 2,
-        n_recent: int = 4,
-        ffn_mult: int = 2,
-        pyramid_recent: int = 16,
-        pyramid_chunk: int = 4,
-        pyramid_shrink: float = 2.0,
-        max_history: int | None = None,
-        max_rows: int = 1_000_000,
-        n_dense_tokens: int = 1,
-        trunk_dim: int = 128,
-        head_type: str = "domain_task",
-        head_hidden: int = 64,
-        n_experts: int = 4,
-        dropout: float = 0.0,
-        use_wukong: bool = True,
-        use_sequence: bool | None = None,
-        domain_token: bool = True,
-        shared_tables: dict[str, str] | None = None,
-        kernel: str = "auto",
-        fused_lookup: bool = True,
-    ):
+    #: The hyper-parameters' dataclass: its fields are the ``model:`` keys (:meth:`hparam_names`).
+    config_class: ClassVar[type[GEMConfig]] = GEMConfig
+
+    def __init__(self, schema: DatasetSchema, config: GEMConfig | None = None, /,
+                 **hparams: Any):
+        """``GEM(schema, GEMConfig(...))`` or ``GEM(schema, d=..., ...)`` (keys checked by
+        :meth:`GEMConfig.from_mapping`); keys given beside a config replace its values."""
         super().__init__()
-        self.config: dict[str, Any] = {
-            k_: v for k_, v in locals().items() if k_ not in ("self", "schema", "__class__")
-        }
-        use_sequence = resolve_use_sequence(type(self).__name__, use_sequence, schema)
-        self.config["use_sequence"] = use_sequence
-        max_history = schema.max_history if max_history is None else max_history
-        self._validate(schema, max_history)
-        self.config["max_history"] = max_history
-        if shared_tables is not None:
-            self.config["shared_tables"] = dict(shared_tables)
+        owner = type(self).__name__
+        if config is None:
+            config = self.config_class.from_mapping(hparams, owner)
+        elif not isinstance(config, GEMConfig):
+            raise ConfigError(f"{owner}: config must be a GEMConfig, got "
+                              f"{type(config).__name__} (a mapping: {owner}.from_config)")
+        elif hparams:
+            config = config.replace(owner, **hparams)
+        #: the hyper-parameters as built: use_sequence and max_history resolved for the schema
+        self.config: GEMConfig = config.resolve(schema, owner)
+        c = self.config
+        use_sequence, max_history = bool(c.use_sequence), c.max_history
+        d, n_layers, n_F, n_L, k = c.d, c.n_layers, c.n_F, c.n_L, c.k
+        mlp_width, n_heads, n_cls, n_pma, n_recent = (c.mlp_width, c.n_heads, c.n_cls, c.n_pma,
+                                                      c.n_recent)
+        dropout, use_wukong = c.dropout, c.use_wukong
         self.schema = schema
         self.task_names = list(schema.tasks)
         self.n_layers, self.d = n_layers, d
         self.use_wukong, self.use_sequence = use_wukong, use_sequence
         self.max_history = max_history
-        self.fused_lookup = fused_lookup
+        self.fused_lookup = c.fused_lookup
 
         self.embeddings = FeatureEmbeddings(
-            schema, d, max_rows, n_dense_tokens, shared_tables, use_sequence, domain_token
+            schema, d, c.max_rows, c.n_dense_tokens, c.shared_tables, use_sequence, c.domain_token
         )
         n0 = self.embeddings.n_tokens
         n_x = n0  # tokens of the non-sequence arm entering layer i
@@ -131,9 +111,10 @@ class GEM(ConfigurableTeacher):
         self.cross = nn.ModuleList()
         self.wukong = nn.ModuleList()
         if use_sequence:
-            self.pyramid = PyramidCompressor(d, pyramid_recent, pyramid_chunk, max_history, kernel)
+            self.pyramid = PyramidCompressor(d, c.pyramid_recent, c.pyramid_chunk, max_history,
+                                             c.kernel)
             self.budgets = layer_token_budgets(
-                self.pyramid.max_tokens, pyramid_recent, pyramid_shrink, n_layers
+                self.pyramid.max_tokens, c.pyramid_recent, c.pyramid_shrink, n_layers
             )
             self.cls = nn.Parameter(torch.randn(n_cls, d) * d**-0.5)
         for _ in range(n_layers):
@@ -144,18 +125,18 @@ class GEM(ConfigurableTeacher):
                         d=d,
                         n_heads=n_heads,
                         n_cls=n_cls,
-                        n_xsum=n_xsum,
+                        n_xsum=c.n_xsum,
                         n_pma=n_pma,
                         n_recent=n_recent,
                         mlp_width=mlp_width,
-                        ffn_mult=ffn_mult,
+                        ffn_mult=c.ffn_mult,
                         dropout=dropout,
                         summarize=use_wukong,
                     )
                 )
             if use_wukong:
                 self.wukong.append(
-                    WukongLayer(n_x + n_ssum, d, n_F, n_L, k, mlp_width, mlp_layers, dropout)
+                    WukongLayer(n_x + n_ssum, d, n_F, n_L, k, mlp_width, c.mlp_layers, dropout)
                 )
                 n_x = n_out
         if use_sequence:
@@ -164,10 +145,11 @@ class GEM(ConfigurableTeacher):
         trunk_in = n_x * d + n_ssum * d
         layers: list[nn.Module] = [nn.LayerNorm(trunk_in), nn.Linear(trunk_in, mlp_width)]
         layers += [nn.GELU()] + ([nn.Dropout(dropout)] if dropout > 0 else [])
-        layers += [nn.Linear(mlp_width, trunk_dim), nn.GELU()]
+        layers += [nn.Linear(mlp_width, c.trunk_dim), nn.GELU()]
         self.trunk = nn.Sequential(*layers)
         self.heads = build_heads(
-            head_type, trunk_dim, len(schema.domains), len(schema.tasks), head_hidden, n_experts
+            c.head_type, c.trunk_dim, len(schema.domains), len(schema.tasks), c.head_hidden,
+            c.n_experts
         )
 
         dims: dict[str, int] = {}
@@ -178,71 +160,8 @@ class GEM(ConfigurableTeacher):
                 dims[f"wukong.{i}"] = n_out * d
         if use_sequence:
             dims["sequence"] = n_ssum * d
-        dims["trunk"] = trunk_dim
+        dims["trunk"] = c.trunk_dim
         self._repr_dims = dims
-
-    # ------------------------------------------------------------------ construction helpers
-    def _validate(self, schema: DatasetSchema, max_history: int) -> None:
-        c = self.config
-        problems = []
-        if not (c["use_wukong"] or c["use_sequence"]):
-            problems.append(self._nothing_to_train(schema))
-        if not schema.tasks or not schema.domains:
-            problems.append("the dataset schema needs at least one task and one domain")
-        for key in (
-            "d",
-            "n_layers",
-            "n_F",
-            "k",
-            "mlp_width",
-            "mlp_layers",
-            "n_heads",
-            "n_xsum",
-            "ffn_mult",
-            "pyramid_recent",
-            "max_rows",
-            "trunk_dim",
-            "head_hidden",
-            "n_experts",
-        ):
-            if not isinstance(c[key], int) or c[key] < 1:
-                problems.append(f"{key} must be an integer >= 1, got {c[key]!r}")
-        for key in ("n_L", "n_cls", "n_pma", "n_recent", "n_dense_tokens"):
-            if not isinstance(c[key], int) or c[key] < 0:
-                problems.append(f"{key} must be an integer >= 0, got {c[key]!r}")
-        if not problems:
-            if c["d"] % c["n_heads"]:
-                problems.append(f"d={c['d']} must be divisible by n_heads={c['n_heads']}")
-            if c["n_cls"] < 1 and c["use_sequence"]:
-                problems.append("n_cls must be >= 1 (CLS tokens keep attention well defined)")
-            if c["n_recent"] > c["pyramid_recent"]:
-                problems.append(
-                    f"n_recent={c['n_recent']} exceeds pyramid_recent={c['pyramid_recent']}"
-                )
-            if not isinstance(c["pyramid_chunk"], int) or c["pyramid_chunk"] < 2:
-                problems.append(
-                    f"pyramid_chunk must be an integer >= 2, got {c['pyramid_chunk']!r}"
-                )
-            if not c["pyramid_shrink"] >= 1:
-                problems.append(f"pyramid_shrink must be >= 1, got {c['pyramid_shrink']!r}")
-            if c["use_sequence"] and (not isinstance(max_history, int) or max_history < 1):
-                problems.append(f"max_history must be an integer >= 1, got {max_history!r}")
-            if c["head_type"] not in HEAD_TYPES:
-                problems.append(f"head_type must be one of {HEAD_TYPES}, got {c['head_type']!r}")
-            if c["kernel"] not in KERNELS:
-                problems.append(f"kernel must be one of {KERNELS}, got {c['kernel']!r}")
-            if not 0 <= c["dropout"] < 1:
-                problems.append(f"dropout must be in [0, 1), got {c['dropout']!r}")
-        if problems:
-            raise ConfigError(f"{type(self).__name__}: " + "; ".join(problems))
-
-    @staticmethod
-    def _nothing_to_train(schema: DatasetSchema) -> str:
-        """Why neither arm is built, and which key brings one back."""
-        if schema.sequence:
-            return "use_wukong and use_sequence are both false: nothing left to train"
-        return ("use_wukong is false (the sequence arm only) but the dataset has no sequence "
-                "fields (no history): nothing left to train; set use_wukong: true")
 
     # ------------------------------------------------------------------ public API
     @classmethod

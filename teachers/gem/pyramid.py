@@ -21,6 +21,7 @@ import torch
 from torch import Tensor, nn
 
 from gemkd.transfer import ops
+from gemkd.transfer.options import Kernel
 
 
 def pyramid_coverage(levels: int, recent: int, chunk: int) -> int:
@@ -53,7 +54,8 @@ class PyramidCompressor(nn.Module):
     slot counted from the most recent (so it knows its level and recency).
     """
 
-    def __init__(self, d: int, recent: int, chunk: int, max_history: int, kernel: str = "auto"):
+    def __init__(self, d: int, recent: int, chunk: int, max_history: int,
+                 kernel: Kernel = "auto"):
         super().__init__()
         if recent < 1 or chunk < 2 or max_history < 1:
             raise ValueError(

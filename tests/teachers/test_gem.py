@@ -244,7 +244,7 @@ def test_domain_fm_contract(schema, batch):
     assert "trunk" in fm.representation_names() and "sequence" in fm.representation_names()
     # specialised to one domain: every example is scored by that domain's heads
     one = build(schema, cls=DomainFM, domain=1)
-    assert one.config["domain"] == 1
+    assert one.domain_id == 1 and one.config.domain_token is False
     moved = replace(batch, domain=torch.zeros_like(batch.domain))
     torch.testing.assert_close(logits(one, batch), logits(one, moved))
     assert "domain" in DomainFM.hparam_names()

@@ -92,8 +92,9 @@ def test_helpers_make_a_history_less_schema_and_batch(schema, batch):
 def test_builds_without_sequence_arm_and_learns(cls, use_sequence, schema, batch):
     """The default (auto) and the shipped configs' explicit ``true`` both adapt."""
     model = build(cls, schema, use_sequence=use_sequence)
-    assert model.use_sequence is False and model.config["use_sequence"] is False
-    assert model.config["max_history"] == 0  # the schema's, accepted: nothing reads it
+    config = model.config if isinstance(model.config, dict) else model.config.to_dict()
+    assert model.use_sequence is False and config["use_sequence"] is False
+    assert config["max_history"] == 0  # the schema's, accepted: nothing reads it
     assert not model.embeddings.seq_names and not len(model.embeddings.seq_tables)
     assert "sequence" not in model.representation_names()
     assert not any(n.startswith("cross.") for n in model.representation_names())
