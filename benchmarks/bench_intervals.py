@@ -3,9 +3,13 @@
 A run directory of synthetic per-user evaluation files — 3 worlds × 7 variants × 3 seeds plus
 the GEM teacher, 5,000 users in 3 domains, 2 tasks, one teacher lag — with a results.csv whose
 NE matches them, then ``run_intervals`` with 1,000 resamples, timed end to end (reading the
-files, checking them against results.csv, the bootstrap, the table). Usage::
+files, checking them against results.csv, the bootstrap, the table). ``--method t`` (the
+default since issue 28) needs no resamples with several worlds (a t interval over them) and the
+users' resamples only with one; ``--method percentile`` times the nested bootstrap before it.
+Accuracy (false verdicts, coverage) is benchmarks/null_calibration.py's. Usage::
 
-    python benchmarks/bench_intervals.py [--users 5000] [--worlds 3] [--samples 1000]
+    python -m benchmarks.bench_intervals [--users 5000] [--worlds 3] [--samples 1000]
+                                         [--method t|percentile]
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ import numpy as np
 import yaml
 
 from gemkd.experiments.report.clusters import load_eval_sets, point_frame
-from gemkd.experiments.report.intervals import run_intervals
+from gemkd.experiments.report.intervals import METHODS, run_intervals
 
 VARIANTS = ("baseline", "kd", "kd_aux", "kd_aux_adapter", "kd_repr", "hierarchical", "full")
 TASKS, DOMAINS = ("click", "conversion"), ("d0", "d1", "d2")
@@ -56,16 +60,17 @@ def main() -> None:
     p.add_argument("--worlds", type=int, default=3)
     p.add_argument("--seeds", type=int, default=3)
     p.add_argument("--samples", type=int, default=1000)
+    p.add_argument("--method", choices=METHODS, default="t")
     args = p.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         write_run(root, args.users, args.worlds, args.seeds, args.samples)
         t0 = time.perf_counter()
-        iv = run_intervals(root)
+        iv = run_intervals(root, method=args.method)
         seconds = time.perf_counter() - t0
     print(f"{args.worlds} worlds × {len(VARIANTS)} variants × {args.seeds} seeds × "
           f"{args.users} users × {len(TASKS)} tasks × {args.samples} resamples: "
-          f"{seconds:.2f} s ({len(iv.table)} interval rows)")
+          f"{seconds:.2f} s ({len(iv.table)} interval rows, {iv.interval_method})")
 
 
 if __name__ == "__main__":

@@ -25,6 +25,7 @@ from gemkd.experiments.report.clusters import EvalSet
 from gemkd.experiments.report.intervals import lag_intervals
 from gemkd.transfer.metrics.null_sim import (
     EFFECTS_KNOWN,
+    NOISE_MIXES,
     NULLS,
     Rates,
     Scenario,
@@ -36,12 +37,7 @@ from gemkd.transfer.metrics.null_sim import (
 
 RUNS = 1000
 SAMPLES = 200  # user resamples inside each run (one world only; the report's default is 1,000)
-MIXES = {
-    "users": {"user_sd": 0.002, "user_seed_sd": 0.001, "seed_sd": 0.0005},
-    "seeds": {"user_sd": 0.0005, "user_seed_sd": 0.0005, "seed_sd": 0.003},
-    "balanced": {"user_sd": 0.0015, "user_seed_sd": 0.001, "seed_sd": 0.0015},
-    "search": {"user_sd": 0.002, "user_seed_sd": 0.001, "seed_sd": 0.0005, "world_sd": 0.004},
-}
+MIXES = NOISE_MIXES
 SHAPES = ((1, 3), (3, 3), (8, 3))
 CELLS = [(w, s, mix) for w, s in SHAPES for mix in MIXES if not (mix == "search" and w == 1)]
 

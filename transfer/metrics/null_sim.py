@@ -36,6 +36,16 @@ EFFECTS = {"baseline": 0.0, "placebo": 0.0, "kd": -0.01, "twin": -0.01, "better"
 #: (variant, reference) pairs whose true difference is 0, and pairs with a known effect.
 NULLS = (("placebo", "baseline"), ("twin", "kd"))
 EFFECTS_KNOWN = (("kd", "baseline"), ("better", "kd"))
+#: Noise mixes (NE sd per arm) the checks run: users dominate; seeds dominate ("seed noise large
+#: next to user noise", issue 28); both alike; users plus a per-world effect the size of a
+#: search draw (0.004 NE; only meaningful with several worlds: one world's own draw is its
+#: truth, not noise).
+NOISE_MIXES: dict[str, dict[str, float]] = {
+    "users": {"user_sd": 0.002, "user_seed_sd": 0.001, "seed_sd": 0.0005},
+    "seeds": {"user_sd": 0.0005, "user_seed_sd": 0.0005, "seed_sd": 0.003},
+    "balanced": {"user_sd": 0.0015, "user_seed_sd": 0.001, "seed_sd": 0.0015},
+    "search": {"user_sd": 0.002, "user_seed_sd": 0.001, "seed_sd": 0.0005, "world_sd": 0.004},
+}
 TEACHER = "gem"
 #: The NE offset of the simulated teacher against the baseline: far better, so TR is defined.
 TEACHER_EFFECT = -0.05
