@@ -225,6 +225,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--check", action="store_true",
                    help="write nothing; exit 1 if a page differs from its source")
     args = p.parse_args(argv)
+    if args.out == OUT and not (ROOT / "pyproject.toml").is_file():
+        p.error("the pages belong in a gemkd checkout: run this from one, or give --out")
     if args.check:
         old = stale(args.out)
         for path in old:
