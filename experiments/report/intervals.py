@@ -35,6 +35,7 @@ sign) for comparison: with 3 top-level units it undercovers (benchmarks/null_cal
 from __future__ import annotations
 
 import math
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -164,9 +165,8 @@ def interval_method(sets: list[EvalSet], method: str = "t") -> str:
         return "percentile"
     if len(sets) >= 2:
         return "t-worlds"
-    seeds = max((len({s for _, s in sets[0].students if _ == v})
-                 for v in {v for v, _ in sets[0].students}), default=0) if sets else 0
-    return "pivot-seeds" if seeds >= 2 else "users-only"
+    seeds = Counter(v for v, _ in sets[0].students) if sets else Counter()
+    return "pivot-seeds" if max(seeds.values(), default=0) >= 2 else "users-only"
 
 
 def check_against_results(sets: list[EvalSet], results: pd.DataFrame) -> None:
