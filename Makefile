@@ -29,8 +29,8 @@ $(BIN)/gemkd: pyproject.toml $(PKG_FILES)
 
 install: $(BIN)/gemkd
 
-# --threads 1: the setting README's and docs/RESULTS.md's tables were made at (results depend on
-# torch's thread count: README "Reproducing a table")
+# --threads 1: the setting README's and docs/results/RESULTS.md's tables were made at (results depend on
+# torch's thread count: docs/guides/experiments.md "Reproducing a table")
 demo: install
 	$(BIN)/gemkd run --out runs/quickstart --threads 1
 
@@ -44,7 +44,7 @@ test-slow: install
 test-gpu: install
 	$(BIN)/python -m pytest -q -m gpu
 
-# Every benchmark writes benchmarks/results/<name>.json; the last step renders docs/PERFORMANCE.md.
+# Every benchmark writes benchmarks/results/<name>.json; the last step renders docs/results/PERFORMANCE.md.
 # Smoke run: make bench BENCH_ARGS="--quick --threads 1". GPU machine: make bench BENCH_DEVICE=cuda.
 BENCH_ARGS ?=
 BENCH_DEVICE ?= cpu
@@ -57,20 +57,20 @@ bench: install
 	$(BIN)/python -m benchmarks.bench_teacher --json $(RESULTS)/teacher.json --device $(BENCH_DEVICE) $(BENCH_ARGS)
 	$(BIN)/python -m benchmarks.bench_transfer --json $(RESULTS)/transfer.json --device $(BENCH_DEVICE) $(BENCH_ARGS)
 	$(BIN)/python -m benchmarks.bench_serving --json $(RESULTS)/serving.json --device $(BENCH_DEVICE) $(BENCH_ARGS)
-	$(BIN)/python -m benchmarks.render_performance --results $(RESULTS) --out docs/PERFORMANCE.md \
+	$(BIN)/python -m benchmarks.render_performance --results $(RESULTS) --out docs/results/PERFORMANCE.md \
 		--gpu-results $(RESULTS)/gpu \
 		--command "make bench BENCH_ARGS='$(BENCH_ARGS)' BENCH_DEVICE=$(BENCH_DEVICE)"
 
-# docs/RESULTS.md: the synthetic benchmark (three worlds, 25-33 min each on 2 shared cores), MovieLens (~4 min)
+# docs/results/RESULTS.md: the synthetic benchmark (three worlds, 25-33 min each on 2 shared cores), MovieLens (~4 min)
 # and KuaiRand (~2 min; both read ../shared/data), side by side. Finished steps are cached: a rerun
 # only reports.
 results: install
 	$(BIN)/gemkd run experiments/benchmark.yaml --out runs/benchmark --threads 1
 	$(BIN)/gemkd run experiments/movielens.yaml --out runs/movielens --threads 1
 	$(BIN)/gemkd run experiments/kuairand.yaml --out runs/kuairand --threads 1
-	$(BIN)/gemkd report --markdown docs/RESULTS.md runs/benchmark runs/movielens runs/kuairand
+	$(BIN)/gemkd report --markdown docs/results/RESULTS.md runs/benchmark runs/movielens runs/kuairand
 
-# docs/TEACHER.md's curves, from the benchmark's streaming teachers (run `make results` first):
+# docs/results/TEACHER.md's curves, from the benchmark's streaming teachers (run `make results` first):
 # scaling and headroom against the days seen (GEM and an MLP streamed over the same days), then
 # KD's and full's gain against the teacher's days of data at equal age (world 0, lag 0).
 TEACHER_DAYS := 5 10 20

@@ -3,8 +3,9 @@
 
 Every script writes one JSON file (``--json``) holding ``machine`` (where it ran), ``command``
 (the exact command line), ``quick`` (reduced sizes: not reference figures) and ``figures``: a
-flat list that ``python -m benchmarks.render_performance`` turns into docs/PERFORMANCE.md, so a
-figure and its target are defined once, in the script that measures it.
+flat list that ``python -m benchmarks.render_performance`` turns into
+docs/results/PERFORMANCE.md, so a figure and its target are defined once, in the script that
+measures it.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
-"""Render every benchmark JSON under benchmarks/results/ into docs/PERFORMANCE.md.
+"""Render every benchmark JSON under benchmarks/results/ into docs/results/PERFORMANCE.md.
 
     python -m benchmarks.render_performance [--results benchmarks/results]
-        [--out docs/PERFORMANCE.md] [--command "make bench"]
+        [--out docs/results/PERFORMANCE.md] [--command "make bench"]
 
 Why: the figures a README or an issue quotes should come from one run, with the machine and the
 command beside them, not be copied by hand. Each script (``benchmarks/bench_*.py --json``)
@@ -130,7 +130,7 @@ def machine_table(runs: list[dict]) -> list[str]:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--results", type=Path, default=Path("benchmarks/results"))
-    p.add_argument("--out", type=Path, default=Path("docs/PERFORMANCE.md"))
+    p.add_argument("--out", type=Path, default=Path("docs/results/PERFORMANCE.md"))
     p.add_argument("--command", default="make bench",
                    help="the command that ran the suite (the Makefile passes its arguments)")
     p.add_argument("--gpu-results", type=Path, default=None,

@@ -1,6 +1,6 @@
 """bench_transfer's figures: targets, the paired ratio of two candidates' per-round times and
-the table ``benchmarks/bench_transfer.py`` prints and writes (docs/PERFORMANCE.md renders it).
-Kept apart from the measuring so each reads on its own."""
+the table ``benchmarks/bench_transfer.py`` prints and writes (docs/results/PERFORMANCE.md
+renders it). Kept apart from the measuring so each reads on its own."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """A teacher's training config: one flat YAML (``experiments/teachers/*.yaml``).
 
 ``model:`` holds the model class's keyword hyper-parameters; every other top-level key is a
-:class:`TeacherTrainConfig` field (README "Teacher config keys"). Configs are named (a file in
+:class:`TeacherTrainConfig` field (docs/reference/teacher.md). Configs are named (a file in
 ``experiments/teachers``) or given as a path to any YAML file.
 """
 

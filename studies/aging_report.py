@@ -1,4 +1,4 @@
-"""The aging study's table and plot (``studies/teacher_aging.py``, docs/STALENESS.md)."""
+"""The aging study's table and plot (``studies/teacher_aging.py``, docs/results/STALENESS.md)."""
 
 from __future__ import annotations
 

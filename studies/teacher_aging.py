@@ -1,5 +1,5 @@
 """Teacher aging on real logs: how fast does a teacher's NE rise with the age of its training
-window? (docs/STALENESS.md)
+window? (docs/results/STALENESS.md)
 
     python -m studies.teacher_aging --data DATASET_DIR [--window 4] [--ages 0 2 4 6]
         [--eval-days 12 14] [--seeds 0 1 2] [--models gem mlp] [--set KEY=VALUE ...]

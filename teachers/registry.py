@@ -2,7 +2,7 @@
 
 A teacher is any ``nn.Module`` built as ``cls(schema, **model)`` (or ``cls.from_config(schema,
 model)``) whose ``forward(batch)`` returns a :class:`~gemkd.transfer.models.TeacherOutput` and whose
-``representation_dims()`` names what an export may store (docs/custom_teacher.md).
+``representation_dims()`` names what an export may store (docs/guides/custom_teacher.md).
 """
 
 from __future__ import annotations

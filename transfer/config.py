@@ -1,7 +1,8 @@
 """Flat YAML configs mapped onto dataclasses, with errors that name the file and the key.
 
-"The config is the API": every knob is a dataclass field with a default and a docstring in the
-README; an unknown key or a value of the wrong type is rejected before any work starts.
+"The config is the API": every knob is a dataclass field with a default and a docstring (the
+generated pages in docs/reference/); an unknown key or a value of the wrong type is rejected
+before any work starts.
 """
 
 from __future__ import annotations

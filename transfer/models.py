@@ -56,10 +56,11 @@ _pytree.register_dataclass(StudentOutput)
 
 
 class OptionalHooks(Protocol):
-    """The optional members of a teacher, a student or a transfer method (docs/custom_teacher.md,
-    custom_student.md, custom_method.md). gemkd calls each through :func:`optional_hook`, the one
-    place they are looked up; an object without one gets the default named here. They are not
-    part of a ``runtime_checkable`` protocol on purpose: a model lacking them is still a model.
+    """The optional members of a teacher, a student or a transfer method
+    (docs/guides/custom_teacher.md, custom_student.md, custom_method.md). gemkd calls each
+    through :func:`optional_hook`, the one place they are looked up; an object without one gets
+    the default named here. They are not part of a ``runtime_checkable`` protocol on purpose: a
+    model lacking them is still a model.
     """
 
     @classmethod

@@ -2,8 +2,8 @@
 dataset on disk: a small :class:`~gemkd.transfer.data.schema.DatasetSchema`, random jagged
 :class:`~gemkd.transfer.data.batch.Batch`\\ es shaped like the reader's (heavy-tailed histories,
 some empty, one very long), and a random stand-in for a run's teacher. The plug-in guides
-(docs/custom_student.md, docs/custom_method.md, docs/custom_teacher.md) check their examples with
-them, and gemkd's own tests use them.
+(docs/guides/custom_student.md, docs/guides/custom_method.md, docs/guides/custom_teacher.md)
+check their examples with them, and gemkd's own tests use them.
 """
 
 from __future__ import annotations

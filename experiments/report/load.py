@@ -81,4 +81,4 @@ def threads_text(run_dir: str | Path | RunDir) -> str:
                                  "an unrecorded count in the student runs"))
     again = f"; `--threads {steps}` reproduces it" if runs == steps else ""
     return (f"{made}: another count gives other last digits and can move a search's choices "
-            f"(README, Reproducing a table){again}.")
+            f"(docs/guides/experiments.md, Reproducing a table){again}.")

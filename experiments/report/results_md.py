@@ -1,11 +1,11 @@
-"""docs/RESULTS.md: several run directories (datasets) side by side, one page, generated.
+"""docs/results/RESULTS.md: several run directories (datasets) side by side, one page, generated.
 
-``gemkd report --markdown docs/RESULTS.md RUN_DIR [RUN_DIR ...]``: a summary table of ΔNE per
-variant and dataset, then per dataset the rule its verdicts follow and what it could detect, its
-full table (with 95 % intervals and verdicts where the run has per-user evaluation files, else
-mean ± std over seeds), the teacher's NE, the knobs tuning chose, and the two "what it means"
-sentences generated from the numbers (as in each report.md), and the Student Adapter probe's
-summary where ``studies/adapter_probe.py`` wrote one into the run directory.
+``gemkd report --markdown docs/results/RESULTS.md RUN_DIR [RUN_DIR ...]``: a summary table of
+ΔNE per variant and dataset, then per dataset the rule its verdicts follow and what it could
+detect, its full table (with 95 % intervals and verdicts where the run has per-user evaluation
+files, else mean ± std over seeds), the teacher's NE, the knobs tuning chose, and the two "what
+it means" sentences generated from the numbers (as in each report.md), and the Student Adapter
+probe's summary where ``studies/adapter_probe.py`` wrote one into the run directory.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The knobs tuning tried and chose, in a form a reader can take in (report.md's tuning table,
-docs/RESULTS.md's "Tuned knobs" line).
+docs/results/RESULTS.md's "Tuned knobs" line).
 
 Why: a search draws tens of values per knob at full float precision, and a replicated run makes
 one choice per study (teacher lag × world). Listed raw, the table ran to thousands of characters

@@ -113,14 +113,14 @@ def _kuairand(spec: RunSpec, world: int | None) -> DataPlan:
 
 
 def _import(spec: RunSpec, world: int | None) -> DataPlan:
-    """Any log converted by a mapping (docs/your_data.md)."""
+    """Any log converted by a mapping (docs/guides/your_data.md)."""
     from gemkd.transfer.data.importer import import_logs, load_mapping
 
     d, source = spec.data, spec.data.source
     args = _options(d, source, {"mapping": None})
     if d.src is None or args["mapping"] is None:
         raise ConfigError("spec data: source import needs src (the log) and mapping (its "
-                          "YAML mapping, docs/your_data.md)")
+                          "YAML mapping, docs/guides/your_data.md)")
     src = _src(d)
     mapping_path = find_config(args["mapping"], "data/mappings", spec.source_dir)
     mapping = load_mapping(mapping_path)

@@ -21,7 +21,7 @@ from gemkd.transfer.methods.space import Range, method_space, variant_space
 from gemkd.transfer.plugins import check_init_args, instantiate, resolve_class
 
 _PROTOCOL = ("a transfer method subclasses gemkd.transfer.methods.TransferMethod "
-             "(docs/custom_method.md)")
+             "(docs/guides/custom_method.md)")
 
 
 def method_class(spec: PluginSpec) -> type[TransferMethod]:

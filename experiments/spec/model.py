@@ -4,7 +4,7 @@ Every section is a dataclass; :func:`gemkd.transfer.config.build_dataclass` is t
 that builds them from YAML (unknown keys and wrong types are errors naming the key). Sections that
 point at another config (``data:``, ``teacher:``, ``hierarchical:``) keep their extra keys as
 ``overrides`` of that config, checked against it by :mod:`gemkd.experiments.run.validate` before any
-work starts. README "Experiment spec keys" documents every key.
+work starts. docs/reference/spec.md lists every key.
 """
 
 from __future__ import annotations

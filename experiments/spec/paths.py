@@ -1,8 +1,8 @@
 """Relative paths in a spec, resolved by one rule: a path is relative to where it was written —
 the spec file's folder for a value in the file, the working directory for a ``--set`` value —
-so a spec that names files beside it runs the same from any directory (docs: README "Paths in a
-spec"). Resolved once, when the spec is loaded, so the run's ``spec.yaml`` records absolute
-paths."""
+so a spec that names files beside it runs the same from any directory (docs/guides/experiments.md,
+"Paths in a spec"). Resolved once, when the spec is loaded, so the run's ``spec.yaml`` records
+absolute paths."""
 
 from __future__ import annotations
 

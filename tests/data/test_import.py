@@ -199,7 +199,7 @@ def test_duplicate_side_key_and_negative_id(tmp_path, capsys):
 
 
 def test_docs_example(tmp_path, capsys):
-    """docs/your_data.md's worked example runs as written."""
+    """docs/guides/your_data.md's worked example runs as written."""
     example = ROOT / "docs" / "examples" / "my_logs"
     out = tmp_path / "news"
     schema, t = run(capsys, example, example / "mapping.yaml", out)

@@ -310,7 +310,7 @@ def test_logged_only_schema_has_no_negatives_key(tmp_path, capsys):
 
 
 def test_docs_example(tmp_path, capsys):
-    """docs/your_data.md's positive-only example runs as written."""
+    """docs/guides/your_data.md's positive-only example runs as written."""
     example = ROOT / "docs" / "examples" / "my_plays"
     out = tmp_path / "plays"
     assert main(["data", "import", "--src", str(example), "--mapping",

@@ -81,8 +81,9 @@ def doc_snippet(doc: Path, heading: str) -> str:
 @pytest.mark.parametrize("doc, heading", [("custom_method.md", "## 5. Check it"),
                                           ("custom_teacher.md", "### Optional hooks")])
 def test_doc_check_snippets_run(monkeypatch, doc, heading):
-    """The checks shown in docs/custom_method.md and docs/custom_teacher.md, as written, from
-    the repository root: they use only the installed packages (``gemkd.transfer.testing``)."""
+    """The checks shown in docs/guides/custom_method.md and docs/guides/custom_teacher.md, as
+    written, from the repository root: they use only the installed packages
+    (``gemkd.transfer.testing``)."""
     path = ROOT / "docs" / "guides" / doc
     code = doc_snippet(path, heading)
     assert "tests." not in code

@@ -71,7 +71,7 @@ def test_mixed_pivot_is_t_with_no_known_part_and_normal_with_all_of_it():
 
 
 def test_t_interval_over_worlds_is_the_textbook_one():
-    d = np.array([0.0120, 0.0107, 0.0024])  # docs/RESULTS.md's full − KD per world
+    d = np.array([0.0120, 0.0107, 0.0024])  # docs/results/RESULTS.md's full − KD per world
     est = difference(d.mean(), Units(d[:, None]))
     se = d.std(ddof=1) / math.sqrt(3)
     assert float(est.lo[0]) == pytest.approx(d.mean() - T95[2] * se)

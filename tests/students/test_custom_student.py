@@ -89,7 +89,7 @@ def test_repr_features_zero_init_and_truncation(schema):
 
 
 def test_doc_yaml_builds_and_errors_name_the_class(schema):
-    """The YAML snippet and the error message shown in docs/custom_student.md are real."""
+    """The YAML snippet and the error message shown in docs/guides/custom_student.md are real."""
     text = DOC.read_text()
     block = re.search(r"```yaml\n(.*?)```", text, re.S).group(1)
     spec = yaml.safe_load(block)["student"]
@@ -112,8 +112,9 @@ def doc_snippet(doc: Path, heading: str) -> str:
 
 
 def test_doc_check_snippet_runs(monkeypatch):
-    """The "Check it" block of docs/custom_student.md, as written, from the repository root (it
-    puts docs/examples on the path itself and needs nothing outside the installed packages)."""
+    """The "Check it" block of docs/guides/custom_student.md, as written, from the repository
+    root (it puts docs/examples on the path itself and needs nothing outside the installed
+    packages)."""
     code = doc_snippet(DOC, "## 8. Check it")
     assert "tests." not in code
     monkeypatch.chdir(ROOT)

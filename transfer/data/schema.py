@@ -45,7 +45,7 @@ class Feature:
 
 @dataclass
 class DatasetSchema:
-    """What ``schema.json`` holds; see README "Data" for every key."""
+    """What ``schema.json`` holds; see docs/guides/data.md for every key."""
 
     source: str
     categorical: list[Feature]

@@ -72,7 +72,7 @@ class MethodContext:
     and None otherwise; ``teacher_weights()`` loads the teacher checkpoint's
     state dict (None where the teacher is an imported store); ``sample_batch()`` reads a few
     training rows (to probe the student's shapes). ``student`` and ``teacher`` are None in
-    ``feature_dim``. Every field: docs/custom_method.md."""
+    ``feature_dim``. Every field: docs/guides/custom_method.md."""
 
     schema: DatasetSchema
     tasks: list[str]

@@ -1,1 +1,1 @@
-"""An example package of a user's own transfer methods (docs/custom_method.md)."""
+"""An example package of a user's own transfer methods (docs/guides/custom_method.md)."""

@@ -1,4 +1,4 @@
-"""An example of a user's own student package (see docs/custom_student.md)."""
+"""An example of a user's own student package (see docs/guides/custom_student.md)."""
 
 from my_students.tower import TwoTower
 

@@ -1,1 +1,1 @@
-"""An example package of a user's own teacher (docs/custom_teacher.md)."""
+"""An example package of a user's own teacher (docs/guides/custom_teacher.md)."""

@@ -1,4 +1,5 @@
-"""The mapping file of ``gemkd data import``: which log columns become what (docs/your_data.md).
+"""The mapping file of ``gemkd data import``: which log columns become what
+(docs/guides/your_data.md).
 
 The frozen dataclasses a mapping is read into, strictly and before any data is read, by
 :mod:`.mapping_parse` (so a typo never silently drops a feature). Each entry remembers its

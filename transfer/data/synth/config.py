@@ -1,4 +1,4 @@
-"""Every knob of the synthetic ads world; README "Synthetic world keys" documents each one.
+"""Every knob of the synthetic ads world; docs/guides/data.md documents each one.
 
 Defaults are meant to be realistic where it matters for transfer (DESIGN §2.3), never tuned until
 a particular model wins; each one's reason:
