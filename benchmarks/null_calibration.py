@@ -71,8 +71,8 @@ def rates(table: pd.DataFrame, scenario: Scenario) -> dict[str, object]:
             if kind == "null":
                 row[f"false {name} (hi/lo)"] = (f"{100 * r.miss:5.1f} % "
                                                 f"({100 * r.above:.1f}/{100 * r.below:.1f})")
-                if math.isfinite(r.p_at_1pct):
-                    row[f"p≤1 % {name}"] = f"{100 * r.p_at_1pct:.2f} %"
+                row[f"p≤1 % {name}"] = (f"{100 * r.p_at_1pct:.2f} %"
+                                         if math.isfinite(r.p_at_1pct) else "—")
             else:
                 row[f"cover {name}"] = f"{100 * r.coverage:5.1f} %"
     return row
@@ -110,7 +110,7 @@ def main() -> None:
                              "seconds": f"{time.perf_counter() - t0:.0f}"})
                 print(" | ".join(str(v) for v in rows[-1].values()), flush=True)
     print()
-    print(markdown(pd.DataFrame(rows).fillna("—")))
+    print(markdown(pd.DataFrame(rows)))
     for n in sorted({args.replicates, args.old_replicates}):
         print(f"Monte-Carlo SE at {n} runs: a 5 % rate ±{100 * rate_se(0.05, n):.2f} pt, "
               f"2.5 % ±{100 * rate_se(0.025, n):.2f} pt")
