@@ -306,7 +306,7 @@ def _world_arrays(es: EvalSet, variants: list[str], samples: int, seed: int) -> 
     for a, (variant, s) in enumerate(es.students):
         v = variants.index(variant)
         grid[seeds.index(s), v] = point[a]
-        if rgrid is not None:
+        if rgrid is not None and reps is not None:
             rgrid[:, seeds.index(s), v] = reps[:, a]
         count[v] += 1
     ne = seed_mean(grid[None], np.ones((1, len(seeds))))[0]
@@ -330,6 +330,7 @@ def _t_intervals(per: list[_WorldArrays], ib: int | None, ir: int | None, level:
     else:
         p = per[0]
         s = p.seed_ne.shape[0]
+        assert p.teacher_reps is not None  # one world: _world_arrays drew the users' resamples
         arms = Units(p.seed_ne, p.reps, p.n_users)
         teacher = Units(np.broadcast_to(p.teacher, (s, *p.teacher.shape)),
                         np.broadcast_to(p.teacher_reps[:, None],
@@ -366,6 +367,7 @@ def _percentile(per: list[_WorldArrays], ib: int | None, ir: int | None, samples
     replacement), users and seeds; no p-values."""
     reps = []
     for p in per:
+        assert p.reps is not None and p.teacher_reps is not None  # drawn for this rule
         weights = seed_weights(p.seed_ne.shape[0], samples, rng_for(seed, SEEDS, p.world))
         reps.append((seed_mean(p.reps, weights), p.teacher_reps))
     stats = _stats(np.stack([r[0] for r in reps]), np.stack([r[1] for r in reps]), ib, ir)

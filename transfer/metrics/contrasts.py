@@ -134,6 +134,7 @@ def _unit_cov(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _seed_parts(x: Units, y: Units) -> Parts:
+    assert x.replicates is not None and y.replicates is not None  # by_seeds, checked above
     xv, yv = np.broadcast_arrays(x.values, y.values)
     xr, yr = np.broadcast_arrays(x.replicates, y.replicates)
     m = np.isfinite(xv) & np.isfinite(yv)  # [S, ...] seeds with both values

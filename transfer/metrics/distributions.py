@@ -96,7 +96,7 @@ def density(t: np.ndarray, df: np.ndarray) -> np.ndarray:
     return np.exp(log_c - (df + 1) / 2 * np.log1p(t * t / df))
 
 
-def quantile(level: float, df: np.ndarray | float) -> np.ndarray:
+def quantile(level: float, df: np.ndarray | float) -> np.ndarray | np.float64:
     """The two-sided critical value ``t`` with ``P(|T_df| ≤ t) = level`` (e.g. 4.303 for
     level 0.95, df 2; 1.960 for df = inf); nan where df is nan or ≤ 0.
 
