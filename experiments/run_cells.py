@@ -5,8 +5,9 @@ spec would redo the teacher fits instead).
 
 Each store step's manifest names the teacher checkpoint and the data it was exported from and the
 day the teacher was trained until; the lag is the spec's lag whose teacher window ends there. The
-domain-FM store and the LoopFM codes of a cell are the steps whose config names its store. Read
-through :meth:`gemkd.experiments.run_dir.RunDir.cells` and ``.teacher_fits``.
+domain-FM store and the LoopFM codes of a cell are the steps whose config names its store. It
+reads the run through :class:`gemkd.experiments.run_dir.RunDir` (which knows nothing of cells):
+``find_cells(RunDir(path), spec)`` and ``teacher_fits(RunDir(path))``.
 """
 
 from __future__ import annotations

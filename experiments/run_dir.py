@@ -40,7 +40,6 @@ from gemkd.experiments.results_schema import WORLD, one_domain, validate_results
 from gemkd.transfer.errors import ConfigError
 
 if TYPE_CHECKING:
-    from gemkd.experiments.run_cells import Cell, TeacherFit
     from gemkd.experiments.spec.model import RunSpec
 
 log = logging.getLogger(__name__)
@@ -263,19 +262,6 @@ class RunDir:
     def steps(self, name: str) -> list[Path]:
         """The finished cached steps ``cache/<name>-<hash>`` (those with ``DONE``), sorted."""
         return [s for s in sorted(self.cache.glob(f"{name}-*")) if (s / "DONE").is_file()]
-
-    def cells(self, spec: RunSpec | None = None) -> list[Cell]:
-        """Every (world, lag) cell of the run's finished GEM stores: what its students learned
-        from (:mod:`gemkd.experiments.run_cells`). ``spec`` defaults to the run's own."""
-        from gemkd.experiments.run_cells import find_cells
-
-        return find_cells(self, spec or self.run_spec())
-
-    def teacher_fits(self, streaming: bool = True) -> list[TeacherFit]:
-        """Each world's finished teacher fit with its data (streaming fits only by default)."""
-        from gemkd.experiments.run_cells import teacher_fits
-
-        return teacher_fits(self, streaming)
 
     def _json(self, name: str) -> Any:
         path = self.path / name

@@ -5,7 +5,7 @@
         [--worlds 0 1 2] [--lags 0 3 6] [--seeds 0 1 2] [--arms ...] [--threads 1]
 
 For every (world, lag) cell of ``--run`` (found from its cache:
-:meth:`gemkd.experiments.run_dir.RunDir.cells`) and every seed, student arms are trained on the
+:func:`gemkd.experiments.run_cells.find_cells`) and every seed, student arms are trained on the
 run's own teacher stores with the hyper-parameters the run's search chose (``tuning.csv``), each
 arm's evaluation written as the run writes it (``OUT/clusters/world=W/lag=L/<arm>__seed<S>.npz``).
 The arms isolate the adapter:
@@ -61,7 +61,7 @@ from gemkd.experiments.run.jobs import InputPaths
 from gemkd.experiments.run.methods import search_space
 from gemkd.experiments.run.search import single_point
 from gemkd.experiments.run.student import StudentJob, student_datamodule, train_student
-from gemkd.experiments.run_cells import Cell
+from gemkd.experiments.run_cells import Cell, find_cells
 from gemkd.experiments.run_dir import RunDir
 from gemkd.experiments.spec.model import RunSpec, VariantSpec
 from gemkd.transfer.io.atomic import atomic_write_bytes
@@ -319,7 +319,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     shutil.copyfile(run / RunDir.SPEC, out / RunDir.SPEC)  # bootstrap settings for the report
     tuning = run.tuning()
     seeds = args.seeds if args.seeds is not None else list(spec.seeds)
-    cells = [c for c in run.cells(spec)
+    cells = [c for c in find_cells(run, spec)
              if (args.worlds is None or c.world in args.worlds)
              and (args.lags is None or c.lag in args.lags)]
     done = read_records(out)

@@ -42,7 +42,7 @@ from gemkd.experiments.run.evaluation import (
     feature_oracle_metrics,
     oracle_logits,
 )
-from gemkd.experiments.run_cells import TeacherFit
+from gemkd.experiments.run_cells import TeacherFit, teacher_fits
 from gemkd.experiments.run_dir import RunDir
 from gemkd.experiments.teacher_config import (
     find_config,
@@ -57,7 +57,7 @@ TARGETS = {"oracle": 0.40, "feature_oracle": 0.60}  # issue 18's headroom target
 
 def find_worlds(run: Path) -> list[TeacherFit]:
     """Each world's data and streaming GEM fit in ``run``'s cache (matched on the data's key)."""
-    return RunDir(run).teacher_fits(streaming=True)
+    return teacher_fits(RunDir(run), streaming=True)
 
 
 def fit_mlp(world: TeacherFit, out: Path, mlp_config: str) -> Path:

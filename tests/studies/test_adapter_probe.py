@@ -9,6 +9,7 @@ import json
 import pandas as pd
 import pytest
 
+from gemkd.experiments.run_cells import find_cells, teacher_fits
 from gemkd.experiments.run_dir import LAYOUT_VERSION, RunDir
 from studies.adapter_probe import main
 from tests.studies.runs import spec_run
@@ -39,7 +40,8 @@ def probe(run):
 
 
 def test_cells_found_from_the_cache(run):
-    cells = RunDir(run).cells()
+    rd = RunDir(run)
+    cells = find_cells(rd, rd.run_spec())
     assert [(c.world, c.lag, c.trained_until_day) for c in cells] == [(0, 0, 3), (0, 2, 1)]
     assert all(c.data.is_dir() and c.stores["gem"].is_dir() for c in cells)
 
@@ -65,7 +67,7 @@ def test_the_run_read_through_run_dir(run):
     assert set(curves["variant"]) == set(SPEC["variants"])
     assert rd.tuning() is not None and rd.environment()["run_threads"] >= 1
     assert set(rd.teacher_data()["0"]) == {"0", "2"} and rd.sampled_negatives() is None
-    (fit,) = rd.teacher_fits()
+    (fit,) = teacher_fits(rd)
     assert fit.seed == 0 and (fit.run / "checkpoints").is_dir() and fit.data.is_dir()
 
 
