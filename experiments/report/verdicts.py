@@ -11,7 +11,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from gemkd.experiments.report.intervals import BEATS, BELOW, GAIN, LOSS
+from gemkd.experiments.report.intervals import BEATS, BELOW, GAIN, LOSS, METHOD_TEXT
 from gemkd.experiments.report.summary import RunView, f4, lag_str, md_table, pm
 
 
@@ -153,14 +153,13 @@ def rule_paragraph(run: RunView) -> str:
                 "the evaluation users' noise nor the world's, and no difference below is a "
                 "verdict (DESIGN §6)." + sampled)
     n = len(iv.worlds)
-    text = (f"Intervals are 95 % percentile intervals of a paired, user-level bootstrap "
-            f"({iv.samples} resamples, seed {iv.seed}) nested with the training seeds and the "
-            "worlds: each resample draws the worlds with replacement, then within each world its "
-            "evaluation users (a user with all their impressions, in every domain) and its "
-            "seeds, the same draws for every variant, so differences are paired. A verdict "
-            "holds only when the pooled interval excludes 0 — ΔNE for a real gain or loss, "
-            "ΔNE − ΔNE(KD) for beating or falling below plain KD (efficiency vs KD beside it) — "
-            "and its sign agrees in a majority of the worlds.")
+    how = "; ".join(METHOD_TEXT.get(m, m) for m in iv.interval_method.split(","))
+    text = (f"Intervals are {round(100 * iv.level)} % intervals of paired differences "
+            f"({iv.samples} resamples of the evaluation users, seed {iv.seed}, the same draws "
+            f"for every variant): {how}. A verdict holds only when the interval excludes 0 — "
+            "ΔNE for a real gain or loss, ΔNE − ΔNE(KD) for beating or falling below plain KD "
+            "(efficiency vs KD beside it); the world columns and the worlds agreeing on the "
+            "sign are information, not part of the rule.")
     if n == 1:
         text += (f" This run has one world (world {iv.worlds[0]}), so every verdict here is "
                  "that one world's: a second world may overturn it (DESIGN §6).")
@@ -195,14 +194,11 @@ def _agree(r: pd.Series, col: str) -> str:
 
 
 def _unresolved(r: pd.Series, stat: str, question: str) -> str:
-    """Why a verdict is not resolved: the interval holds 0, or the worlds disagree."""
+    """Why a verdict is not resolved: no interval, or one that holds 0 (the verdict reads the
+    interval alone)."""
     lo, hi = r[f"{stat}_lo"], r[f"{stat}_hi"]
-    col = "worlds_agree_delta_ne" if stat == "delta_ne" else "worlds_agree_vs_kd"
     if not (math.isfinite(lo) and math.isfinite(hi)):
         return f"with no interval, so {question} is not resolved"
-    if lo > 0 or hi < 0:
-        return (f"but only {int(r[col])} of {int(r['n_worlds'])} worlds agree on its sign, so "
-                f"{question} is not resolved")
     return (f"an interval that holds 0, so {question} is not resolved (this run resolves "
             f"about ±{f4(r[f'{stat}_half_width'])})")
 

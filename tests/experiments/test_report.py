@@ -274,10 +274,10 @@ def test_report_states_the_rule_and_shows_intervals(cluster_run_dir):
     out = report_command(cluster_run_dir)
     text = (cluster_run_dir / "report.md").read_text()
     first = text.split("\n\n")[1]
-    assert first.startswith("Intervals are 95 % percentile intervals of a paired, user-level "
-                            "bootstrap (200 resamples, seed 0) nested with the training seeds "
-                            "and the worlds")
-    assert "excludes 0" in first and "sign agrees in a majority of the worlds" in first
+    assert first.startswith("Intervals are 95 % intervals of paired differences (200 resamples "
+                            "of the evaluation users, seed 0, the same draws for every variant): "
+                            "t intervals over the worlds' paired, seed-averaged values")
+    assert "excludes 0" in first and "not part of the rule" in first
     assert "mean over the 3 worlds (0, 1, 2)" in first
     assert re.search(r"the ΔNE intervals' half-width is 0\.\d{4} \(median", first)
     assert "2 std" not in text
@@ -337,7 +337,8 @@ def test_results_page_shows_intervals_and_rule(cluster_run_dir, run_dir, tmp_pat
     summary = text.split("\n## ")[1]
     assert re.search(rf"\| kd_aux \| {CI} \(real gain\) \| 0\.0140 ± ", summary)
     clusters, old = text.split("\n## ")[2:]
-    assert "Intervals are 95 % percentile intervals" in clusters and "| real gain" in clusters
+    assert "Intervals are 95 % intervals of paired differences" in clusters
+    assert "| real gain" in clusters
     assert "This run predates per-user evaluation files" in old
     assert "Student Adapter in isolation" not in text  # no probe in these runs
 
