@@ -69,10 +69,13 @@ def inputs_tag(spec: RunSpec, inputs: InputPaths, threads: int) -> str:
     from gemkd.experiments.run.cache import code_hash, plugin_key, step_sources
 
     spec_part = {k: v for k, v in spec.to_dict().items()
-                 if k not in ("name", "seeds", "variants", "teacher_lag_days", "logger")}
+                 if k not in ("name", "seeds", "variants", "teacher_lag_days", "logger",
+                              "primary", "twins")}
     # which other worlds the run replicates over is not an input of this world's students (its
     # own data is, through the upstream steps' names): adding a world reuses the others' runs
     spec_part["data"] = {k: v for k, v in spec_part["data"].items() if k != "seeds"}
+    if spec.tuning.draws == "shared":  # the one draw of earlier versions: their tags, their runs
+        spec_part["tuning"] = {k: v for k, v in spec_part["tuning"].items() if k != "draws"}
     blob = json.dumps({"spec": spec_part, "code": code_hash(step_sources("students")),
                        "threads": threads, **plugin_key([spec.student.class_path])},
                       sort_keys=True, default=str)

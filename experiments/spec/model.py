@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
+from gemkd.experiments.spec.primary import PrimarySpec
 from gemkd.transfer.errors import ConfigError
 from gemkd.transfer.options import (
     ACCELERATORS,
@@ -149,7 +150,9 @@ class PluginSpec:
 @dataclass
 class VariantSpec:
     """A variant: its transfer ``methods`` (in the order they run) and the ``teacher`` source
-    they learn from (``gem``, or ``domain_fm`` for hierarchical transfer)."""
+    they learn from (``gem``, or ``domain_fm`` for hierarchical transfer); ``twin_of`` marks an
+    A/A twin (``twins:``), the same methods and teacher as the variant it names under another
+    name, so its own search draw: the run's check of its false verdicts."""
 
     #: the variant's name (its key in ``variants``)
     name: str
@@ -158,6 +161,8 @@ class VariantSpec:
     methods: list[PluginSpec] = field(default_factory=list)
     #: the teacher the methods learn from: the run's GEM, or the per-domain FM (hierarchical)
     teacher: TeacherSource = "gem"
+    #: an A/A twin of this variant (the same methods and teacher; made by twins:), or null
+    twin_of: str | None = None
 
     @classmethod
     def parse(cls, name: str, value: Any, where: str) -> VariantSpec:
@@ -166,10 +171,14 @@ class VariantSpec:
         if not isinstance(value, dict):
             raise ConfigError(f"{where}: variant {name!r} must be a list of methods or a "
                               f"mapping with methods (and teacher), got {value!r}")
-        unknown = sorted(set(value) - {"methods", "teacher"})
+        unknown = sorted(set(value) - {"methods", "teacher", "twin_of"})
         if unknown:
             raise ConfigError(f"{where}: variant {name!r}: unknown key {unknown[0]!r} "
-                              "(keys: methods, teacher)")
+                              "(keys: methods, teacher, twin_of)")
+        twin_of = value.get("twin_of")
+        if twin_of is not None and not isinstance(twin_of, str):
+            raise ConfigError(f"{where}: variant {name!r}: twin_of must be a variant's name, "
+                              f"got {twin_of!r}")
         methods = value.get("methods") or []
         if not isinstance(methods, list):
             raise ConfigError(f"{where}: variant {name!r}: methods must be a list")
@@ -178,12 +187,58 @@ class VariantSpec:
             raise ConfigError(f"{where}: variant {name!r}: teacher {teacher!r}; expected one of "
                               f"{', '.join(TEACHER_SOURCES)}")
         return cls(name, [PluginSpec.from_mapping(m, f"{where}.{name}[{i}]")
-                          for i, m in enumerate(methods)], teacher)
+                          for i, m in enumerate(methods)], teacher, twin_of)
 
     def to_value(self) -> Any:
         methods = [m.to_dict() for m in self.methods]
+        if self.twin_of is not None:
+            return {**({} if self.teacher == "gem" else {"teacher": self.teacher}),
+                    "methods": methods, "twin_of": self.twin_of}
         return methods if self.teacher == "gem" else {"teacher": self.teacher,
                                                        "methods": methods}
+
+
+def twin_name(original: str, k: int) -> str:
+    """The k-th A/A twin of ``original`` (1-based): ``kd_twin1``."""
+    return f"{original}_twin{k}"
+
+
+def expand_twins(variants: list[VariantSpec], twins: dict[str, int]) -> list[VariantSpec]:
+    """``variants`` with ``twins[name]`` A/A twins of each named variant appended (the same
+    methods and teacher, named :func:`twin_name`). A twin already listed (a spec.yaml written
+    by a run) is kept as it is; any other variant of a twin's name is a clash, and a twin must
+    be its original's copy. ValueErrors name the key."""
+    by_name = {v.name: v for v in variants}
+    for name, count in twins.items():
+        if name not in by_name or by_name[name].twin_of is not None:
+            raise ValueError(f"'twins': {name!r} is not a variant of the spec (variants: "
+                             f"{', '.join(v.name for v in variants if v.twin_of is None)})")
+        if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+            raise ValueError(f"'twins': {name}: expected a number of twins >= 1, got {count!r}")
+        for k in range(1, count + 1):
+            twin = VariantSpec(twin_name(name, k), list(by_name[name].methods),
+                               by_name[name].teacher, name)
+            have = by_name.get(twin.name)
+            if have is None:
+                variants = [*variants, twin]
+                by_name[twin.name] = twin
+            elif have.twin_of != name:
+                raise ValueError(f"'twins': {name}: {count} twin(s) would be named "
+                                 f"{twin.name!r}, which the spec already uses for another "
+                                 "variant; rename that variant")
+    for v in variants:
+        if v.twin_of is None:
+            continue
+        original = by_name.get(v.twin_of)
+        if original is None or original.twin_of is not None:
+            raise ValueError(f"variant {v.name!r}: twin_of {v.twin_of!r} is not a variant of "
+                             "the spec (a twin's original cannot itself be a twin)")
+        if (v.teacher, [m.to_dict() for m in v.methods]) != \
+                (original.teacher, [m.to_dict() for m in original.methods]):
+            raise ValueError(f"variant {v.name!r} is marked twin_of {v.twin_of!r} but its "
+                             "methods or teacher differ: a twin is the same variant under "
+                             "another name")
+    return variants
 
 
 def parse_variants(value: Any, where: str = "spec variants") -> list[VariantSpec]:
@@ -337,6 +392,12 @@ class RunSpec:
     tuning: TuningSpec = field(default_factory=TuningSpec)
     #: the paired, user-level cluster bootstrap behind every interval and verdict
     bootstrap: BootstrapSpec = field(default_factory=BootstrapSpec)
+    #: the report's primary family: the comparisons its verdicts and headline rest on, adjusted
+    #: together (Holm, 5 %); left out: every variant vs kd and kd vs baseline
+    primary: PrimarySpec = field(default_factory=PrimarySpec)
+    #: A/A twins: variant name -> how many copies to add (kd: 2 adds kd_twin1, kd_twin2, each
+    #: with its own search draw); the report counts how many of them come out resolved
+    twins: dict[str, int] = field(default_factory=dict)
     #: the LoopFM codes of variants with repr
     repr: ReprSpec = field(default_factory=ReprSpec)
     #: the domain FM of variants with teacher: domain_fm (a teacher config and overrides, e.g.
@@ -353,8 +414,10 @@ class RunSpec:
     source_dir: ClassVar[Path | None] = None
 
     def __post_init__(self) -> None:
-        self.variants = (self.variants if _parsed(self.variants)
-                         else parse_variants(self.variants))
+        self.variants = expand_twins(self.variants if _parsed(self.variants)
+                                     else parse_variants(self.variants), self.twins)
+        self.primary.check({v.name: v.twin_of for v in self.variants}, self.lags,
+                           self.student_tasks, self.student_domain)
         if self.accelerator not in ACCELERATORS:
             raise ValueError(f"'accelerator' must be one of {', '.join(ACCELERATORS)}, got "
                              f"{self.accelerator!r}")
@@ -446,6 +509,10 @@ class RunSpec:
             value = getattr(self, f.name)
             if f.name == "variants":
                 value = {v.name: v.to_value() for v in value}
+            elif f.name in ("primary", "twins"):
+                value = value.to_dict() if f.name == "primary" else dict(value)
+                if not value:
+                    continue  # unset: a spec.yaml (and inputs tag) as before these keys
             elif hasattr(value, "to_dict"):
                 value = value.to_dict()
             elif f.name in ("repr", "bootstrap"):
