@@ -22,7 +22,7 @@ from gemkd.experiments.results_schema import (  # noqa: F401 (the report's names
 from gemkd.experiments.run_dir import CURVE_METRICS, RunDir, read_csv  # noqa: F401
 from gemkd.experiments.spec.model import BUILTIN_VARIANTS
 
-#: Canonical order of the variants: the built-in ones' (DESIGN §6.1); unknown variants follow,
+#: Canonical order of the variants: the built-in ones' (DESIGN §5); unknown variants follow,
 #: sorted by name.
 VARIANTS: tuple[str, ...] = tuple(BUILTIN_VARIANTS)
 #: Metrics summarised as ``<metric>_mean`` / ``<metric>_std`` by :func:`summarize`.
