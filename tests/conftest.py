@@ -1,9 +1,8 @@
-"""Shared fixtures: small generated datasets and the real MovieLens / KuaiRand data from
-../shared."""
+"""Shared fixtures: small generated datasets and the real MovieLens / KuaiRand logs the
+repository ships in datasets/."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
@@ -12,10 +11,8 @@ from gemkd.transfer.config import load_dataclass
 from gemkd.transfer.data.synth import SynthConfig, generate
 
 ROOT = Path(__file__).resolve().parents[1]
-MOVIELENS = Path(os.environ.get(
-    "GEMKD_MOVIELENS", ROOT.parent / "shared" / "data" / "movielens_latest_small"))
-KUAIRAND = Path(os.environ.get(
-    "GEMKD_KUAIRAND", ROOT.parent / "shared" / "data" / "kuairand_pure_slice"))
+MOVIELENS = ROOT / "datasets" / "movielens_latest_small"
+KUAIRAND = ROOT / "datasets" / "kuairand_pure_slice"
 KUAIRAND_MAPPING = ROOT / "experiments" / "data" / "mappings" / "kuairand.yaml"
 
 
@@ -32,15 +29,15 @@ def tiny_data(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def movielens_src() -> Path:
-    if not (MOVIELENS / "ratings.csv").is_file():
-        pytest.skip(f"MovieLens not found at {MOVIELENS} (set GEMKD_MOVIELENS)")
+    """The shipped ml-latest-small (Parquet): part of the checkout, so never skipped."""
+    assert (MOVIELENS / "ratings.parquet").is_file(), f"{MOVIELENS}: ratings.parquet missing"
     return MOVIELENS
 
 
 @pytest.fixture(scope="session")
 def kuairand_src() -> Path:
-    if not any(KUAIRAND.glob("log_standard*.csv")):
-        pytest.skip(f"KuaiRand not found at {KUAIRAND} (set GEMKD_KUAIRAND)")
+    """The shipped KuaiRand-Pure slice (Parquet): part of the checkout, so never skipped."""
+    assert any(KUAIRAND.glob("log_standard*.parquet")), f"{KUAIRAND}: no log_standard*.parquet"
     return KUAIRAND
 
 

@@ -118,10 +118,10 @@ COMMANDS = (
         Opt("--overwrite", OVERWRITE.help, flag=True, param=f"{GENERATE}.overwrite"),
         Opt("--summary", "print the per-day summary after", flag=True),
     )),
-    Command(("data", "movielens"), "convert MovieLens ratings.csv (+ movies.csv)",
+    Command(("data", "movielens"), "convert MovieLens ratings (+ movies), CSV or Parquet",
             run=_movielens, calls="gemkd.transfer.data.movielens:convert_movielens", options=(
-                Opt("--src", "directory with ratings.csv [movies.csv]", required=True,
-                    param="src"),
+                Opt("--src", "directory with ratings [movies] .csv or .parquet (shipped: "
+                    "datasets/movielens_latest_small)", required=True, param="src"),
                 OUT,
                 Opt("--n-days", "time buckets of equal size", type=int, default=20,
                     positive=True, param="n_days"),
@@ -130,9 +130,9 @@ COMMANDS = (
             )),
     Command(("data", "kuairand"), "convert KuaiRand logs (+ user/video features)",
             run=_kuairand, calls="gemkd.transfer.data.kuairand:convert_kuairand", options=(
-                Opt("--src", "directory with log_standard*.csv / log_random*.csv "
-                    "[user_features*.csv, video_features_basic*.csv], or one log",
-                    required=True, param="src"),
+                Opt("--src", "directory with log_standard* / log_random* [user_features*, "
+                    "video_features_basic*] .csv or .parquet (shipped: "
+                    "datasets/kuairand_pure_slice), or one log", required=True, param="src"),
                 OUT,
                 Opt("--tasks", "comma-separated, default click,long_view,like (also: follow, "
                     "comment, forward, hate, profile_enter)", param="tasks",

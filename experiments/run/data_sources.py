@@ -19,9 +19,11 @@ from gemkd.transfer.config import build_dataclass, load_yaml
 from gemkd.transfer.errors import ConfigError
 from gemkd.transfer.io import fs
 
-SHARED_DATA = EXPERIMENTS.parents[1] / "shared" / "data"
-DEFAULT_MOVIELENS = SHARED_DATA / "movielens_latest_small"
-DEFAULT_KUAIRAND = SHARED_DATA / "kuairand_pure_slice"
+#: the real logs a checkout ships (datasets/*/PROVENANCE.md), the sources' default ``src``; not
+#: in the wheel (their licences are not the code's), so an installed gemkd needs ``data.src``
+SHIPPED_DATA = EXPERIMENTS.parent / "datasets"
+DEFAULT_MOVIELENS = SHIPPED_DATA / "movielens_latest_small"
+DEFAULT_KUAIRAND = SHIPPED_DATA / "kuairand_pure_slice"
 MAPPINGS = EXPERIMENTS / "data" / "mappings"
 
 
@@ -55,11 +57,15 @@ def _src(d, default: Path | None = None) -> Path:
     there — a missing one is named as such before any work."""
     if d.src is None and default is None:
         raise ConfigError(f"spec data: source {d.source} needs src (the log file or directory)")
+    if d.src is None and default is not None and not default.exists():
+        raise ConfigError(f"spec data.src: not given, and its default {default} (the copy a "
+                          "gemkd checkout ships in datasets/) is not here, as in a gemkd "
+                          "installed without its repository: set data.src to the folder of "
+                          f"the {d.source} files (e.g. --set data.src=DIR)")
     src = Path(d.src) if d.src else default
     if not src.exists():
-        what = "src" if d.src else f"src (default {default})"
-        raise ConfigError(f"spec data.{what}: {src} not found (a relative src is read from "
-                          "the spec file's folder)")
+        raise ConfigError(f"spec data.src: {src} not found (a relative src is read from the "
+                          "spec file's folder)")
     return src
 
 
@@ -84,20 +90,20 @@ def _synthetic(spec: RunSpec, world: int | None) -> DataPlan:
 
 
 def _movielens(spec: RunSpec, world: int | None) -> DataPlan:
-    """MovieLens-format ratings converted (``src``, default the shared slice)."""
-    from gemkd.transfer.data.movielens import GENRE_GROUPS, convert_movielens
+    """MovieLens-format ratings converted (``src``, default the shipped ml-latest-small)."""
+    from gemkd.transfer.data.movielens import GENRE_GROUPS, convert_movielens, table_file
 
     d, source = spec.data, spec.data.source
     args = _options(d, source, {"n_days": 20, "max_history": 1024})
     src = _src(d, DEFAULT_MOVIELENS)
     key = {"source": source, "src": str(src.resolve()), **args}
-    domains = list(GENRE_GROUPS) if (src / "movies.csv").is_file() else ["all"]
+    domains = list(GENRE_GROUPS) if src.is_dir() and table_file(src, "movies") else ["all"]
     return DataPlan(key, lambda out: convert_movielens(src, out, overwrite=True, **args),
                     list(range(args["n_days"])), domains, tasks=["click", "conversion"])
 
 
 def _kuairand(spec: RunSpec, world: int | None) -> DataPlan:
-    """KuaiRand logs converted with the shipped mapping."""
+    """KuaiRand logs converted with the shipped mapping (``src``, default the shipped slice)."""
     from gemkd.transfer.data.importer import load_mapping
     from gemkd.transfer.data.kuairand import DEFAULT_TASKS, convert_kuairand
 

@@ -125,7 +125,7 @@ def test_shrinks_without_tab_like_and_feature_files(tmp_path, capsys):
     assert schema.domains == ["all"] and (t["domain"] == 0).all()
     assert schema.tasks == ["click", "long_view"]
     assert "note: task 'like' left out" in printed and "has no column 'is_like'" in printed
-    assert "one domain 'all'" in printed and "user_features*.csv not found" in printed
+    assert "one domain 'all'" in printed and "side table user_features* not found" in printed
     assert [f.name for f in schema.categorical] == ["user_id", "item_id"] and schema.dense == []
     assert [f.name for f in schema.sequence] == ["hist_item_id", "hist_feedback", "hist_age"]
 
@@ -207,7 +207,7 @@ def test_malformed_logs(tmp_path, capsys, damage, expect):
 def kr(kuairand_src, tmp_path_factory):
     out = tmp_path_factory.mktemp("kr") / "data"
     assert main(["data", "kuairand", "--src", str(kuairand_src), "--out", str(out)]) == 0
-    source = pd.read_csv(next(kuairand_src.glob("log_standard*.csv")))
+    source = pd.read_parquet(next(kuairand_src.glob("log_standard*.parquet")))
     return out, dataset_table(out), source.iloc[np.argsort(source["time_ms"], kind="stable")]
 
 
@@ -256,7 +256,7 @@ def test_slice_histories_are_strictly_earlier(kr):
 
 def test_slice_features_join_by_id(kr, kuairand_src):
     _, t, _ = kr
-    videos = pd.read_csv(next(kuairand_src.glob("video_features_basic*.csv")))
+    videos = pd.read_parquet(next(kuairand_src.glob("video_features_basic*.parquet")))
     authors = np.sort(videos["author_id"].unique())
     got = authors[t["author_id"].to_numpy() - 1]
     want = videos.set_index("video_id")["author_id"].reindex(t["item_id"].to_numpy())

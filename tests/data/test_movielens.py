@@ -24,7 +24,7 @@ def ml(movielens_src, tmp_path_factory):
 
 def test_rows_labels_and_ids(ml, movielens_src):
     out, t = ml
-    ratings = pd.read_csv(movielens_src / "ratings.csv")
+    ratings = pd.read_parquet(movielens_src / "ratings.parquet")
     assert t.num_rows == len(ratings)
     schema = DatasetSchema.load(out)
     assert schema.tasks == ["click", "conversion"] and schema.days == list(range(10))
@@ -43,7 +43,7 @@ def test_rows_labels_and_ids(ml, movielens_src):
 
 def test_no_history_leaks_the_future(ml, movielens_src):
     _, t = ml
-    ratings = pd.read_csv(movielens_src / "ratings.csv")
+    ratings = pd.read_parquet(movielens_src / "ratings.parquet")
     lengths = pc.list_value_length(t["hist_item_id"]).to_numpy()
     users = np.repeat(t["user_id"].to_numpy(), lengths)
     ts = np.repeat(t["ts"].to_numpy(), lengths)

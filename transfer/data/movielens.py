@@ -3,8 +3,9 @@
 Every rating is one example: rating >= 4 is a click, rating 5 a conversion (so conversion implies
 click). The history is the user's ratings strictly before the row's timestamp (ties excluded:
 nothing from the same second can leak). Domains group movies by genre; days are time buckets with
-equal example counts. Any ``ratings.csv`` with ``userId,movieId,rating,timestamp`` works; without
-``movies.csv`` there is one domain and no genre features.
+equal example counts. Any ``ratings`` table with ``userId,movieId,rating,timestamp`` works, as CSV
+(``ratings.csv``, GroupLens's layout) or Parquet (``ratings.parquet``, as shipped in
+``datasets/movielens_latest_small``); without ``movies`` there is one domain and no genre features.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
+from gemkd.transfer.data.importer import source
 from gemkd.transfer.data.ranges import (
     N_AGE_BUCKETS,
     age_buckets,
@@ -40,17 +42,32 @@ OTHER_DOMAIN = list(GENRE_GROUPS).index("other")
 N_DECADES = 16  # 1870s .. 2020s, plus 0 for unknown
 
 
-def _read_ratings(path: Path) -> pd.DataFrame:
-    if not path.is_file():
-        raise DataError(f"{path}: missing (expected a CSV with {','.join(RATING_COLUMNS)})")
-    try:
-        df = pd.read_csv(path)
-    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as e:
-        raise DataError(f"{path}: not a readable CSV ({str(e).splitlines()[0]})") from None
-    for col in RATING_COLUMNS:
-        if col not in df.columns:
+MOVIE_COLUMNS = ["movieId", "title", "genres"]
+TABLE_SUFFIXES = (".parquet", ".csv", ".csv.gz")
+
+
+def table_file(src: Path, name: str) -> Path | None:
+    """``src``'s table ``name`` (``ratings`` or ``movies``) as Parquet or CSV; None if absent.
+    Both formats at once is an error: which one is the data would be a guess."""
+    found = [src / f"{name}{suffix}" for suffix in TABLE_SUFFIXES
+             if (src / f"{name}{suffix}").is_file()]
+    if len(found) > 1:
+        raise DataError(f"{src}: both {found[0].name} and {found[1].name}; keep one")
+    return found[0] if found else None
+
+
+def _read_table(path: Path, columns: list[str]) -> pd.DataFrame:
+    """The named columns of a CSV or Parquet file, each one there."""
+    have = source.header(path)
+    for col in columns:
+        if col not in have:
             raise DataError(f"{path}: column {col!r} missing (header must be "
-                            f"{','.join(RATING_COLUMNS)})")
+                            f"{','.join(columns)})")
+    return source.read(path, columns)
+
+
+def _read_ratings(path: Path) -> pd.DataFrame:
+    df = _read_table(path, RATING_COLUMNS)
     if df.empty:
         raise DataError(f"{path}: no rows")
     for col in RATING_COLUMNS:
@@ -60,30 +77,24 @@ def _read_ratings(path: Path) -> pd.DataFrame:
             bad = bad | ~np.isclose(values.fillna(0).to_numpy() % 1, 0)
         if bad.any():
             row = int(np.argmax(bad))
-            raise DataError(f"{path}: column {col!r} line {row + 2}: {df[col].iloc[row]!r} is "
+            raise DataError(f"{path}: column {col!r} {source.place(path, row)}: "
+                            f"{df[col].iloc[row]!r} is "
                             f"not a{'n integer' if col != 'rating' else ' number'}")
         df[col] = values
         if col != "rating" and (values < 0).any():
             row = int(np.argmax((values < 0).to_numpy()))
-            raise DataError(f"{path}: column {col!r} line {row + 2}: negative value "
+            raise DataError(f"{path}: column {col!r} {source.place(path, row)}: negative value "
                             f"{df[col].iloc[row]}")
     bad = ~df["rating"].between(0.5, 5.0).to_numpy()
     if bad.any():
         row = int(np.argmax(bad))
-        raise DataError(f"{path}: column 'rating' line {row + 2}: {df['rating'].iloc[row]} "
-                        "outside [0.5, 5]")
+        raise DataError(f"{path}: column 'rating' {source.place(path, row)}: "
+                        f"{df['rating'].iloc[row]} outside [0.5, 5]")
     return df.astype({"userId": np.int64, "movieId": np.int64, "timestamp": np.int64})
 
 
 def _read_movies(path: Path) -> pd.DataFrame:
-    try:
-        movies = pd.read_csv(path)
-    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as e:
-        raise DataError(f"{path}: not a readable CSV ({str(e).splitlines()[0]})") from None
-    for col in ["movieId", "title", "genres"]:
-        if col not in movies.columns:
-            raise DataError(f"{path}: column {col!r} missing (header must be "
-                            "movieId,title,genres)")
+    movies = _read_table(path, MOVIE_COLUMNS)
     genres = movies["genres"].fillna("").astype(str).str.split("|")
     names = list(GENRE_GROUPS)
     group_of = {g: i for i, gs in enumerate(GENRE_GROUPS.values()) for g in gs}
@@ -114,11 +125,16 @@ def convert_movielens(src: str | Path, out: str | Path, n_days: int = 20,
     if n_days < 1:
         raise DataError(f"n_days must be >= 1, got {n_days}")
     if not src.is_dir():
-        raise DataError(f"{src}: not a directory (expected ratings.csv inside)")
-    df = _read_ratings(src / "ratings.csv")
-    movies_path = src / "movies.csv"
-    has_movies = movies_path.is_file()
-    if has_movies:
+        raise DataError(f"{src}: not a directory (expected ratings.csv or ratings.parquet "
+                        "inside)")
+    ratings_path = table_file(src, "ratings")
+    if ratings_path is None:
+        raise DataError(f"{src}: no ratings.csv or ratings.parquet (expected a table with "
+                        f"{','.join(RATING_COLUMNS)})")
+    df = _read_ratings(ratings_path)
+    movies_path = table_file(src, "movies")
+    has_movies = movies_path is not None
+    if movies_path is not None:
         movies = _read_movies(movies_path)
         df = df.merge(movies, on="movieId", how="left")
         df["domain"] = df["domain"].fillna(OTHER_DOMAIN).astype(np.int16)
