@@ -62,7 +62,7 @@ bench: install
 		--command "make bench BENCH_ARGS='$(BENCH_ARGS)' BENCH_DEVICE=$(BENCH_DEVICE)"
 
 # docs/results/RESULTS.md: the synthetic benchmark (three worlds, 25-33 min each on 2 shared cores), MovieLens (~4 min)
-# and KuaiRand (~2 min; both read ../shared/data), side by side. Finished steps are cached: a rerun
+# and KuaiRand (~2 min; both read datasets/), side by side. Finished steps are cached: a rerun
 # only reports.
 results: install
 	$(BIN)/gemkd run experiments/benchmark.yaml --out runs/benchmark --threads 1

@@ -1,6 +1,6 @@
 """How fast real base rates move from day to day: the figures behind ``calibration_drift``.
 
-    python -m studies.base_rate_drift [--shared ../shared] [--min-rows 400] [--synthetic DIR]
+    python -m studies.base_rate_drift [--datasets datasets] [--min-rows 400] [--synthetic DIR]
 
 For every (dataset, surface, label) it prints the daily positive rate's logit and two figures
 of its movement over days: the std over days of the daily logit, and the mean |day-to-day
@@ -9,10 +9,10 @@ noise variance of about 1 / (n p (1 - p))), so each comes raw and with that nois
 (``*_true``: std over days sqrt(raw^2 - mean noise variance); the day-to-day change as a root
 mean square sqrt(mean(d^2) - mean(noise_t + noise_t-1)), 0 when noise explains it all).
 
-- KuaiRand-Pure (``../shared/data/kuairand_pure_slice``): one surface = one ``tab`` with at
+- KuaiRand-Pure (``datasets/kuairand_pure_slice``): one surface = one ``tab`` with at
   least ``--min-rows`` rows a day on average; one day = one ``date``; labels ``is_click``,
   ``long_view``, ``is_like``.
-- MovieLens (``../shared/data/movielens_latest_small``): one surface = one genre group of
+- MovieLens (``datasets/movielens_latest_small``): one surface = one genre group of
   ``gemkd.transfer.data.movielens`` (the ``domain`` its converter writes); one "day" = one of 20
   time buckets with equal rating counts, as ``gemkd data movielens`` cuts them; label rating >= 4.
 - ``--synthetic DIR``: a gemkd dataset, per domain and day, labels ``click`` and ``engage``
@@ -67,12 +67,15 @@ def drift_table(df: pd.DataFrame, label: str, min_rows: float) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def kuairand(shared: Path, min_rows: float) -> pd.DataFrame | None:
-    path = shared / "data/kuairand_pure_slice/log_standard_4_25_to_5_08_pure.csv"
-    if not path.is_file():
-        print(f"skip KuaiRand: {path} not found")
+def kuairand(datasets: Path, min_rows: float) -> pd.DataFrame | None:
+    from gemkd.transfer.data.importer import source
+
+    src = datasets / "kuairand_pure_slice"
+    logs = sorted(src.glob("log_standard*.parquet")) or sorted(src.glob("log_standard*.csv"))
+    if len(logs) != 1:
+        print(f"skip KuaiRand: {len(logs)} log_standard*.parquet / .csv files in {src}, not 1")
         return None
-    df = pd.read_csv(path, usecols=["date", "tab", "is_click", "long_view", "is_like"])
+    df = source.read(logs[0], ["date", "tab", "is_click", "long_view", "is_like"])
     df = df.rename(columns={"tab": "surface", "date": "day"})
     out = pd.concat([drift_table(df, lab, min_rows) for lab in ["is_click", "long_view",
                                                                 "is_like"]])
@@ -80,16 +83,23 @@ def kuairand(shared: Path, min_rows: float) -> pd.DataFrame | None:
     return out
 
 
-def movielens(shared: Path, n_buckets: int = 20) -> pd.DataFrame | None:
-    src = shared / "data/movielens_latest_small"
-    if not (src / "ratings.csv").is_file() or not (src / "movies.csv").is_file():
-        print(f"skip MovieLens: {src}/ratings.csv or movies.csv not found")
-        return None
-    from gemkd.transfer.data.movielens import GENRE_GROUPS, OTHER_DOMAIN, _read_movies
+def movielens(datasets: Path, n_buckets: int = 20) -> pd.DataFrame | None:
+    from gemkd.transfer.data.movielens import (
+        GENRE_GROUPS,
+        OTHER_DOMAIN,
+        _read_movies,
+        _read_ratings,
+        table_file,
+    )
 
-    df = pd.read_csv(src / "ratings.csv")
-    df = df.merge(_read_movies(src / "movies.csv")[["movieId", "domain"]], on="movieId",
-                  how="left")
+    src = datasets / "movielens_latest_small"
+    ratings, movies = (table_file(src, name) if src.is_dir() else None
+                       for name in ("ratings", "movies"))
+    if ratings is None or movies is None:
+        print(f"skip MovieLens: no ratings and movies (.parquet or .csv) in {src}")
+        return None
+    df = _read_ratings(ratings)
+    df = df.merge(_read_movies(movies)[["movieId", "domain"]], on="movieId", how="left")
     df["surface"] = df["domain"].fillna(OTHER_DOMAIN).astype(int).map(
         dict(enumerate(GENRE_GROUPS)))
     ts = df["timestamp"].to_numpy()
@@ -123,14 +133,16 @@ def synthetic(root: Path) -> pd.DataFrame:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--shared", default=str(ROOT.parent / "shared"),
-                   help="the shared folder holding data/ (default ../shared)")
+    p.add_argument("--datasets", default=str(ROOT / "datasets"),
+                   help="the folder holding kuairand_pure_slice/ and movielens_latest_small/ "
+                        "(default: the repository's datasets/)")
     p.add_argument("--min-rows", type=float, default=400,
                    help="KuaiRand surfaces with fewer rows a day are left out")
     p.add_argument("--synthetic", default=None, help="also a gemkd dataset directory")
     args = p.parse_args()
-    shared = Path(args.shared)
-    parts = [t for t in (kuairand(shared, args.min_rows), movielens(shared)) if t is not None]
+    datasets = Path(args.datasets)
+    parts = [t for t in (kuairand(datasets, args.min_rows), movielens(datasets))
+             if t is not None]
     if args.synthetic:
         parts.append(synthetic(Path(args.synthetic)))
     if not parts:

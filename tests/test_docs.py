@@ -1,14 +1,17 @@
 """README is the front door and the docs link only to what the repository holds.
 
 Why: README grew to 742 lines of reference and history; docs moved between folders; links to
-``../shared`` pointed outside a clone. These checks keep the front door short, every relative
-link in README.md and docs/**/*.md pointing at a file or folder of the repository, and README
+a data folder beside the repository pointed outside a clone. These checks keep the front door
+short, every relative link in README.md and docs/**/*.md pointing at a file or folder of the
+repository, no tracked file naming that folder (the real logs ship in datasets/), and README
 stating the test command that CI (``.ci/run``) runs.
 """
 
 from __future__ import annotations
 
 import re
+import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -84,3 +87,40 @@ def test_readme_states_the_ci_test_command():
     for command in commands:
         assert re.search(rf"^{re.escape(command)}\b", readme, re.M), (
             f"README.md does not state {command!r}, the command .ci/run runs")
+
+
+# the folder beside the repository that the real logs and notes once came from: written in
+# pieces so that this file does not name it
+SIBLING = "shared"
+OUTSIDE = re.compile(rf"\.\./{SIBLING}\b|\b{SIBLING}/(?:data|docs)\b"  # ../x, x/data, x/docs
+                     rf"|[\"']{SIBLING}[\"']\s*/")  # a path built in code: ... / "x" / ...
+
+
+def source_files() -> list[Path]:
+    """Every *.py, *.md, *.yaml and Makefile git tracks or would track (not ignored)."""
+    if shutil.which("git") is None or not (ROOT / ".git").exists():
+        pytest.skip("not a git checkout")
+    out = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z",
+                          "--", "*.py", "*.md", "*.yaml", "Makefile", "*/Makefile"],
+                         cwd=ROOT, capture_output=True, check=True).stdout
+    return [ROOT / name for name in sorted(set(out.decode().split("\0"))) if name and
+            (ROOT / name).is_file()]
+
+
+def test_outside_pattern_finds_the_sibling_folder():
+    assert OUTSIDE.search(f"read ../{SIBLING} first") and OUTSIDE.search(f"{SIBLING}/data/x")
+    assert OUTSIDE.search(f"see {SIBLING}/docs/plan.md")
+    assert OUTSIDE.search(f'ROOT.parent / "{SIBLING}" / "data"')
+    assert not OUTSIDE.search(f"{SIBLING} tables, a {SIBLING}_trunk, not_{SIBLING}/data")
+    assert not OUTSIDE.search(f'datasets/x, "{SIBLING}": 1, {SIBLING.upper()}_TABLES')
+
+
+def test_no_file_names_a_folder_outside_the_clone():
+    """A clone stands on its own: no code, test, config, doc or Makefile reads or cites a folder
+    beside the repository."""
+    files = source_files()
+    assert any(f.name == "conftest.py" for f in files)  # the listing is the repository's
+    hits = [f"{f.relative_to(ROOT)}:{n}: {line.strip()}" for f in files
+            for n, line in enumerate(f.read_text(encoding="utf-8", errors="replace")
+                                     .splitlines(), 1) if OUTSIDE.search(line)]
+    assert not hits, "files name a folder outside the repository:\n" + "\n".join(hits)
