@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import Tensor, nn
@@ -27,7 +27,6 @@ from gemkd.transfer.data.batch import Batch
 from gemkd.transfer.distill.manual_step import ManualStep
 from gemkd.transfer.methods.base import NEEDS, StepState, TeacherFn, TransferMethod
 from gemkd.transfer.models import StudentOutput, as_student_output, start_output_bias
-from gemkd.transfer.training.flat_adamw import FlatAdamW
 from gemkd.transfer.training.ranking_module import RankingModule
 
 
@@ -65,10 +64,16 @@ class DistillModule(RankingModule):
         self.automatic_optimization = False
         self._manual_step = ManualStep()
 
+    @property
+    def transfer_methods(self) -> Sequence[TransferMethod]:
+        """``methods`` as what they are (``__init__`` checked each; an ``nn.ModuleList`` is typed
+        to hold any ``Module``)."""
+        return cast(Sequence[TransferMethod], self.methods)
+
     # ------------------------------------------------------------------ forward
     def features(self, batch: Batch) -> Tensor | None:
         """The representation features the methods feed (concatenated), on the batch's device."""
-        parts = [f for m in self.methods if (f := m.features(batch)) is not None]
+        parts = [f for m in self.transfer_methods if (f := m.features(batch)) is not None]
         if not parts:
             return None
         feats = parts[0] if len(parts) == 1 else torch.cat(parts, dim=1)
@@ -91,14 +96,13 @@ class DistillModule(RankingModule):
 
     # ------------------------------------------------------------------ optimisation
     def configure_optimizers(self) -> list[torch.optim.Optimizer]:
-        student = super().configure_optimizers()
+        student = self.student_optimizer()
         # a method's group with the settings of one of the student's (the auxiliary head's and
         # the fused adapter's, at the student's lr without decay, in the quickstart) joins it:
         # each parameter takes the same update, and each group costs the step its own pass
-        if isinstance(student, FlatAdamW):
-            student.merge_equal_groups = True
+        student.merge_equal_groups = True
         own: list[torch.optim.Optimizer] = []
-        for m in self.methods:
+        for m in self.transfer_methods:
             for group in m.param_groups(self.lr):
                 student.add_param_group(group)
             own += m.configure_optimizers()
@@ -109,33 +113,47 @@ class DistillModule(RankingModule):
         step = StepState(batch, self.teacher, self.device,
                          log=lambda name, value: self._log_step(name, value, n, batch_idx),
                          trained_until_day=self.trained_until_day)
-        for m in self.methods:
-            m.before_student(step)
-        out = self.student_output(batch)
-        if out.distill_logits is not None:  # the student's own distillation head
-            step.distill_logits = out.distill_logits
-        for m in self.methods:
-            m.after_forward(step, out)
-        label_loss, _ = self.loss(out.logits, batch.labels, self.label_mask(batch))
-        # 1.0 · x is x, bit for bit (and its gradient too): skip the op and its backward
-        loss = label_loss if step.label_weight == 1.0 else step.label_weight * label_loss
-        for m in self.methods:
-            for term in m.loss(step, out).values():
-                loss = loss + term
+        loss = self.training_loss(step)
         opt = self.optimizers()
         opt = opt[0] if isinstance(opt, list) else opt
         self._manual_step(self, opt, loss, self.grad_clip)  # zero_grad, backward, clip, step
         self._log_step("train/loss", loss, n, batch_idx, prog_bar=True)
         return loss
 
-    training_step.__signature__ = inspect.signature(training_step)  # see RankingModule's
+    # see RankingModule's
+    training_step.__signature__ = inspect.signature(training_step)  # type: ignore[attr-defined]
+
+    def training_loss(self, step: StepState) -> Tensor:
+        """The step's loss: the methods' hooks, the student's forward, its label loss and the
+        methods' terms (a pack, :mod:`gemkd.transfer.distill.pack`, runs this per member). A
+        knob may be a tensor there (one value per member): the shortcuts for a weight of 1
+        apply to Python numbers only."""
+        batch = step.batch
+        for m in self.transfer_methods:
+            m.before_student(step)
+        out = self.student_output(batch)
+        if out.distill_logits is not None:  # the student's own distillation head
+            step.distill_logits = out.distill_logits
+        for m in self.transfer_methods:
+            m.after_forward(step, out)
+        label_loss, _ = self.loss(out.logits, batch.labels, self.label_mask(batch))
+        # 1.0 · x is x, bit for bit (and its gradient too): skip the op and its backward
+        weight = step.label_weight
+        unit = not isinstance(weight, Tensor) and weight == 1.0
+        loss = label_loss if unit else weight * label_loss
+        for m in self.transfer_methods:
+            for term in m.loss(step, out).values():
+                loss = loss + term
+        return loss
 
     def _log_step(self, name: str, value: Tensor, n: int, batch_idx: int,
                   prog_bar: bool = False) -> None:
         """Log on the steps the trainer's loggers write (batch ``k`` with ``(k + 1) %
         log_every_n_steps == 0``) only: one ``self.log`` costs ~1.5 ms in Lightning, a quarter
         of a small student's step, and a value logged on another step never reaches a logger."""
-        every = self.trainer.log_every_n_steps if self._trainer is not None else 1
+        # (Lightning's logger connector sets log_every_n_steps; Trainer does not declare it)
+        every = (self.trainer.log_every_n_steps  # type: ignore[attr-defined]
+                 if self._trainer is not None else 1)
         if (batch_idx + 1) % max(every, 1) == 0:
             self.log(name, value.detach(), prog_bar=prog_bar, batch_size=n)
 

@@ -109,10 +109,12 @@ class StepState:
     def __init__(self, batch: Batch, teacher: TeacherFn | None, device: torch.device,
                  staleness: Tensor | None = None,
                  log: Callable[[str, Tensor], None] | None = None, *,
-                 trained_until_day: int | None = None) -> None:
+                 trained_until_day: int | None = None,
+                 targets: TeacherTargets | None = None) -> None:
         self.batch, self.device, self._staleness = batch, device, staleness
         self._trained_until_day = trained_until_day
-        self._teacher_fn, self._teacher = teacher, None
+        # targets: the teacher's answer, looked up already (a pack asks once for its members)
+        self._teacher_fn, self._teacher = teacher, targets
         self._log = log
         self.kd_logits: Tensor | None = None
         self.distill_logits: Tensor | None = None

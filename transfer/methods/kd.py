@@ -72,7 +72,7 @@ class KD(TransferMethod):
             step.label_weight *= 1.0 - self.alpha
 
     def loss(self, step: StepState, out: StudentOutput) -> dict[str, Tensor]:
-        if self.kd_weight == 0:
+        if not isinstance(self.kd_weight, Tensor) and self.kd_weight == 0:
             return {}
         target, found = step.kd_target()
         kd_fn = KD_LOSSES[self.kd_loss]
@@ -85,7 +85,8 @@ class KD(TransferMethod):
         return {"kd": _scaled(self.kd_weight, value)}
 
 
-def _scaled(weight: float, value: Tensor) -> Tensor:
+def _scaled(weight: float | Tensor, value: Tensor) -> Tensor:
     """``weight · value``; at weight 1 (the default λ and auxiliary weight) ``value`` itself:
-    ``1 · x`` is ``x`` bit for bit, and so is its gradient, so the op and its backward go."""
-    return value if weight == 1.0 else weight * value
+    ``1 · x`` is ``x`` bit for bit, and so is its gradient, so the op and its backward go. A
+    tensor weight (a pack's per-member knob) is always multiplied."""
+    return value if not isinstance(weight, Tensor) and weight == 1.0 else weight * value

@@ -7,15 +7,16 @@ import torch.nn.functional as F
 
 
 def kd_bce(student_logits: torch.Tensor, teacher_logits: torch.Tensor,
-           temperature: float = 1.0) -> torch.Tensor:
+           temperature: float | torch.Tensor = 1.0) -> torch.Tensor:
     """``T² · BCE(σ(z_s/T), σ(z_t/T))`` per element: the soft-target loss of Hinton et al.
 
     The T² keeps gradient magnitudes comparable across temperatures. The teacher side carries
     no gradient (targets are data). At T = 1 (the default) the divisions and the scale are
-    skipped: ``x / 1`` and ``1 · x`` are ``x`` bit for bit, and so are their gradients.
+    skipped: ``x / 1`` and ``1 · x`` are ``x`` bit for bit, and so are their gradients. A tensor
+    ``temperature`` (a pack's per-member knob) always takes the general form.
     """
-    t = float(temperature)
-    if t == 1.0:
+    t = temperature if isinstance(temperature, torch.Tensor) else float(temperature)
+    if not isinstance(t, torch.Tensor) and t == 1.0:
         target = torch.sigmoid(teacher_logits.detach())
         return F.binary_cross_entropy_with_logits(student_logits, target, reduction="none")
     target = torch.sigmoid(teacher_logits.detach() / t)

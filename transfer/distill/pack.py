@@ -1,0 +1,295 @@
+"""K student runs of one student class trained together over one read of the stream.
+
+Why: a tiny student's step is dispatch-bound, and every seed and trial of one variant streams
+the same batches in the same order. A pack builds its members as their own runs are built
+(each seeded, each a :class:`~gemkd.transfer.distill.DistillModule`) and trains them in one
+pass: each batch is read once and the teacher asked once; the optimiser
+(:class:`~gemkd.transfer.training.pack_adamw.PackAdamW`) and the weight average
+(:class:`~gemkd.transfer.training.pack_ema.PackEMA`) update every member's weights in one flat
+buffer, each at the member's own lr, weight decay and EMA decay; there is no Trainer.
+
+Two ways to run the members' steps (``batched``):
+
+* ``False`` (exact, the default): each member's :meth:`DistillModule.training_loss` on its own
+  module, one backward over the sum of the losses (each member's gradient is its own: the
+  sum passes it exactly 1). Every op is the one its run alone calls, so each member's losses,
+  weights and evaluation equal its run's bit for bit.
+* ``True`` (vmap): the members' parameters stacked ``[K, ...]`` and ``training_loss`` run once
+  under ``torch.func.vmap`` over ``functional_call`` of the first member (the template): one
+  set of kernel launches for K members. Knobs the members differ in (KD's α and T, the
+  auxiliary head's β: any float attribute that differs) enter as per-member float64 0-dim
+  tensors (which round as Python floats do). The forward is the run's; the batched backward
+  sums in another order (last bits of the gradients), and on a short, noisy stream those bits
+  can grow: measured 1e-7 to 7e-4 of NE on the tiny world, so it is not the default.
+
+The loop is written by hand, not Lightning's: Lightning's per-step hook dispatch is a cost the
+pack removes, and a Trainer drives one module's optimisers. A run today is not checkpointed
+mid-fit (a killed run is run again); a killed pack is run again the same way. Members that
+cannot be packed (parameter shapes, their own optimisers, a gradient clip; in vmap mode also
+attributes other than floats that differ) raise :class:`PackError` at construction; an op vmap
+cannot batch raises on the first step. The caller then trains them one by one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+from torch.func import functional_call, vmap
+
+from gemkd.transfer.data.batch import Batch
+from gemkd.transfer.distill.module import DistillModule
+from gemkd.transfer.methods.base import StepState, TeacherTargets
+from gemkd.transfer.training.flat_adamw import FlatAdamW
+from gemkd.transfer.training.pack_adamw import MemberGroup, PackAdamW
+from gemkd.transfer.training.pack_ema import PackEMA
+
+#: attributes of the template that differ per member by design and that the pack replaces
+_OWN = {"": ("teacher", "lr", "embedding_lr", "last_metrics")}
+#: submodules each member keeps for itself (its evaluation metrics)
+_OWN_MODULES = ("val_metrics", "test_metrics")
+
+
+class PackError(ValueError):
+    """The members cannot be trained as one pack (the message says why)."""
+
+
+class _Call(nn.Module):
+    """Calls a named method of ``module``, so ``functional_call`` can run any of them."""
+
+    def __init__(self, module: nn.Module) -> None:
+        super().__init__()
+        self.module = module
+
+    def forward(self, name: str, *args: Any) -> Any:
+        return getattr(self.module, name)(*args)
+
+
+def _plain_attrs(module: nn.Module) -> dict[str, Any]:
+    return {k: v for k, v in vars(module).items()
+            if not k.startswith("_") and k != "training" and not callable(v)}
+
+
+def member_knobs(members: list[nn.Module]) -> dict[tuple[str, str], list[float]]:
+    """``(module path, attribute) → one value per member`` for every plain float attribute of
+    the members' submodules that is not the same for all; :class:`PackError` for any other
+    attribute that differs (a width, a choice, an object) or a structure that does."""
+    base = dict(members[0].named_modules())
+    knobs: dict[tuple[str, str], list[float]] = {}
+    for other in members[1:]:
+        if list(dict(other.named_modules())) != list(base):
+            raise PackError("the members' modules differ in structure")
+    for path, module in base.items():
+        if path.split(".")[0] in _OWN_MODULES:
+            continue
+        own = _OWN.get(path, ())
+        peers = [dict(m.named_modules())[path] for m in members]
+        if any(type(p) is not type(module) for p in peers):
+            raise PackError(f"module {path!r} differs in class between members")
+        attrs = [_plain_attrs(p) for p in peers]
+        for name, value in attrs[0].items():
+            if name in own:
+                continue
+            values = [a.get(name) for a in attrs]
+            if all(_same(value, v) for v in values[1:]):
+                continue
+            if all(type(v) is float for v in values):
+                knobs[(path, name)] = [float(v) for v in values]
+            else:
+                raise PackError(f"{type(module).__name__}.{name} ({path or 'module'}) differs "
+                                f"between members: {values}")
+    return knobs
+
+
+def _same(a: Any, b: Any) -> bool:
+    if a is b:
+        return True
+    if isinstance(a, Tensor) or isinstance(b, Tensor):
+        return isinstance(a, Tensor) and isinstance(b, Tensor) and a.shape == b.shape \
+            and a.dtype == b.dtype and bool(torch.equal(a, b))
+    try:
+        return bool(a == b)
+    except Exception:  # an object without a usable ==: only itself is the same
+        return False
+
+
+def _param_settings(member: DistillModule) -> tuple[dict[str, dict[str, Any]], list[Any]]:
+    """Each trained parameter's optimiser settings, by name, from the member's own
+    ``configure_optimizers`` (its groups as a run builds them), and its other optimisers."""
+    optimizers = member.configure_optimizers()
+    main = optimizers[0] if isinstance(optimizers, list) else optimizers
+    rest = optimizers[1:] if isinstance(optimizers, list) else []
+    if not isinstance(main, FlatAdamW | torch.optim.AdamW):
+        raise PackError(f"the student's optimiser is {type(main).__name__}, not AdamW")
+    names = {id(p): n for n, p in member.named_parameters()}
+    out = {}
+    for g in main.param_groups:
+        if g["amsgrad"] or g["maximize"] or not g.get("decoupled_weight_decay", True):
+            raise PackError("a pack runs AdamW without amsgrad or maximize")
+        for p in g["params"]:
+            out[names[id(p)]] = {"lr": float(g["lr"]), "weight_decay": float(g["weight_decay"]),
+                                 "betas": tuple(g["betas"]), "eps": float(g["eps"])}
+    return out, rest
+
+
+class PackedDistill:
+    """``members``: built, set-up ``DistillModule``\\ s of one student class and variant (each
+    as its own run builds it, seeded); ``ema_decays``: each member's weight-average decay
+    (None: evaluate the last weights; all or none); ``batched``: vmap the members' steps (see
+    the module doc). The teacher of the first member answers for all (the same store and
+    batches: ``coverage`` is the same for every member)."""
+
+    def __init__(self, members: list[DistillModule], ema_decays: list[float | None],
+                 batched: bool = False) -> None:
+        if not members:
+            raise PackError("a pack needs at least one member")
+        if len(ema_decays) != len(members):
+            raise ValueError("one ema decay per member")
+        if len({d is None for d in ema_decays}) > 1:
+            raise PackError("members with and without a weight average")
+        if any(m.grad_clip is not None for m in members):
+            raise PackError("a gradient clip is per run; a pack does not clip")
+        self.members, self.k, self.batched = members, len(members), batched
+        self.knobs = member_knobs(members) if batched else {}
+        settings = []
+        for m in members:
+            s, rest = _param_settings(m)
+            if rest:
+                raise PackError(f"a method has an optimiser of its own "
+                                f"({type(rest[0]).__name__}): it steps per run")
+            settings.append(s)
+        names = list(settings[0])
+        if any(list(s) != names for s in settings[1:]):
+            raise PackError("the members train different parameters")
+        shared = {(s[n]["betas"], s[n]["eps"]) for s in settings for n in names}
+        if len(shared) > 1:
+            raise PackError("the members' AdamW betas or eps differ")
+        own = [dict(m.named_parameters()) for m in members]
+        shapes = {n: p.shape for n, p in own[0].items()}
+        if any({n: p.shape for n, p in o.items()} != shapes for o in own[1:]):
+            raise PackError("the members' parameters differ in name or shape")
+        with torch.no_grad():
+            self.params = {n: torch.stack([o[n].detach() for o in own])
+                           .requires_grad_(batched and n in names) for n in own[0]}
+            bufs = [dict(m.named_buffers()) for m in members]
+            self.buffers = {n: torch.stack([b[n] for b in bufs]) for n in bufs[0]
+                            if not all(_same(bufs[0][n], b[n]) for b in bufs[1:])}
+        if self.buffers and not batched:
+            self.buffers = {}
+        trained = [self.params[n] for n in names]
+        groups = [MemberGroup([s[n]["lr"] for s in settings],
+                              [s[n]["weight_decay"] for s in settings]) for n in names]
+        betas, eps = next(iter(shared)) if shared else ((0.9, 0.999), 1e-8)
+        leaves = None if batched else [[o[n] for o in own] for n in names]
+        self.optimizer = PackAdamW(trained, groups, betas=betas, eps=eps, leaves=leaves)
+        self.ema = None
+        if ema_decays[0] is not None:
+            member = torch.cat([torch.arange(self.k).repeat_interleave(p[0].numel())
+                                for p in trained])
+            self.ema = PackEMA(self.optimizer.data, member, [float(d) for d in ema_decays])
+        self._call = _Call(members[0])
+        self.teacher = members[0].teacher
+        self.steps = 0
+        self._averaged = False
+
+    # ------------------------------------------------------------------ the batched calls
+    @contextmanager
+    def _knobs_set(self, values: dict[tuple[str, str], Tensor]) -> Iterator[None]:
+        template = self._call.module
+        saved = []
+        try:
+            for (path, name), value in values.items():
+                module = template.get_submodule(path)
+                saved.append((module, name, getattr(module, name)))
+                object.__setattr__(module, name, value)
+            yield
+        finally:
+            for module, name, value in reversed(saved):
+                object.__setattr__(module, name, value)
+
+    def _vmapped(self, name: str, make_args) -> Tensor:
+        device = next(iter(self.params.values())).device
+        # float64 0-dim: vmap casts a 0-dim operand to the other's dtype, as a Python float is
+        knobs = {k: torch.tensor(v, dtype=torch.float64, device=device)
+                 for k, v in self.knobs.items()}
+
+        def one(p: dict[str, Tensor], b: dict[str, Tensor], kn: dict) -> Tensor:
+            state = {f"module.{n}": t for n, t in p.items()}
+            state.update({f"module.{n}": t for n, t in b.items()})
+            with self._knobs_set(kn):
+                return functional_call(self._call, state, (name, *make_args()))
+
+        return vmap(one, in_dims=(0, 0, 0), randomness="error")(self.params, self.buffers,
+                                                                 knobs)
+
+    def targets(self, batch: Batch) -> TeacherTargets | None:
+        """The teacher's answer for ``batch``, once for every member."""
+        if self.teacher is None:
+            return None
+        device = batch.labels.device
+        t = self.teacher(batch)
+        return TeacherTargets(t.logits.to(device, torch.float32), t.found.to(device),
+                              None if t.emb is None else t.emb.to(device, torch.float32))
+
+    def train_step(self, batch: Batch) -> Tensor:
+        """One optimiser step of every member on ``batch``; the members' losses ``[K]``
+        (detached)."""
+        if self._averaged:
+            raise RuntimeError("the pack's weight averages are in place: training is over")
+        targets = self.targets(batch)
+        device = batch.labels.device
+        day = self.members[0].trained_until_day
+
+        def state() -> StepState:
+            return StepState(batch, None, device, targets=targets, trained_until_day=day)
+
+        if self.batched:
+            self._call.module.train()
+            losses = self._vmapped("training_loss", lambda: (state(),))
+        else:
+            losses = torch.stack([m.training_loss(state()) for m in self.members])
+        self.optimizer.zero_grad()
+        losses.sum().backward()  # each member's loss gets gradient 1: its own backward
+        self.optimizer.step()
+        if self.ema is not None:
+            self.ema.update()
+        self.steps += 1
+        return losses.detach()
+
+    def fit(self, batches: Iterable[Batch]) -> tuple[list[Tensor], int]:
+        """One pass over ``batches``, then each member's weight average put in place of its
+        weights (as Lightning's weight averaging does at the end of a fit); the per-step
+        losses ``[K]`` and the examples seen."""
+        losses, examples = [], 0
+        for batch in batches:
+            losses.append(self.train_step(batch))
+            examples += len(batch)
+        self.use_average()
+        return losses, examples
+
+    @torch.no_grad()
+    def use_average(self) -> None:
+        """Put each member's weight average in place of its weights (no-op without one)."""
+        if self.ema is not None and not self._averaged and self.ema.n:
+            self.optimizer.data.copy_(self.ema.average)
+        self._averaged = True
+
+    @torch.no_grad()
+    def serving_logits(self, batch: Batch) -> Tensor:
+        """``[K, B, T]``: every member's evaluated logits for ``batch``."""
+        if self.batched:
+            template = self._call.module
+            template.eval()
+            try:
+                return self._vmapped("serving_logits", lambda: (batch,))
+            finally:
+                template.train()
+        out = []
+        for m in self.members:
+            m.eval()
+            out.append(m.serving_logits(batch))
+            m.train()
+        return torch.stack(out)
