@@ -7,6 +7,7 @@ from __future__ import annotations
 import pandas as pd
 
 from gemkd.experiments.report.tuning_table import (
+    STUDY,
     edge_text,
     fmt_knob,
     study_label,
@@ -24,17 +25,18 @@ def edge_sentences(tuning: pd.DataFrame) -> list[str]:
         return []
     df = with_study_columns(tuning)
     df["at_edge"] = edge_text(df["at_edge"])
-    with_world = df["world"].notna().any()
-    key = ["teacher_lag_days", "world"]
+    with_world, with_draw = df["world"].notna().any(), df["draw"].notna().any()
+    key = STUDY
     studies = df.groupby("variant", sort=False)[key].apply(
         lambda g: len(g.drop_duplicates()))
     chosen = df[df["chosen"].astype(bool) & df["at_edge"].isin(["low", "high"])]
     out = []
     for (variant, param, side), g in chosen.groupby(["variant", "param", "at_edge"], sort=False):
         g = g.drop_duplicates(key)
-        where = "; ".join(f"{fmt_knob(r['value'])} at "
-                          f"{study_label(r['teacher_lag_days'], r['world'], True, with_world)}"
-                          for _, r in g.iterrows())
+        where = "; ".join(f"{fmt_knob(r.value)} at "
+                          + study_label(r.teacher_lag_days, r.world, True, with_world, r.draw,
+                                        with_draw)
+                          for r in g.itertuples())
         out.append(f"at_edge: {variant} chose {param} at the {side} end of its searched range "
                    f"in {len(g)} of {studies[variant]} studies ({where}): the knob to widen "
                    f"(spec tuning.{param}: {{low, high}} or a list reaching past it)")

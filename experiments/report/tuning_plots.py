@@ -51,17 +51,19 @@ def _log_axis(ax: Any, x: pd.Series) -> None:
         lambda v, _: f"{v:g}" if short and f"{v:.0e}"[0] in "25" else ""))
 
 
-def _study_label(lag: Any, world: Any) -> str:
+def _study_label(lag: Any, world: Any, draw: Any = None) -> str:
     label = f"lag {int(lag)}"
     if world is not None and not (isinstance(world, float) and math.isnan(world)):
         label += f", world {int(world)}"
+    if draw is not None and not (isinstance(draw, float) and math.isnan(draw)):
+        label += f", seed {int(draw)}"  # one final seed's own search (tuning.draws: per_seed)
     return label
 
 
 def plot_variant(rows: pd.DataFrame, variant: str, path: Path,
                  log_knobs: Collection[str] | None = None) -> Path:
     """One subplot per knob of ``variant``: every trial's validation NE, coloured by study
-    (lag, world), the chosen trial a black-edged star, the title naming an edge choice."""
+    (lag, world, draw), the chosen trial a black-edged star, the title naming an edge choice."""
     from matplotlib import colormaps
     from matplotlib.figure import Figure
 
@@ -70,9 +72,11 @@ def plot_variant(rows: pd.DataFrame, variant: str, path: Path,
     nrows = math.ceil(len(params) / ncols)
     fig = Figure(figsize=(3.6 * ncols, 3.0 * nrows), layout="constrained")
     axes = fig.subplots(nrows, ncols, squeeze=False).ravel()
-    world = rows["world"] if "world" in rows.columns else pd.Series(None, index=rows.index)
-    study = [_study_label(lag, w) for lag, w in zip(rows["teacher_lag_days"], world,
-                                                     strict=True)]
+    none = pd.Series(None, index=rows.index)
+    world = rows["world"] if "world" in rows.columns else none
+    draw = rows["draw"] if "draw" in rows.columns else none
+    study = [_study_label(lag, w, d) for lag, w, d in zip(rows["teacher_lag_days"], world, draw,
+                                                           strict=True)]
     rows = rows.assign(_study=study)
     studies = list(dict.fromkeys(study))
     cmap = colormaps["tab10"]

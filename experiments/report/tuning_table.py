@@ -2,7 +2,8 @@
 docs/results/RESULTS.md's "Tuned knobs" line).
 
 Why: a search draws tens of values per knob at full float precision, and a replicated run makes
-one choice per study (teacher lag × world). Listed raw, the table ran to thousands of characters
+one choice per study (teacher lag × world × draw, a draw being one final seed's search under
+``tuning.draws: per_seed``). Listed raw, the table ran to thousands of characters
 a row and the chosen values of different worlds read as one list. Here a searched knob shows its
 range and trial count, a short list its values, and each choice is labelled with its study
 wherever a run has more than one.
@@ -17,6 +18,8 @@ import pandas as pd
 
 #: a knob with at most this many distinct tried values lists them; more shows their range
 MAX_LISTED = 6
+#: the columns that name one study: a (teacher lag, world, draw)
+STUDY = ["teacher_lag_days", "world", "draw"]
 
 
 def fmt_knob(value: object) -> str:
@@ -29,18 +32,22 @@ def fmt_knob(value: object) -> str:
 
 
 def with_study_columns(tuning: pd.DataFrame) -> pd.DataFrame:
-    """A copy with ``teacher_lag_days`` and ``world`` (nan where a run has none)."""
+    """A copy with ``teacher_lag_days``, ``world`` and ``draw`` (nan where a run has none: one
+    world, or one search for every seed)."""
     df = tuning.copy()
-    for col in ("teacher_lag_days", "world"):
+    for col in STUDY:
         if col not in df.columns:
             df[col] = math.nan
     return df
 
 
-def study_label(lag: object, world: object, by_lag: bool, by_world: bool) -> str:
-    """``lag L, world W`` (each part only when asked for)."""
+def study_label(lag: object, world: object, by_lag: bool, by_world: bool,
+                draw: object = None, by_draw: bool = False) -> str:
+    """``lag L, world W, seed S`` (each part only when asked for; a draw is named by the final
+    seed whose search it is)."""
     parts = ([f"lag {fmt_knob(lag)}"] if by_lag else []) + \
-        ([f"world {fmt_knob(world)}"] if by_world else [])
+        ([f"world {fmt_knob(world)}"] if by_world else []) + \
+        ([f"seed {fmt_knob(draw)}"] if by_draw else [])
     return ", ".join(parts)
 
 
@@ -75,15 +82,17 @@ def tried_cell(values: pd.Series, trials: int, studies: int = 1) -> str:
         f"({_trials(trials, studies)})"
 
 
-def chosen_cell(chosen: pd.DataFrame, by_lag: bool, by_world: bool) -> str:
+def chosen_cell(chosen: pd.DataFrame, by_lag: bool, by_world: bool, by_draw: bool = False
+                ) -> str:
     """The chosen value of each study, labelled with its study when there are several."""
-    chosen = chosen.drop_duplicates(["teacher_lag_days", "world"])
+    chosen = with_study_columns(chosen).drop_duplicates(STUDY)
     if chosen.empty:
         return "—"
-    if len(chosen) == 1 or not (by_lag or by_world):
+    if len(chosen) == 1 or not (by_lag or by_world or by_draw):
         return ", ".join(dict.fromkeys(fmt_knob(v) for v in chosen["value"]))
     return "; ".join(
-        f"{fmt_knob(r.value)} ({study_label(r.teacher_lag_days, r.world, by_lag, by_world)})"
+        f"{fmt_knob(r.value)} "
+        f"({study_label(r.teacher_lag_days, r.world, by_lag, by_world, r.draw, by_draw)})"
         for r in chosen.itertuples())
 
 
@@ -92,41 +101,44 @@ def knob_rows(tuning: pd.DataFrame, variants: Iterable[str]) -> list[list[str]]:
     studies, of the chosen trial's validation NE."""
     df = with_study_columns(tuning)
     by_lag, by_world = _varies(df, "teacher_lag_days"), _varies(df, "world")
+    by_draw = _varies(df, "draw")
     rows = []
     for v in variants:
         tv = df[df["variant"] == v]
         for param in dict.fromkeys(tv["param"]):
             tp = tv[tv["param"] == param]
-            trials = len(tp.drop_duplicates(["teacher_lag_days", "world", "trial"])) \
+            trials = len(tp.drop_duplicates([*STUDY, "trial"])) \
                 if "trial" in tp.columns else len(tp)
-            studies = len(tp.drop_duplicates(["teacher_lag_days", "world"]))
+            studies = len(tp.drop_duplicates(STUDY))
             chosen = tp[tp["chosen"].astype(bool)]
-            per_study = chosen.drop_duplicates(["teacher_lag_days", "world"])["val_ne"]
+            per_study = chosen.drop_duplicates(STUDY)["val_ne"]
             val_ne = f"{float(per_study.mean()):.4f}" if per_study.notna().any() else "—"
             rows.append([v, param, tried_cell(tp["value"], trials, studies),
-                         chosen_cell(chosen, by_lag, by_world), val_ne])
+                         chosen_cell(chosen, by_lag, by_world, by_draw), val_ne])
     return rows
 
 
 def tuned_line(tuning: pd.DataFrame | None, variants: Iterable[str], lag: int) -> str:
-    """The knobs chosen at teacher lag ``lag``, per variant and, in a replicated run, per world:
-    ``kd: alpha=0.8152, temperature=1.88 (world 0); alpha=… (world 1)``."""
+    """The knobs chosen at teacher lag ``lag``, per variant and, in a replicated run, per world
+    and per draw (a final seed's own search): ``kd: alpha=0.8152, temperature=1.88 (world 0,
+    seed 0); alpha=… (world 0, seed 1)``."""
     if tuning is None or tuning.empty:
         return "none"
     df = with_study_columns(tuning)
     df = df[df["chosen"].astype(bool)]
     if df["teacher_lag_days"].notna().any():
         df = df[df["teacher_lag_days"] == lag]
-    by_world = _varies(df, "world")
+    by_world, by_draw = _varies(df, "world"), _varies(df, "draw")
     parts = []
     for v in variants:
         tv = df[df["variant"] == v]
         if tv.empty:
             continue
         studies = []
-        for world, g in tv.groupby("world", sort=True, dropna=False):
+        for (world, draw), g in tv.groupby(["world", "draw"], sort=True, dropna=False):
             knobs = ", ".join(f"{r.param}={fmt_knob(r.value)}"
                               for r in g.drop_duplicates("param").itertuples())
-            studies.append(f"{knobs} (world {fmt_knob(world)})" if by_world else knobs)
+            label = study_label(None, world, False, by_world, draw, by_draw)
+            studies.append(f"{knobs} ({label})" if label else knobs)
         parts.append(f"{v}: " + "; ".join(studies))
     return " · ".join(parts) or "none"

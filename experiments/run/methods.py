@@ -14,6 +14,7 @@ import dataclasses
 from typing import Any
 
 from gemkd.adapters.methods import BUILTIN_METHODS
+from gemkd.experiments.run.train_knobs import TRAIN_KNOBS, train_space
 from gemkd.experiments.spec.model import PluginSpec, RunSpec, VariantSpec
 from gemkd.transfer.errors import ConfigError
 from gemkd.transfer.methods import TransferMethod
@@ -47,11 +48,19 @@ def _space(spec: RunSpec, variant: VariantSpec) -> dict[str, Range]:
 
 
 def search_space(spec: RunSpec, variant: VariantSpec) -> dict[str, Range]:
-    """Knob → the range the search explores for ``variant`` (keys sorted), checked: two methods
-    tuning one knob, a bad spec range, or a value the method's constructor rejects at a bound,
-    the default or a listed choice (each with the other knobs at their defaults) is a
-    ``ConfigError`` now, not minutes into the run."""
+    """Knob → the range the search explores for ``variant`` (keys sorted): its methods' knobs
+    and the student's training knobs (:func:`~gemkd.experiments.run.train_knobs.train_space`),
+    checked: two methods tuning one knob, a method knob named as a training knob, a bad spec
+    range, or a value the method's constructor rejects at a bound, the default or a listed
+    choice (each with the other knobs at their defaults) is a ``ConfigError`` now, not minutes
+    into the run."""
     space = _space(spec, variant)
+    train = train_space(spec)
+    clash = sorted(set(space) & set(TRAIN_KNOBS))
+    if clash:
+        raise ConfigError(f"variant {variant.name!r}: a method tunes {clash[0]!r}, which names "
+                          "the student's own training knob: rename the method's argument")
+    space = dict(sorted({**space, **train}.items()))
     for m in variant.methods:
         cls = method_class(m)
         base = {**method_defaults(spec, m), **m.init_args}

@@ -84,10 +84,9 @@ def run_experiment(spec: RunSpec, out: str | Path, sync: Callable[[], None] | No
 
 def count_work(spec: RunSpec, makes_data: bool) -> tuple[int, int]:
     """``(student runs, cached steps)`` the run will go through, before any starts: tuning
-    trials (at most; a repeated suggestion costs no run) and final runs per variant × seed ×
-    lag;
-    the data step and, per lag, teacher + store, domain FMs and codes as the variants need;
-    all of it once per world."""
+    trials (at most; a repeated suggestion costs no run) per variant × draw (one per final seed,
+    or one) and final runs per variant × seed, per lag; the data step and, per lag, teacher +
+    store, domain FMs and codes as the variants need; all of it once per world."""
     per_lag = sum(planned_runs(spec, v) + len(spec.seeds) for v in spec.variants)
     needs = set().union(*(variant_needs(v) for v in spec.variants))
     lag_steps = (2 if spec.teacher.store is None else 0)
@@ -195,10 +194,10 @@ def _world(ctx: RunContext, world: int | None, tuning_rows: list[dict]) -> list[
     return rows
 
 
-def _final_runs(ctx: RunContext, cell: LagCell, chosen: dict[str, dict[str, Any]]
+def _final_runs(ctx: RunContext, cell: LagCell, chosen: dict[tuple[str, int], dict[str, Any]]
                 ) -> dict[tuple[str, int], str]:
-    """Train every variant × seed of the cell (those not in the ledger), all in one batch;
-    returns each one's ledger key."""
+    """Train every variant × seed of the cell (those not in the ledger) with its own chosen
+    knobs, all in one batch; returns each one's ledger key."""
     spec, log = ctx.spec, ctx.log
     keys, todo = {}, []
     for variant in spec.variants:
@@ -210,8 +209,9 @@ def _final_runs(ctx: RunContext, cell: LagCell, chosen: dict[str, dict[str, Any]
                 log(f"[cached] {variant.name} seed {seed} (runs.jsonl)")
                 log.run_done(None)
             else:
-                todo.append(cell.request(ctx, "final", variant.name, chosen[variant.name], seed,
-                                         tuple(spec.student_days), tuple(spec.eval_days), key))
+                todo.append(cell.request(ctx, "final", variant.name, chosen[variant.name, seed],
+                                         seed, tuple(spec.student_days), tuple(spec.eval_days),
+                                         key))
     task = ctx.tasks[0]
 
     def done(run: StudentRun, res: dict[str, Any]) -> None:

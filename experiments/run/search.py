@@ -1,8 +1,8 @@
 """The equal-budget search of one variant's knobs (DESIGN §6 "Fair comparison"), by Optuna.
 
-One :class:`Search` is one Optuna study: one (variant, lag, world), ``trials`` trials (the same
-number for every variant with knobs), sampler ``tpe``, ``random`` or ``grid``. A runner drives it
-without knowing Optuna::
+One :class:`Search` is one Optuna study: one (variant, lag, world) and draw (a final seed's, or
+one for every seed), ``trials`` trials (the same number for every variant with knobs), sampler
+``tpe``, ``random`` or ``grid``. A runner drives it without knowing Optuna::
 
     search = Search(space, spec.tuning.sampler, spec.tuning.trials, spec.seeds[0],
                     run_dir / "tuning", study_name(variant.name, lag, world))
@@ -79,9 +79,12 @@ class TrialRecord:
     reused_from: int | None = None
 
 
-def study_name(variant: str, lag: int, world: int | None = None) -> str:
-    """The study of one (variant, teacher lag, world); ``world`` None: the spec's one world."""
-    return f"{variant}-lag{lag}" + ("" if world is None else f"-world{world}")
+def study_name(variant: str, lag: int, world: int | None = None, draw: int | None = None
+               ) -> str:
+    """The study of one (variant, teacher lag, world, draw); ``world`` None: the spec's one
+    world; ``draw`` the final seed whose search it is (None: one search for every seed)."""
+    return (f"{variant}-lag{lag}" + ("" if world is None else f"-world{world}")
+            + ("" if draw is None else f"-seed{draw}"))
 
 
 def grid_values(space: Mapping[str, Range]) -> dict[str, list[Any]]:
@@ -307,8 +310,8 @@ def single_point(space: Mapping[str, Range]) -> dict[str, Any] | None:
 class SearchTuner:
     """A :class:`Search` in rounds (the runner's ``Tuner``: ``ask`` → the next candidates, empty
     when done; ``tell``; ``best``; ``scored``): one candidate a round, since trial k's params
-    depend on trial k − 1's score. A space with one point (the labels-only baseline: none) asks
-    for nothing and is chosen as it is."""
+    depend on trial k − 1's score. A space with one point (none: the labels-only baseline under
+    ``tuning.draws: shared``) asks for nothing and is chosen as it is."""
 
     def __init__(self, search: Search) -> None:
         self.search = search

@@ -12,6 +12,7 @@ import lightning.pytorch as pl
 import torch
 
 from gemkd.experiments.run.methods import build_methods, variant_needs
+from gemkd.experiments.run.train_knobs import with_train_knobs
 from gemkd.experiments.spec.model import RunSpec, VariantSpec
 from gemkd.students import build_student
 from gemkd.transfer.data.datamodule import AdsDataModule
@@ -95,7 +96,9 @@ class _Curve(pl.Callback):
 
 def build_module(spec: RunSpec, job: StudentJob, data: Path, inputs: Inputs,
                  base_rates: dict[str, float]) -> tuple[DistillModule, StoreTeacher | None]:
-    """The student, its methods (set up in the variant's order) and the training module."""
+    """The student, its methods (set up in the variant's order) and the training module (at the
+    run's own ``lr`` where its params tune it)."""
+    spec = with_train_knobs(spec, job.params)
     schema = DatasetSchema.load(data)
     tasks = list(spec.student_tasks)
     methods = build_methods(spec, job.variant, job.params)
@@ -131,7 +134,9 @@ def train_student(spec: RunSpec, job: StudentJob, data: Path, inputs: Inputs,
     ``callbacks`` are added to the student's Trainer (e.g. a benchmark's clock); ``logger`` a
     Lightning logger for the fit and the evaluation (False: none, the default);
     ``clusters_path``: write the evaluation's per-user loss sums there (the bootstrap's input,
-    :mod:`gemkd.transfer.metrics.clusters`)."""
+    :mod:`gemkd.transfer.metrics.clusters`). The job's params set the student's ``lr`` and
+    ``ema_decay`` where they hold them (:mod:`gemkd.experiments.run.train_knobs`)."""
+    spec = with_train_knobs(spec, job.params)
     pl.seed_everything(job.seed, verbose=False)
     module, teacher = build_module(spec, job, data, inputs, base_rates)
     user_loss = None

@@ -8,16 +8,17 @@ from typing import Any
 
 from gemkd.experiments.run.search import Search
 
-TUNING_COLUMNS = ("variant", "teacher_lag_days", "world", "trial", "param", "value", "val_ne",
-                  "chosen", "at_edge")
+TUNING_COLUMNS = ("variant", "teacher_lag_days", "world", "draw", "trial", "param", "value",
+                  "val_ne", "chosen", "at_edge")
 
 
-def tuning_rows(search: Search, variant: str, lag: int, world: int | None = None
-                ) -> list[dict[str, Any]]:
-    """One row per (finished trial, knob) of ``search``: ``val_ne`` its score (NaN: failed),
-    ``chosen`` on the chosen trial's rows (the earliest of equal scores), ``at_edge``
+def tuning_rows(search: Search, variant: str, lag: int, world: int | None = None,
+                draw: int | None = None) -> list[dict[str, Any]]:
+    """One row per (finished trial, knob) of ``search``: ``draw`` the final seed whose search it
+    is (empty: one search for every seed, ``tuning.draws: shared``), ``val_ne`` its score (NaN:
+    failed), ``chosen`` on the chosen trial's rows (the earliest of equal scores), ``at_edge``
     ``low``/``high`` on a chosen row whose value is at a non-natural bound of its range, else
-    empty. A search without knobs (the labels-only baseline) has no rows."""
+    empty. A search without knobs (the labels-only baseline, ``draws: shared``) has no rows."""
     history = search.history()
     if not search.space or not history:
         return []
@@ -31,7 +32,7 @@ def tuning_rows(search: Search, variant: str, lag: int, world: int | None = None
         for param, value in record.params.items():
             is_chosen = record.number == chosen
             rows.append({"variant": variant, "teacher_lag_days": lag, "world": world,
-                         "trial": record.number, "param": param, "value": value,
+                         "draw": draw, "trial": record.number, "param": param, "value": value,
                          "val_ne": record.value, "chosen": is_chosen,
                          "at_edge": edges.get(param, "") if is_chosen else ""})
     return rows

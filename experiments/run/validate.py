@@ -7,6 +7,7 @@ from gemkd.adapters.methods import BUILTIN_METHODS
 from gemkd.experiments.run.data_sources import data_plan
 from gemkd.experiments.run.methods import check_variant, method_class, search_space, variant_needs
 from gemkd.experiments.run.teacher_steps import teacher_config
+from gemkd.experiments.run.tuning import check_draws
 from gemkd.experiments.spec.model import PluginSpec, RunSpec
 from gemkd.transfer.errors import ConfigError
 
@@ -48,6 +49,7 @@ def check_spec(spec: RunSpec) -> None:
     for variant in spec.variants:
         check_variant(spec, variant)
         used |= set(search_space(spec, variant))
+    check_draws(spec)
     unknown = sorted(set(spec.tuning.knobs) - builtin - used)
     if unknown:
         raise ConfigError(f"spec tuning: unknown key {unknown[0]!r}; this spec's variants tune: "

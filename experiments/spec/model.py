@@ -38,6 +38,8 @@ BUILTIN_VARIANTS: dict[str, Any] = {
 #: The teacher a variant's methods learn from: the run's GEM, or its domain FM (hierarchical)
 TeacherSource = Literal["gem", "domain_fm"]
 TEACHER_SOURCES = choices(TeacherSource)
+#: How a run's searches are drawn: one per final seed, or one for every seed (earlier versions)
+TuningDraws = Literal["per_seed", "shared"]
 
 
 def _open_section(cls, values: Any, where: str, fixed: tuple[str, ...]):
@@ -259,29 +261,39 @@ def parse_variants(value: Any, where: str = "spec variants") -> list[VariantSpec
 @dataclass
 class TuningSpec:
     """The equal-budget search of every variant's knobs (DESIGN §6): ``sampler`` (Optuna's
-    ``tpe``, ``random`` or ``grid``), ``trials`` per variant (the same for every variant but the
-    labels-only baseline), each scored on the validation day averaged over ``seeds`` training
-    seeds. ``seed`` seeds the samplers (unset: the spec's first training seed); another value
-    redraws every search with the training seeds unchanged, which is how to see how much a
-    verdict owes to the search's draw. Every other key names a knob and replaces its method's
-    declared range: a list of values (categorical) or ``{low, high, log, int}``."""
+    ``tpe``, ``random`` or ``grid``), ``trials`` per variant and draw (the same for every
+    variant, the labels-only baseline's learning rate included), each scored on the validation
+    day averaged over ``seeds`` training seeds. ``draws: per_seed`` gives every final seed a
+    search of its own, scored on validation seeds that are never final seeds, so the search's
+    luck varies with the seed and lies inside the intervals; ``shared`` is the single draw of
+    earlier versions (their run keys). ``seed`` seeds the samplers; another value redraws every
+    search with the training seeds unchanged. Every other key names a knob and replaces its
+    declared range: a list of values (categorical) or ``{low, high, log, int}``; ``lr`` and
+    ``ema_decay`` are the student's."""
 
     #: Optuna's sampler (grid needs a list of values for every knob)
     sampler: Sampler = "tpe"
-    #: trials per variant, the same for every variant with knobs (the first at the defaults)
+    #: trials per variant and draw, the same for every variant with knobs (the first at the
+    #: defaults; per_seed: the student's lr is a knob of every variant, the baseline's too)
     trials: int = 8
     #: training seeds each trial's validation NE is averaged over
     seeds: int = 1
-    #: the samplers' seed (null: the spec's first training seed); another value redraws every
-    #: search with the training seeds unchanged
+    #: the samplers' seed (null: per_seed draws the final seed's own, shared the spec's first
+    #: training seed); another value redraws every search with the training seeds unchanged
     seed: int | None = None
-    #: every other key names a knob (alpha, kd_weight, temperature, aux_beta, adapter_hidden or
-    #: your method's) and replaces its declared range: a list of values or {low, high, log, int}
+    #: per_seed: each final seed s its own search, scored on validation seeds s + 1000, s + 2000,
+    #: ... (never a final seed), its choice trains seed s; shared: one search per (variant, lag,
+    #: world) for every seed, scored on the first seeds, lr and ema_decay searched only when
+    #: named below (the runs, and run keys, of earlier versions)
+    draws: TuningDraws = "per_seed"
+    #: every other key names a knob (alpha, kd_weight, temperature, aux_beta, adapter_hidden,
+    #: your method's, or the student's lr and ema_decay) and replaces its range: a list of values
+    #: or {low, high, log, int}
     overrides: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
     def from_mapping(cls, values: Any, where: str) -> TuningSpec:
-        obj = _open_section(cls, values, where, ("sampler", "trials", "seeds", "seed"))
+        obj = _open_section(cls, values, where, ("sampler", "trials", "seeds", "seed", "draws"))
         if obj.sampler not in SAMPLERS:
             raise ConfigError(f"{where}: key 'sampler' must be one of "
                               f"{', '.join(SAMPLERS)}, got {obj.sampler!r}")
@@ -300,7 +312,7 @@ class TuningSpec:
     def to_dict(self) -> dict[str, Any]:
         seed = {} if self.seed is None else {"seed": self.seed}  # unset: a spec's tag unchanged
         return {"sampler": self.sampler, "trials": self.trials, "seeds": self.seeds, **seed,
-                **self.overrides}
+                "draws": self.draws, **self.overrides}
 
     @property
     def knobs(self) -> dict[str, Any]:

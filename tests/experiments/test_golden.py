@@ -35,8 +35,9 @@ SPEC = {
     "variants": ["baseline", "kd", "kd_aux", "kd_aux_adapter", "kd_repr", "hierarchical",
                  "full"],
     "batch_size": 64, "ema_decay": 0.9,
+    # draws: shared, the single search of earlier versions: the recorded results, unchanged
     "tuning": {"kd_weight": [0.5, 2.0], "temperature": [1.0], "aux_beta": [1.0],
-               "adapter_hidden": [8]},
+               "adapter_hidden": [8], "draws": "shared"},
     "repr": {"layer": "trunk", "code_dim": 4, "bits": 8, "max_events": 10, "epochs": 2},
 }
 

@@ -26,7 +26,7 @@ EXAMPLES = ROOT / "docs" / "examples"
 BASE = {k: v for k, v in SPEC.items() if k != "variants"} | {
     "name": "plugins", "data": {**SPEC["data"], "examples_per_day": 1500},
     "teacher": {**SPEC["teacher"], "max_steps": 10}, "batch_size": 128,
-    "tuning": {"kd_weight": [1.0]},
+    "tuning": {"kd_weight": [1.0], "lr": [0.01]},
 }
 
 
@@ -58,13 +58,13 @@ def test_a_method_from_outside_the_packages(tmp_path):
     out = run(tmp_path, variants={
         "baseline": [], "kd": ["kd"],
         "mine": ["kd", "my_methods.embedding_kd.EmbeddingKD"]},
-        tuning={"kd_weight": [1.0], "emb_weight": [0.5, 2.0]})
+        tuning={"kd_weight": [1.0], "emb_weight": [0.5, 2.0], "lr": [0.01]})
     ne = click_all(out)
     assert list(ne.index) == ["baseline", "kd", "mine"] and np.isfinite(ne).all()
     assert ne["mine"] != ne["kd"]  # the embedding loss changed the student
     tuning = pd.read_csv(out / "tuning.csv")
     mine = tuning[tuning.variant == "mine"]
-    assert set(mine.param) == {"emb_weight", "kd_weight", "temperature"}
+    assert set(mine.param) == {"emb_weight", "kd_weight", "lr", "temperature"}
     assert sorted(set(mine[mine.param == "emb_weight"].value)) == [0.5, 2.0]  # 8 trials
     assert mine[mine.param == "emb_weight"].chosen.sum() == 1
     spec = yaml.safe_load((out / "spec.yaml").read_text())

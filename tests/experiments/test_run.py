@@ -32,7 +32,7 @@ SPEC = {
     "student_tasks": ["click", "conversion"],
     "variants": ["baseline", "kd", "full"],  # full = aux head + adapter + LoopFM codes
     "tuning": {"kd_weight": [0.5, 2.0], "temperature": [1.0], "aux_beta": [1.0],
-               "adapter_hidden": [8]},
+               "adapter_hidden": [8], "lr": [0.01]},
     "repr": {"layer": "trunk", "code_dim": 4, "bits": 8, "max_events": 20, "epochs": 2},
 }
 
@@ -149,7 +149,7 @@ def test_ema_evaluates_averaged_weights(run, tmp_path):
     base = pd.read_csv(out / "results.csv")
     ema_out = tmp_path / "ema"
     args = ["run", str(spec_path), "--out", str(ema_out), "--set", "ema_decay=0.9",
-            "--set", "variants=[baseline]"]
+            "--set", "tuning.ema_decay=[0.9]", "--set", "variants=[baseline]"]
     assert main(args) == 0
     ema = pd.read_csv(ema_out / "results.csv")
     key = (base.variant == "baseline") & (base.domain == "all")

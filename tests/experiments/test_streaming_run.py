@@ -23,7 +23,7 @@ SPEC = {
     "student": {"class_path": "mlp", "init_args": {"hidden": [16]}},
     "student_tasks": ["click"], "student_domain": "stories",
     "variants": ["baseline", "kd"],
-    "tuning": {"kd_weight": [1.0], "temperature": [1.0]},
+    "tuning": {"kd_weight": [1.0], "temperature": [1.0], "lr": [0.01]},
 }
 
 

@@ -17,7 +17,8 @@ from tests.faults.conftest import ROOT, SPEC
 
 TRACKED = {**SPEC, "name": "tracked", "batch_size": 32,  # enough steps to log train/loss
            "teacher": {**SPEC["teacher"], "log_every_n_steps": 4},
-           "tuning": {"kd_weight": [1.0, 2.0], "temperature": [1.0]}}
+           "tuning": {"kd_weight": [1.0, 2.0], "temperature": [1.0],
+                      "lr": [0.01]}}
 
 
 def run(tmp_path: Path, capsys, logger: str) -> Path:

@@ -23,7 +23,7 @@ SPEC = {
     "student": {"class_path": "mlp", "init_args": {"hidden": [8]}},
     "student_tasks": ["click"],
     "variants": ["baseline", "kd"],
-    "tuning": {"kd_weight": [0.5, 2.0], "temperature": [1.0], "aux_beta": [1.0]},
+    "tuning": {"kd_weight": [0.5, 2.0], "temperature": [1.0], "aux_beta": [1.0], "lr": [0.01]},
 }
 
 

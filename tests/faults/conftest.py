@@ -26,7 +26,7 @@ SPEC = {
     "teacher_days": 3, "student_days": [3, 5], "eval_days": [5, 6], "teacher_lag_days": 0,
     "student": {"class_path": "mlp", "init_args": {"hidden": [8]}},
     "student_tasks": ["click"], "variants": ["baseline", "kd"],
-    "tuning": {"kd_weight": [1.0], "temperature": [1.0]},
+    "tuning": {"kd_weight": [1.0], "temperature": [1.0], "lr": [0.01]},
 }
 ROOT = Path(__file__).resolve().parents[2]
 TIMING = ["train_seconds", "examples_per_second"]

@@ -22,7 +22,7 @@ CASES = [
     ("data.drift=strong", "spec data (preset tiny): key 'drift': expected a number, got "
                           "'strong'"),
     ("tuning.kd_wieght=[1.0]", "spec tuning: unknown key 'kd_wieght'; this spec's variants "
-                               "tune: kd_weight, temperature"),
+                               "tune: kd_weight, lr, temperature"),
     ("tuning.kd_weight=1.0", "{spec}: key 'tuning': key 'kd_weight' must be a non-empty list"),
     ("student.hidden=[8]", "{spec}: key 'student': unknown key 'hidden' (expected class_path, "
                            "init_args)"),

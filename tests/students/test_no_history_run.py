@@ -50,7 +50,7 @@ def test_run_on_a_log_without_histories(tmp_path):
             "teacher_days": 3, "student_days": [3, 5], "eval_days": [5, 6],
             "student_tasks": ["click"], "hierarchical": {"config": "domain_fm", "max_steps": 20},
             "tuning": {"kd_weight": [1.0], "temperature": [1.0], "aux_beta": [1.0],
-                       "adapter_hidden": [8]},
+                       "adapter_hidden": [8], "lr": [0.01]},
             "repr": {"code_dim": 4, "epochs": 1, "max_events": 10}}
     (tmp_path / "spec.yaml").write_text(yaml.safe_dump(spec))
     assert main(["run", str(tmp_path / "spec.yaml"), "--out", str(tmp_path / "out")]) == 0

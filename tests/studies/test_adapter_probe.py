@@ -23,7 +23,7 @@ SPEC = {
     "student_tasks": ["click"], "student_domain": "stories",
     "variants": ["baseline", "kd", "kd_aux", "kd_aux_adapter"],
     "tuning": {"kd_weight": [1.0], "temperature": [1.0], "aux_beta": [1.0],
-               "adapter_hidden": [4]},
+               "adapter_hidden": [4], "lr": [0.01]},
 }
 ARMS = ["kd", "kd_adapter", "kd_aux", "kd_aux_adapter", "kd_aux_adapter_separate"]
 

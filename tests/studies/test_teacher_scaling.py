@@ -21,7 +21,7 @@ SPEC = {
     "teacher_days": 4, "student_days": [4, 5], "eval_days": [5, 6], "teacher_lag_days": 0,
     "student": {"class_path": "mlp", "init_args": {"hidden": [16]}},
     "student_tasks": ["click"], "student_domain": "stories", "variants": ["baseline", "kd"],
-    "tuning": {"kd_weight": [1.0], "temperature": [1.0]},
+    "tuning": {"kd_weight": [1.0], "temperature": [1.0], "lr": [0.01]},
 }
 
 
