@@ -13,6 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
 from gemkd.experiments.cli import main
@@ -96,6 +97,7 @@ def _setup(tmp_path: Path, **overrides) -> tuple[Path, Path]:
     return job, config
 
 
+@pytest.mark.slow  # ~1-2 min on 2 cores: make test-slow
 def test_fsdp_cpu_shards_trains_and_resumes(tiny_data, tmp_path):
     job, config = _setup(tmp_path)
     out = tmp_path / "run"
@@ -132,6 +134,7 @@ def test_fsdp_cpu_shards_trains_and_resumes(tiny_data, tmp_path):
     assert TeacherStore(store).num_rows == 4000
 
 
+@pytest.mark.slow  # ~1-2 min on 2 cores: make test-slow
 def test_hsdp_mesh_replicates_across_groups(tiny_data, tmp_path):
     """fsdp_replicate=2 on 2 ranks: a (replicate=2, shard=1) mesh, every table replicated."""
     job, config = _setup(tmp_path, fsdp_replicate=2)

@@ -11,6 +11,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -34,6 +35,7 @@ def _fit(*cmd: str) -> dict:
     return json.loads((Path(cmd[cmd.index("--out") + 1]) / "val_metrics.json").read_text())
 
 
+@pytest.mark.slow  # ~1-2 min on 2 cores: make test-slow
 def test_sigkill_then_resume_matches_uninterrupted(tiny_data, tmp_path):
     config = tmp_path / "tiny.yaml"
     values = yaml.safe_load(TINY.read_text())

@@ -155,6 +155,7 @@ def test_day_checkpoints_refuse_an_unordered_pass(tiny_data, tmp_path, cfg, monk
         fit_teacher(cfg, tiny_data, tmp_path / "r", progress=False)
 
 
+@pytest.mark.slow  # ~1-2 min on 2 cores: make test-slow
 def test_cli_stream_and_continue(tiny_data, tmp_path):
     env_cmd = [sys.executable, "-m", "gemkd.experiments.cli", "teacher", "fit", "--config",
                str(TINY), "--data", str(tiny_data), "--no-progress", "--stream"]
