@@ -28,7 +28,7 @@ a particular model wins; each one's reason:
   first implementation used 0.3 each.
 - Calibration drift: ``calibration_drift`` 0.05 (daily logit step of a random walk per domain x
   task and per ad category, from day 0) and ``weekly_amplitude`` 0.05 are at the low end of
-  real logs (``benchmarks/base_rate_drift.py``: KuaiRand's daily click logit moves by ~0.05
+  real logs (``studies/base_rate_drift.py``: KuaiRand's daily click logit moves by ~0.05
   a day on its main surface and up to ~0.17 on smaller ones; MovieLens' rating >= 4 logit by
   ~0.3 per time bucket of a few months).
 """
