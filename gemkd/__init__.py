@@ -26,7 +26,7 @@ _HERE = Path(__file__).resolve().parent
 if not (Path(__file__).parent / "transfer").is_dir() and (
         _HERE.parent / "transfer" / "__init__.py").is_file() and (
         _HERE.parent / "pyproject.toml").is_file():
-    __path__.append(str(_HERE.parent))  # type: ignore[name-defined]  # noqa: F821
+    __path__.append(str(_HERE.parent))  # noqa: F821
 
 from gemkd.experiments.version import __version__  # noqa: E402
 

@@ -66,7 +66,8 @@ class Batch:
         return new
 
     def _tensors(self) -> Iterator[torch.Tensor]:
-        for name in _field_names(type(self)):
+        cls: type = type(self)  # as type[Batch] mypy checks the unhashable instances' __hash__
+        for name in _field_names(cls):
             x = getattr(self, name)
             if isinstance(x, torch.Tensor):
                 yield x

@@ -22,6 +22,8 @@ class EpochLoader(DataLoader):
     the reader serves from memory (``DatasetReader.in_memory``) is the reader's own iterator.
     """
 
+    dataset: DatasetReader  # the only dataset it is built over (AdsDataModule._loader)
+
     def __init__(self, *args: Any, prefetch: int = 0, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.prefetch = prefetch

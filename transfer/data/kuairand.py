@@ -87,26 +87,27 @@ def kuairand_mapping(src: Path, mapping: Mapping, tasks: list[str] | None,
                      f"column {date!r}")
         m = m.replace(days=dataclasses.replace(m.days, date_column=None))
     history = m.history
-    if m.domain is not None:
-        if (f := lacking(m.domain.column)) is not None:
-            notes.append(f"one domain 'all': {f} has no column {m.domain.column!r}")
+    domain = m.domain
+    if domain is not None:
+        if (f := lacking(domain.column)) is not None:
+            notes.append(f"one domain 'all': {f} has no column {domain.column!r}")
             m = m.replace(domain=None)
             if history is not None:
                 history = dataclasses.replace(history, fields=tuple(
                     f for f in history.fields if f.kind != "domain"))
         else:
-            m = m.replace(domain=dataclasses.replace(m.domain, min_share=min_domain_share))
+            m = m.replace(domain=dataclasses.replace(domain, min_share=min_domain_share))
     if history is not None:
         fields = []
-        for f in history.fields:
-            if f.kind == "levels":
-                present = tuple(tuple(c for c in lv if lacking(c) is None) for lv in f.levels)
-                gone = [c for lv in f.levels for c in lv if lacking(c) is not None]
+        for hf in history.fields:
+            if hf.kind == "levels":
+                present = tuple(tuple(c for c in lv if lacking(c) is None) for lv in hf.levels)
+                gone = [c for lv in hf.levels for c in lv if lacking(c) is not None]
                 if gone:
-                    notes.append(f"history field {f.name!r} without {', '.join(gone)} "
+                    notes.append(f"history field {hf.name!r} without {', '.join(gone)} "
                                  "(not in the log)")
-                f = dataclasses.replace(f, levels=present)
-            fields.append(f)
+                hf = dataclasses.replace(hf, levels=present)
+            fields.append(hf)
         m = m.replace(history=dataclasses.replace(history, fields=tuple(fields),
                                                   max_events=max_history))
     check_mapping(m)

@@ -55,10 +55,10 @@ def impressions_per_user(root: str | Path, first_days: int = 9) -> pd.DataFrame:
     days (the quickstart teacher's window); users are those with any row in the dataset."""
     schema = DatasetSchema.load(root)
     users, days = [], []
-    for day in schema.days:
-        col = validate.open_parquet(day_path(root, day)).read(columns=["user_id"]).column(0)
+    for d in schema.days:
+        col = validate.open_parquet(day_path(root, d)).read(columns=["user_id"]).column(0)
         users.append(col.to_numpy())
-        days.append(np.full(len(users[-1]), day))
+        days.append(np.full(len(users[-1]), d))
     user, day = np.concatenate(users), np.concatenate(days)
     ids, idx = np.unique(user, return_inverse=True)
     rows = []

@@ -25,7 +25,7 @@ def open_parquet(path: str | Path) -> pq.ParquetFile:
         raise DataError(f"{path}: not a readable Parquet file ({_short(e)})") from None
 
 
-def check_columns(path: Path, physical: pa.Schema, expected: dict[str, pa.DataType]) -> None:
+def check_columns(path: fs.Where, physical: pa.Schema, expected: dict[str, pa.DataType]) -> None:
     """Every expected column is present with exactly the expected Arrow type."""
     for name, typ in expected.items():
         idx = physical.get_field_index(name)
@@ -36,7 +36,7 @@ def check_columns(path: Path, physical: pa.Schema, expected: dict[str, pa.DataTy
             raise DataError(f"{path}: column {name!r} has type {got}, expected {typ}")
 
 
-def check_no_nulls(path: Path, table: pa.Table, row0: int) -> None:
+def check_no_nulls(path: fs.Where, table: pa.Table, row0: int) -> None:
     for name in table.column_names:
         col = table.column(name)
         if col.null_count:
@@ -44,7 +44,7 @@ def check_no_nulls(path: Path, table: pa.Table, row0: int) -> None:
             raise DataError(f"{path}: column {name!r} row {row0 + row}: null value")
 
 
-def check_no_null_events(path: Path, name: str, values: pa.Array, offsets: np.ndarray,
+def check_no_null_events(path: fs.Where, name: str, values: pa.Array, offsets: np.ndarray,
                          row0: int) -> None:
     """No null inside a history list (``check_no_nulls`` sees only null lists); ``offsets``
     index ``values`` and map a position back to its row."""
@@ -59,7 +59,7 @@ def check_no_null_events(path: Path, name: str, values: pa.Array, offsets: np.nd
         raise DataError(f"{path}: column {name!r} row {row0 + row}: null value in the list")
 
 
-def check_below(path: Path, name: str, values: np.ndarray, limit: int, what: str,
+def check_below(path: fs.Where, name: str, values: np.ndarray, limit: int, what: str,
                 row0: int) -> None:
     """Indices into a list of ``limit`` entries (e.g. the schema's domains) must be < limit."""
     if values.size == 0 or values.max() < limit:
@@ -69,7 +69,7 @@ def check_below(path: Path, name: str, values: np.ndarray, limit: int, what: str
                     f"the {limit} {what} in schema.json")
 
 
-def check_binary(path: Path, name: str, values: np.ndarray, row0: int) -> None:
+def check_binary(path: fs.Where, name: str, values: np.ndarray, row0: int) -> None:
     bad = (values != 0) & (values != 1)
     if bad.any():
         row = int(np.argmax(bad))
@@ -78,7 +78,7 @@ def check_binary(path: Path, name: str, values: np.ndarray, row0: int) -> None:
         )
 
 
-def check_non_negative(path: Path, name: str, values: np.ndarray, row0: int,
+def check_non_negative(path: fs.Where, name: str, values: np.ndarray, row0: int,
                        offsets: np.ndarray | None = None) -> None:
     """Ids must be >= 0; for a list column ``offsets`` maps the value back to its row."""
     if values.size == 0 or values.min() >= 0:

@@ -17,9 +17,10 @@ def day_path(root: str | Path, day: int) -> str | Path:
     return fs.join(root, f"day={day}", "part-0.parquet")
 
 
-def write_day(table: pa.Table, root: str | Path, day: int) -> Path:
-    """Write one day's rows; the file is deterministic for the same table (byte-identical)."""
-    path = day_path(root, day)
+def write_day(table: pa.Table, root: Path, day: int) -> Path:
+    """Write one day's rows into a local folder (an output directory's temporary one); the file
+    is deterministic for the same table (byte-identical)."""
+    path = Path(day_path(root, day))
     path.parent.mkdir(parents=True, exist_ok=True)
     pq.write_table(table, path, row_group_size=ROW_GROUP_SIZE, compression="snappy")
     return path

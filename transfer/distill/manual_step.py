@@ -56,7 +56,9 @@ def wrappers_inert(module: pl.LightningModule) -> bool:
     if is_overridden("backward", module, pl.LightningModule):
         return False
     return not any(is_overridden(h, module, pl.LightningModule)
-                   or any(is_overridden(h, cb, Callback) for cb in trainer.callbacks)
+                   or any(is_overridden(h, cb, Callback)
+                          # set by Lightning's callback connector, undeclared on Trainer
+                          for cb in trainer.callbacks)  # type: ignore[attr-defined]
                    for h in HOOKS)
 
 
@@ -101,4 +103,6 @@ class ManualStep:
 
 def _clip(module: pl.LightningModule, opt: LightningOptimizer, grad_clip: float | None) -> None:
     if grad_clip is not None:
-        module.clip_gradients(opt, gradient_clip_val=grad_clip, gradient_clip_algorithm="norm")
+        # the torch optimiser the wrapper holds: what clip_gradients reads the groups of
+        module.clip_gradients(opt.optimizer, gradient_clip_val=grad_clip,
+                              gradient_clip_algorithm="norm")

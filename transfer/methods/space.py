@@ -136,7 +136,7 @@ class Uniform(_Numeric):
 
     low: float
     high: float
-    log: ClassVar[bool] = False
+    log = False  # a class attribute, not a field (IntRange's log is one)
 
 
 @dataclass(frozen=True, repr=False)
@@ -146,7 +146,7 @@ class LogUniform(_Numeric):
 
     low: float
     high: float
-    log: ClassVar[bool] = True
+    log = True  # a class attribute, not a field
 
 
 @dataclass(frozen=True, repr=False)

@@ -77,7 +77,8 @@ class SafeBinaryAUROC(BinaryAUROC):
             _check_binary(preds, target, from_logits=True)
         super().update(preds.float(), target.float())
 
-    def compute(self) -> torch.Tensor:
+    # (BinaryAUROC's compute returns the AUC over its parent's curve tuple, ignored there too)
+    def compute(self) -> torch.Tensor:  # type: ignore[override]
         """AUC as a scalar tensor; nan when there are no samples or only one class."""
         if isinstance(self.target, list) and not self.target:
             return _nan(self.device)

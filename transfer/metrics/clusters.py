@@ -69,7 +69,7 @@ class ClusterLoss:
                   "base_rate": np.asarray([rates.get(t, np.nan) if rates.get(t) is not None
                                            else np.nan for t in tasks], dtype=np.float64)}
         buf = io.BytesIO()
-        np.savez(buf, **arrays)
+        np.savez(buf, **arrays)  # type: ignore[arg-type]  # numpy's stub: ** may be allow_pickle
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         atomic_write_bytes(path, buf.getvalue())
 

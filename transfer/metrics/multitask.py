@@ -59,6 +59,15 @@ class RankingMetrics(Metric):
     is_differentiable = False
     higher_is_better = None
     full_state_update = False
+    # the states add_state registers: [T, D] sums; the AUC's scores, labels and groups (lists
+    # while updating)
+    count: torch.Tensor
+    positives: torch.Tensor
+    log_loss: torch.Tensor
+    prob_sum: torch.Tensor
+    auc_score: list[torch.Tensor]
+    auc_label: list[torch.Tensor]
+    auc_group: list[torch.Tensor]
 
     def __init__(
         self,

@@ -10,7 +10,7 @@ Sums are accumulated in float64 so that millions of rows and a DDP all-reduce lo
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, overload
 
 import torch
 from torchmetrics import Metric
@@ -28,6 +28,10 @@ __all__ = ["NormalizedEntropy", "binary_entropy"]
 _F64 = torch.float64
 
 
+@overload
+def _check_base_rate(base_rate: float, what: str = ...) -> float: ...
+@overload
+def _check_base_rate(base_rate: float | None, what: str = ...) -> float | None: ...
 def _check_base_rate(base_rate: float | None, what: str = "base_rate") -> float | None:
     """Reject a base rate that is not a finite number in [0, 1] (0 and 1 are allowed: NE = nan)."""
     if base_rate is None:

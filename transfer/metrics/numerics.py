@@ -84,7 +84,7 @@ def log_loss(y: ArrayLike, p: ArrayLike, eps: float = EPS) -> ArrayLike:
         yt = torch.as_tensor(y, dtype=q.dtype, device=q.device)
         return -(yt * torch.log(q) + (1.0 - yt) * torch.log1p(-q))
     q = np.clip(_np(p), eps, 1.0 - eps)
-    ya = _np(y)  # type: ignore[arg-type]
+    ya = _np(y)
     return _out(-(ya * np.log(q) + (1.0 - ya) * np.log1p(-q)))  # type: ignore[return-value]
 
 
@@ -94,8 +94,9 @@ def log_loss_from_logits(y: ArrayLike, x: ArrayLike) -> ArrayLike:
     if isinstance(x, torch.Tensor):
         yt = torch.as_tensor(y, dtype=x.dtype, device=x.device)
         return F.binary_cross_entropy_with_logits(x, yt, reduction="none")
-    xa, ya = _np(x), _np(y)  # type: ignore[arg-type]
-    return _out(np.maximum(xa, 0) - xa * ya + np.log1p(np.exp(-np.abs(xa))))  # type: ignore
+    xa, ya = _np(x), _np(y)
+    out = _out(np.maximum(xa, 0) - xa * ya + np.log1p(np.exp(-np.abs(xa))))
+    return out  # type: ignore[return-value]  # float or array as given: the TypeVar cannot say
 
 
 def ne_from_mean_loss(mean_loss: ArrayLike, base_rate: ArrayLike) -> ArrayLike:
@@ -125,8 +126,8 @@ def normalized_entropy(y: ArrayLike, p: ArrayLike, base_rate: float | None = Non
         n, mean_y = losses.numel(), (float(yt.mean()) if yt.numel() else math.nan)
         mean = float(losses.mean()) if n else math.nan
     else:
-        ya = _np(y)  # type: ignore[arg-type]
-        la = np.atleast_1d(_np(log_loss(ya, _np(p), eps)))  # type: ignore[arg-type]
+        ya = _np(y)
+        la = np.atleast_1d(_np(log_loss(ya, _np(p), eps)))
         n, mean_y = la.size, (float(ya.mean()) if ya.size else math.nan)
         mean = float(la.mean()) if n else math.nan
     rate = mean_y if base_rate is None else float(base_rate)

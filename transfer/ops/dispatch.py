@@ -19,6 +19,7 @@ import importlib.util
 import math
 import operator
 import os
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -130,7 +131,7 @@ def _check_tensor(
     return x
 
 
-def _check_len(name: str, value: object) -> int:
+def _check_len(name: str, value: Any) -> int:
     try:
         n = operator.index(value)
     except TypeError:

@@ -106,7 +106,7 @@ def code_schema(nbytes: int) -> pa.Schema:
 
 def write_code_store(out: str | Path, example_id: Any, user_id: Any, ts: Any, day: Any,
                      codes_q: np.ndarray, bits: int, code_dim: int, meta: dict[str, Any],
-                     overwrite: bool = False) -> Path:
+                     overwrite: bool = False) -> fs.Where:
     """Write quantised codes to ``out`` atomically; returns ``out``.
 
     Rows are stored sorted by ``(user_id, ts, example_id)``, the order the as-of join reads them

@@ -134,9 +134,10 @@ def import_store(src: str | Path, out: str | Path, tasks: list[str], *,
     else:
         emb = np.zeros((len(ids), 1), dtype=np.float32)
     order = np.argsort(ids, kind="stable")
+    layer = emb_column if has_emb and emb_column is not None else NO_LAYER
     try:
-        with StoreWriter(out, tasks, emb_column if has_emb else NO_LAYER, emb.shape[1],
-                         emb_dtype, teacher_name=teacher_name, teacher_version=_source_hash(src),
+        with StoreWriter(out, tasks, layer, emb.shape[1], emb_dtype, teacher_name=teacher_name,
+                         teacher_version=_source_hash(src),
                          trained_until_day=trained_until_day, overwrite=overwrite,
                          extra={"imported_from": str(src)}) as writer:
             for i in range(0, len(ids), batch_rows):

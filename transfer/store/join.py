@@ -56,7 +56,8 @@ class TeacherJoin:
         self._n = len(ids)
         self._build_index(ids)
         self._logits = store.logits(table)  # in read order: the index maps ids to rows
-        self._emb = self._scale = None
+        self._emb: np.ndarray | None = None  # with_emb: [rows, emb_dim] as stored
+        self._scale: np.ndarray | None = None  # int8: each row's scale
         if with_emb:
             col = table.column("emb").combine_chunks()
             self._emb = col.flatten().to_numpy().reshape(len(ids), store.emb_dim)
@@ -149,7 +150,7 @@ class TeacherJoin:
         if not complete:
             logits[~found] = 0.0
         emb = None
-        if self.with_emb:
+        if self._emb is not None:  # with_emb
             if self._n:
                 codes = np.take(self._emb, rows, axis=0)
                 if self._scale is None:  # float16 → float32 through a 65536-entry table:

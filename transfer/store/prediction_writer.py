@@ -51,10 +51,11 @@ class StoreCallback(Callback):
                  extra: dict[str, Any] | None = None) -> None:
         super().__init__()
         self.out_dir = fs.as_where(out_dir)
-        self._kwargs = dict(tasks=list(tasks), layer=layer, emb_dim=emb_dim, emb_dtype=emb_dtype,
-                            teacher_name=teacher_name, teacher_version=teacher_version,
-                            trained_until_day=trained_until_day, rows_per_shard=rows_per_shard,
-                            row_group_rows=row_group_rows, overwrite=overwrite, extra=extra)
+        self._kwargs: dict[str, Any] = dict(
+            tasks=list(tasks), layer=layer, emb_dim=emb_dim, emb_dtype=emb_dtype,
+            teacher_name=teacher_name, teacher_version=teacher_version,
+            trained_until_day=trained_until_day, rows_per_shard=rows_per_shard,
+            row_group_rows=row_group_rows, overwrite=overwrite, extra=extra)
         self.writer: StoreWriter | None = None
         self.manifest: Manifest | None = None
 

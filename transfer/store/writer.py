@@ -25,7 +25,7 @@ import json
 import os
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pyarrow as pa
@@ -36,7 +36,7 @@ from gemkd.transfer.io import fs
 from gemkd.transfer.io.atomic import atomic_write_bytes
 from gemkd.transfer.io.integrity import sha256_file
 from gemkd.transfer.io.publish import output_directory
-from gemkd.transfer.options import EMB_DTYPES
+from gemkd.transfer.options import EMB_DTYPES, EmbDtype
 from gemkd.transfer.store.dedupe import dedupe_shards
 from gemkd.transfer.store.format import (
     KEY_COLUMNS,
@@ -83,7 +83,8 @@ class StoreWriter:
             raise StoreError(f"{out_dir}: rank {rank} outside world_size {world_size}")
         self.out_dir = fs.as_where(out_dir)
         self.tasks, self.layer = list(tasks), layer
-        self.emb_dim, self.emb_dtype = int(emb_dim), emb_dtype
+        self.emb_dim = int(emb_dim)
+        self.emb_dtype = cast(EmbDtype, emb_dtype)  # checked above
         self.teacher_name, self.teacher_version = teacher_name, teacher_version
         self.trained_until_day = int(trained_until_day)
         self.rank, self.world_size = rank, world_size
@@ -259,6 +260,7 @@ class StoreWriter:
         """
         if self.rank != 0:
             raise StoreError(f"{self.out_dir}: only rank 0 finalizes (this is rank {self.rank})")
+        assert self._commit is not None  # rank 0 opened the output directory in __init__
         if self.state in ("finalized", "aborted"):
             raise StoreError(f"{self.out_dir}: writer already {self.state}")
         try:

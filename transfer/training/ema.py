@@ -50,7 +50,9 @@ def _host_weight(decay: float, n: int, dtype: torch.dtype) -> float:
     the weight in float32, as torch's true division does); other dtypes ask torch, on the CPU.
     Kept per ``(decay, n, dtype)``: the numpy scalars cost ~10 us a step, and every run of a
     process (a sweep's students) asks for the same first updates."""
-    np_t = {torch.float32: np.float32, torch.float64: np.float64}.get(dtype)
+    exact: dict[torch.dtype, type[np.floating]] = {torch.float32: np.float32,
+                                                   torch.float64: np.float64}
+    np_t = exact.get(dtype)
     if np_t is None and not (dtype.is_floating_point or dtype.is_complex):
         np_t = np.float32
     if np_t is None:
@@ -211,6 +213,8 @@ class StreamEMA(WeightAveraging):
                 else:
                     _foreach_ema(avg, cur, _host_weight(self.decay, self._n, avg[0].dtype))
                 self._exact[i] = _float32_exact(avg)
-        self._average_model.n_averaged.add_(1)  # in place: `+=` re-registers the buffer
+        avg_model = self._average_model
+        assert avg_model is not None  # WeightAveraging.setup made it
+        avg_model.n_averaged.add_(1)  # in place: `+=` re-registers the buffer
         self._n += 1
         self._latest_update_step = step

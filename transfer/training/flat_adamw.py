@@ -138,6 +138,7 @@ class FlatAdamW(torch.optim.AdamW):
 
     def _point_state(self, flat: _FlatGroup) -> None:
         """Each parameter's state: the shared step count and views of the moments' buffers."""
+        assert flat.exp_avg is not None and flat.exp_avg_sq is not None  # the caller set them
         moments = zip(_views(flat.exp_avg, flat.params), _views(flat.exp_avg_sq, flat.params),
                       strict=True)
         for p, (exp_avg, exp_avg_sq) in zip(flat.params, moments, strict=True):
@@ -189,12 +190,15 @@ class FlatAdamW(torch.optim.AdamW):
         return loss
 
     def _flat_step(self, group: dict[str, Any], flat: _FlatGroup) -> None:
-        torch.cat([p.grad.reshape(-1) for p in flat.params], out=flat.grad)
+        # step() hands a group here only when every parameter has a gradient
+        torch.cat([g.reshape(-1) for p in flat.params if (g := p.grad) is not None],
+                  out=flat.grad)
         if flat.step is None:  # torch's lazy state: step 0, zero moments
             flat.step = torch.tensor(0.0, dtype=_get_scalar_dtype())
             flat.exp_avg = torch.zeros_like(flat.data)
             flat.exp_avg_sq = torch.zeros_like(flat.data)
             self._point_state(flat)
+        assert flat.exp_avg is not None and flat.exp_avg_sq is not None  # set on the first step
         beta1, beta2 = group["betas"]
         adam([flat.data], [flat.grad], [flat.exp_avg], [flat.exp_avg_sq], [], [flat.step],
              foreach=True, amsgrad=False, has_complex=False, beta1=beta1, beta2=beta2,
@@ -206,7 +210,12 @@ class FlatAdamW(torch.optim.AdamW):
 
     def _torch_step(self, group: dict[str, Any]) -> None:
         """``torch.optim.AdamW.step``'s body for one group."""
-        params, grads, exp_avgs, exp_avg_sqs, max_sqs, steps = [], [], [], [], [], []
+        params: list[Tensor] = []
+        grads: list[Tensor] = []
+        exp_avgs: list[Tensor] = []
+        exp_avg_sqs: list[Tensor] = []
+        max_sqs: list[Tensor] = []
+        steps: list[Tensor] = []
         beta1, beta2 = group["betas"]
         has_complex = self._init_group(group, params, grads, exp_avgs, exp_avg_sqs, max_sqs,
                                        steps)

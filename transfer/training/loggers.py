@@ -46,7 +46,7 @@ class RunCSVLogger(CSVLogger):
     @property
     @rank_zero_experiment
     def experiment(self) -> ExperimentWriter:
-        if self._experiment is None:
+        if not isinstance(self._experiment, ExperimentWriter):  # None until the first call
             self._fs.makedirs(self.root_dir, exist_ok=True)
             self._experiment = _ContinuingWriter(log_dir=self.log_dir)
         return self._experiment

@@ -13,7 +13,7 @@ from __future__ import annotations
 import inspect
 import warnings
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import lightning.pytorch as pl
 import torch
@@ -27,8 +27,11 @@ from gemkd.transfer.metrics.numerics import logit
 from gemkd.transfer.models import TeacherOutput, fsdp_units, start_output_bias
 from gemkd.transfer.training.flat_adamw import FlatAdamW
 
+if TYPE_CHECKING:
+    from torch.distributed.device_mesh import DeviceMesh
 
-def fsdp_mesh(device_mesh):
+
+def fsdp_mesh(device_mesh: DeviceMesh) -> DeviceMesh:
     """The mesh ``fully_shard`` should use: the (replicate, shard) 2-D sub-mesh when the mesh has
     both dimensions (hybrid sharding), else the ``data_parallel`` dimension (Lightning's
     ``ModelParallelStrategy`` mesh is ``(data_parallel, tensor_parallel)``)."""
@@ -97,6 +100,7 @@ class RankingModule(pl.LightningModule):
 
     #: Constructor arguments that are modules or callables, not hyper-parameters.
     hparams_ignore: tuple[str, ...] = ("model",)
+    task_weight: Tensor  # a buffer: [n_tasks]
 
     def __init__(
         self,
@@ -138,14 +142,14 @@ class RankingModule(pl.LightningModule):
         self.base_rates = dict(base_rates or {})
         self.domain_base_rates = {t: dict(r) for t, r in (domain_base_rates or {}).items()}
         self.repr_layer = repr_layer
-        self.compile = compile
+        self.compile_model = compile  # not ``compile``: that is nn.Module's method
         self.mask_nan_labels = mask_nan_labels
         if fsdp_replicate < 1:
             raise ValueError(f"fsdp_replicate must be >= 1, got {fsdp_replicate}")
         self.fsdp_replicate = fsdp_replicate
-        metric_args = dict(tasks=tasks, n_domains=len(domains), domain_names=domains,
-                           base_rates=self.base_rates, compute_auc=compute_auc,
-                           domain_base_rates=self.domain_base_rates)
+        metric_args: dict[str, Any] = dict(
+            tasks=tasks, n_domains=len(domains), domain_names=domains, base_rates=self.base_rates,
+            compute_auc=compute_auc, domain_base_rates=self.domain_base_rates)
         self.start_at_base_rate = init_output_bias  # DistillModule starts its methods' heads too
         if init_output_bias:  # a resumed fit then loads its own weights over them
             start_output_bias(self.model, self.base_rate_logits())
@@ -180,12 +184,14 @@ class RankingModule(pl.LightningModule):
         trainer = self._trainer
         if trainer is not None and isinstance(trainer.strategy, ModelParallelStrategy):
             shard_model(self.model, self.fsdp_device_mesh())
-        if self.compile:
+        if self.compile_model:
             self.model.compile()
 
-    def fsdp_device_mesh(self):
+    def fsdp_device_mesh(self) -> DeviceMesh:
         """The mesh ``fully_shard`` uses: Lightning's ``data_parallel`` dimension, or with
         ``fsdp_replicate > 1`` a 2-D ``(replicate, shard)`` mesh over the same ranks."""
+        if self.device_mesh is None:
+            raise RuntimeError("fsdp_device_mesh: no device mesh (ModelParallelStrategy sets it)")
         mesh = fsdp_mesh(self.device_mesh)
         if self.fsdp_replicate == 1 or mesh.ndim == 2:
             return mesh
@@ -199,7 +205,12 @@ class RankingModule(pl.LightningModule):
         return init_device_mesh(mesh.device_type, (self.fsdp_replicate, n // self.fsdp_replicate),
                                 mesh_dim_names=("replicate", "shard"))
 
-    def configure_optimizers(self) -> torch.optim.Optimizer:
+    def configure_optimizers(self) -> torch.optim.Optimizer | list[torch.optim.Optimizer]:
+        return self.student_optimizer()
+
+    def student_optimizer(self) -> FlatAdamW:
+        """AdamW over the model: its embedding tables and its other parameters in a group each
+        (their own learning rates and weight decays)."""
         emb = embedding_parameters(self.model)
         emb_ids = {id(p) for p in emb}
         dense = [p for p in self.model.parameters() if id(p) not in emb_ids]
@@ -252,14 +263,16 @@ class RankingModule(pl.LightningModule):
     # Lightning reads training_step's signature on every batch (``_TrainingEpochLoop.
     # _build_kwargs``: ``inspect.getfullargspec``, ~25 us); inspect returns a function's
     # ``__signature__`` as it is (PEP 362) instead of building it again
-    training_step.__signature__ = inspect.signature(training_step)
+    # (typeshed declares no __signature__ on functions, which inspect reads)
+    training_step.__signature__ = inspect.signature(training_step)  # type: ignore[attr-defined]
 
     # ------------------------------------------------------------------ evaluation
     def serving_logits(self, batch: Batch) -> Tensor:
         """The logits that are evaluated (and served); subclasses with other models override."""
         return self.model(batch).logits
 
-    def _eval_step(self, batch: Batch, metrics: RankingMetrics, split: str) -> dict[str, Tensor]:
+    def _eval_step(self, batch: Batch, metrics: RankingMetrics, split: str
+                   ) -> dict[str, Tensor | None]:
         """Updates the split's metrics; returns ``{"logits", "mask"}`` (detached) for callbacks
         that keep more than the metrics (e.g. per-user loss sums for a bootstrap)."""
         logits = self.serving_logits(batch)
@@ -288,7 +301,7 @@ class RankingModule(pl.LightningModule):
             return
         self._eval_end(self.val_metrics, "val")
 
-    def test_step(self, batch: Batch, batch_idx: int) -> dict[str, Tensor]:
+    def test_step(self, batch: Batch, batch_idx: int) -> dict[str, Tensor | None]:
         return self._eval_step(batch, self.test_metrics, "test")
 
     def on_test_epoch_end(self) -> None:

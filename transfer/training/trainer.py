@@ -28,7 +28,7 @@ from lightning.pytorch.strategies import DDPStrategy, ModelParallelStrategy
 from gemkd.transfer.data.datamodule import AdsDataModule
 from gemkd.transfer.data.reader import DatasetReader
 from gemkd.transfer.errors import ConfigError
-from gemkd.transfer.options import STRATEGIES, Strategy
+from gemkd.transfer.options import STRATEGIES, Precision, Strategy
 from gemkd.transfer.training.loggers import RunCSVLogger
 from gemkd.transfer.training.timed_checkpoint import TimedCheckpoint
 
@@ -147,7 +147,7 @@ def make_trainer(
     strategy: Strategy = "auto",
     devices: int = 1,
     num_nodes: int = 1,
-    precision: str = "32-true",
+    precision: Precision = "32-true",
     max_epochs: int = 1,
     max_steps: int = -1,
     grad_clip: float | None = None,
@@ -168,8 +168,9 @@ def make_trainer(
     Lightning's own ``enable_*`` flags there win over ``progress_bar``, ``model_summary`` and
     ``checkpointing``).
     """
-    flags = {"enable_progress_bar": progress_bar, "enable_model_summary": model_summary,
-             "enable_checkpointing": checkpointing}
+    flags: dict[str, Any] = {"enable_progress_bar": progress_bar,
+                             "enable_model_summary": model_summary,
+                             "enable_checkpointing": checkpointing}
     flags.update({k: trainer_kwargs.pop(k) for k in list(flags) if k in trainer_kwargs})
     if devices < 1:
         raise ConfigError(f"devices must be >= 1, got {devices}")
@@ -254,7 +255,9 @@ def build_trainer(
 
 
 def throughput(trainer: pl.Trainer) -> Throughput | None:
-    return next((c for c in trainer.callbacks if isinstance(c, Throughput)), None)
+    # (Lightning's callback connector sets trainer.callbacks; Trainer does not declare it)
+    callbacks = trainer.callbacks  # type: ignore[attr-defined]
+    return next((c for c in callbacks if isinstance(c, Throughput)), None)
 
 
 def best_or_last(out_dir: str | Path) -> Path:
@@ -274,7 +277,8 @@ def _label_counts(data_dir: str | Path, days: tuple[int, int] | list[int], tasks
                   domains: list[str] | None) -> tuple[np.ndarray, np.ndarray, list[str]]:
     """Positives ``[D, T]`` and rows ``[D]`` per domain of the schema over ``days``, and the
     schema's domain names (labels only are read)."""
-    reader = DatasetReader(data_dir, days=tuple(days), batch_size=1 << 16, categorical=[],
+    first, end = days
+    reader = DatasetReader(data_dir, days=(first, end), batch_size=1 << 16, categorical=[],
                            dense=[], sequence=[], tasks=list(tasks), oracle=False,
                            domains=domains)
     names = list(reader.schema.domains)
@@ -347,9 +351,9 @@ def fit(module: pl.LightningModule, datamodule: AdsDataModule, trainer: pl.Train
         if datamodule.days.get("val") is not None:
             trainer.limit_val_batches = even_batch_limit(
                 datamodule.reader("val"), trainer.world_size)
-    train = ResumableLoader(
-        datamodule.train_dataloader(),
-        consumed=lambda: trainer.fit_loop.epoch_loop.batch_progress.current.processed)
+    # a batch progress counts in _ProcessedTrackers; Lightning declares their base class
+    train = ResumableLoader(datamodule.train_dataloader(), consumed=lambda: (
+        trainer.fit_loop.epoch_loop.batch_progress.current.processed))  # type: ignore[attr-defined]
     # no val days: an empty loader and no val batches (the datamodule's would read every day; no
     # loader at all makes Lightning warn that validation_step has nothing to run on)
     has_val = datamodule.days.get("val") is not None

@@ -58,6 +58,7 @@ def import_logs(src: str | Path, mapping: Mapping, out: str | Path,
             rows, age = _add_negatives(rows, mapping, notes)
         schema, columns, events = _assemble(rows, mapping, side, notes)
         if age is not None:
+            assert schema.negatives is not None  # _assemble records the mapping's negatives
             schema.negatives["item_age"] = age
         schema.generator = {"mapping": mapping.to_dict(), "files": [str(f) for f in files],
                             "side_tables": [str(p) for _, p in side]}
@@ -144,8 +145,8 @@ def _extract(df: pd.DataFrame, path: Path, m: Mapping) -> dict[str, np.ndarray |
                     hit |= source.binary(df[col], path, f.key).astype(bool)
                 level[hit] = i + 1
             out[f"level:{f.name}"] = level
-    for s in m.side_tables:
-        out[f"on:{s.on}"] = df[s.on]
+    for table in m.side_tables:
+        out[f"on:{table.on}"] = df[table.on]
     return out
 
 
@@ -164,10 +165,12 @@ def _add_negatives(rows: dict, m: Mapping, notes: list[str]) -> tuple[dict, dict
     side-table features; every label 0 and ``sampled`` = 1. Also the item-age check (the
     share of positives and of negatives on new items), noted and warned of when they differ."""
     started = time.perf_counter()
+    neg, item = m.negatives, m.item
+    assert neg is not None and item is not None  # the caller's check; parse_mapping's for item
     logged = negatives.Log.build(rows["user"], rows["item"], rows["t"])
-    drawn = negatives.sample(logged, m.negatives)
+    drawn = negatives.sample(logged, neg)
     src, item_src, sampled = negatives.expand_index(drawn, logged.first_rows())
-    item_keys = {"item", *(f"on:{s.on}" for s in m.side_tables if s.on == m.item.column)}
+    item_keys = {"item", *(f"on:{s.on}" for s in m.side_tables if s.on == item.column)}
     out = {k: _at(v, item_src if k in item_keys else src) for k, v in rows.items()}
     for k in out:
         if k.startswith(("label:", "level:")):
@@ -182,7 +185,7 @@ def _add_negatives(rows: dict, m: Mapping, notes: list[str]) -> tuple[dict, dict
         notes.append(f"negatives: {unlabelled} of {n} logged rows have every label 0; they "
                      "still count as engagements (their items are not their user's negatives "
                      "from then on)")
-    age = negatives.item_age(logged, drawn, m.negatives.new_item_hours)
+    age = negatives.item_age(logged, drawn, neg.new_item_hours)
     caveat = item_age_caveat({"item_age": age})
     if caveat:
         notes.append(f"negatives: {caveat}")
@@ -192,20 +195,22 @@ def _add_negatives(rows: dict, m: Mapping, notes: list[str]) -> tuple[dict, dict
     return out, age
 
 
-def _check_days(day: np.ndarray, rows: dict, m: Mapping, first: int | None,
+def _check_days(day: np.ndarray, rows: dict, calendar: str, first: int | None,
                 notes: list[str]) -> None:
     """Notes and warnings on straggler days and gaps, counted over the logged rows."""
     logged = day if SAMPLED_COLUMN not in rows else day[rows[SAMPLED_COLUMN] == 0]
     if first is None:
-        first = int(encode.local_dates(rows["t"][:1], m.days.calendar)[0])  # rows are in time
+        first = int(encode.local_dates(rows["t"][:1], calendar)[0])  # rows are in time
     for warning in day_checks.day_warnings(logged, np.datetime64(first, "D")):
         notes.append(f"days: {warning}")
         log.warning("days: %s", warning)
 
 
 def _ids(values: np.ndarray | pd.Series, codes: bool) -> tuple[np.ndarray, int]:
-    if codes:
+    if codes:  # _extract keeps ids that get codes as read: a Series
+        assert isinstance(values, pd.Series)
         return encode.codes(values)
+    assert isinstance(values, np.ndarray)
     return values, int(values.max()) + 1
 
 
@@ -219,8 +224,9 @@ def _assemble(rows: dict, m: Mapping, side: list, notes: list[str]
     if m.days.calendar is not None:
         first = int(rows["date"].min()) if "date" in rows else None
         cols["day"] = encode.calendar_days(t, m.days.calendar, first)
-        _check_days(cols["day"], rows, m, first, notes)
+        _check_days(cols["day"], rows, m.days.calendar, first, notes)
     else:
+        assert m.days.buckets is not None  # parse_mapping: exactly one of calendar and buckets
         cols["day"] = equal_count_days(cols["ts"], m.days.buckets)
     if m.domain is not None:
         where = f"{m.path}: key 'domain' (column {m.domain.column!r})"
@@ -268,8 +274,10 @@ def _assemble(rows: dict, m: Mapping, side: list, notes: list[str]
         elif f.kind == "domain":
             values, card = cols["domain"], len(domains)
         elif f.kind == "label":
+            assert f.ref is not None  # parse_mapping: a label field names its label
             values, card = cols[f.ref], 2
         elif f.kind == "feature":
+            assert f.ref is not None  # parse_mapping: a feature field names its feature
             values, card = cols[f.ref], cards[f.ref]
         else:  # levels
             values, card = rows[f"level:{f.name}"], len(f.levels) + 1

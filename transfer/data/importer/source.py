@@ -126,13 +126,15 @@ def label(s: pd.Series, path: Path, lab: Label) -> np.ndarray:
     """A task label: the 0/1 column itself, or ``column <op> value``."""
     if lab.op is None:
         return binary(s, path, lab.key, "; add op and value to threshold it")
-    if isinstance(lab.value, str):
+    ref = lab.value
+    assert ref is not None  # parse_mapping: an op comes with its value
+    if isinstance(ref, str):
         if s.isna().any():
             raise fail(path, lab.column, int(np.argmax(s.isna().to_numpy())), "empty value",
                        lab.key)
-        v, ref = s.astype(str).to_numpy(), lab.value
+        v = s.astype(str).to_numpy()
     else:
-        v, ref = numbers(s, path, lab.key), lab.value
+        v = numbers(s, path, lab.key)
     ops = {">=": np.greater_equal, ">": np.greater, "<=": np.less_equal, "<": np.less,
            "==": np.equal, "!=": np.not_equal}
     return ops[lab.op](v, ref).astype(np.int8)
