@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -75,7 +76,9 @@ COLUMNS = [
     "efficiency_vs_kd", "efficiency_lo", "efficiency_hi", "vs_kd", "vs_kd_lo", "vs_kd_hi",
     "transfer_ratio", "tr_lo", "tr_hi", "n_worlds", "worlds_agree_delta_ne", "worlds_agree_vs_kd",
     "gain_verdict", "kd_verdict", "delta_ne_half_width", "vs_kd_half_width",
-    "delta_ne_p", "vs_kd_p",
+    "delta_ne_p", "vs_kd_p", "teacher_ne", "teacher_ne_lo", "teacher_ne_hi",
+    "teacher_vs_baseline", "teacher_vs_baseline_lo", "teacher_vs_baseline_hi",
+    "teacher_vs_baseline_p",
 ]
 WORLD_COLUMNS = [*KEYS, WORLD, "n_seeds", "ne", "delta_ne", "vs_kd", "efficiency_vs_kd"]
 #: Stream keys of :func:`rng_for`: users and seeds per world, worlds per run.
@@ -196,6 +199,15 @@ def lag_intervals(sets: list[EvalSet], samples: int, seed: int, level: float = 0
                   ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Intervals of one teacher lag over its worlds: (table rows, per-world rows); vs_kd and
     efficiency are against ``reference``."""
+    return lag_tables(sets, samples, seed, [(level, reference)], method)[0]
+
+
+def lag_tables(sets: list[EvalSet], samples: int, seed: int,
+               wanted: Sequence[tuple[float, str]], method: str = "t"
+               ) -> list[tuple[pd.DataFrame, pd.DataFrame]]:
+    """:func:`lag_intervals` at each (level, reference) of ``wanted``, the users' resamples
+    drawn once: the same draws, so the tables differ only by level and reference (what a
+    family's adjusted intervals and a twin's comparison with its original need)."""
     kind = interval_method(sets, method)
     groups, tasks = sets[0].groups, sets[0].tasks
     for es in sets[1:]:
@@ -203,10 +215,18 @@ def lag_intervals(sets: list[EvalSet], samples: int, seed: int, level: float = 0
             raise ConfigError(f"clusters/world={es.world}/lag={es.lag}: domains {es.domains} "
                               f"and tasks {es.tasks} differ from world {sets[0].world}'s")
     variants = list(dict.fromkeys(v for es in sets for v, _ in es.students))
-    ib = variants.index(BASELINE) if BASELINE in variants else None
-    ir = variants.index(reference) if reference in variants else None
     need_reps = kind != "t-worlds"
     per = [_world_arrays(es, variants, samples if need_reps else 0, seed) for es in sets]
+    return [_lag_table(sets, per, variants, kind, samples, seed, level, reference)
+            for level, reference in wanted]
+
+
+def _lag_table(sets: list[EvalSet], per: list[_WorldArrays], variants: list[str], kind: str,
+               samples: int, seed: int, level: float, reference: str
+               ) -> tuple[pd.DataFrame, pd.DataFrame]:
+    groups, tasks = sets[0].groups, sets[0].tasks
+    ib = variants.index(BASELINE) if BASELINE in variants else None
+    ir = variants.index(reference) if reference in variants else None
     worlds = _stats(np.stack([p.ne for p in per]), np.stack([p.teacher for p in per]), ib, ir)
     point = {k: _mean0(v) for k, v in worlds.items()}
     if kind == "percentile":
@@ -234,10 +254,16 @@ def lag_intervals(sets: list[EvalSet], samples: int, seed: int, level: float = 0
                        "variant": variant, "n_worlds": int(n_worlds[i]),
                        "worlds_agree_delta_ne": int(agree["delta"][i]),
                        "worlds_agree_vs_kd": int(agree["vs_kd"][i]),
-                       "delta_ne_p": pvals["delta"][i], "vs_kd_p": pvals["vs_kd"][i]}
+                       "delta_ne_p": pvals["delta"][i], "vs_kd_p": pvals["vs_kd"][i],
+                       "teacher_vs_baseline": -point["fm"][g, t],
+                       "teacher_vs_baseline_lo": -bounds["fm"][1][g, t],
+                       "teacher_vs_baseline_hi": -bounds["fm"][0][g, t],
+                       "teacher_vs_baseline_p": pvals["fm"][g, t]}
                 for key, (name, lo, hi) in _NAMES.items():
                     row[name], row[lo], row[hi] = (point[key][i], bounds[key][0][i],
                                                    bounds[key][1][i])
+                row["teacher_ne"], row["teacher_ne_lo"], row["teacher_ne_hi"] = (
+                    point["tne"][g, t], bounds["tne"][0][g, t], bounds["tne"][1][g, t])
                 row["gain_verdict"] = ("" if variant == BASELINE or ib is None else decide(
                     row["delta_ne_lo"], row["delta_ne_hi"], row["worlds_agree_delta_ne"],
                     row["n_worlds"], GAIN, LOSS))
@@ -338,7 +364,7 @@ def _t_intervals(per: list[_WorldArrays], ib: int | None, ir: int | None, level:
                         p.n_users)
     base, ref = _arm(arms, ib), _arm(arms, ir)
     units = {"ne": arms, "delta": base.expand() - arms, "vs_kd": ref.expand() - arms,
-             "kd": base - ref, "fm": base - teacher}
+             "kd": base - ref, "fm": base - teacher, "tne": teacher}
     est = {k: difference(point[k], u, level) for k, u in units.items()}
     bounds = {k: (e.lo, e.hi) for k, e in est.items()}
     for key, den in (("eff", "kd"), ("tr", "fm")):
@@ -348,7 +374,7 @@ def _t_intervals(per: list[_WorldArrays], ib: int | None, ir: int | None, level:
         with np.errstate(divide="ignore", invalid="ignore"):
             point[key] = np.where(ok, point["delta"] / point[den][None], np.nan)
         bounds[key] = (np.where(ok, lo, np.nan), np.where(ok, hi, np.nan))
-    return bounds, {"delta": est["delta"].p, "vs_kd": est["vs_kd"].p}
+    return bounds, {"delta": est["delta"].p, "vs_kd": est["vs_kd"].p, "fm": est["fm"].p}
 
 
 def _arm(arms: Units, i: int | None) -> Units:
@@ -380,13 +406,14 @@ def _percentile(per: list[_WorldArrays], ib: int | None, ir: int | None, samples
             point[key] = np.where(ok, point["delta"] / point[den][None], np.nan)
     bounds = {k: interval(v, level) for k, v in pooled.items()}
     nan = np.full(point["delta"].shape, np.nan)
-    return bounds, {"delta": nan, "vs_kd": nan}
+    return bounds, {"delta": nan, "vs_kd": nan, "fm": np.full(point["fm"].shape, np.nan)}
 
 
 def _stats(ne: np.ndarray, teacher: np.ndarray, ib: int | None,
            ir: int | None) -> dict[str, np.ndarray]:
-    """NE, ΔNE, vs_kd ``[..., V, G, T]``, ΔNE(reference) and ΔNE_FM ``[..., G, T]``, and each
-    world's own efficiency (for the per-world table) from NE and the teacher's NE."""
+    """NE, ΔNE, vs_kd ``[..., V, G, T]``, ΔNE(reference), ΔNE_FM and the teacher's NE
+    ``[..., G, T]``, and each world's own efficiency (for the per-world table) from NE and the
+    teacher's NE."""
     nan_v, nan_g = np.full(ne.shape, np.nan), np.full(teacher.shape, np.nan)
     delta = ne[..., [ib], :, :] - ne if ib is not None else nan_v
     kd = delta[..., ir, :, :] if ir is not None else nan_g
@@ -394,7 +421,8 @@ def _stats(ne: np.ndarray, teacher: np.ndarray, ib: int | None,
         eff = np.where(kd[..., None, :, :] > 0, delta / kd[..., None, :, :], np.nan)
     vs = ne[..., [ir], :, :] - ne if ir is not None else nan_v
     return {"ne": ne, "delta": delta, "vs_kd": vs, "kd": kd,
-            "fm": ne[..., ib, :, :] - teacher if ib is not None else nan_g, "eff": eff}
+            "fm": ne[..., ib, :, :] - teacher if ib is not None else nan_g, "eff": eff,
+            "tne": teacher}
 
 
 def _mean0(x: np.ndarray) -> np.ndarray:

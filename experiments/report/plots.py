@@ -1,5 +1,7 @@
-"""The plots of a run directory (DESIGN §6.1): NE by variant, transfer ratio, NE vs lag,
-training curves. matplotlib's ``Figure`` directly (no pyplot: no global backend, no display)."""
+"""The plots of a run directory (DESIGN §6.1): the forest plots of the verdicts
+(:mod:`gemkd.experiments.report.forest`), NE by variant (the seeds' spread, labelled as such),
+transfer ratio, NE vs lag, training curves. matplotlib's ``Figure`` directly (no pyplot: no
+global backend, no display)."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from gemkd.experiments.report.forest import write_forest_plots
 from gemkd.experiments.report.load import CURVE_METRICS, load_curves
 from gemkd.experiments.report.summary import RunView, f4, lag_str, variant_order
 from gemkd.experiments.results_schema import BASELINE
@@ -47,15 +50,17 @@ def _colors(variants: Sequence[str]) -> dict[str, Any]:
 def write_run_plots(run: RunView) -> list[Path]:
     """Write the run's PNGs under ``run.dir/plots/`` (atomically); return the paths written.
 
-    ``ne_vs_lag.png`` only with more than one lag, ``training_curves.png`` only with
-    ``curves/*.csv``; a stale one of those two from an earlier report is removed.
+    ``forest_<task>_lag<L>.png`` only with intervals, ``ne_vs_lag.png`` only with more than
+    one lag, ``training_curves.png`` only with ``curves/*.csv``; a stale one of those from an
+    earlier report is removed.
     """
     from matplotlib.figure import Figure  # no pyplot: no global backend, no display
 
     pdir = run.dir / RunDir.PLOTS
     pdir.mkdir(parents=True, exist_ok=True)
     colors = _colors(run.variants)
-    written = [_plot_ne_by_variant(run, Figure, colors, pdir / "ne_by_variant.png"),
+    written = [*write_forest_plots(run),
+               _plot_ne_by_variant(run, Figure, colors, pdir / "ne_by_variant.png"),
                _plot_transfer_ratio(run, Figure, colors, pdir / "transfer_ratio.png")]
     optional = {"ne_vs_lag.png": None, "training_curves.png": None}
     if len(run.lags) > 1:
@@ -100,7 +105,8 @@ def _plot_ne_by_variant(run: RunView, Figure: Any, colors: dict, path: Path) -> 
         ax.set_ylabel("NE (lower is better; y axis zoomed)")
         ax.set_title(f"{task}: domain {run.domain}, lag {lag_str(run.lag)}")
         ax.legend(fontsize=8)
-    fig.suptitle(f"{run.name}: NE by variant (mean ± std over seeds)")
+    fig.suptitle(f"{run.name}: NE by variant, mean ± std over seeds: the seeds' spread, not an "
+                 "interval (verdicts: the forest plots)", fontsize=10)
     return _save(fig, path)
 
 

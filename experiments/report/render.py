@@ -5,6 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from gemkd.experiments.report.family_text import family_section
+from gemkd.experiments.report.forest import PREFIX, forest_name
 from gemkd.experiments.report.load import ALL, PLOT_NAMES, load_tuning, threads_text
 from gemkd.experiments.report.plots import write_run_plots
 from gemkd.experiments.report.summary import (
@@ -26,6 +28,7 @@ from gemkd.experiments.report.text import (
 from gemkd.experiments.report.tuning_edges import edge_sentences
 from gemkd.experiments.report.tuning_plots import write_tuning_plots
 from gemkd.experiments.report.tuning_table import knob_rows
+from gemkd.experiments.report.twins import twins_section
 from gemkd.experiments.report.verdicts import ci, delta_cell, interval_table, rule_paragraph
 from gemkd.experiments.results_schema import KD
 from gemkd.experiments.run_dir import RunDir
@@ -67,7 +70,13 @@ def render(run: RunView) -> str:
         out += [f"**Warning:** {len(few)} cell(s) have fewer than 3 seeds (min "
                 f"{int(few['n_seeds'].min())}); DESIGN §6 asks for ≥ 3.", ""]
 
+    out += family_section(run)
     out += [f"## Main result ({where})", "", main_table(run), ""]
+    forest = run.dir / RunDir.PLOTS / forest_name(run.task, run.lag)
+    if forest.is_file():
+        out += [f"Forest plot (each variant's ΔNE − ΔNE(KD) with the interval its verdict "
+                f"reads, every task and lag under Plots): ![{forest.stem}](plots/{forest.name})",
+                ""]
     out += _note(ne_above_one(run))
     out += [f"Same evaluation data: {reference_line(run, run.task)}.", ""]
     out += teacher_data_sentence(run.run_dir, run.lag)
@@ -75,6 +84,7 @@ def render(run: RunView) -> str:
 
     out += ["## What it means", "", " ".join(sentences(run)), ""]
     out += _efficiency_note(run)
+    out += twins_section(run)
 
     out += [f"## Every task (domain {run.domain}, teacher lag {lag_str(run.lag)} days)", ""]
     if run.has_intervals:
@@ -103,7 +113,8 @@ def render(run: RunView) -> str:
     out += _tuning_section(run)
     out += _setup_section(run)
 
-    present = [n for n in PLOT_NAMES if (run.dir / RunDir.PLOTS / n).is_file()]
+    forests = sorted(p.name for p in (run.dir / RunDir.PLOTS).glob(f"{PREFIX}*.png"))
+    present = forests + [n for n in PLOT_NAMES if (run.dir / RunDir.PLOTS / n).is_file()]
     if present:
         out += ["## Plots", ""] + [f"![{n[:-4]}](plots/{n})" for n in present] + [""]
     return "\n".join(out).rstrip() + "\n"
@@ -285,9 +296,11 @@ def write_report_for(run: RunView) -> Path:
 
 
 def write_intervals(run: RunView) -> Path:
-    """``run_dir/intervals.csv``: one row per (lag, domain, task, variant), atomically."""
+    """``run_dir/intervals.csv``: one row per (lag, domain, task, variant), atomically: the
+    95 % intervals, the verdicts (Holm's for the primary family), each verdict's family and the
+    primary comparisons' adjusted p-values and intervals."""
     path = run.dir / INTERVALS_CSV
-    atomic_write_bytes(path, run.intervals.table.to_csv(index=False).encode("utf-8"))
+    atomic_write_bytes(path, run.csv_table.to_csv(index=False).encode("utf-8"))
     return path
 
 

@@ -13,7 +13,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from gemkd.experiments.report.intervals import Intervals, run_intervals
+from gemkd.experiments.report.family import CSV_COLUMNS, Family, primary_family, shown
+from gemkd.experiments.report.intervals import COLUMNS, Intervals, run_intervals
 from gemkd.experiments.report.load import (
     ALL,
     FIRST_TASK,
@@ -159,14 +160,45 @@ class RunView:
         iv = run_intervals(self.dir, self.raw, self.spec)
         return replace(iv, table=sort_summary(iv.table, self.tasks, self.order))
 
+    @cached_property
+    def family(self) -> Family | None:
+        """The primary comparisons, Holm-adjusted (gemkd.experiments.report.family); None
+        without intervals."""
+        return primary_family(self.dir, self.intervals, self.spec, self.lags, self.tasks,
+                              self.domains, self.variants)
+
+    @cached_property
+    def csv_table(self) -> pd.DataFrame:
+        """intervals.csv: every interval at 95 %, the verdicts (Holm's for the primary
+        comparisons), each verdict's family and the primary ones' adjusted intervals."""
+        if self.family is not None:
+            return self.family.with_csv_columns(self.intervals.table)
+        out = self.intervals.table.reindex(columns=[*COLUMNS, *CSV_COLUMNS])
+        out[["gain_family", "kd_family"]] = ""
+        return out
+
+    @cached_property
+    def twins(self) -> pd.DataFrame:
+        """Each A/A twin against its original (gemkd.experiments.report.twins)."""
+        from gemkd.experiments.report.twins import twin_comparisons  # it reads a RunView
+
+        return twin_comparisons(self)
+
+    @cached_property
+    def shown_table(self) -> pd.DataFrame:
+        """The interval rows as the report shows them: a primary comparison's interval is its
+        adjusted one."""
+        return shown(self.csv_table)
+
     @property
     def has_intervals(self) -> bool:
         return self.intervals.resolved
 
     def interval_rows(self, *, lag: Any = None, domain: str | None = None,
                       task: str | None = None) -> pd.DataFrame:
-        """Interval rows (one per variant) of a lag × domain × task slice (default: the main)."""
-        return self._slice(self.intervals.table, lag, domain, task)
+        """Interval rows (one per variant) of a lag × domain × task slice (default: the main),
+        as shown (a primary comparison's interval adjusted)."""
+        return self._slice(self.shown_table, lag, domain, task)
 
     def rows(self, *, lag: Any = None, domain: str | None = None,
              task: str | None = None) -> pd.DataFrame:

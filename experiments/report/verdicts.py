@@ -11,8 +11,12 @@ import math
 import numpy as np
 import pandas as pd
 
-from gemkd.experiments.report.intervals import BEATS, BELOW, GAIN, LOSS, METHOD_TEXT
+from gemkd.experiments.report.family import EXPLORATORY, PRIMARY
+from gemkd.experiments.report.family_text import DAGGER, family_sentence, headline
+from gemkd.experiments.report.intervals import GAIN, LOSS, METHOD_TEXT, UNRESOLVED
 from gemkd.experiments.report.summary import RunView, f4, lag_str, md_table, pm
+from gemkd.experiments.report.teacher_first import teacher_better, teacher_sentence
+from gemkd.experiments.report.twins import twins_sentence
 
 
 def ci(point: float, lo: float, hi: float) -> str:
@@ -39,13 +43,23 @@ def _cell(r: pd.Series, name: str, lo: str, hi: str) -> str:
 
 
 def verdict_cell(r: pd.Series, kind: str) -> str:
-    """The verdict with the worlds that agree on its sign, when there are several."""
+    """The verdict with its family (primary: Holm's; a resolved one outside the family:
+    exploratory) and the worlds that agree on its sign, when there are several."""
     text = r[f"{kind}_verdict"]
     if not isinstance(text, str) or not text:
         return "—"
     col = "worlds_agree_delta_ne" if kind == "gain" else "worlds_agree_vs_kd"
     n = int(r["n_worlds"])
-    return f"{text} ({int(r[col])}/{n} worlds)" if n > 1 else text
+    family = r.get(f"{kind}_family", "")
+    tags = (["primary, Holm"] if family == PRIMARY else
+            ["exploratory"] if family == EXPLORATORY and text != UNRESOLVED else [])
+    tags += [f"{int(r[col])}/{n} worlds"] if n > 1 else []
+    return f"{text} ({'; '.join(tags)})" if tags else text
+
+
+def _mark(cell: str, r: pd.Series, kind: str) -> str:
+    """A primary comparison's interval is Holm's adjusted one: marked."""
+    return cell + DAGGER if r.get(f"{kind}_family", "") == PRIMARY and "[" in cell else cell
 
 
 def interval_header(run: RunView, with_worlds: bool) -> tuple[str, ...]:
@@ -70,9 +84,11 @@ def interval_row(run: RunView, r: pd.Series | None, s: pd.Series,
         cells = ["—"] * 7 + tail
     else:
         cells = [_cell(r, "ne", "ne_lo", "ne_hi"),
-                 _cell(r, "delta_ne", "delta_ne_lo", "delta_ne_hi"), verdict_cell(r, "gain"),
-                 _cell(r, "vs_kd", "vs_kd_lo", "vs_kd_hi"),
-                 ratio_ci(r["efficiency_vs_kd"], r["efficiency_lo"], r["efficiency_hi"], "×"),
+                 _mark(_cell(r, "delta_ne", "delta_ne_lo", "delta_ne_hi"), r, "gain"),
+                 verdict_cell(r, "gain"),
+                 _mark(_cell(r, "vs_kd", "vs_kd_lo", "vs_kd_hi"), r, "kd"),
+                 _mark(ratio_ci(r["efficiency_vs_kd"], r["efficiency_lo"], r["efficiency_hi"],
+                                "×"), r, "kd"),
                  verdict_cell(r, "kd"), ratio_ci(r["transfer_ratio"], r["tr_lo"], r["tr_hi"]),
                  *tail]
     if with_worlds:
@@ -98,15 +114,21 @@ def interval_table(run: RunView, tasks: list[str] | None = None) -> str:
     """The main table (``tasks`` None: the main task, with a column per world when there are
     several) or the every-task table (a task column, no world columns)."""
     with_worlds = tasks is None and len(run.intervals.worlds) > 1
-    rows = []
+    rows, adjusted = [], False
     for task in tasks or [run.task]:
         iv = run.interval_rows(task=task).set_index("variant")
         for _, s in run.rows(task=task).iterrows():
             r = iv.loc[s["variant"]] if s["variant"] in iv.index else None
             label = [task, s["variant"]] if tasks else [s["variant"]]
             rows.append([*label, *interval_row(run, r, s, with_worlds)])
+            adjusted |= r is not None and PRIMARY in (r.get("gain_family"), r.get("kd_family"))
     label = ("task", "variant") if tasks else ("variant",)
-    return md_table((*label, *interval_header(run, with_worlds)), rows, left=len(label))
+    table = md_table((*label, *interval_header(run, with_worlds)), rows, left=len(label))
+    if adjusted:
+        table += (f"\n\n{DAGGER} a primary comparison: its interval is Holm's adjusted one "
+                  "(section Primary comparisons), every other interval is 95 %; a resolved "
+                  "verdict outside the family is exploratory.")
+    return table
 
 
 def delta_cell(run: RunView, **where) -> dict[str, str]:
@@ -154,7 +176,9 @@ def rule_paragraph(run: RunView) -> str:
                 "verdict (DESIGN §6)." + sampled)
     n = len(iv.worlds)
     how = "; ".join(METHOD_TEXT.get(m, m) for m in iv.interval_method.split(","))
-    text = (f"Intervals are {round(100 * iv.level)} % intervals of paired differences "
+    first = teacher_sentence(run)
+    text = (first + " " if first else "") + family_sentence(run)
+    text += (f"Intervals are {round(100 * iv.level)} % intervals of paired differences "
             f"({iv.samples} resamples of the evaluation users, seed {iv.seed}, the same draws "
             f"for every variant): {how}. A verdict holds only when the interval excludes 0 — "
             "ΔNE for a real gain or loss, ΔNE − ΔNE(KD) for beating or falling below plain KD "
@@ -175,17 +199,7 @@ def rule_paragraph(run: RunView) -> str:
         if math.isfinite(k_med):
             text += f", that of the difference to plain KD {f4(k_med)} (at most {f4(k_max)})"
         text += "; a smaller effect reads as not resolved."
-    return text + sampled
-
-
-def _kd_phrase(r: pd.Series, beats: str, below: str, unresolved: str) -> str:
-    """The clause a sentence ends with for ``r``'s verdict against plain KD: ``beats`` or
-    ``below`` with how many worlds agree, else why ``unresolved`` is not resolved."""
-    if r["kd_verdict"] == BEATS:
-        return beats + _agree(r, "worlds_agree_vs_kd")
-    if r["kd_verdict"] == BELOW:
-        return below + _agree(r, "worlds_agree_vs_kd")
-    return _unresolved(r, "vs_kd", unresolved)
+    return text + twins_sentence(run) + sampled
 
 
 def _agree(r: pd.Series, col: str) -> str:
@@ -204,46 +218,21 @@ def _unresolved(r: pd.Series, stat: str, question: str) -> str:
 
 
 def interval_sentences(run: RunView) -> list[str]:
-    """The two "what it means" sentences, each verdict the interval rule's."""
+    """The two "what it means" sentences: the primary family's resolved comparisons (never the
+    best of the variants), then plain KD against the labels-only baseline; a gain is the
+    teacher's knowledge reaching the student only where the teacher is better than the
+    baseline."""
     rows = run.interval_rows().set_index("variant")
-    where = f"on {run.task} at domain {run.domain} (teacher lag {lag_str(run.lag)} days)"
-    methods = [v for v in rows.index if v != "baseline" and math.isfinite(rows.at[v, "ne"])]
-    methods.sort(key=lambda v: rows.at[v, "ne"])
-    has_kd = "kd" in methods
+    has_kd = "kd" in rows.index and math.isfinite(rows.at["kd", "ne"])
+    better = teacher_better(run)
 
     def delta(v: str) -> str:
         return _cell(rows.loc[v], "delta_ne", "delta_ne_lo", "delta_ne_hi")
 
-    if not methods:
-        first = (f"Only the labels-only baseline ran {where}, so there is no transfer method to "
-                 f"rank.")
-    elif not has_kd:
-        best = methods[0]
-        first = (f"The best variant {where} is {best} with ΔNE {delta(best)} against the "
-                 f"labels-only baseline, {_gain(rows.loc[best], 'it')}, but plain KD is not in "
-                 f"this run so its efficiency against KD cannot be judged.")
-    elif methods[0] != "kd":
-        best = methods[0]
-        r = rows.loc[best]
-        eff = ratio_ci(r["efficiency_vs_kd"], r["efficiency_lo"], r["efficiency_hi"], "×")
-        eff = f" (efficiency {eff})" if eff != "—" else ""
-        verdict = _kd_phrase(r, beats="so it beats plain KD",
-                             below="so it falls below plain KD",
-                             unresolved="whether it beats plain KD")
-        first = (f"The best variant {where} is {best}, its ΔNE "
-                 f"{_cell(r, 'vs_kd', 'vs_kd_lo', 'vs_kd_hi')} above plain KD's{eff}, "
-                 f"{verdict}.")
-    elif len(methods) == 1:
-        first = (f"Plain KD is the only transfer method {where}, with ΔNE {delta('kd')}, so "
-                 f"there is nothing richer to rank it against.")
-    else:
-        runner = methods[1]
-        r = rows.loc[runner]
-        gap = ci(-r["vs_kd"], -r["vs_kd_hi"], -r["vs_kd_lo"])
-        verdict = _kd_phrase(r, beats=f"yet {runner} beats plain KD",
-                             below="so plain KD's lead is real", unresolved="plain KD's lead")
-        first = (f"Plain KD is the best variant {where} with ΔNE {delta('kd')}, and the "
-                 f"runner-up {runner}'s ΔNE is {gap} below it, {verdict}.")
+    first = headline(run)
+    if better is False:
+        first = (first[:-1] + " — with a teacher no better than the labels-only student, none "
+                 "of it is the teacher's knowledge reaching the student.")
 
     if not has_kd:
         second = ("Plain KD is not in this run, so it cannot be said whether KD beats the "
@@ -256,16 +245,27 @@ def interval_sentences(run: RunView) -> list[str]:
             verb = f"raises NE by {ci(-r['delta_ne'], -r['delta_ne_hi'], -r['delta_ne_lo'])}"
         tr = ratio_ci(r["transfer_ratio"], r["tr_lo"], r["tr_hi"])
         second = (f"Plain KD {verb} against the labels-only baseline (TR {tr}), "
-                  f"{_gain(r, 'KD')}.")
+                  f"{_gain(r, 'KD', better)}.")
     return [first, second]
 
 
-def _gain(r: pd.Series, who: str) -> str:
+def _gain(r: pd.Series, who: str, teacher_better: bool | None = None) -> str:
+    """The clause on ``r``'s ΔNE verdict; a KD gain reads as the teacher's knowledge reaching
+    the student only when the teacher is better than the baseline (``teacher_better``)."""
     agree = _agree(r, "worlds_agree_delta_ne")
+    family = r.get("gain_family", "")
+    tag = (" after Holm's adjustment" if family == PRIMARY else
+           " (exploratory)" if family == EXPLORATORY else "")
     if r["gain_verdict"] == GAIN:
-        tail = (", so the teacher's knowledge reaches the student" if who == "KD" else "")
-        return f"a real gain{agree}{tail}"
+        tail = ""
+        if who == "KD" and teacher_better:
+            tail = ", so the teacher's knowledge reaches the student"
+        elif who == "KD" and teacher_better is False:
+            tail = (", but the teacher is no better than the labels-only student, so the gain "
+                    "is not its knowledge reaching the student (the soft targets may "
+                    "regularize)")
+        return f"a real gain{tag}{agree}{tail}"
     if r["gain_verdict"] == LOSS:
-        return f"a real loss{agree}, so {who} hurts this student"
+        return f"a real loss{tag}{agree}, so {who} hurts this student"
     target = "KD" if who == "KD" else "it"
     return _unresolved(r, "delta_ne", f"whether {target} beats the labels-only baseline")

@@ -88,9 +88,11 @@ def derived(df: pd.DataFrame) -> pd.DataFrame:
 def make_cluster_run(root: Path, worlds=(0,), lags=(0,), seeds=(0, 1, 2),
                      noise: dict[str, float] = NOISE, users: int = 300, per_user: int = 8,
                      samples: int = 200, world_column: bool = True,
-                     world_noise: dict[int, dict[str, float]] | None = None) -> Path:
+                     world_noise: dict[int, dict[str, float]] | None = None,
+                     teacher_noise: float = TEACHER_NOISE) -> Path:
     """results.csv, spec.yaml and clusters/ of a run; ``world_noise[w]`` overrides ``noise``
-    in world w (a variant that is better in one world only)."""
+    in world w (a variant that is better in one world only); ``teacher_noise`` above the
+    baseline's makes a teacher worse than the labels-only student."""
     root.mkdir(parents=True, exist_ok=True)
     frames = []
     for world in worlds:
@@ -99,7 +101,7 @@ def make_cluster_run(root: Path, worlds=(0,), lags=(0,), seeds=(0, 1, 2),
         rows = []
         for lag in lags:
             folder = root / "clusters" / f"world={world}" / f"lag={lag}"
-            teacher_logits = arm_logits(data, world, f"teacher{lag}", 0, TEACHER_NOISE + lag / 10)
+            teacher_logits = arm_logits(data, world, f"teacher{lag}", 0, teacher_noise + lag / 10)
             teacher = metrics(data, teacher_logits)
             save_clusters(folder / "teacher__gem.npz", data, teacher_logits)
             for variant, sigma in noise.items():

@@ -274,9 +274,13 @@ def test_report_states_the_rule_and_shows_intervals(cluster_run_dir):
     out = report_command(cluster_run_dir)
     text = (cluster_run_dir / "report.md").read_text()
     first = text.split("\n\n")[1]
-    assert first.startswith("Intervals are 95 % intervals of paired differences (200 resamples "
-                            "of the evaluation users, seed 0, the same draws for every variant): "
-                            "t intervals over the worlds' paired, seed-averaged values")
+    assert first.startswith("The primary family is 3 comparisons (each variant against plain KD "
+                            "and plain KD against the labels-only baseline) on click at domain "
+                            "all (teacher lag 0 days), adjusted together by Holm's step-down at "
+                            "5 % family-wise (two-sided)")
+    assert ("Intervals are 95 % intervals of paired differences (200 resamples of the "
+            "evaluation users, seed 0, the same draws for every variant): t intervals over the "
+            "worlds' paired, seed-averaged values") in first
     assert "excludes 0" in first and "not part of the rule" in first
     assert "mean over the 3 worlds (0, 1, 2)" in first
     assert re.search(r"the ΔNE intervals' half-width is 0\.\d{4} \(median", first)
@@ -286,21 +290,31 @@ def test_report_states_the_rule_and_shows_intervals(cluster_run_dir):
     assert "| ΔNE vs baseline [95 % CI] |" in lines[0] and "efficiency vs KD [95 % CI]" in lines[0]
     assert [f"world {w}: ΔNE (eff.)" in lines[0] for w in (0, 1, 2)] == [True] * 3
     aux = next(ln for ln in lines if ln.startswith("| kd_aux |"))
-    assert re.match(rf"\| kd_aux \| {CI} \| {CI} \| real gain \(3/3 worlds\) \| {CI} \| "
-                    r"1\.\d\d× \[1\.\d\d, 1\.\d\d\] \| beats KD \(3/3 worlds\) \|", aux)
+    assert re.match(rf"\| kd_aux \| {CI} \| {CI} \| real gain \(exploratory; 3/3 worlds\) \| "
+                    rf"{CI}† \| 1\.\d\d× \[1\.\d\d, 1\.\d\d\]† \| beats KD \(primary, Holm; 3/3 "
+                    r"worlds\) \|", aux)
     assert aux.count("×)") == 3  # each world's ΔNE with its efficiency
-    assert re.search(rf"\| kd_repr \| {CI} \| {CI} \| real gain \(3/3 worlds\) \| {CI} \| "
-                     r".+ \| not resolved \([0-3]/3 worlds\) \|", main)
+    assert re.search(rf"\| kd_repr \| {CI} \| {CI} \| real gain \(exploratory; 3/3 worlds\) \| "
+                     rf"{CI}† \| .+ \| not resolved \(primary, Holm; [0-3]/3 worlds\) \|", main)
+    assert "![forest_click_lag0](plots/forest_click_lag0.png)" in main
     by_domain = text.split("## ΔNE vs baseline by domain")[1].split("\n## ")[0]
     assert re.search(rf"\| kd \| {CI} \| {CI} \| {CI} \|", by_domain)
     by_lag = text.split("## ΔNE vs teacher lag")[1].split("\n## ")[0]
     assert re.search(rf"\| kd_aux \| {CI} \| {CI} \|", by_lag)
     sents = _sentences(cluster_run_dir)
-    assert "is kd_aux" in sents[0] and "so it beats plain KD (3 of 3 worlds agree)" in sents[0]
-    assert "a real gain (3 of 3 worlds agree), so the teacher's knowledge" in sents[1]
+    assert sents[0].startswith("Of the 3 primary comparisons on click at domain all (teacher "
+                               "lag 0 days), 2 are resolved after Holm's adjustment: kd_aux "
+                               "beats plain KD by ")
+    assert "best" not in sents[0]
+    assert ("a real gain after Holm's adjustment (3 of 3 worlds agree), so the teacher's "
+            "knowledge") in sents[1]
     written = pd.read_csv(cluster_run_dir / "intervals.csv")
     assert f"wrote {cluster_run_dir / 'intervals.csv'}" in out
     assert len(written) == 2 * 3 * 2 * 4 and written["delta_ne_lo"].notna().all()
+    primary = written[(written["kd_family"] == "primary") | (written["gain_family"] == "primary")]
+    assert sorted(primary["variant"]) == ["baseline", "kd", "kd_aux", "kd_repr"]
+    assert (primary["teacher_lag_days"] == 0).all() and (primary["task"] == "click").all()
+    assert set(written["kd_family"].dropna()) <= {"primary", "exploratory"}
     assert written.iloc[0][["teacher_lag_days", "domain", "task", "variant"]].tolist() == \
         [0, "all", "click", "baseline"]
 
@@ -315,8 +329,10 @@ def test_report_of_one_world_says_its_verdicts_are_that_worlds(tmp_path):
     assert "This run has one world (world 4), so every verdict here is that one world's" in first
     assert "world 4: ΔNE" not in text  # per-world columns only with several worlds
     sents = _sentences(run)
-    assert sents[0].startswith("Plain KD is the best variant") and "kd_repr" in sents[0]
-    assert "an interval that holds 0, so plain KD's lead is not resolved" in sents[0]
+    assert sents[0].startswith("Of the 2 primary comparisons on click at domain all (teacher "
+                               "lag 0 days), 1 is resolved after Holm's adjustment: kd is a "
+                               "real gain over the labels-only baseline, ΔNE ")
+    assert "kd_repr" not in sents[0]  # kd_repr vs kd is not resolved: no headline
 
 
 def test_report_of_a_run_without_clusters_says_it_has_no_verdicts(run_dir):

@@ -1,0 +1,107 @@
+"""The report's words for its primary family (:mod:`gemkd.experiments.report.family`): the
+first paragraph's sentence (the family's size and level), the section listing each primary
+comparison with its Holm-adjusted interval, and the headline — a primary comparison, never the
+best of many."""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+
+from gemkd.experiments.report.family import Family
+from gemkd.experiments.report.intervals import BEATS, GAIN, LOSS, UNRESOLVED
+from gemkd.experiments.report.summary import RunView, f4, lag_str, md_table
+from gemkd.experiments.results_schema import KD
+
+#: The mark of a Holm-adjusted interval in the tables.
+DAGGER = "†"
+
+
+def where(fam: Family) -> str:
+    return f"on {fam.task} at domain {fam.domain} (teacher lag {lag_str(fam.lag)} days)"
+
+
+def family_sentence(run: RunView) -> str:
+    """The first paragraph's statement of the family: its size, level and slice."""
+    fam = run.family
+    if fam is None:
+        return ""
+    if not fam.size:
+        return ("This run has no primary comparison (it has no two arms to compare), so it "
+                "makes no verdict; every resolved comparison below is exploratory. ")
+    level = f"{100 * fam.alpha:g} %"
+    return (f"The primary family is {fam.size} comparison{'s' if fam.size > 1 else ''} "
+            f"({fam.describe()}) {where(fam)}, adjusted together by Holm's step-down at "
+            f"{level} family-wise (two-sided): a primary verdict holds only where Holm rejects, "
+            f"and its interval ({DAGGER}) is at the level of the step that decided it; every "
+            "other resolved comparison is exploratory, a lead for another run rather than a "
+            "finding. ")
+
+
+def _ci(point: float, lo: float, hi: float) -> str:
+    if not math.isfinite(point):
+        return "—"
+    if not (math.isfinite(lo) and math.isfinite(hi)):
+        return f4(point)
+    return f"{f4(point)} [{f4(lo)}, {f4(hi)}]"
+
+
+def _p(x: float) -> str:
+    return f"{x:.3g}" if math.isfinite(x) else "—"
+
+
+def family_section(run: RunView) -> list[str]:
+    """``## Primary comparisons``: each one's ΔNE difference, its 95 % interval and p-value,
+    Holm's adjusted p-value, the adjusted interval at its level, and the verdict."""
+    fam = run.family
+    if fam is None or not fam.size:
+        return []
+    rows = [[f"{r.a} vs {r.b}", _ci(r.diff, r.lo, r.hi), _p(r.p), str(r.rank), _p(r.holm_p),
+             f"{100 * (1 - r.alpha):.2f} %", _ci(r.diff, r.adj_lo, r.adj_hi), r.verdict]
+            for r in fam.table.itertuples()]
+    return [f"## Primary comparisons ({fam.task}, domain {fam.domain}, teacher lag "
+            f"{lag_str(fam.lag)} days; Holm, {100 * fam.alpha:g} % family-wise)",
+            "",
+            "ΔNE(A) − ΔNE(B) = NE(B) − NE(A) for each comparison \"A vs B\" of the family, in "
+            "the spec's order (`primary:` in spec.yaml; the default when it names none). Holm "
+            "tests them from the smallest p-value up, the i-th of m at α / (m − i + 1), and "
+            "stops at the first it cannot reject; each adjusted interval is at the level of "
+            "the step that decided it (from the stop on, the stopping step's), so it excludes "
+            "0 exactly where Holm rejects. These are the intervals (†) the tables show for "
+            "these comparisons.", "",
+            md_table(("comparison", "difference [95 % CI]", "p", "rank", "Holm p",
+                      "adjusted level", "difference [adjusted CI]", "verdict"), rows), ""]
+
+
+def headline(run: RunView) -> str:
+    """The first "what it means" sentence: the primary family's resolved comparisons in the
+    family's order (never the best of the variants), or that none is resolved."""
+    fam = run.family
+    assert fam is not None  # a run with intervals
+    if not fam.size:
+        return (f"This run has no primary comparison {where(fam)}: there is no transfer method "
+                "to compare with the baseline or plain KD.")
+    resolved = fam.resolved()
+    if resolved.empty:
+        return (f"None of the {fam.size} primary comparisons {where(fam)} is resolved after "
+                f"Holm's adjustment ({fam.describe()}), so this run backs no difference "
+                "between these methods.")
+    phrases = "; ".join(_phrase(r) for _, r in resolved.iterrows())
+    k = len(resolved)
+    return (f"Of the {fam.size} primary comparisons {where(fam)}, {k} {'is' if k == 1 else 'are'}"
+            f" resolved after Holm's adjustment: {phrases}.")
+
+
+def _phrase(r: pd.Series) -> str:
+    d = _ci(r["diff"], r["adj_lo"], r["adj_hi"])
+    neg = _ci(-r["diff"], -r["adj_hi"], -r["adj_lo"])
+    if r["verdict"] == GAIN:
+        return f"{r['a']} is a real gain over the labels-only baseline, ΔNE {d}"
+    if r["verdict"] == LOSS:
+        return f"{r['a']} is a real loss against the labels-only baseline, ΔNE {d}"
+    other = "plain KD" if r["b"] == KD else r["b"]
+    if r["verdict"] == BEATS or r["verdict"].startswith("beats "):
+        return f"{r['a']} beats {other} by {d}"
+    assert r["verdict"] != UNRESOLVED
+    return f"{r['a']} is below {other} by {neg}"
