@@ -92,6 +92,10 @@ COMMANDS = (
             "cluster at RAY_ADDRESS (or a local instance), --threads CPUs each; needs pip "
             "install 'gemkd[ray]' and a run directory every node reads", choices=EXECUTORS,
             default="local", param=f"{MAKE_EXECUTOR}.executor"),
+        Opt("--pack-size", "train up to this many student runs that differ only in seed and "
+            "float knobs (alpha, temperature, aux_beta, lr, ema_decay) in one pass over their "
+            "data (default 16); each run's numbers are its own, bit for bit; 1: each run alone",
+            type=int, positive=True, param=f"{MAKE_EXECUTOR}.pack_size"),
         # None keeps the spec's key; its default is the spec's
         Opt("--logger", "log the teacher fit and every student run to an experiment tracker "
             "under RUN_DIR/logs (default: the spec's logger key, else none); tensorboard and "

@@ -2,7 +2,9 @@
 processes, or as tasks on an existing Ray cluster. Every executor takes the same
 :class:`~gemkd.experiments.run.jobs.StudentRun` requests and hands each result back as it finishes;
 the caller (one process) writes the ledger, so a dead worker loses only its own run and a
-killed sweep resumes from ``runs.jsonl``."""
+killed sweep resumes from ``runs.jsonl``. With ``pack_size`` K > 1 an executor's unit of work is
+a pack of up to K compatible runs trained in one pass (:mod:`gemkd.experiments.run.packs`; each
+member's numbers are its run's alone); 1 runs each run alone."""
 
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ from concurrent.futures.process import BrokenProcessPool
 from typing import Any, Literal, Protocol
 
 from gemkd.experiments.run.jobs import StudentRun, execute
+from gemkd.experiments.run.packs import DEFAULT_PACK_SIZE, execute_pack, group_packs
 from gemkd.transfer.errors import ConfigError
 
 ExecutorName = Literal["local", "ray"]
@@ -33,15 +36,21 @@ class Executor(Protocol):
     def close(self) -> None: ...
 
 
+def _run_pack(pack: list[StudentRun]) -> list[dict[str, Any]]:
+    """A pack's records (a pack of one: :func:`execute` itself, as before packs)."""
+    return [execute(pack[0])] if len(pack) == 1 else execute_pack(pack)
+
+
 class Serial:
-    """One run after another in this process (``--workers 1``), each at ``threads`` torch
-    threads (None: the process's own), as a worker would run it: a run's numbers depend on its
-    thread count, not on where it ran."""
+    """One run (or pack) after another in this process (``--workers 1``), each at ``threads``
+    torch threads (None: the process's own), as a worker would run it: a run's numbers depend
+    on its thread count, not on where it ran."""
 
     parallel = 1  # runs at a time (the progress bar's ETA divides by it)
 
-    def __init__(self, threads: int | None = None) -> None:
+    def __init__(self, threads: int | None = None, pack_size: int = 1) -> None:
         self._threads = threads
+        self.pack_size = pack_size
 
     @property
     def threads(self) -> int:
@@ -55,8 +64,9 @@ class Serial:
         before = torch.get_num_threads()
         torch.set_num_threads(self.threads)
         try:
-            for r in runs:
-                done(r, execute(r))
+            for pack in group_packs(runs, self.pack_size):
+                for r, res in zip(pack, _run_pack(pack), strict=True):
+                    done(r, res)
         finally:
             torch.set_num_threads(before)
 
@@ -85,9 +95,10 @@ class LocalProcesses:
     ``forkserver`` start method: a fork of a process that has run torch can deadlock in its
     thread pools, and ``spawn`` would import torch anew for every worker."""
 
-    def __init__(self, workers: int, threads: int, verbose: bool = False) -> None:
+    def __init__(self, workers: int, threads: int, verbose: bool = False,
+                 pack_size: int = 1) -> None:
         self.workers, self.threads, self.verbose = workers, threads, verbose
-        self.parallel = workers
+        self.parallel, self.pack_size = workers, pack_size
         self._pool: ProcessPoolExecutor | None = None
 
     def _get(self) -> ProcessPoolExecutor:
@@ -121,19 +132,19 @@ class LocalProcesses:
     def _run_on_pool(self, runs: list[StudentRun], done: Done) -> None:
         pool = self._get()
         self._finished: set[str] = set()
-        pending = {pool.submit(execute, r): r for r in runs}
+        pending = {pool.submit(_run_pack, p): p for p in group_packs(runs, self.pack_size)}
         try:
             while pending:
                 finished, _ = wait(pending, return_when=FIRST_COMPLETED)
                 broken = None
                 for f in finished:  # the runs that did finish are kept before a break is raised
-                    run = pending.pop(f)
+                    pack = pending.pop(f)
                     if isinstance(f.exception(), BrokenProcessPool):
                         broken = f.exception()
                         continue
-                    result = f.result()
-                    self._finished.add(run.key)
-                    done(run, result)
+                    for run, result in zip(pack, f.result(), strict=True):
+                        self._finished.add(run.key)
+                        done(run, result)
                 if broken is not None:
                     raise broken
         except BaseException:
@@ -152,12 +163,12 @@ class RayTasks:
     ``threads`` CPUs each. The run directory and data must be on storage every node reads (a
     shared file system); results come back to this process, which writes the ledger."""
 
-    def __init__(self, threads: int, address: str | None = None) -> None:
+    def __init__(self, threads: int, address: str | None = None, pack_size: int = 1) -> None:
         try:
             import ray
         except ImportError:
             raise ConfigError("--executor ray needs Ray: pip install 'gemkd[ray]'") from None
-        self.ray, self.threads = ray, threads
+        self.ray, self.threads, self.pack_size = ray, threads, pack_size
         if not ray.is_initialized():
             ray.init(address=address or os.environ.get("RAY_ADDRESS"),
                      include_dashboard=False, log_to_driver=False,
@@ -166,21 +177,23 @@ class RayTasks:
         self.parallel = max(1, int(ray.cluster_resources().get("CPU", 1) // threads))
 
     def run(self, runs: list[StudentRun], done: Done) -> None:
-        pending = {self._task.remote(r, self.threads): r for r in runs}
+        pending = {self._task.remote(p, self.threads): p
+                   for p in group_packs(runs, self.pack_size)}
         while pending:
             finished, _ = self.ray.wait(list(pending), num_returns=1)
             for ref in finished:
-                done(pending.pop(ref), self.ray.get(ref))
+                for run, result in zip(pending.pop(ref), self.ray.get(ref), strict=True):
+                    done(run, result)
 
     def close(self) -> None:
         pass
 
 
-def _ray_execute(run: StudentRun, threads: int) -> dict[str, Any]:
+def _ray_execute(pack: list[StudentRun], threads: int) -> list[dict[str, Any]]:
     import torch
 
     torch.set_num_threads(threads)
-    return execute(run)
+    return _run_pack(pack)
 
 
 def default_workers(threads: int) -> int:
@@ -190,16 +203,23 @@ def default_workers(threads: int) -> int:
 
 
 def make_executor(workers: int | None = None, threads: int | None = None,
-                  executor: str = "local", verbose: bool = False) -> Executor:
+                  executor: str = "local", verbose: bool = False,
+                  pack_size: int | None = None) -> Executor:
     """``workers`` 1: the serial path; None: :func:`default_workers`. ``executor`` ``ray``
     sends runs to a Ray cluster instead (``workers`` is then the cluster's business). Every
-    student run uses ``threads`` torch threads (default 1) wherever it runs."""
+    student run uses ``threads`` torch threads (default 1) wherever it runs. ``pack_size``:
+    compatible runs trained together, up to this many per pass (default
+    :data:`~gemkd.experiments.run.packs.DEFAULT_PACK_SIZE`; 1: each alone)."""
     threads = threads or 1
+    pack_size = DEFAULT_PACK_SIZE if pack_size is None else pack_size
+    if pack_size < 1:
+        raise ConfigError(f"--pack-size must be >= 1, got {pack_size}")
     if executor not in EXECUTORS:
         raise ConfigError(f"--executor {executor!r}: expected one of {', '.join(EXECUTORS)}")
     if executor == "ray":
-        return RayTasks(threads)
+        return RayTasks(threads, pack_size=pack_size)
     workers = default_workers(threads) if workers is None else workers
     if workers < 1:
         raise ConfigError(f"--workers must be >= 1, got {workers}")
-    return Serial(threads) if workers == 1 else LocalProcesses(workers, threads, verbose)
+    return Serial(threads, pack_size) if workers == 1 \
+        else LocalProcesses(workers, threads, verbose, pack_size)

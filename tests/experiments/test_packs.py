@@ -1,0 +1,190 @@
+"""A pack of student runs gives every member its run alone's record, curve and clusters; runs
+that cannot be stacked run alone; runs group by what they share."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import pickle
+
+import numpy as np
+import pytest
+import torch
+import yaml
+from torch import nn
+
+from gemkd.experiments.run import executors
+from gemkd.experiments.run.jobs import StudentRun, execute
+from gemkd.experiments.run.packs import execute_pack, group_packs, pack_key
+from gemkd.experiments.spec.load import spec_from_mapping
+from gemkd.students import StudentOutput
+from gemkd.students.mlp import MLPStudent
+
+TASKS = ["click", "conversion"]
+RATES = {"click": 0.06, "conversion": 0.004}
+#: what a pack must give each member exactly as its run alone does
+SAME = ("metrics", "coverage")
+
+
+class UnusedParamStudent(MLPStudent):
+    """An MLP student with a parameter that never gets a gradient: AdamW leaves it alone in a
+    run; a pack cannot take its step (every trained parameter every step) and runs it alone."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.unused = nn.Parameter(torch.zeros(3))
+
+    def forward(self, batch, features=None) -> StudentOutput:
+        return super().forward(batch, features)
+
+
+def _spec(student: dict, **keys):
+    return spec_from_mapping({
+        "name": "packs", "seeds": [0], "data": {"source": "synthetic", "preset": "tiny"},
+        "teacher_days": 3, "student_days": [3, 5], "eval_days": [5, 6],
+        "student": student, "student_tasks": TASKS, "variants": ["baseline"],
+        "batch_size": 128, "ema_decay": 0.9, **keys})
+
+
+def _run(spec, data, tmp_path, seed: int, params: dict, name: str) -> StudentRun:
+    return StudentRun(key=f"final|baseline|{seed}|{name}", phase="final", spec=spec,
+                      variant="baseline", params=params, seed=seed, lag=0, world=0,
+                      train_days=(3, 5), eval_days=(5, 6), trained_until_day=2,
+                      data=str(data), stores={}, base_rates=dict(RATES),
+                      curve=str(tmp_path / name / "curve.csv"),
+                      clusters=str(tmp_path / name / "clusters.npz"))
+
+
+def _members(spec, data, tmp_path, where: str) -> list[StudentRun]:
+    knobs = [{"lr": 0.01, "ema_decay": 0.9}, {"lr": 0.02, "ema_decay": 0.95},
+             {"lr": 0.005, "ema_decay": 0.9}]
+    return [_run(spec, data, tmp_path / where, s, k, f"m{s}") for s, k in enumerate(knobs)]
+
+
+def _same_files(a: StudentRun, b: StudentRun) -> None:
+    assert open(a.curve).read() == open(b.curve).read()
+    with np.load(a.clusters) as x, np.load(b.clusters) as y:
+        assert sorted(x.files) == sorted(y.files)
+        for f in x.files:
+            assert np.array_equal(x[f], y[f]), f
+
+
+def test_each_member_of_a_pack_is_its_run_alone(tiny_data, tmp_path):
+    spec = _spec({"class_path": "mlp", "init_args": {"hidden": [8]}})
+    alone_runs = _members(spec, tiny_data, tmp_path, "alone")
+    packed_runs = _members(spec, tiny_data, tmp_path, "pack")
+    alone = [execute(r) for r in alone_runs]
+    packed = execute_pack(packed_runs)
+    assert len(packed) == 3
+    for a, p, ra, rp in zip(alone, packed, alone_runs, packed_runs, strict=True):
+        assert set(p) == set(a)  # runs.jsonl's record, the same keys
+        for key in SAME:
+            assert p[key] == a[key] or (key == "coverage" and np.isnan(p[key])
+                                        and np.isnan(a[key]))
+        _same_files(ra, rp)
+    # the members did differ: seeds and knobs give other numbers
+    assert len({p["metrics"]["ne/click/all"] for p in packed}) == 3
+
+
+def test_a_student_that_cannot_be_stacked_runs_alone(tiny_data, tmp_path, caplog):
+    spec = _spec({"class_path": f"{__name__}.UnusedParamStudent", "init_args": {"hidden": [8]}})
+    runs = _members(spec, tiny_data, tmp_path, "pack")[:2]
+    with caplog.at_level(logging.WARNING, logger="gemkd.experiments.run.packs"):
+        packed = execute_pack(runs)
+    assert "trains them one by one" in caplog.text and "no gradient" in caplog.text
+    alone = [execute(r) for r in _members(spec, tiny_data, tmp_path, "alone")[:2]]
+    assert [p["metrics"] for p in packed] == [a["metrics"] for a in alone]
+
+
+def test_runs_group_by_what_they_share(tiny_data, tmp_path):
+    spec = _spec({"class_path": "mlp", "init_args": {"hidden": [8]}})
+    runs = _members(spec, tiny_data, tmp_path, "x")
+    wide = dataclasses.replace(runs[0], key="wide", params={"adapter_hidden": 8})
+    other_days = dataclasses.replace(runs[1], key="days", train_days=(3, 4))
+    other_student = dataclasses.replace(runs[2], key="student", spec=_spec(
+        {"class_path": "mlp", "init_args": {"hidden": [4]}}))
+    tracked = dataclasses.replace(runs[0], key="tracked", tracker=object())
+    all_runs = [*runs, wide, other_days, other_student, tracked]
+    packs = group_packs(all_runs, 16)
+    assert [[r.key for r in p] for p in packs] == [
+        [r.key for r in runs], ["wide"], ["days"], ["student"], ["tracked"]]
+    assert pack_key(tracked) is None
+    assert [len(p) for p in group_packs(runs, 2)] == [2, 1]
+    assert [len(p) for p in group_packs(all_runs, 1)] == [1] * len(all_runs)
+    with pytest.raises(ValueError, match="pack size"):
+        group_packs(runs, 0)
+
+
+def test_the_executors_take_a_pack_size(tmp_path):
+    assert executors.make_executor(workers=1).pack_size == 16
+    assert executors.make_executor(workers=1, pack_size=1).pack_size == 1
+    with pytest.raises(Exception, match="--pack-size"):
+        executors.make_executor(workers=1, pack_size=0)
+
+
+# ---------------------------------------------------------------- every built-in variant
+VARIANTS = ["baseline", "kd", "kd_aux", "kd_aux_adapter", "kd_repr", "hierarchical", "full"]
+SPEC = {
+    "name": "packrun", "seeds": [0], "data": {"source": "synthetic", "preset": "tiny"},
+    "teacher": {"config": "tiny", "max_seq_len": 32, "max_steps": 30},
+    "teacher_days": 3, "student_days": [3, 5], "eval_days": [5, 6], "teacher_lag_days": 0,
+    "student": {"class_path": "mlp", "init_args": {"hidden": [16]}},
+    "student_tasks": TASKS, "variants": VARIANTS, "ema_decay": 0.9, "tuning": {"trials": 1},
+    "hierarchical": {"config": "tiny", "max_seq_len": 32, "max_steps": 20},
+    "repr": {"layer": "trunk", "code_dim": 4, "bits": 8, "max_events": 20, "epochs": 2},
+}
+#: three members per variant: other seeds and every float knob the variant has set otherwise
+KNOBS = [{}, {"alpha": 0.3, "temperature": 2.0, "aux_beta": 0.5, "lr": 0.02, "ema_decay": 0.95},
+         {"alpha": 0.8, "lr": 0.005}]
+
+
+@pytest.fixture(scope="module")
+def final_runs(tmp_path_factory):
+    """The final runs of a tiny sweep of every built-in variant (run alone, pack size 1)."""
+    from gemkd.experiments.cli import main
+
+    tmp = tmp_path_factory.mktemp("packrun")
+    (tmp / "spec.yaml").write_text(yaml.safe_dump(SPEC))
+    seen: list[StudentRun] = []
+    original = executors.Serial.run
+
+    def record(self, runs, done):
+        seen.extend(runs)
+        original(self, runs, done)
+
+    mp = pytest.MonkeyPatch()
+    mp.setattr(executors.Serial, "run", record)
+    try:
+        assert main(["run", str(tmp / "spec.yaml"), "--out", str(tmp / "out"), "--threads", "1",
+                     "--workers", "1", "--pack-size", "1"]) == 0
+    finally:
+        mp.undo()
+    return {r.variant: pickle.loads(pickle.dumps(r)) for r in seen if r.phase == "final"}, tmp
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_every_variant_packs_to_its_runs_alone(final_runs, variant):
+    runs, tmp = final_runs
+    base = runs[variant]
+    members = []
+    for seed, knobs in enumerate(KNOBS):
+        params = {**base.params, **{k: v for k, v in knobs.items() if k in base.params}}
+        members.append(dataclasses.replace(base, seed=seed, params=params,
+                                           key=f"{variant}{seed}"))
+    assert len({tuple(sorted(m.params.items())) for m in members}) == 3
+    assert len({pack_key(m) for m in members}) == 1
+
+    def where(name: str) -> list[StudentRun]:
+        return [dataclasses.replace(m, curve=str(tmp / name / variant / f"{m.seed}.csv"),
+                                    clusters=str(tmp / name / variant / f"{m.seed}.npz"))
+                for m in members]
+
+    alone_runs, packed_runs = where("alone"), where("pack")
+    alone = [execute(r) for r in alone_runs]
+    packed = execute_pack(packed_runs)
+    for a, p, ra, rp in zip(alone, packed, alone_runs, packed_runs, strict=True):
+        assert set(p) == set(a)
+        assert p["metrics"] == a["metrics"]  # NE, AUC, calibration: bit for bit
+        assert p["coverage"] == a["coverage"] or np.isnan(a["coverage"])
+        _same_files(ra, rp)
