@@ -142,6 +142,7 @@ def spec_page() -> str:
                 "variants": (model.VariantSpec, None),
                 "tuning": (model.TuningSpec, spec.tuning),
                 "bootstrap": (model.BootstrapSpec, spec.bootstrap),
+                "primary": (model.PrimarySpec, spec.primary),
                 "repr": (model.ReprSpec, spec.repr),
                 "hierarchical": (model.TeacherSpec, spec.hierarchical)}
     lines = [_banner("the spec dataclasses in experiments/spec/model.py (each key's comment)"),
@@ -170,7 +171,9 @@ def _variants(model) -> list[str]:
              "", "| key | type | default | meaning |", "|---|---|---|---|",
              f"| `methods` | list of methods | `[]` | {cell(docs['methods'])} |",
              f"| `teacher` | one of {', '.join(f'`{t}`' for t in model.TEACHER_SOURCES)} | "
-             f"`gem` | {cell(docs['teacher'])} |", "", "The built-in variants:", "",
+             f"`gem` | {cell(docs['teacher'])} |",
+             f"| `twin_of` | str or null | `null` | {cell(docs['twin_of'])} |", "",
+             "The built-in variants:", "",
              "| variant | methods | teacher |", "|---|---|---|"]
     for name, value in model.BUILTIN_VARIANTS.items():
         v = model.VariantSpec.parse(name, value, "variants")
