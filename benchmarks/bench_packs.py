@@ -1,0 +1,138 @@
+"""Students per second of packs (``gemkd.experiments.run.packs``) against one run per pass.
+
+A pack trains K runs of one variant in one pass over the stream; this measures, side by side in
+one process (interleaved rounds, medians), the whole labels-only student run — build, training
+epoch, evaluation — of the quickstart's student (mlp [64, 32], batch 256, EMA 0.98) alone
+(``execute``, Lightning's loop) and in packs of K (``execute_pack``), on a synthetic world:
+students per second at each K and its ratio to one run per pass, and the floor: a pack of one
+member's epoch (``PackedDistill`` with K = 1) against ``benchmarks/bare.py``'s bare loop.
+
+    python -m benchmarks.bench_packs --threads 1 --json perf/packs.json
+    python -m benchmarks.bench_packs --quick   # tiny world, K up to 4: a smoke run
+
+Target (reported, not asserted): >= 6x students/s at K=16 for the quickstart's student phase.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+from benchmarks.common import (
+    add_common_args,
+    apply_common_args,
+    figure,
+    interleaved_times,
+    print_figures,
+    quiet_lightning,
+    write_json,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+TASKS = ["click", "conversion"]
+
+
+def _world(preset: str, out: Path) -> Path:
+    from gemkd.transfer.config import load_dataclass
+    from gemkd.transfer.data.synth import SynthConfig, generate
+
+    generate(load_dataclass(SynthConfig, ROOT / "experiments" / "data" / f"{preset}.yaml"), out)
+    return out
+
+
+def _runs(data: Path, days: tuple[int, int], eval_days: tuple[int, int], k: int):
+    from gemkd.experiments.run.jobs import StudentRun
+    from gemkd.experiments.spec.load import spec_from_mapping
+    from gemkd.transfer.training import training_base_rates
+
+    spec = spec_from_mapping({
+        "name": "bench_packs", "seeds": [0], "data": {"source": "synthetic"},
+        "teacher_days": days[0], "student_days": list(days), "eval_days": list(eval_days),
+        "student": {"class_path": "mlp", "init_args": {"embedding_dim": 8, "max_seq_len": 20,
+                                                       "hidden": [64, 32]}},
+        "student_tasks": TASKS, "variants": ["baseline"], "batch_size": 256, "lr": 0.01,
+        "ema_decay": 0.98})
+    rates = training_base_rates(data, days=days, tasks=TASKS)
+    return [StudentRun(key=f"b{s}", phase="tune", spec=spec, variant="baseline",
+                       params={"lr": 0.01 * (1 + 0.1 * s), "ema_decay": 0.98}, seed=s, lag=0,
+                       world=0, train_days=days, eval_days=eval_days, trained_until_day=days[0] - 1,
+                       data=str(data), stores={}, base_rates=dict(rates)) for s in range(k)]
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    add_common_args(p)
+    p.add_argument("--sizes", default=None, help="pack sizes, comma-separated "
+                   "(default 1,4,16,64; --quick 1,4)")
+    args = p.parse_args(argv)
+    apply_common_args(p, args)
+    quiet_lightning()
+    from gemkd.experiments.run.jobs import execute
+    from gemkd.experiments.run.packs import execute_pack
+
+    sizes = [int(s) for s in (args.sizes or ("1,4" if args.quick else "1,4,16,64")).split(",")]
+    preset, days, eval_days = ("tiny", (1, 5), (5, 6)) if args.quick else ("small", (1, 12),
+                                                                           (12, 14))
+    with tempfile.TemporaryDirectory() as tmp:
+        data = _world(preset, Path(tmp) / "data")
+        base = _runs(data, days, eval_days, max(sizes))
+        fns = {"alone": lambda: execute(base[0])}
+        for k in sizes:
+            if k > 1:
+                fns[f"pack{k}"] = (lambda k=k: execute_pack(base[:k]))
+        t0 = time.perf_counter()
+        times = interleaved_times(fns, repeats=args.repeats, warmup=1, rotate=True)
+        med = {name: statistics.median(v) for name, v in times.items()}
+        floor = _floor(base[0], args.repeats)
+        print(f"(measured in {time.perf_counter() - t0:.0f} s)")
+    alone = 1 / med["alone"]
+    figures = [figure("pack: one run alone, students/s", alone, "students/s",
+                      note="execute: build, Lightning epoch, evaluation")]
+    for k in sizes:
+        if k > 1:
+            rate = k / med[f"pack{k}"]
+            figures.append(figure(f"pack: K={k}, students/s", rate, "students/s"))
+            figures.append(figure(f"pack: K={k} / one run per pass", rate / alone, "x",
+                                  target=">= 6" if k == 16 else None))
+    figures.append(figure("pack floor: bare loop epoch / K=1 pack epoch", floor, "x",
+                          target=">= 0.85", note="bare loop has no EMA; the pack's does"))
+    print(f"bench_packs on the {preset} world, days {days}, repeats {args.repeats}:")
+    print_figures(figures)
+    write_json(args.json, {"quick": args.quick, "figures": figures,
+                           "seconds": {k: v for k, v in med.items()}})
+    return 0
+
+
+def _floor(run, repeats: int) -> float:
+    """Median epoch seconds of ``bare.py``'s loop over those of a pack of one member."""
+    import lightning.pytorch as pl
+
+    from benchmarks.bare import bare_loop
+    from gemkd.experiments.run.jobs import _inputs
+    from gemkd.experiments.run.student import StudentJob, build_module
+    from gemkd.transfer.distill.pack import PackedDistill
+    from gemkd.transfer.io import fs
+
+    data = fs.as_where(run.data)
+    job = StudentJob(run.spec.variant("baseline"), dict(run.params), run.seed, run.train_days,
+                     run.eval_days, run.trained_until_day)
+    loop = bare_loop(run.spec, job, data, _inputs(run), dict(run.base_rates))
+    batches = list(loop.datamodule.train_dataloader())  # in memory: the loops alone are timed
+
+    def bare() -> None:
+        bare_loop(run.spec, job, data, _inputs(run), dict(run.base_rates)).run(batches)
+
+    def pack() -> None:
+        pl.seed_everything(run.seed, verbose=False)
+        module, _ = build_module(run.spec, job, data, _inputs(run), dict(run.base_rates))
+        PackedDistill([module], [run.spec.ema_decay]).fit(batches)
+
+    t = interleaved_times({"bare": bare, "pack": pack}, repeats=repeats, warmup=1)
+    return statistics.median(t["bare"]) / statistics.median(t["pack"])
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
