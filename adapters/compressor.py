@@ -49,6 +49,9 @@ class ReprCompressor(nn.Module):
     before use; until then the input passes unscaled.
     """
 
+    mean: Tensor  # buffers: the standardisation, [in_dim] each
+    std: Tensor
+
     def __init__(self, in_dim: int, code_dim: int = 16, hidden: int = 64,
                  prefixes: list[int] | None = None, std_floor: float = 1e-2) -> None:
         super().__init__()

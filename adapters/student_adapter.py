@@ -30,9 +30,10 @@ class StudentAdapter(nn.Module):
         self.features = nn.ModuleList(HashedEmbedding(rows, domain_dim)
                                       for rows in (feature_rows or []))
         in_dim = n_tasks + domain_dim * (1 + len(self.features)) + int(use_staleness)
-        self.net = nn.Sequential(nn.Linear(in_dim, hidden), nn.ReLU(), nn.Linear(hidden, n_tasks))
-        nn.init.zeros_(self.net[-1].weight)
-        nn.init.zeros_(self.net[-1].bias)
+        first, out = nn.Linear(in_dim, hidden), nn.Linear(hidden, n_tasks)  # in this order: RNG
+        nn.init.zeros_(out.weight)
+        nn.init.zeros_(out.bias)
+        self.net = nn.Sequential(first, nn.ReLU(), out)
 
     def forward(self, teacher_logits: torch.Tensor, domain: torch.Tensor,
                 staleness_days: torch.Tensor | None = None,
@@ -40,8 +41,12 @@ class StudentAdapter(nn.Module):
         """``teacher_logits [B, T]``, ``domain [B]``, ``staleness_days [B]``, ``features
         [B, n_features]`` (ids of the extra categorical inputs) → ``z_SA [B, T]``."""
         parts = [teacher_logits, self.domain(domain)]
-        for j, table in enumerate(self.features):
-            parts.append(table(features[:, j]))
+        if len(self.features):
+            if features is None:
+                raise ValueError(f"StudentAdapter: {len(self.features)} feature inputs, got no "
+                                 "features")
+            for j, table in enumerate(self.features):
+                parts.append(table(features[:, j]))
         if self.use_staleness:
             if staleness_days is None:
                 staleness_days = torch.zeros_like(teacher_logits[:, 0])

@@ -16,6 +16,7 @@ takes the schema's first field, if any).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import cast
 
 import torch
 from torch import Tensor, nn
@@ -54,6 +55,8 @@ class StudentBase(nn.Module):
     representation features are added to and :meth:`init_head` with the trunk's output width;
     their ``forward(batch, features=None)`` returns :meth:`output` of the last hidden layer.
     """
+
+    cat_index: Tensor  # a buffer: the chosen categorical columns
 
     def __init__(
         self,
@@ -115,7 +118,8 @@ class StudentBase(nn.Module):
     def embedding_tables(self) -> dict[str, nn.Embedding]:
         """Feature or event-field name → its table (a shared table under its feature's name):
         what parameter sharing copies a teacher's tables into."""
-        return {**dict(self.tables.items()), **dict(self.seq_tables.items())}
+        tables = {**dict(self.tables.items()), **dict(self.seq_tables.items())}
+        return cast(dict[str, nn.Embedding], tables)  # HashedEmbeddings (a ModuleDict: Module)
 
     # ---- building blocks for subclasses ----------------------------------------------------
     @property

@@ -56,7 +56,7 @@ class ConfigurableTeacher(nn.Module):
         for klass in cls.__mro__:
             if klass in (ConfigurableTeacher, nn.Module):
                 break
-            for p in inspect.signature(klass.__init__).parameters.values():
+            for p in inspect.signature(klass).parameters.values():  # its __init__'s, less self
                 if p.kind is p.KEYWORD_ONLY and p.name not in names:
                     names.append(p.name)
         if cls.config_class is not None:

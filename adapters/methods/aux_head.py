@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import torch
+from torch import nn
 
 from gemkd.adapters.aux_head import AuxDistillHead
 from gemkd.transfer.methods import MethodContext, StepState, TransferMethod
@@ -25,7 +26,8 @@ class AuxHead(TransferMethod):
     bound is natural (β → 0 cuts the teacher off the trunk, labels only)."""
 
     requires = frozenset({"kd_loss"})
-    tunable: ClassVar[dict[str, Range]] = {"aux_beta": LogUniform(0.1, 10.0, default=1.0)}
+    tunable: ClassVar[dict[str, Range | list[Any]]] = {
+        "aux_beta": LogUniform(0.1, 10.0, default=1.0)}
 
     def __init__(self, aux_beta: float = 1.0, aux_weight: float = 1.0,
                  label_weight: float = 1.0, hidden: int = 0) -> None:
@@ -44,8 +46,10 @@ class AuxHead(TransferMethod):
         """The head predicts the teacher, calibrated near the base rate: starting it at p = 0.5
         would send a calibration gradient (×β) into the student's trunk on the first steps."""
         if self.head is not None:
+            last = self.head.net[-1]
+            assert isinstance(last, nn.Linear)  # the head's output layer
             with torch.no_grad():
-                self.head.net[-1].bias.copy_(logit)
+                last.bias.copy_(logit)
 
     def before_student(self, step: StepState) -> None:
         step.label_weight *= self.label_weight
@@ -56,5 +60,6 @@ class AuxHead(TransferMethod):
             return
         if out.embedding is None:
             raise ValueError("the auxiliary head needs StudentOutput.embedding")
+        assert self.head is not None, "setup() builds the head"
         step.distill_logits = self.head(out.embedding)
         step.distill_weight = self.aux_weight

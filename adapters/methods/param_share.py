@@ -55,6 +55,8 @@ class ParamShare(TransferMethod):
 
     def setup(self, ctx: MethodContext) -> None:
         student = ctx.student
+        if student is None:
+            raise ConfigError(f"method {self.name}: needs the student (MethodContext.student)")
         own = embedding_tables(student)
         if own is None:
             raise ConfigError(f"method {self.name}: student {type(student).__name__} has no "

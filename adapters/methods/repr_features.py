@@ -57,8 +57,10 @@ class Repr(TransferMethod):
         self.pool = CodeAttentionPool(self.asof.code_dim, self.query_dim)
 
     def features(self, batch: Batch) -> Tensor:
+        assert self.asof is not None, "setup() first"
         if self.pool is None:  # the mean, without gathering the codes (AsOfCodes.lookup_mean)
             return self.asof.lookup_mean(batch.user_id, batch.ts)
+        assert self.query is not None  # setup() builds it with the pool
         values, offsets = self.asof.lookup(batch.user_id, batch.ts)
         device = batch.categorical.device
         q = self.query(batch.categorical[:, self.query_col])

@@ -3,7 +3,7 @@ with the student's fresh labels before the student distils from them."""
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -44,7 +44,7 @@ class Adapter(TransferMethod):
 
     needs = frozenset({"teacher"})
     requires = frozenset({"kd_loss"})
-    tunable: ClassVar[dict[str, Range]] = {
+    tunable: ClassVar[dict[str, Range | list[Any]]] = {
         "adapter_hidden": IntRange(4, 64, log=True, default=16)}
 
     def __init__(self, adapter_hidden: int = 16, adapter_lr: float = 1e-2,
@@ -85,17 +85,22 @@ class Adapter(TransferMethod):
                                       hidden=self.adapter_hidden, domain_dim=self.domain_dim,
                                       use_staleness=self.use_staleness, feature_rows=rows)
 
+    def _built(self) -> StudentAdapter:
+        if self.adapter is None:
+            raise RuntimeError(f"method {self.name}: setup() builds the adapter")
+        return self.adapter
+
     def param_groups(self, lr: float) -> list[dict]:
         if self.update == "separate":
             return []  # trained by its own optimiser, not the student's
-        return [{"name": self.name, "params": list(self.adapter.parameters()),
+        return [{"name": self.name, "params": list(self._built().parameters()),
                  "lr": self.adapter_lr, "weight_decay": 0.0}]
 
     def configure_optimizers(self) -> list[torch.optim.Optimizer]:
         if self.update == "fused":
             return []
         kwargs = {"foreach": True} if self.optimizer_name != "sgd" else {}
-        self._opt = OPTIMIZERS[self.optimizer_name](self.adapter.parameters(),
+        self._opt = OPTIMIZERS[self.optimizer_name](self._built().parameters(),
                                                     lr=self.adapter_lr, **kwargs)
         return [self._opt]
 
@@ -107,7 +112,7 @@ class Adapter(TransferMethod):
     def _forward(self, step: StepState) -> Tensor:
         batch = step.batch
         feats = batch.categorical[:, self.feature_cols] if self.feature_cols else None
-        return self.adapter(step.teacher.logits, batch.domain, step.staleness, feats)
+        return self._built()(step.teacher.logits, batch.domain, step.staleness, feats)
 
     @torch.no_grad()
     def adapted_logits(self, step: StepState) -> Tensor:
@@ -127,6 +132,7 @@ class Adapter(TransferMethod):
         # a tiny fp32 MLP: plain autograd and its raw optimizer, as Lightning's per-step
         # wrappers (closure, hooks, precision plugin) cost more than the adapter itself
         opt = getattr(self._opt, "optimizer", self._opt)
+        assert opt is not None, "configure_optimizers() makes the adapter's optimiser"
         opt.zero_grad(set_to_none=True)
         a_loss.backward()
         opt.step()

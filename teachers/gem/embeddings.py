@@ -9,6 +9,8 @@ table (item ids share the ad-id table, so a history event and a candidate ad liv
 
 from __future__ import annotations
 
+from typing import cast
+
 import torch
 from torch import Tensor, nn
 
@@ -97,14 +99,16 @@ class FeatureEmbeddings(nn.Module):
         return len(self.cat_names) + self.n_dense_tokens + (self.domain is not None)
 
     def table_for(self, seq_field: str) -> HashedEmbedding:
+        # the ModuleDicts hold HashedEmbeddings (typed Module)
         if seq_field in self.shared:
-            return self.tables[self.shared[seq_field]]
-        return self.seq_tables[seq_field]
+            return cast(HashedEmbedding, self.tables[self.shared[seq_field]])
+        return cast(HashedEmbedding, self.seq_tables[seq_field])
 
     def embedding_tables(self) -> dict[str, nn.Embedding]:
         """Every distinct table by feature or event-field name (a shared table once, under its
         feature's name; the domain table as ``domain``), e.g. for FSDP wrapping."""
-        out = {**dict(self.tables.items()), **dict(self.seq_tables.items())}
+        out = cast(dict[str, nn.Embedding],  # HashedEmbeddings (a ModuleDict: Module)
+                   {**dict(self.tables.items()), **dict(self.seq_tables.items())})
         return out | ({"domain": self.domain} if self.domain is not None else {})
 
     def tokens(self, batch: Batch) -> Tensor:

@@ -76,7 +76,7 @@ class DomainGatedHeads(nn.Module):
 
 def build_heads(
     head_type: HeadType, in_dim: int, n_domains: int, n_tasks: int, hidden: int, n_experts: int
-) -> nn.Module:
+) -> DomainTaskHeads | DomainGatedHeads:
     if head_type == "domain_task":
         return DomainTaskHeads(in_dim, n_domains, n_tasks, hidden)
     if head_type == "domain_gated":

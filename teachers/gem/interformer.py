@@ -71,6 +71,7 @@ class SequenceSummary(nn.Module):
         b = s.shape[0]
         parts = [cls]
         if self.pma is not None:
+            assert self.seeds is not None  # built with the pma
             kv = self.norm(torch.cat([cls, s], dim=1))
             kv_mask = torch.cat([mask.new_ones(b, cls.shape[1]), mask], dim=1)
             parts.append(self.pma(self.seeds.expand(b, -1, -1), kv, kv_mask))

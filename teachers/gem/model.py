@@ -111,6 +111,7 @@ class GEM(ConfigurableTeacher):
         self.cross = nn.ModuleList()
         self.wukong = nn.ModuleList()
         if use_sequence:
+            assert max_history is not None  # GEMConfig.resolve sets it with the sequence
             self.pyramid = PyramidCompressor(d, c.pyramid_recent, c.pyramid_chunk, max_history,
                                              c.kernel)
             self.budgets = layer_token_budgets(
@@ -195,6 +196,7 @@ class GEM(ConfigurableTeacher):
         reprs: dict[str, Tensor] = {}
         s_sum: Tensor | None = None
         if self.use_sequence:
+            assert self.max_history is not None  # set with use_sequence (__init__)
             index, offsets, max_len = keep_last(
                 batch.seq_offsets, self.max_history, batch.seq_max_len
             )

@@ -197,7 +197,7 @@ def build_trainer(
     strategy: Strategy = "auto",
     devices: int = 1,
     max_epochs: int = 1,
-    precision: str = "32-true",
+    precision: Precision = "32-true",
     accelerator: str = "auto",
     log_every_n_steps: int = 50,
     *,
