@@ -25,7 +25,12 @@ rates). A verdict is empty where the row is its own reference or the reference i
 Ratios (efficiency = ΔNE / ΔNE(reference), TR = ΔNE / ΔNE_FM with ΔNE_FM = NE(baseline) −
 NE(GEM teacher)) get Fieller's interval over the same variance, left empty unless the
 denominator's interval lies above 0 (a ratio to noise means nothing); the efficiency interval
-holds 1 exactly when vs_kd's holds 0.
+holds 1 exactly when vs_kd's holds 0. The GEM teacher is an arm on the same users: its NE and
+NE(teacher) − NE(baseline) get intervals and a p-value the same way (``teacher_ne*``,
+``teacher_vs_baseline*``), for the report's teacher-first sentence. :func:`lag_tables` gives the
+tables at several levels and references from one set of user resamples: the primary family's
+Holm-adjusted intervals (:mod:`gemkd.experiments.report.family`) and the twins' comparisons with
+their originals.
 
 ``method="percentile"`` keeps the rule before issue 28 (the percentile interval of the
 bootstrap nested over worlds, users and seeds, and a strict majority of worlds agreeing on the
