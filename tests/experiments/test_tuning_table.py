@@ -63,3 +63,32 @@ def test_tuned_line_groups_knobs_by_world_at_the_reports_lag():
     assert line == "kd: alpha=0.3403 (world 0); alpha=0.4213 (world 1)"
     assert tuned_line(_search(worlds=(2,)), ["kd"], lag=0) == "kd: alpha=0.502"  # trial 5
     assert tuned_line(None, ["kd"], lag=0) == "none"
+
+
+def test_per_seed_draws_are_studies_of_their_own():
+    """``tuning.draws: per_seed``: each final seed's search is a study, labelled by its seed;
+    its edge choices are counted per draw, and the plot tells the draws apart."""
+    from gemkd.experiments.report.tuning_edges import edge_sentences
+
+    tuning = _search(worlds=(0,)).assign(draw=0)
+    other = _search(worlds=(0,)).assign(draw=1, chosen=lambda d: d.trial == 9)
+    both = pd.concat([tuning, other], ignore_index=True)
+    both["at_edge"] = (both.chosen & (both.trial == 9)).map({True: "high", False: ""})
+    (row,) = knob_rows(both, ["kd"])
+    assert row[2].endswith("(10 trials × 2 studies)")
+    assert row[3] == "0.34 (seed 0); 0.82 (seed 1)"
+    assert tuned_line(both, ["kd"], lag=0) == "kd: alpha=0.34 (seed 0); alpha=0.82 (seed 1)"
+    (sentence,) = edge_sentences(both)
+    assert "in 1 of 2 studies (0.82 at lag 0, world 0, seed 1)" in sentence
+    shared = tuning.assign(draw=float("nan"))  # one search for every seed: no draw label
+    assert tuned_line(shared, ["kd"], lag=0) == "kd: alpha=0.34"
+
+
+def test_tuning_plot_labels_each_draw(tmp_path):
+    from gemkd.experiments.report import tuning_plots
+
+    labels = [tuning_plots._study_label(0, 1.0, d) for d in (0, float("nan"), None)]
+    assert labels == ["lag 0, world 1, seed 0", "lag 0, world 1", "lag 0, world 1"]
+    rows = pd.concat([_search(worlds=(0,)).assign(draw=d) for d in (0, 1)], ignore_index=True)
+    (png,) = tuning_plots.write_tuning_plots(rows, tmp_path)
+    assert png.name == "tuning_kd.png" and png.read_bytes()[:4] == b"\x89PNG"
