@@ -222,17 +222,20 @@ def _ref(b: str) -> str:
     return KD if b == BASELINE else b
 
 
-def _pick(table: pd.DataFrame, lag: Any, domain: str, task: str, variant: str) -> pd.Series:
+def _pick(table: pd.DataFrame, lag: Any, domain: str, task: str,
+          variant: str) -> pd.Series | None:
+    """Variant's row of the slice; None when clusters/ has no evaluation of it there."""
     r = table[(table["teacher_lag_days"] == lag) & (table["domain"] == domain)
               & (table["task"] == task) & (table["variant"] == variant)]
-    if r.empty:
-        raise ConfigError(f"spec.yaml: key 'primary': no evaluation of {variant} at lag {lag}, "
-                          f"domain {domain}, task {task} in clusters/")
-    return r.iloc[0]
+    return None if r.empty else r.iloc[0]
 
 
-def _stat(r: pd.Series, b: str) -> dict[str, float]:
-    """The comparison's difference, interval and p-value from a table row of variant a."""
+def _stat(r: pd.Series | None, b: str) -> dict[str, float]:
+    """The comparison's difference, interval and p-value from a table row of variant a (all
+    nan without one: a member of the family that cannot be resolved)."""
+    if r is None:
+        return dict(diff=math.nan, lo=math.nan, hi=math.nan, p=math.nan, eff_lo=math.nan,
+                    eff_hi=math.nan, n_worlds=0, worlds_agree=0)
     if b == BASELINE:
         return dict(diff=r["delta_ne"], lo=r["delta_ne_lo"], hi=r["delta_ne_hi"],
                     p=r["delta_ne_p"], eff_lo=math.nan, eff_hi=math.nan,
