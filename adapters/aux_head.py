@@ -20,8 +20,10 @@ def scale_grad(x: torch.Tensor, beta: float | torch.Tensor) -> torch.Tensor:
     ``forward``/``backward`` pair, no saved context). At β = 1 it is ``x`` itself. A tensor β (a
     pack's per-member knob, :mod:`gemkd.transfer.distill.pack`, where a hook cannot be set per
     member) is ``x_d + β · (x - x_d)`` with ``x_d`` detached: the forward adds an exact 0, the
-    backward is ``g · β``, the same values."""
-    if isinstance(beta, torch.Tensor):
+    backward is ``g · β``, the same values. So is any β inside a ``torch.func`` transform (a
+    batched pack's vmap): a hook set on the transform's wrapper tensor is silently never
+    called, so the gradient would not be scaled at all."""
+    if isinstance(beta, torch.Tensor) or torch._C._functorch.is_functorch_wrapped_tensor(x):
         frozen = x.detach()
         return frozen + beta * (x - frozen)
     beta = float(beta)

@@ -68,7 +68,7 @@ def group_packs(runs: list[StudentRun], size: int) -> list[list[StudentRun]]:
     return packs
 
 
-def execute_pack(runs: list[StudentRun]) -> list[dict[str, Any]]:
+def execute_pack(runs: list[StudentRun], batched: bool = False) -> list[dict[str, Any]]:
     """Train and evaluate ``runs`` (one pack) in one pass; one ``runs.jsonl`` record per run,
     in order, each as :func:`~gemkd.experiments.run.jobs.execute` makes it (its seconds are
     the pack's divided among its members). A pack of one, or one that cannot be stacked,
@@ -78,14 +78,14 @@ def execute_pack(runs: list[StudentRun]) -> list[dict[str, Any]]:
     from gemkd.transfer.distill.pack import PackError
 
     try:
-        return _train_pack(runs)
+        return _train_pack(runs, batched)
     except PackError as e:
         log.warning("pack of %d %s runs trains them one by one: %s", len(runs),
                     runs[0].variant, e)
     return [execute(r) for r in runs]
 
 
-def _train_pack(runs: list[StudentRun]) -> list[dict[str, Any]]:
+def _train_pack(runs: list[StudentRun], batched: bool = False) -> list[dict[str, Any]]:
     import lightning.pytorch as pl
 
     from gemkd.experiments.run.jobs import _inputs
@@ -108,7 +108,7 @@ def _train_pack(runs: list[StudentRun]) -> list[dict[str, Any]]:
         modules.append(module)
         decays.append(spec.ema_decay)
         specs.append((spec, job))
-    pack = PackedDistill(modules, decays)
+    pack = PackedDistill(modules, decays, batched=batched)
     spec, job = specs[0]
     dm = student_datamodule(spec, job, data, modules[0].model)
     t1 = time.perf_counter()
