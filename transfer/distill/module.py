@@ -140,7 +140,9 @@ class DistillModule(RankingModule):
         # 1.0 · x is x, bit for bit (and its gradient too): skip the op and its backward
         weight = step.label_weight
         unit = not isinstance(weight, Tensor) and weight == 1.0
-        loss = label_loss if unit else weight * label_loss
+        # a tensor weight (a pack's knob, float64) in the loss's dtype, as a Python float is
+        loss = label_loss if unit else (weight.to(label_loss.dtype) if isinstance(weight, Tensor)
+                                        else weight) * label_loss
         for m in self.transfer_methods:
             for term in m.loss(step, out).values():
                 loss = loss + term

@@ -88,5 +88,9 @@ class KD(TransferMethod):
 def _scaled(weight: float | Tensor, value: Tensor) -> Tensor:
     """``weight · value``; at weight 1 (the default λ and auxiliary weight) ``value`` itself:
     ``1 · x`` is ``x`` bit for bit, and so is its gradient, so the op and its backward go. A
-    tensor weight (a pack's per-member knob) is always multiplied."""
-    return value if not isinstance(weight, Tensor) and weight == 1.0 else weight * value
+    tensor weight (a pack's per-member knob, float64) is always multiplied, cast to
+    ``value``'s dtype first as torch casts a Python float: a float64 0-dim tensor times a 0-dim
+    float32 loss would compute (and return) float64, another value than the run's."""
+    if isinstance(weight, Tensor):
+        return weight.to(value.dtype) * value
+    return value if weight == 1.0 else weight * value
