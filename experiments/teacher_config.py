@@ -70,6 +70,9 @@ class TeacherTrainConfig:
     num_nodes: int = 1
     accelerator: Accelerator = "auto"
     num_workers: int = 0
+    # training batches read ahead in a background thread (num_workers 0), overlapping the
+    # Parquet read with the step: same batches, same order (0: read on demand)
+    prefetch: int = 0
     log_every_n_steps: int = 50
     checkpoint_every_n_steps: int | None = None
     repr_layer: str = "trunk"
@@ -84,6 +87,9 @@ class TeacherTrainConfig:
         for key in ("batch_size", "max_epochs", "devices", "num_nodes", "log_every_n_steps"):
             if getattr(self, key) < 1:
                 raise ValueError(f"key {key!r} must be >= 1, got {getattr(self, key)}")
+        if self.prefetch < 0 or self.num_workers < 0:
+            raise ValueError(f"keys 'prefetch' and 'num_workers' must be >= 0, got "
+                             f"{self.prefetch} and {self.num_workers}")
         if self.max_steps < -1 or self.max_steps == 0:
             raise ValueError(f"key 'max_steps' must be -1 (no limit) or >= 1, got {self.max_steps}")
         if self.lr <= 0 or (self.embedding_lr is not None and self.embedding_lr <= 0):
@@ -239,7 +245,7 @@ def build_run(cfg: TeacherTrainConfig, data: str | Path, *, domains: list[str] |
         val_days=tuple(cfg.val_days) if cfg.val_days else None,
         test_days=tuple(cfg.test_days) if cfg.test_days else None,
         batch_size=cfg.batch_size, num_workers=cfg.num_workers, seed=cfg.seed,
-        max_seq_len=cfg.max_seq_len, domains=domains, stream=cfg.stream,
+        prefetch=cfg.prefetch, max_seq_len=cfg.max_seq_len, domains=domains, stream=cfg.stream,
     )
     for split in ("train", "val", "test"):
         if dm.days[split] is not None:

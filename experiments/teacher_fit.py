@@ -44,7 +44,8 @@ def fit_teacher(config: TeacherTrainConfig | str | Path, data: str | Path, out: 
                 run_name: str = "teacher", domains: list[str] | None = None,
                 distill_from: str | Path | None = None, stream: bool | None = None,
                 train_days: tuple[int, int] | None = None,
-                continue_from: str | Path | None = None) -> dict[str, Any]:
+                continue_from: str | Path | None = None,
+                callbacks: list | None = None) -> dict[str, Any]:
     """Train ``config`` (a config object or a YAML path) on ``data`` into ``out``; ``strategy``,
     ``devices`` and ``num_nodes`` override the config's. ``resume`` continues from
     ``out/checkpoints/last.ckpt`` when it exists: saved at every epoch end, every day end of a
@@ -59,7 +60,8 @@ def fit_teacher(config: TeacherTrainConfig | str | Path, data: str | Path, out: 
     ``distill_from`` train on those domains' rows only and with KD from a teacher store (a domain
     FM: :func:`~gemkd.experiments.teacher_config.build_run`). ``stream``, ``train_days`` and
     ``continue_from`` override the config's keys (``stream`` also sets one epoch, the last kept
-    and no early stopping: a streaming pass has no epoch to choose)."""
+    and no early stopping: a streaming pass has no epoch to choose). ``callbacks`` are extra
+    Lightning callbacks (after the run's own: a benchmark's timer)."""
     from gemkd.transfer.training import build_trainer, fit
     from gemkd.transfer.training.trainer import best_or_last, throughput
 
@@ -93,7 +95,8 @@ def fit_teacher(config: TeacherTrainConfig | str | Path, data: str | Path, out: 
         # a module that optimises manually (a domain FM's DistillModule) clips its own gradients
         grad_clip=cfg.grad_clip if module.automatic_optimization else None,
         select_best=SELECT_METRIC if cfg.select == "best" else None, patience=cfg.patience,
-        progress_bar=progress, loggers=loggers, callbacks=_stream_callbacks(cfg, out, resume),
+        progress_bar=progress, loggers=loggers,
+        callbacks=[*_stream_callbacks(cfg, out, resume), *(callbacks or [])],
     )
     if cfg.stream and trainer.world_size > 1:
         raise ConfigError(f"config {cfg.name!r}: stream: true trains in one process (devices: "

@@ -1,0 +1,200 @@
+"""Streaming teacher benchmark: seconds per streamed day, phase by phase, the recipe before
+issue 29 vs the shipped one, side by side.
+
+    python -m benchmarks.bench_teacher_stream [--json OUT] [--quick] [--threads N] [--repeats 5]
+        [--rows 75000] [--candidate NAME:key=value,key=value ...]
+
+The benchmark's GEM teacher (experiments/benchmark.yaml: config ``small``, histories capped at
+256 events) streams days [0, 30) of the base world (75,000 impressions a day) with a checkpoint
+at each day's end; a day is the unit of its cost. Here one streamed day is one
+``fit_teacher(..., stream=True)`` over day 0 of a world generated with the base preset's knobs
+(``--rows`` impressions; ``--quick``: 5,000), timed by :class:`benchmarks.stream_phases.
+PhaseTimer`: read, forward, backward, zero_grad+clip, optimizer, the day's checkpoint, the rest
+of the loop; ``setup`` is the fit's fixed cost (the labels-only base-rate pass, building the
+model, Lightning's start-up: once per fit, not per day) and ``checkpoint`` the fit's final
+``last.ckpt`` (once per fit). ``day_seconds`` = the loop less that final save: what each of the
+stream's 30 days costs.
+
+Candidates: ``before`` is ``small`` with the recipe it had before issue 29 (:data:`BEFORE`),
+``after`` is ``small`` as shipped; ``--candidate`` adds others (config keys). They run in
+interleaved rounds (each once per round, the order rotating), after one untimed warm-up round;
+the figures are medians, and only same-run ratios mean anything on a shared machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from benchmarks.common import (
+    add_common_args,
+    apply_common_args,
+    figure,
+    print_figures,
+    quiet_lightning,
+    write_json,
+)
+from benchmarks.stream_phases import PHASES, PhaseTimer
+from gemkd.experiments.teacher_config import TeacherTrainConfig, load_teacher_config
+from gemkd.experiments.teacher_fit import fit_teacher
+from gemkd.transfer.data.synth import SynthConfig, generate
+
+ROOT = Path(__file__).resolve().parents[1]
+#: the ``small`` recipe before issue 29 (item 3), as the benchmark streamed it
+BEFORE: dict[str, Any] = {"batch_size": 512, "lr": 0.002, "embedding_lr": 0.01, "prefetch": 0}
+#: the benchmark's override of the teacher config (experiments/benchmark.yaml, teacher:)
+BENCHMARK_OVERRIDES: dict[str, Any] = {"max_seq_len": 256}
+DAY_ROWS = 75_000  # the base preset's impressions per day
+QUICK_ROWS = 5_000
+
+
+def world(out: Path, rows: int) -> Path:
+    """One day of the base preset's world (its knobs, ``rows`` impressions)."""
+    knobs = yaml.safe_load((ROOT / "experiments" / "data" / "base.yaml").read_text())
+    knobs.update(n_days=1, examples_per_day=rows)
+    generate(SynthConfig(**knobs), out)
+    return out
+
+
+def candidate_config(overrides: dict[str, Any]) -> TeacherTrainConfig:
+    """``small`` as shipped, with the benchmark's overrides, on day 0, then ``overrides``
+    (``model.KEY`` keys replace one model hyper-parameter)."""
+    cfg = load_teacher_config(ROOT / "experiments" / "teachers" / "small.yaml",
+                              BENCHMARK_OVERRIDES)
+    top = {k: v for k, v in overrides.items() if not k.startswith("model.")}
+    model = {**cfg.model, **{k.removeprefix("model."): v for k, v in overrides.items()
+                             if k.startswith("model.")}}
+    return dataclasses.replace(cfg, train_days=[0, 1], val_days=None, test_days=None,
+                               select="last", patience=None, model=model, **top)
+
+
+def parse_candidate(text: str) -> tuple[str, dict[str, Any]]:
+    """``NAME:key=value,key=value`` (values parsed as YAML) → ``(NAME, {key: value})``."""
+    name, sep, rest = text.partition(":")
+    if not sep or not name:
+        raise ValueError(f"--candidate {text!r}: expected NAME:key=value[,key=value]")
+    out: dict[str, Any] = {}
+    for item in filter(None, rest.split(",")):
+        key, eq, value = item.partition("=")
+        if not eq:
+            raise ValueError(f"--candidate {text!r}: {item!r} is not key=value")
+        out[key.strip()] = yaml.safe_load(value)
+    return name, out
+
+
+def one_day(cfg: TeacherTrainConfig, data: Path, out: Path) -> dict[str, float]:
+    """Stream day 0 once into ``out``; seconds per phase, ``setup`` and ``day_seconds``."""
+    timer = PhaseTimer()
+    t0 = time.perf_counter()
+    fit_teacher(cfg, data, out, stream=True, progress=False, callbacks=[timer])
+    total = time.perf_counter() - t0
+    s = timer.seconds()
+    return {**s, "setup": total - s["loop"], "fit_total": total,
+            "day_seconds": s["loop"] - s["checkpoint"]}
+
+
+def run(candidates: dict[str, TeacherTrainConfig], data: Path, repeats: int
+        ) -> dict[str, list[dict[str, float]]]:
+    """Interleaved rounds (one untimed warm-up round), each candidate once per round, the order
+    rotating; every fit in a fresh run directory."""
+    names = list(candidates)
+    times: dict[str, list[dict[str, float]]] = {k: [] for k in names}
+    with tempfile.TemporaryDirectory() as tmp:
+        for r in range(repeats + 1):
+            order = names[r % len(names):] + names[:r % len(names)]
+            for k in order:
+                row = one_day(candidates[k], data, Path(tmp) / f"{k}-{r}")
+                if r:
+                    times[k].append(row)
+                print(f"  round {r}{' (warm-up)' if not r else ''} {k}: "
+                      f"{row['day_seconds']:.1f} s/day, {row['steps']:.0f} steps", flush=True)
+    return times
+
+
+def medians(rows: list[dict[str, float]]) -> dict[str, float]:
+    return {k: round(statistics.median(r[k] for r in rows), 3) for k in rows[0]}
+
+
+def report(res: dict) -> None:
+    cols = [*PHASES, "day_seconds", "setup"]
+    print(f"one streamed day ({res['rows']:,} rows), medians of {res['repeats']} interleaved "
+          f"rounds, {res['threads']} threads; seconds per phase:")
+    print(f"{'candidate':<12}" + "".join(f"{c:>15}" for c in cols) + f"{'steps':>7}")
+    for name, m in res["medians"].items():
+        print(f"{name:<12}" + "".join(f"{m[c]:>15.2f}" for c in cols) + f"{m['steps']:>7.0f}")
+    for name, ratio in res["speedup_vs_before"].items():
+        print(f"speed-up per streamed day, {name} vs before: {ratio:.2f}x")
+
+
+def figures(res: dict) -> list[dict]:
+    rows, out = res["rows"], []
+    for name, m in res["medians"].items():
+        out.append(figure(f"GEM small streamed day ({rows:,} rows, base world), {name}: "
+                          "seconds per day", m["day_seconds"], "s"))
+    for name, ratio in res["speedup_vs_before"].items():
+        target = ">= 1.5" if name == "after" else None
+        out.append(figure(f"GEM small streamed day: {name} ÷ before speed (same run)", ratio,
+                          "x", target))
+    return out
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_common_args(p)
+    p.add_argument("--rows", type=int, default=None,
+                   help=f"impressions in the streamed day (default {DAY_ROWS:,}, the base "
+                        f"preset's; --quick: {QUICK_ROWS:,})")
+    p.add_argument("--candidate", action="append", default=[],
+                   help="NAME:key=value[,key=value]: also time small with these config keys "
+                        "(model.KEY: a model hyper-parameter)")
+    p.add_argument("--data", type=Path, default=None,
+                   help="stream day 0 of this dataset instead of generating one")
+    args = p.parse_args()
+    apply_common_args(p, args)
+    quiet_lightning()
+    import torch
+
+    rows = args.rows or (QUICK_ROWS if args.quick else DAY_ROWS)
+    candidates = {"before": candidate_config(BEFORE), "after": candidate_config({})}
+    for text in args.candidate:
+        try:
+            name, overrides = parse_candidate(text)
+            candidates[name] = candidate_config(overrides)
+        except (ValueError, TypeError) as e:
+            p.error(str(e))
+    t_start = time.perf_counter()
+    with tempfile.TemporaryDirectory() as tmp:
+        data = args.data or world(Path(tmp) / "world", rows)
+        times = run(candidates, data, args.repeats)
+    med = {k: medians(v) for k, v in times.items()}
+    res: dict[str, Any] = {
+        "bench": "teacher_stream", "quick": args.quick, "rows": rows, "repeats": args.repeats,
+        "threads": torch.get_num_threads(),
+        "candidates": {k: {f: getattr(c, f) for f in ("batch_size", "lr", "embedding_lr",
+                                                       "prefetch", "max_seq_len", "compile",
+                                                       "precision")}
+                       for k, c in candidates.items()},
+        "medians": med,
+        "speedup_vs_before": {k: round(med["before"]["day_seconds"] / m["day_seconds"], 3)
+                              for k, m in med.items() if k != "before"},
+        "runs": times,
+        "total_seconds": round(time.perf_counter() - t_start, 1),
+    }
+    report(res)
+    res["figures"] = figures(res)
+    print_figures(res["figures"])
+    write_json(args.json, res)
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PYTHONWARNINGS", "ignore")
+    main()

@@ -1,0 +1,47 @@
+"""bench_teacher_stream's measuring parts: the phase timer accounts for a streamed fit's loop
+(every step, each day's checkpoint, phases that add up to the loop), and candidates parse."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+import torch
+
+from benchmarks.bench_teacher_stream import BEFORE, candidate_config, parse_candidate
+from benchmarks.stream_phases import PHASES, PhaseTimer
+from gemkd.experiments.teacher_config import load_teacher_config
+from gemkd.experiments.teacher_fit import fit_teacher
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.slow  # a streaming fit: ~6 s on 2 busy cores
+def test_phase_timer_accounts_for_a_streamed_fit(tiny_data, tmp_path):
+    torch.set_num_threads(1)
+    cfg = dataclasses.replace(load_teacher_config(ROOT / "experiments/teachers/tiny.yaml"),
+                              train_days=[0, 2], val_days=None, max_seq_len=16,
+                              batch_size=256, stream=True)
+    timer = PhaseTimer()
+    summary = fit_teacher(cfg, tiny_data, tmp_path / "run", progress=False, callbacks=[timer])
+    s = timer.seconds()
+    assert s["steps"] == summary["global_step"] > 0
+    assert all(s[p] >= 0 for p in PHASES)
+    for phase in ("read", "forward", "backward", "optimizer", "day_checkpoint", "checkpoint"):
+        assert s[phase] > 0, phase  # two day saves, and the fit's final last.ckpt
+    assert sum(s[p] for p in PHASES) == pytest.approx(s["loop"], rel=1e-6)
+
+
+def test_candidates_parse_and_apply():
+    name, overrides = parse_candidate("big:batch_size=2048,lr=0.004,model.pyramid_shrink=4.0")
+    assert name == "big" and overrides == {"batch_size": 2048, "lr": 0.004,
+                                           "model.pyramid_shrink": 4.0}
+    cfg = candidate_config(overrides)
+    assert (cfg.batch_size, cfg.lr, cfg.model["pyramid_shrink"]) == (2048, 0.004, 4.0)
+    assert cfg.max_seq_len == 256 and cfg.train_days == [0, 1] and cfg.val_days is None
+    before = candidate_config(BEFORE)
+    assert (before.batch_size, before.prefetch) == (512, 0)
+    for bad in ("nocolon", ":lr=1", "x:lr"):
+        with pytest.raises(ValueError, match="--candidate"):
+            parse_candidate(bad)
