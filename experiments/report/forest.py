@@ -75,13 +75,12 @@ def _plot(run: RunView, lag: Any, task: str, path: Path) -> bool:
     ax = fig.subplots()
     y = np.arange(len(pts))[::-1]
     for yi, r in zip(y, pts.itertuples(), strict=True):
-        style = (dict(color="black", linewidth=2.4, marker="s", markersize=7)
-                 if r.primary else dict(color="tab:gray", linewidth=1.2, marker="o",
-                                        markersize=6, markerfacecolor="white"))
+        color = "black" if r.primary else "tab:gray"
         if math.isfinite(r.lo) and math.isfinite(r.hi):
-            ax.plot([r.lo, r.hi], [yi, yi], color=style["color"], linewidth=style["linewidth"])
-        ax.plot([r.point], [yi], linestyle="none", **{k: v for k, v in style.items()
-                                                      if k != "linewidth"})
+            ax.plot([r.lo, r.hi], [yi, yi], color=color, linewidth=2.4 if r.primary else 1.2)
+        ax.plot([r.point], [yi], linestyle="none", color=color,
+                marker="s" if r.primary else "o", markersize=7 if r.primary else 6,
+                markerfacecolor=color if r.primary else "white")
         if several:
             w = bw[bw["variant"] == r.variant]["vs_kd"].dropna().to_numpy()
             ax.plot(w, np.full(len(w), yi + 0.22), linestyle="none", marker="x",
