@@ -65,7 +65,8 @@ def export_model(model: torch.nn.Module, cfg: TeacherTrainConfig, data: str | Pa
     _check_emb_dtype(emb_dtype)
     schema = DatasetSchema.load(data)
     layer = layer or cfg.repr_layer
-    dims = model.representation_dims()
+    teacher: Any = model  # a teacher (gemkd.transfer.models): the contract is duck-typed
+    dims = teacher.representation_dims()
     if layer not in dims:
         raise ConfigError(f"--layer {layer!r}: the model's layers are {', '.join(dims)}")
     module = RankingModule(model.eval(), schema.tasks, schema.domains, repr_layer=layer,

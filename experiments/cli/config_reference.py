@@ -33,11 +33,13 @@ def field_docs(cls: type) -> dict[str, str]:
                 comments[tok.start[0]] = text
     lines = source.splitlines()
     (node,) = ast.parse(source).body
+    if not isinstance(node, ast.ClassDef):
+        raise TypeError(f"field_docs: {cls!r} is not a class")
     docs = {}
     for stmt in node.body:
         if not (isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name)):
             continue
-        above = []
+        above: list[str] = []
         n = stmt.lineno - 1
         while n >= 1 and lines[n - 1].strip().startswith("#") and n in comments:
             above.insert(0, comments[n])

@@ -75,9 +75,11 @@ class Opt:
             kw.update(action="append", default=[])
         else:
             kw["default"] = self.default
-            for key in ("type", "choices", "nargs"):
+            for key in ("type", "nargs"):
                 if getattr(self, key) is not None:
-                    kw[key] = list(self.choices) if key == "choices" else getattr(self, key)
+                    kw[key] = getattr(self, key)
+            if self.choices is not None:
+                kw["choices"] = list(self.choices)
         if self.metavar is not None:
             kw["metavar"] = self.metavar
         if self.positional:

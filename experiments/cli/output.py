@@ -8,6 +8,7 @@ warning filtered is a deprecation inside Lightning's own code that no gemkd inpu
 
 from __future__ import annotations
 
+import importlib
 import logging
 import sys
 import warnings
@@ -40,7 +41,7 @@ def configure(verbose: bool, lightning: bool = False) -> None:
     which is taken off here)."""
     global _handler
     if lightning:
-        import lightning.pytorch  # noqa: F401
+        importlib.import_module("lightning.pytorch")  # binds no name over the argument
     root = logging.getLogger()
     if _handler is None:
         _handler = _Stderr()

@@ -62,7 +62,7 @@ def write_run_plots(run: RunView) -> list[Path]:
     written = [*write_forest_plots(run),
                _plot_ne_by_variant(run, Figure, colors, pdir / "ne_by_variant.png"),
                _plot_transfer_ratio(run, Figure, colors, pdir / "transfer_ratio.png")]
-    optional = {"ne_vs_lag.png": None, "training_curves.png": None}
+    optional: dict[str, Path | None] = {"ne_vs_lag.png": None, "training_curves.png": None}
     if len(run.lags) > 1:
         optional["ne_vs_lag.png"] = _plot_ne_vs_lag(run, Figure, colors, pdir / "ne_vs_lag.png")
     curves = load_curves(run.run_dir)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
+from typing import Any
 
 import pandas as pd
 
@@ -22,7 +23,7 @@ MAX_LISTED = 6
 STUDY = ["teacher_lag_days", "world", "draw"]
 
 
-def fmt_knob(value: object) -> str:
+def fmt_knob(value: Any) -> str:
     """A knob's value in 4 significant digits (an integer knob as an integer; text as is)."""
     try:
         x = float(value)

@@ -65,9 +65,9 @@ def _mark(cell: str, r: pd.Series, kind: str) -> str:
 def interval_header(run: RunView, with_worlds: bool) -> tuple[str, ...]:
     """Columns of the interval tables: the verdicts sit next to the interval they read."""
     last = "gap closed to oracle" if run.has_oracle else "calibration (Σp/Σy)"
-    head = ("NE [95 % CI]", "ΔNE vs baseline [95 % CI]", "gain", "ΔNE − ΔNE(KD) [95 % CI]",
-            "efficiency vs KD [95 % CI]", "vs KD", "TR [95 % CI]", "AUC (mean ± std)", last,
-            "seeds")
+    head: tuple[str, ...] = (
+        "NE [95 % CI]", "ΔNE vs baseline [95 % CI]", "gain", "ΔNE − ΔNE(KD) [95 % CI]",
+        "efficiency vs KD [95 % CI]", "vs KD", "TR [95 % CI]", "AUC (mean ± std)", last, "seeds")
     if with_worlds:
         head += tuple(f"world {w}: ΔNE (eff.)" for w in run.intervals.worlds)
     return head
@@ -119,8 +119,8 @@ def interval_table(run: RunView, tasks: list[str] | None = None) -> str:
         iv = run.interval_rows(task=task).set_index("variant")
         for _, s in run.rows(task=task).iterrows():
             r = iv.loc[s["variant"]] if s["variant"] in iv.index else None
-            label = [task, s["variant"]] if tasks else [s["variant"]]
-            rows.append([*label, *interval_row(run, r, s, with_worlds)])
+            names = [task, s["variant"]] if tasks else [s["variant"]]
+            rows.append([*names, *interval_row(run, r, s, with_worlds)])
             adjusted |= r is not None and PRIMARY in (r.get("gain_family"), r.get("kd_family"))
     label = ("task", "variant") if tasks else ("variant",)
     table = md_table((*label, *interval_header(run, with_worlds)), rows, left=len(label))

@@ -8,10 +8,11 @@ from pathlib import Path
 import torch
 
 from gemkd.experiments.run.cache import cached_step
+from gemkd.transfer.data.schema import day_range
 from gemkd.transfer.io import fs
 
 
-def build_codes(store: Path, window: tuple[int, int], repr_cfg, seed: int, cache: Path,
+def build_codes(store: fs.Where, window: tuple[int, int], repr_cfg, seed: int, cache: Path,
                 log) -> Path:
     """LoopFM codes: a compressor fitted on the teacher's embeddings of its own window's days
     encodes every stored row; codes are quantised into a code store."""
@@ -25,7 +26,7 @@ def build_codes(store: Path, window: tuple[int, int], repr_cfg, seed: int, cache
 
     def run(step: Path) -> None:
         ts = TeacherStore(store)
-        fit_table = ts.read(days=tuple(window))
+        fit_table = ts.read(days=day_range(window))
         model, info = fit_compressor(ts.embeddings(fit_table), code_dim=code_dim,
                                      epochs=epochs, seed=seed)
         log(f"  compressor R² by prefix: "

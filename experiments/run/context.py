@@ -13,6 +13,7 @@ from typing import Any
 from gemkd.experiments.run.executors import Executor
 from gemkd.experiments.run.jobs import InputPaths, StudentRun
 from gemkd.experiments.spec.model import RunSpec
+from gemkd.transfer.data.schema import day_range
 
 
 @dataclass
@@ -70,8 +71,8 @@ class LagCell:
         curve = ctx.out / "curves" / f"{variant}_seed{seed}_lag{self.lag}{suffix}.csv"
         return StudentRun(
             key=key, phase=phase, spec=ctx.spec, variant=variant, params=dict(params),
-            seed=seed, lag=self.lag, world=self.world, train_days=tuple(train_days),
-            eval_days=tuple(eval_days), trained_until_day=self.train_end - 1,
+            seed=seed, lag=self.lag, world=self.world, train_days=day_range(train_days),
+            eval_days=day_range(eval_days), trained_until_day=self.train_end - 1,
             data=str(self.data), stores={k: str(v) for k, v in self.inputs.stores.items()},
             base_rates=dict(self.base_rates),
             codes=None if self.inputs.codes is None else str(self.inputs.codes),

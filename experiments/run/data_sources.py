@@ -55,14 +55,14 @@ class DataPlan:
 def _src(d, default: Path | None = None) -> Path:
     """The real data's ``src`` (resolved against the spec's folder when the spec was loaded),
     there — a missing one is named as such before any work."""
-    if d.src is None and default is None:
+    src = Path(d.src) if d.src else default
+    if src is None:
         raise ConfigError(f"spec data: source {d.source} needs src (the log file or directory)")
-    if d.src is None and default is not None and not default.exists():
+    if not d.src and not src.exists():
         raise ConfigError(f"spec data.src: not given, and its default {default} (the copy a "
                           "gemkd checkout ships in datasets/) is not here, as in a gemkd "
                           "installed without its repository: set data.src to the folder of "
                           f"the {d.source} files (e.g. --set data.src=DIR)")
-    src = Path(d.src) if d.src else default
     if not src.exists():
         raise ConfigError(f"spec data.src: {src} not found (a relative src is read from the "
                           "spec file's folder)")
@@ -175,8 +175,9 @@ def prepare_data(spec: RunSpec, cache: Path, log, world: int | None = None
     """Generate (synthetic) or convert (real data) the dataset; returns its location and cache
     key (a dataset of source ``dataset`` is used where it is)."""
     plan = data_plan(spec, world)
-    if plan.make is None:
+    make = plan.make
+    if make is None:
         log(f"[data] {plan.path}")
         return plan.path, plan.key
-    step = cached_step(cache, "data", plan.key, lambda out: plan.make(out / "data"), log)
+    step = cached_step(cache, "data", plan.key, lambda out: make(out / "data"), log)
     return step / "data", plan.key

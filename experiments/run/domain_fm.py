@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -43,10 +44,11 @@ class PerDomainModels(torch.nn.Module):
         return TeacherOutput(logits=logits, repr=reprs)
 
     def representation_dims(self) -> dict[str, int]:
-        return self.models[str(self.domain_ids[0])].representation_dims()
+        first: Any = self.models[str(self.domain_ids[0])]  # a teacher: the contract is duck-typed
+        return first.representation_dims()
 
 
-def fit_domain_fms(cfg: TeacherTrainConfig, data: Path, data_key: dict, gem_store: Path,
+def fit_domain_fms(cfg: TeacherTrainConfig, data: Path, data_key: dict, gem_store: fs.Where,
                    domains: list[str], cache: Path, log,
                    days: tuple[int, int] | None = None) -> Path:
     """Train one FM per name in ``domains`` on that domain's teacher-day rows (labels + KD from

@@ -4,10 +4,14 @@ oracle and the teachers' stores — NE/AUC/calibration and, for the bootstrap, p
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 
 from gemkd.transfer.metrics.numerics import logit
+
+if TYPE_CHECKING:
+    from gemkd.transfer.io import fs
 
 
 def oracle_logits(batch) -> torch.Tensor:
@@ -60,7 +64,7 @@ def feature_oracle_metrics(data: Path, days: tuple[int, int], tasks: list[str],
     return eval_metrics(data, days, tasks, domains, base_rates, logits_fn, only)
 
 
-def store_logits(store: Path, tasks: list[str]):
+def store_logits(store: fs.Where, tasks: list[str]):
     from gemkd.transfer.distill import StoreTeacher
     from gemkd.transfer.store import TeacherStore
 

@@ -4,7 +4,7 @@ processes, or as tasks on an existing Ray cluster. Every executor takes the same
 the caller (one process) writes the ledger, so a dead worker loses only its own run and a
 killed sweep resumes from ``runs.jsonl``. With ``pack_size`` K > 1 an executor's unit of work is
 a pack of up to K compatible runs trained in one pass (:mod:`gemkd.experiments.run.packs`; each
-member's numbers are its run's alone); 1 runs each run alone."""
+member's numbers are its run's alone); 1 runs each run alone (a pack of one)."""
 
 from __future__ import annotations
 
@@ -16,8 +16,9 @@ from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any, Literal, Protocol
 
-from gemkd.experiments.run.jobs import StudentRun, execute
+from gemkd.experiments.run.jobs import StudentRun
 from gemkd.experiments.run.packs import DEFAULT_PACK_SIZE, execute_pack, group_packs
+from gemkd.experiments.run.packs import run_alone as execute  # a run alone: a pack of one
 from gemkd.transfer.errors import ConfigError
 
 ExecutorName = Literal["local", "ray"]
@@ -27,8 +28,13 @@ RETRIES = 1  # a run whose worker died is tried once more on a fresh pool
 
 
 class Executor(Protocol):
-    parallel: int  # runs at a time
-    threads: int  # torch threads of each run: a run's numbers depend on it (torch's CPU sums do)
+    @property
+    def parallel(self) -> int:
+        """Runs at a time."""
+
+    @property
+    def threads(self) -> int:
+        """Torch threads of each run: a run's numbers depend on it (torch's CPU sums do)."""
 
     def run(self, runs: list[StudentRun], done: Done) -> None:
         """Execute every run; call ``done(run, result)`` in this process as each finishes."""
@@ -37,7 +43,8 @@ class Executor(Protocol):
 
 
 def _run_pack(pack: list[StudentRun]) -> list[dict[str, Any]]:
-    """A pack's records (a pack of one: :func:`execute` itself, as before packs)."""
+    """A pack's records; a pack of one: :func:`execute` (a batched pack of one, so a run
+    alone's numbers equal those it would have as a member of a pack)."""
     return [execute(pack[0])] if len(pack) == 1 else execute_pack(pack)
 
 

@@ -91,7 +91,7 @@ def variant_tag(cell_tag: str, spec: RunSpec, variant: VariantSpec, inputs: Inpu
     from gemkd.experiments.run.cache import plugin_key
 
     needs = variant_needs(variant)
-    upstream = {}
+    upstream: dict[str, str] = {}
     if needs & {"teacher", "teacher_emb"}:
         upstream[variant.teacher] = fs.name(fs.parent(inputs.stores[variant.teacher]))
     if "teacher_weights" in needs and "gem" in inputs.stores:  # the store names the checkpoint

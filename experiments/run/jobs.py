@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gemkd.experiments.spec.model import RunSpec
+from gemkd.transfer.data.schema import day_range
 from gemkd.transfer.io import fs
 
 if TYPE_CHECKING:  # student.py imports Lightning: only when a run is opened
@@ -24,7 +25,7 @@ class InputPaths:
     stores (``gem``, ``domain_fm``), the LoopFM code store and GEM's checkpoint (None for an
     imported store). Paths, not opened objects: a worker process opens them itself."""
 
-    stores: dict[str, Path]
+    stores: dict[str, fs.Where]
     codes: Path | None = None
     ckpt: Path | None = None
 
@@ -92,8 +93,8 @@ def execute(run: StudentRun) -> dict[str, Any]:
 
     t0 = time.perf_counter()
     variant = run.spec.variant(run.variant)
-    job = StudentJob(variant, dict(run.params), run.seed, tuple(run.train_days),
-                     tuple(run.eval_days), run.trained_until_day)
+    job = StudentJob(variant, dict(run.params), run.seed, day_range(run.train_days),
+                     day_range(run.eval_days), run.trained_until_day)
     logger = student_logger(run.tracker, run.phase, run.variant, run.seed, run.lag,
                             dict(run.params))
     res = train_student(run.spec, job, fs.as_where(run.data), _inputs(run), dict(run.base_rates),

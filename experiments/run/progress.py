@@ -89,7 +89,7 @@ class Progress:
                             ncols=width, nrows=None if width is None else 20, leave=True,
                             bar_format="{desc} |{bar}| {n_fmt}/{total_fmt} student runs, "
                                        "{elapsed} elapsed{postfix}")
-            self._refresh()
+            self._refresh(self.bar)
 
     def __call__(self, msg: str) -> None:
         line = f"{time.strftime('%H:%M:%S')} {msg}"
@@ -135,14 +135,14 @@ class Progress:
         if self.on_change is not None:
             self.on_change()
         if self.bar is not None:
-            self._refresh()
+            self._refresh(self.bar)
         else:
             self(f"progress: {self.status()}")
 
-    def _refresh(self) -> None:
+    def _refresh(self, bar: tqdm) -> None:
         eta = self.eta()
-        self.bar.set_description_str(f"steps {self.steps}/{self.total_steps}", refresh=False)
-        self.bar.set_postfix_str(f"ETA {clock(eta) if eta is not None else '?'}")
+        bar.set_description_str(f"steps {self.steps}/{self.total_steps}", refresh=False)
+        bar.set_postfix_str(f"ETA {clock(eta) if eta is not None else '?'}")
 
     def close(self) -> None:
         if self.bar is not None:

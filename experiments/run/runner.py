@@ -46,6 +46,7 @@ from gemkd.experiments.run.tuning_table import TUNING_COLUMNS
 from gemkd.experiments.run.validate import DataMismatch, check_data, check_spec, data_name
 from gemkd.experiments.run_dir import write_layout
 from gemkd.experiments.spec.model import RunSpec
+from gemkd.transfer.data.schema import day_range
 from gemkd.transfer.errors import GemkdError
 from gemkd.transfer.io.lock import exclusive
 from gemkd.transfer.training import training_base_rates
@@ -152,14 +153,14 @@ def _world(ctx: RunContext, world: int | None, tuning_rows: list[dict]) -> list[
         (ctx.out / NEGATIVES).write_text(json.dumps(schema.negatives, indent=2))
     tasks, domains = ctx.tasks, schema.domains
     only = [spec.student_domain] if spec.student_domain else None  # the vertical's own traffic
-    eval_days = tuple(spec.eval_days)
-    base_rates = training_base_rates(data, tuple(spec.student_days), tasks, only)
+    eval_days = day_range(spec.eval_days)
+    base_rates = training_base_rates(data, day_range(spec.student_days), tasks, only)
     oracle, feature = {}, {}
     if has_oracle(data):  # the floor, and what a model could reach from what it sees
         oracle = eval_metrics(data, eval_days, tasks, domains, base_rates, oracle_logits, only)
         feature = feature_oracle_metrics(data, eval_days, tasks, domains, base_rates, only)
     label = world if world is not None else int(data_key.get("seed", 0) or 0)
-    student_rows = rows_in(data, tuple(spec.student_days), only)
+    student_rows = rows_in(data, day_range(spec.student_days), only)
     rows = []
     for lag in spec.lags:
         seen = spec.teacher_seen(lag)
@@ -210,8 +211,8 @@ def _final_runs(ctx: RunContext, cell: LagCell, chosen: dict[tuple[str, int], di
                 log.run_done(None)
             else:
                 todo.append(cell.request(ctx, "final", variant.name, chosen[variant.name, seed],
-                                         seed, tuple(spec.student_days), tuple(spec.eval_days),
-                                         key))
+                                         seed, day_range(spec.student_days),
+                                         day_range(spec.eval_days), key))
     task = ctx.tasks[0]
 
     def done(run: StudentRun, res: dict[str, Any]) -> None:

@@ -62,7 +62,14 @@ from optuna.storages.journal import JournalFileBackend
 from optuna.trial import TrialState
 
 from gemkd.transfer.errors import ConfigError
-from gemkd.transfer.methods.space import Categorical, IntRange, Range, space_signature
+from gemkd.transfer.methods.space import (
+    Categorical,
+    IntRange,
+    LogUniform,
+    Range,
+    Uniform,
+    space_signature,
+)
 from gemkd.transfer.options import SAMPLERS
 
 _PRIMITIVE = (type(None), bool, int, float, str)
@@ -94,7 +101,7 @@ def grid_values(space: Mapping[str, Range]) -> dict[str, list[Any]]:
         raise ConfigError(f"spec tuning: sampler grid needs a list of values for knob "
                           f"{bad[0]!r} (its range is {space[bad[0]].describe()}): give "
                           f"tuning: {{{bad[0]}: [v1, v2, ...]}}, or use sampler tpe or random")
-    return {k: list(r.values) for k, r in space.items()}
+    return {k: list(r.values) for k, r in space.items() if isinstance(r, Categorical)}
 
 
 class _AskTellGrid(optuna.samplers.GridSampler):
@@ -126,6 +133,7 @@ class _Codec:
             elif isinstance(r, IntRange):
                 out[k] = IntDistribution(int(r.low), int(r.high), log=r.log)
             else:
+                assert isinstance(r, Uniform | LogUniform), f"{k}: unknown range {r!r}"
                 out[k] = FloatDistribution(float(r.low), float(r.high), log=r.log)
         return out
 
@@ -135,8 +143,9 @@ class _Codec:
     def decode(self, params: Mapping[str, Any]) -> dict[str, Any]:
         out = {}
         for k in self.space:
-            v = params[k]
-            out[k] = self.space[k].values[self.choices[k].index(v)] if k in self.choices else v
+            v, r = params[k], self.space[k]
+            # the choices' knobs are the Categorical ones
+            out[k] = r.values[self.choices[k].index(v)] if isinstance(r, Categorical) else v
         return out
 
 
@@ -232,7 +241,7 @@ class Search:
         for t in self._study.get_trials(deepcopy=False):
             if not t.state.is_finished():
                 continue
-            value = t.value if t.state == TrialState.COMPLETE else math.nan
+            value = t.value if t.state == TrialState.COMPLETE and t.value is not None else math.nan
             out.append(TrialRecord(t.number, self._codec.decode(t.params), float(value),
                                    reused.get(f"reused:{t.number}")))
         return out
@@ -302,9 +311,9 @@ def run_search(search: Search, score: Callable[[dict[str, Any]], float]) -> dict
 def single_point(space: Mapping[str, Range]) -> dict[str, Any] | None:
     """The one point of a space with nothing to choose (no knobs, or one value each), else
     None: such a variant needs no validation run at all."""
-    if all(isinstance(r, Categorical) and len(r.values) == 1 for r in space.values()):
-        return {k: r.values[0] for k, r in space.items()}
-    return None
+    point = {k: r.values[0] for k, r in space.items()
+             if isinstance(r, Categorical) and len(r.values) == 1}
+    return point if len(point) == len(space) else None
 
 
 class SearchTuner:

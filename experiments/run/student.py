@@ -19,6 +19,7 @@ from gemkd.transfer.data.datamodule import AdsDataModule
 from gemkd.transfer.data.reader import DatasetReader
 from gemkd.transfer.data.schema import DatasetSchema
 from gemkd.transfer.distill import DistillModule, StoreTeacher
+from gemkd.transfer.io import fs
 from gemkd.transfer.methods import MethodContext
 from gemkd.transfer.metrics.clusters import ClusterLoss
 from gemkd.transfer.store import TeacherStore
@@ -43,7 +44,7 @@ class Inputs:
     the LoopFM codes (an ``AsOfCodes``, shared by every student of the lag) and a loader of the
     GEM teacher's weights (None for an imported store)."""
 
-    stores: dict[str, Path]
+    stores: dict[str, fs.Where]
     codes: Any = None
     teacher_weights: Any = None
     _joins: dict[tuple[str, bool], TeacherJoin] = field(default_factory=dict, repr=False)
@@ -94,7 +95,7 @@ class _Curve(pl.Callback):
         return list(zip(self._steps, losses, strict=True))
 
 
-def build_module(spec: RunSpec, job: StudentJob, data: Path, inputs: Inputs,
+def build_module(spec: RunSpec, job: StudentJob, data: fs.Where, inputs: Inputs,
                  base_rates: dict[str, float]) -> tuple[DistillModule, StoreTeacher | None]:
     """The student, its methods (set up in the variant's order) and the training module (at the
     run's own ``lr`` where its params tune it)."""
@@ -125,7 +126,7 @@ def build_module(spec: RunSpec, job: StudentJob, data: Path, inputs: Inputs,
     return module, teacher
 
 
-def train_student(spec: RunSpec, job: StudentJob, data: Path, inputs: Inputs,
+def train_student(spec: RunSpec, job: StudentJob, data: fs.Where, inputs: Inputs,
                   base_rates: dict[str, float], curve_path: Path | None = None,
                   callbacks: list[pl.Callback] | None = None,
                   logger: Any = False, clusters_path: Path | None = None) -> dict[str, Any]:
@@ -161,7 +162,7 @@ def train_student(spec: RunSpec, job: StudentJob, data: Path, inputs: Inputs,
     t1 = time.perf_counter()
     trainer.test(module, dataloaders=dm.test_dataloader(), verbose=False)
     eval_seconds = time.perf_counter() - t1
-    if user_loss is not None:
+    if user_loss is not None and clusters_path is not None:  # one comes with the other
         user_loss.sums.save(clusters_path, list(spec.student_tasks), list(module.domains),
                             base_rates)
     if curve_path is not None:
@@ -185,7 +186,7 @@ LOG_EVERY_N_STEPS, NO_LOG_STEP = 50, 2**62
 PREFETCH_BATCHES = 16
 
 
-def student_datamodule(spec: RunSpec, job: StudentJob, data: Path,
+def student_datamodule(spec: RunSpec, job: StudentJob, data: fs.Where,
                        student: torch.nn.Module) -> AdsDataModule:
     """The student's data: its days in time order (no shuffle: one streaming pass), its domain,
     only the columns it reads, training batches prefetched in a background thread, decoded row
@@ -210,7 +211,7 @@ def student_projection(student: torch.nn.Module) -> dict[str, Any]:
             "max_seq_len": student.max_seq_len}
 
 
-def _sample_batch(spec: RunSpec, job: StudentJob, data: Path, student: torch.nn.Module | None):
+def _sample_batch(spec: RunSpec, job: StudentJob, data: fs.Where, student: torch.nn.Module | None):
     """A few training rows as the student's loader reads them (its domain, columns and history
     cut; through the process's decoded row groups, which the run's training pass then reuses):
     not a decode of every column and event of a row group per run."""

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+from lightning.pytorch.loggers import MLFlowLogger, TensorBoardLogger
 
 from gemkd.experiments.spec.model import RunSpec
 from gemkd.transfer.training.loggers import Tracker, make_logger
@@ -47,10 +48,10 @@ def log_results(tracker: Tracker | None, results: pd.DataFrame, out: Path) -> No
                             for (_, variant, task), row in rows.iterrows()
                             for m, v in row.items() if pd.notna(v)}, step=int(lag))
     files = [out / "results.csv", out / "tuning.csv"]
-    if tracker.kind == "mlflow":
+    if isinstance(logger, MLFlowLogger):  # the tracker's kind: make_logger's class for it
         for f in files:
             logger.experiment.log_artifact(logger.run_id, str(f))
-    elif tracker.kind == "tensorboard":
+    elif isinstance(logger, TensorBoardLogger):
         for f in files:
             logger.experiment.add_text(f.name, "    " + f.read_text().replace("\n", "\n    "))
     logger.finalize("success")

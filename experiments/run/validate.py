@@ -99,7 +99,7 @@ def check_data(spec: RunSpec, days: list[int] | None, domains: list[str] | None,
         if spec.student_domain is not None and domains is not None:
             check_domain("student_domain", spec.student_domain, domains, where)
         unknown = [t for t in spec.student_tasks if tasks is not None and t not in tasks]
-        if unknown:
+        if unknown and tasks is not None:
             raise ConfigError(f"student_tasks: unknown task {unknown[0]!r}; {where} has tasks "
                               f"{', '.join(tasks)}")
     except ConfigError as e:

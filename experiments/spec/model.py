@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import Any, Literal
 
 from gemkd.experiments.spec.primary import PrimarySpec
 from gemkd.transfer.errors import ConfigError
@@ -422,10 +422,11 @@ class RunSpec:
     ema_decay: float | None = None
     #: the experiment tracker every fit of the run logs to (null: none); --logger overrides it
     logger: TrackerKind | None = None
-    #: the spec file's folder: relative config paths in the spec are also looked up there
-    source_dir: ClassVar[Path | None] = None
 
     def __post_init__(self) -> None:
+        #: the spec file's folder (load_spec sets it): relative config paths in the spec are
+        #: also looked up there; an attribute, not a field (no spec key, not in spec.yaml)
+        self.source_dir: Path | None = None
         self.variants = expand_twins(self.variants if _parsed(self.variants)
                                      else parse_variants(self.variants), self.twins)
         self.primary.check({v.name: v.twin_of for v in self.variants}, self.lags,

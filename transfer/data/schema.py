@@ -8,6 +8,7 @@ tensor is built.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -141,6 +142,13 @@ def check_window(key: str, days: tuple[int, int] | list[int], have: list[int],
         raise ConfigError(f"{key} [{first}, {end}): day{'s' if len(missing) > 1 else ''} "
                           f"{day_span(missing)} not in {where}, which has days "
                           f"{day_span(sorted(present))}")
+
+
+def day_range(days: Sequence[int]) -> tuple[int, int]:
+    """A config's ``[first, end)`` window (a two-item list in YAML, checked where it is loaded)
+    as the pair the readers take."""
+    first, end = days
+    return first, end
 
 
 def check_domain(key: str, domain: str, domains: list[str], where: object) -> None:
