@@ -31,3 +31,19 @@ def test_no_graph_forward_is_the_identity():
         x = torch.arange(4.0, requires_grad=True)
         y = scale_grad(x, 0.5)
     assert torch.equal(y, x) and y.grad_fn is None
+
+
+def test_inside_vmap_the_gradient_is_scaled_as_outside():
+    # a batched pack vmaps the step: a hook on vmap's wrapper is never called, so scale_grad
+    # must scale there by another route (the gradient was left unscaled)
+    from torch.func import vmap
+
+    g = torch.Generator().manual_seed(1)
+    x0, w = torch.randn(2, 16, 8, generator=g), torch.randn(8, 3, generator=g)
+    for beta in (0.37, 2.5, 1.0):
+        a = x0.clone().requires_grad_()
+        vmap(lambda x, beta=beta: (scale_grad(x, beta) @ w).tanh().sum())(a).sum().backward()
+        for k in range(2):
+            b = x0[k].clone().requires_grad_()
+            (scale_grad(b, beta) @ w).tanh().sum().backward()
+            assert torch.allclose(a.grad[k], b.grad), beta
