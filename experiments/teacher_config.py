@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from gemkd.transfer.config import build_dataclass, load_yaml
 from gemkd.transfer.errors import ConfigError
-from gemkd.transfer.options import Accelerator, Strategy, choices
+from gemkd.transfer.options import Accelerator, Precision, Strategy, choices
 
 if TYPE_CHECKING:
     import torch
@@ -63,7 +63,7 @@ class TeacherTrainConfig:
     task_weights: dict[str, float] | None = None
     max_seq_len: int | None = None
     seed: int = 0
-    precision: str = "32-true"
+    precision: Precision = "32-true"
     compile: bool = False
     strategy: Strategy = "auto"
     devices: int = 1
@@ -232,7 +232,7 @@ def build_run(cfg: TeacherTrainConfig, data: str | Path, *, domains: list[str] |
     import lightning.pytorch as pl
 
     from gemkd.transfer.data.datamodule import AdsDataModule
-    from gemkd.transfer.data.schema import DatasetSchema
+    from gemkd.transfer.data.schema import DatasetSchema, day_range
     from gemkd.transfer.training import RankingModule, training_rates
 
     pl.seed_everything(cfg.seed, workers=True, verbose=False)
@@ -241,9 +241,9 @@ def build_run(cfg: TeacherTrainConfig, data: str | Path, *, domains: list[str] |
         if getattr(cfg, key) is not None:
             schema.check_days(key, getattr(cfg, key), data)
     dm = AdsDataModule(
-        data, train_days=tuple(cfg.train_days),
-        val_days=tuple(cfg.val_days) if cfg.val_days else None,
-        test_days=tuple(cfg.test_days) if cfg.test_days else None,
+        data, train_days=day_range(cfg.train_days),
+        val_days=day_range(cfg.val_days) if cfg.val_days else None,
+        test_days=day_range(cfg.test_days) if cfg.test_days else None,
         batch_size=cfg.batch_size, num_workers=cfg.num_workers, seed=cfg.seed,
         prefetch=cfg.prefetch, max_seq_len=cfg.max_seq_len, domains=domains, stream=cfg.stream,
     )
@@ -252,10 +252,11 @@ def build_run(cfg: TeacherTrainConfig, data: str | Path, *, domains: list[str] |
             dm.reader(split)
     model = build_model(cfg, schema)
     base_rates, domain_base_rates = training_rates(data, cfg.train_days, schema.tasks, domains)
-    args = dict(lr=cfg.lr, embedding_lr=cfg.embedding_lr, weight_decay=cfg.weight_decay,
-                embedding_weight_decay=cfg.embedding_weight_decay, task_weights=cfg.task_weights,
-                base_rates=base_rates, domain_base_rates=domain_base_rates,
-                repr_layer=cfg.repr_layer, compile=cfg.compile, fsdp_replicate=cfg.fsdp_replicate)
+    args: dict[str, Any] = dict(
+        lr=cfg.lr, embedding_lr=cfg.embedding_lr, weight_decay=cfg.weight_decay,
+        embedding_weight_decay=cfg.embedding_weight_decay, task_weights=cfg.task_weights,
+        base_rates=base_rates, domain_base_rates=domain_base_rates,
+        repr_layer=cfg.repr_layer, compile=cfg.compile, fsdp_replicate=cfg.fsdp_replicate)
     try:
         if distill_from is None:
             module = RankingModule(model, schema.tasks, schema.domains, **args,

@@ -14,7 +14,7 @@ import yaml
 from gemkd.experiments.teacher_config import TeacherTrainConfig, build_run, load_teacher_config
 from gemkd.transfer.errors import ConfigError
 from gemkd.transfer.io import fs
-from gemkd.transfer.options import Strategy
+from gemkd.transfer.options import Strategy, TrackerKind
 from gemkd.transfer.training.loggers import Tracker, make_logger
 
 
@@ -40,7 +40,7 @@ SELECT_METRIC = "val/loss"
 def fit_teacher(config: TeacherTrainConfig | str | Path, data: str | Path, out: str | Path, *,
                 strategy: Strategy | None = None, devices: int | None = None,
                 num_nodes: int | None = None, resume: bool = False,
-                progress: bool = True, tracker: Tracker | str | None = None,
+                progress: bool = True, tracker: Tracker | TrackerKind | None = None,
                 run_name: str = "teacher", domains: list[str] | None = None,
                 distill_from: str | Path | None = None, stream: bool | None = None,
                 train_days: tuple[int, int] | None = None,
@@ -65,7 +65,7 @@ def fit_teacher(config: TeacherTrainConfig | str | Path, data: str | Path, out: 
     from gemkd.transfer.training import build_trainer, fit
     from gemkd.transfer.training.trainer import best_or_last, throughput
 
-    given = {k: v for k, v in {
+    given: dict[str, Any] = {k: v for k, v in {
         "strategy": strategy, "devices": devices, "num_nodes": num_nodes,
         "train_days": list(train_days) if train_days is not None else None,
         "continue_from": str(continue_from) if continue_from is not None else None,
@@ -79,7 +79,7 @@ def fit_teacher(config: TeacherTrainConfig | str | Path, data: str | Path, out: 
         raise ConfigError(f"config {base.name!r}: {e}") from None
     out = _local_run_dir(out)
     if cfg.continue_from is not None:
-        _check_continuation(cfg)
+        _check_continuation(cfg, cfg.continue_from)
     if isinstance(tracker, str):
         tracker = Tracker(tracker, out / "logs", cfg.name)
     dm, module = build_run(cfg, data, domains=domains, distill_from=distill_from)
@@ -159,10 +159,10 @@ def trained_until(ckpt: str | Path) -> int:
     return load_teacher_config(config).train_days[1] - 1
 
 
-def _check_continuation(cfg: TeacherTrainConfig) -> None:
+def _check_continuation(cfg: TeacherTrainConfig, continue_from: str) -> None:
     """A continued run trains on later days only: a second pass over days the checkpoint saw
     over-fits the ID tables (issue 9: the best epoch was the first or second)."""
-    until = trained_until(cfg.continue_from)
+    until = trained_until(continue_from)
     if cfg.train_days[0] <= until:
         raise ConfigError(f"continue_from {cfg.continue_from}: it trained until day {until}; "
                           f"train_days {cfg.train_days} must start after it (day {until + 1} "

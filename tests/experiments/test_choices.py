@@ -70,7 +70,8 @@ def test_a_bad_variant_teacher_names_the_choices():
         spec_from_mapping({"variants": {"mine": {"teacher": "fm", "methods": ["kd"]}}})
 
 
-@pytest.mark.parametrize(("key", "value"), [("accelerator", "tpu"), ("select", "first")])
+@pytest.mark.parametrize(("key", "value"), [("accelerator", "tpu"), ("select", "first"),
+                                            ("precision", "bf16")])
 def test_a_teacher_config_value_outside_its_choices(key, value):
     with pytest.raises(ConfigError) as e:
         build_dataclass(TeacherTrainConfig, {key: value}, "tiny.yaml")
