@@ -25,6 +25,9 @@ log = logging.getLogger(__name__)
 
 #: Runs per pack unless ``--pack-size`` says otherwise (1: each run alone, as before packs).
 DEFAULT_PACK_SIZE = 16
+#: Packs vmap their members' steps (a run alone: a batched pack of one); False: each member's
+#: own ops, Lightning's run alone (see :func:`execute_pack`).
+BATCHED = True
 
 
 def _shape_params(params: dict[str, Any]) -> tuple:
@@ -68,21 +71,43 @@ def group_packs(runs: list[StudentRun], size: int) -> list[list[StudentRun]]:
     return packs
 
 
-def execute_pack(runs: list[StudentRun], batched: bool = False) -> list[dict[str, Any]]:
+def execute_pack(runs: list[StudentRun], batched: bool = BATCHED) -> list[dict[str, Any]]:
     """Train and evaluate ``runs`` (one pack) in one pass; one ``runs.jsonl`` record per run,
     in order, each as :func:`~gemkd.experiments.run.jobs.execute` makes it (its seconds are
-    the pack's divided among its members). A pack of one, or one that cannot be stacked,
-    runs each member alone (a log line says why)."""
-    if len(runs) == 1:
+    the pack's divided among its members).
+
+    ``batched`` (the default): the members' steps vmapped (see :mod:`~gemkd.transfer.distill.
+    pack`), and a run alone is a batched pack of one, so each member's numbers are its run
+    alone's bit for bit; a batched pack that cannot be stacked trains each member as a pack of
+    one. Exact (``batched=False``): each member's own ops, as Lightning's run alone
+    (:func:`execute`), which a pack of one is then. A run with a tracker or on an accelerator
+    (:func:`pack_key` None), or one that cannot be stacked even alone, runs through Lightning
+    (:func:`execute`); a log line says why."""
+    if len(runs) == 1 and not batched:
         return [execute(runs[0])]
+    if any(pack_key(r) is None for r in runs):
+        log.info("%d %s run(s) train alone through Lightning: a tracker or a non-cpu "
+                 "accelerator", len(runs), runs[0].variant)
+        return [execute(r) for r in runs]
     from gemkd.transfer.distill.pack import PackError
 
     try:
         return _train_pack(runs, batched)
     except PackError as e:
-        log.warning("pack of %d %s runs trains them one by one: %s", len(runs),
-                    runs[0].variant, e)
+        if len(runs) > 1 and batched:
+            log.warning("pack of %d %s runs trains each as a pack of one: %s", len(runs),
+                        runs[0].variant, e)
+            return [rec for r in runs for rec in execute_pack([r], batched)]
+        log.warning("%s %s run%s trains %s through Lightning: %s",
+                    "a" if len(runs) == 1 else f"pack of {len(runs)}", runs[0].variant,
+                    "" if len(runs) == 1 else "s", "alone" if len(runs) == 1 else
+                    "them one by one", e)
     return [execute(r) for r in runs]
+
+
+def run_alone(run: StudentRun) -> dict[str, Any]:
+    """One run's ``runs.jsonl`` record: a pack of one (:func:`execute_pack`)."""
+    return execute_pack([run])[0]
 
 
 def _train_pack(runs: list[StudentRun], batched: bool = False) -> list[dict[str, Any]]:

@@ -1,5 +1,6 @@
-"""A pack of student runs gives every member its run alone's record, curve and clusters; runs
-that cannot be stacked run alone; runs group by what they share."""
+"""A pack of student runs gives every member its run alone's record, curve and clusters (batched,
+the default: a run alone is a batched pack of one; exact: Lightning's run alone); runs that
+cannot be stacked, or have a tracker, run through Lightning; runs group by what they share."""
 
 from __future__ import annotations
 
@@ -13,9 +14,9 @@ import torch
 import yaml
 from torch import nn
 
-from gemkd.experiments.run import executors
+from gemkd.experiments.run import executors, packs
 from gemkd.experiments.run.jobs import StudentRun, execute
-from gemkd.experiments.run.packs import execute_pack, group_packs, pack_key
+from gemkd.experiments.run.packs import execute_pack, group_packs, pack_key, run_alone
 from gemkd.experiments.spec.load import spec_from_mapping
 from gemkd.students import StudentOutput
 from gemkd.students.mlp import MLPStudent
@@ -69,31 +70,59 @@ def _same_files(a: StudentRun, b: StudentRun) -> None:
             assert np.array_equal(x[f], y[f]), f
 
 
-def test_each_member_of_a_pack_is_its_run_alone(tiny_data, tmp_path):
-    spec = _spec({"class_path": "mlp", "init_args": {"hidden": [8]}})
-    alone_runs = _members(spec, tiny_data, tmp_path, "alone")
-    packed_runs = _members(spec, tiny_data, tmp_path, "pack")
-    alone = [execute(r) for r in alone_runs]
-    packed = execute_pack(packed_runs)
-    assert len(packed) == 3
+def _same_records(alone: list[dict], packed: list[dict], alone_runs: list[StudentRun],
+                  packed_runs: list[StudentRun]) -> None:
+    assert len(packed) == len(alone)
     for a, p, ra, rp in zip(alone, packed, alone_runs, packed_runs, strict=True):
         assert set(p) == set(a)  # runs.jsonl's record, the same keys
-        for key in SAME:
-            assert p[key] == a[key] or (key == "coverage" and np.isnan(p[key])
-                                        and np.isnan(a[key]))
+        assert p["metrics"] == a["metrics"]  # NE, AUC, calibration: bit for bit
+        assert p["coverage"] == a["coverage"] or (np.isnan(p["coverage"])
+                                                  and np.isnan(a["coverage"]))
         _same_files(ra, rp)
+
+
+def test_each_member_of_a_batched_pack_is_its_run_alone(tiny_data, tmp_path):
+    spec = _spec({"class_path": "mlp", "init_args": {"hidden": [8]}})
+    alone_runs = _members(spec, tiny_data, tmp_path, "alone")[:2]
+    packed_runs = _members(spec, tiny_data, tmp_path, "pack")[:2]
+    alone: list[dict] = []  # each alone as a sweep at pack size 1 runs it: a pack of one
+    executors.Serial(1, pack_size=1).run(alone_runs, lambda run, res: alone.append(res))
+    packed = execute_pack(packed_runs)  # batched, the default
+    _same_records(alone, packed, alone_runs, packed_runs)
     # the members did differ: seeds and knobs give other numbers
-    assert len({p["metrics"]["ne/click/all"] for p in packed}) == 3
+    assert len({p["metrics"]["ne/click/all"] for p in packed}) == 2
 
 
-def test_a_student_that_cannot_be_stacked_runs_alone(tiny_data, tmp_path, caplog):
+def test_each_member_of_an_exact_pack_is_its_lightning_run(tiny_data, tmp_path):
+    spec = _spec({"class_path": "mlp", "init_args": {"hidden": [8]}})
+    alone_runs = _members(spec, tiny_data, tmp_path, "alone")[:2]
+    packed_runs = _members(spec, tiny_data, tmp_path, "pack")[:2]
+    alone = [execute(r) for r in alone_runs]  # Lightning's loop
+    _same_records(alone, execute_pack(packed_runs, batched=False), alone_runs, packed_runs)
+
+
+def test_a_student_that_cannot_be_stacked_runs_through_lightning(tiny_data, tmp_path, caplog):
     spec = _spec({"class_path": f"{__name__}.UnusedParamStudent", "init_args": {"hidden": [8]}})
     runs = _members(spec, tiny_data, tmp_path, "pack")[:2]
     with caplog.at_level(logging.WARNING, logger="gemkd.experiments.run.packs"):
         packed = execute_pack(runs)
-    assert "trains them one by one" in caplog.text and "no gradient" in caplog.text
+    assert "trains each as a pack of one" in caplog.text
+    assert "run trains alone through Lightning" in caplog.text and "no gradient" in caplog.text
     alone = [execute(r) for r in _members(spec, tiny_data, tmp_path, "alone")[:2]]
     assert [p["metrics"] for p in packed] == [a["metrics"] for a in alone]
+
+
+def test_a_tracked_run_trains_through_lightning(tiny_data, tmp_path, monkeypatch, caplog):
+    spec = _spec({"class_path": "mlp", "init_args": {"hidden": [8]}})
+    runs = [dataclasses.replace(r, tracker=object())
+            for r in _members(spec, tiny_data, tmp_path, "x")[:2]]
+    seen: list[str] = []
+    monkeypatch.setattr(packs, "execute", lambda run: seen.append(run.key) or {"key": run.key})
+    with caplog.at_level(logging.INFO, logger="gemkd.experiments.run.packs"):
+        assert execute_pack(runs) == [{"key": r.key} for r in runs]
+        assert run_alone(runs[0]) == {"key": runs[0].key}
+    assert seen == [runs[0].key, runs[1].key, runs[0].key]
+    assert "through Lightning: a tracker" in caplog.text
 
 
 def test_runs_group_by_what_they_share(tiny_data, tmp_path):
@@ -163,8 +192,9 @@ def final_runs(tmp_path_factory):
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("batched", [True, False], ids=["batched", "exact"])
 @pytest.mark.parametrize("variant", VARIANTS)
-def test_every_variant_packs_to_its_runs_alone(final_runs, variant):
+def test_every_variant_packs_to_its_runs_alone(final_runs, variant, batched):
     runs, tmp = final_runs
     base = runs[variant]
     members = []
@@ -174,17 +204,15 @@ def test_every_variant_packs_to_its_runs_alone(final_runs, variant):
                                            key=f"{variant}{seed}"))
     assert len({tuple(sorted(m.params.items())) for m in members}) == 3
     assert len({pack_key(m) for m in members}) == 1
+    mode = "batched" if batched else "exact"
 
     def where(name: str) -> list[StudentRun]:
-        return [dataclasses.replace(m, curve=str(tmp / name / variant / f"{m.seed}.csv"),
-                                    clusters=str(tmp / name / variant / f"{m.seed}.npz"))
+        return [dataclasses.replace(m, curve=str(tmp / mode / name / variant / f"{m.seed}.csv"),
+                                    clusters=str(tmp / mode / name / variant / f"{m.seed}.npz"))
                 for m in members]
 
     alone_runs, packed_runs = where("alone"), where("pack")
-    alone = [execute(r) for r in alone_runs]
-    packed = execute_pack(packed_runs)
-    for a, p, ra, rp in zip(alone, packed, alone_runs, packed_runs, strict=True):
-        assert set(p) == set(a)
-        assert p["metrics"] == a["metrics"]  # NE, AUC, calibration: bit for bit
-        assert p["coverage"] == a["coverage"] or np.isnan(a["coverage"])
-        _same_files(ra, rp)
+    # a run alone: a batched pack of one (batched), Lightning's loop (exact)
+    alone = [run_alone(r) if batched else execute(r) for r in alone_runs]
+    packed = execute_pack(packed_runs, batched=batched)
+    _same_records(alone, packed, alone_runs, packed_runs)
