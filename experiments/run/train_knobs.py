@@ -33,7 +33,7 @@ def train_space(spec: RunSpec) -> dict[str, Range]:
     every = spec.tuning.draws != "shared"
     space: dict[str, Range] = {}
     if every or "lr" in knobs:
-        declared = LogUniform(spec.lr / LR_SPAN, spec.lr * LR_SPAN, default=spec.lr)
+        declared: Range = LogUniform(spec.lr / LR_SPAN, spec.lr * LR_SPAN, default=spec.lr)
         space["lr"] = _resolved("lr", declared, knobs.get("lr"), lambda v: v > 0, "> 0")
     if "ema_decay" in knobs and spec.ema_decay is None:
         raise ConfigError("spec tuning: knob 'ema_decay' searches the EMA decay, and the spec "

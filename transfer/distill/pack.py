@@ -32,7 +32,7 @@ cannot batch raises on the first step. The caller then trains them one by one.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -73,7 +73,7 @@ def _plain_attrs(module: nn.Module) -> dict[str, Any]:
             if not k.startswith("_") and k != "training" and not callable(v)}
 
 
-def member_knobs(members: list[nn.Module]) -> dict[tuple[str, str], list[float]]:
+def member_knobs(members: Sequence[nn.Module]) -> dict[tuple[str, str], list[float]]:
     """``(module path, attribute) → one value per member`` for every plain float attribute of
     the members' submodules that is not the same for all; :class:`PackError` for any other
     attribute that differs (a width, a choice, an object) or a structure that does."""
@@ -96,8 +96,9 @@ def member_knobs(members: list[nn.Module]) -> dict[tuple[str, str], list[float]]
             values = [a.get(name) for a in attrs]
             if all(_same(value, v) for v in values[1:]):
                 continue
-            if all(type(v) is float for v in values):
-                knobs[(path, name)] = [float(v) for v in values]
+            floats = [float(v) for v in values if type(v) is float]
+            if len(floats) == len(values):
+                knobs[(path, name)] = floats
             else:
                 raise PackError(f"{type(module).__name__}.{name} ({path or 'module'}) differs "
                                 f"between members: {values}")
@@ -189,7 +190,9 @@ class PackedDistill:
         if ema_decays[0] is not None:
             member = torch.cat([torch.arange(self.k).repeat_interleave(p[0].numel())
                                 for p in trained])
-            self.ema = PackEMA(self.optimizer.data, member, [float(d) for d in ema_decays])
+            # all or none are None (checked above)
+            decays = [float(d) for d in ema_decays if d is not None]
+            self.ema = PackEMA(self.optimizer.data, member, decays)
         self._call = _Call(members[0])
         self.teacher = members[0].teacher
         self.steps = 0

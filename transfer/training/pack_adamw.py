@@ -15,6 +15,7 @@ member's values are those of its own run, bit for bit (``tests/training/test_pac
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -38,7 +39,7 @@ class PackAdamW:
 
     def __init__(self, params: list[Tensor], groups: list[MemberGroup], *,
                  betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
-                 leaves: list[list[Tensor]] | None = None) -> None:
+                 leaves: Sequence[Sequence[Tensor]] | None = None) -> None:
         if len(params) != len(groups) or not params:
             raise ValueError("PackAdamW needs one MemberGroup per stacked parameter")
         k = params[0].shape[0]
@@ -89,7 +90,7 @@ class PackAdamW:
         if missing:
             raise RuntimeError(f"trained tensor {missing[0]} has no gradient: a pack needs "
                                "every trained parameter in every step")
-        torch.cat([p.grad.reshape(-1) for p in holders], out=self.grad)
+        torch.cat([g.reshape(-1) for p in holders if (g := p.grad) is not None], out=self.grad)
         self.step_count += 1
         beta1, beta2 = self.betas
         data, grad, exp_avg, exp_avg_sq = self.data, self.grad, self.exp_avg, self.exp_avg_sq
