@@ -1,13 +1,16 @@
 """Student runs grouped into packs and a pack run as one job (DESIGN §6, §8).
 
 Why: every seed and trial of one variant of one lag streams the same batches in the same order;
-a pack (:class:`gemkd.transfer.distill.pack.PackedDistill`) trains them in one pass, each
-member's numbers its own run's bit for bit. Runs join a pack when they differ only in seed and
+a pack (:class:`gemkd.transfer.distill.pack.PackedDistill`) trains them in one pass, its
+members' steps vmapped (batched, :data:`BATCHED`). A run alone is a batched pack of one
+(:func:`run_alone`), and the batched kernels compute each member as if alone, so each member's
+numbers are its own run's bit for bit. Runs join a pack when they differ only in seed and
 float knobs (α, T, β, lr, ema decay, ...): :func:`pack_key` is everything else — the student
 class and its init_args, the variant's methods, integer and other knobs that set shapes or
 choices (``adapter_hidden``), days, data, stores, codes, checkpoint, lag and world. A run with
-a tracker, on an accelerator, or whose pack cannot be stacked runs alone, as it would without
-packs; so does every run when the pack size is 1.
+a tracker, on an accelerator, or that cannot be stacked even in a pack of one trains through
+Lightning (:func:`~gemkd.experiments.run.jobs.execute`); pack size 1 runs each run as a pack of
+one.
 """
 
 from __future__ import annotations

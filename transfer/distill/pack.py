@@ -10,17 +10,22 @@ buffer, each at the member's own lr, weight decay and EMA decay; there is no Tra
 
 Two ways to run the members' steps (``batched``):
 
-* ``False`` (exact, the default): each member's :meth:`DistillModule.training_loss` on its own
-  module, one backward over the sum of the losses (each member's gradient is its own: the
-  sum passes it exactly 1). Every op is the one its run alone calls, so each member's losses,
-  weights and evaluation equal its run's bit for bit.
+* ``False`` (exact): each member's :meth:`DistillModule.training_loss` on its own module, one
+  backward over the sum of the losses (each member's gradient is its own: the sum passes it
+  exactly 1). Every op is the one a Lightning run alone calls, so each member's losses, weights
+  and evaluation equal that run's bit for bit.
 * ``True`` (vmap): the members' parameters stacked ``[K, ...]`` and ``training_loss`` run once
   under ``torch.func.vmap`` over ``functional_call`` of the first member (the template): one
   set of kernel launches for K members. Knobs the members differ in (KD's α and T, the
   auxiliary head's β: any float attribute that differs) enter as per-member float64 0-dim
-  tensors (which round as Python floats do). The forward is the run's; the batched backward
-  sums in another order (last bits of the gradients), and on a short, noisy stream those bits
-  can grow: measured 1e-7 to 7e-4 of NE on the tiny world, so it is not the default.
+  tensors; the methods cast them to the loss's dtype where they weight a loss, as torch casts
+  a Python float. On the CPU the batched kernels compute each member's slice as its own call,
+  so a member's numbers do not depend on K or on the other members: a member of a pack of K
+  equals the same run in a pack of one bit for bit (losses, weights, evaluation; every
+  built-in variant, K = 4 and 16, ``tests/experiments/test_packs.py``). They differ from the
+  exact mode's in the last bits (the batched backward sums in another order, and training
+  grows those bits: 1e-7 to 7e-4 of NE on the tiny world), so the experiments define a run
+  alone as a batched pack of one (:func:`gemkd.experiments.run.packs.run_alone`).
 
 The loop is written by hand, not Lightning's: Lightning's per-step hook dispatch is a cost the
 pack removes, and a Trainer drives one module's optimisers. A run today is not checkpointed
