@@ -136,6 +136,10 @@ def report(res: dict) -> None:
 
 def figures(res: dict) -> list[dict]:
     rows, out = res["rows"], []
+    before = res["medians"]["before"]
+    out.append(figure("GEM small streamed day, before: forward + backward share of the day",
+                      100 * (before["forward"] + before["backward"]) / before["day_seconds"],
+                      "%"))
     for name, m in res["medians"].items():
         out.append(figure(f"GEM small streamed day ({rows:,} rows, base world), {name}: "
                           "seconds per day", m["day_seconds"], "s"))

@@ -20,10 +20,10 @@ from pathlib import Path
 from benchmarks.common import command as this_command
 from benchmarks.common import fmt
 
-ORDER = ["data", "jagged", "store", "teacher", "transfer", "serving"]
+ORDER = ["data", "jagged", "store", "teacher", "teacher_stream", "transfer", "serving"]
 TITLES = {"data": "Data layer", "jagged": "Jagged ops", "store": "Teacher-output store",
-          "teacher": "GEM teacher", "transfer": "KD overhead (student epoch)",
-          "serving": "Serving latency"}
+          "teacher": "GEM teacher", "teacher_stream": "Streaming teacher (one day)",
+          "transfer": "KD overhead (student epoch)", "serving": "Serving latency"}
 
 
 def load(results: Path) -> list[dict]:
