@@ -126,7 +126,8 @@ def test_an_imported_store_is_a_teacher(tmp_path):
                  "--trained-until-day", "2"]) == 0
     imported = TeacherStore(store)
     assert imported.num_rows == sum(len(i) for i in ids) and imported.manifest.layer == "none"
-    out = run(tmp_path / "b", teacher={"store": str(store)}, variants=["baseline", "kd"])
+    out = run(tmp_path / "b", teacher={"store": str(store)}, variants=["baseline", "kd"],
+              tuning={"kd_weight": [1.0], "temperature": [1.0], "lr": [0.01]})  # T = 1: the truth
     ne = click_all(out)
     assert ne["kd"] < ne["baseline"]  # a teacher that knows the truth helps
     assert not list((out / "cache").glob("teacher-*"))  # nothing trained

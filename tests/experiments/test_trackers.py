@@ -19,6 +19,8 @@ TRACKED = {**SPEC, "name": "tracked", "batch_size": 32,  # enough steps to log t
            "teacher": {**SPEC["teacher"], "log_every_n_steps": 4},
            "tuning": {"kd_weight": [1.0, 2.0], "temperature": [1.0],
                       "lr": [0.01]}}
+#: a validation run's name ends with its knobs (seed 1000: final seed 0's own search)
+TUNE_NAME = "lr=0.01,temperature=1.0"
 
 
 def run(tmp_path: Path, capsys, logger: str) -> Path:
@@ -45,8 +47,8 @@ def test_tensorboard_event_files(tmp_path, capsys):
     root = out / "logs" / "tensorboard" / "tracked"
     names = sorted(p.name for p in root.iterdir())
     assert names == ["final-baseline-seed0-lag0", "final-kd-seed0-lag0", "results",
-                     "teacher-lag0", "tune-kd-seed0-lag0-kd_weight=1.0,temperature=1.0",
-                     "tune-kd-seed0-lag0-kd_weight=2.0,temperature=1.0"], names
+                     "teacher-lag0", f"tune-kd-seed1000-lag0-kd_weight=1.0,{TUNE_NAME}",
+                     f"tune-kd-seed1000-lag0-kd_weight=2.0,{TUNE_NAME}"], names
 
     def scalars(name: str) -> dict[str, list[float]]:
         acc = EventAccumulator(str(root / name)).Reload()
@@ -76,8 +78,8 @@ def test_mlflow_file_store(tmp_path, capsys, monkeypatch):
     exp = client.get_experiment_by_name("tracked")
     runs = {r.info.run_name: r for r in client.search_runs([exp.experiment_id])}
     assert set(runs) == {"final-baseline-seed0-lag0", "final-kd-seed0-lag0", "results",
-                         "teacher-lag0", "tune-kd-seed0-lag0-kd_weight=1.0,temperature=1.0",
-                         "tune-kd-seed0-lag0-kd_weight=2.0,temperature=1.0"}
+                         "teacher-lag0", f"tune-kd-seed1000-lag0-kd_weight=1.0,{TUNE_NAME}",
+                         f"tune-kd-seed1000-lag0-kd_weight=2.0,{TUNE_NAME}"}
     kd = runs["final-kd-seed0-lag0"].data
     assert {k: kd.tags[k] for k in ("phase", "variant", "seed", "lag")} == {
         "phase": "final", "variant": "kd", "seed": "0", "lag": "0"}
