@@ -8,6 +8,7 @@ spec names a method by one of these names or by a dotted import path to a user's
 from gemkd.adapters.methods.aux_head import AuxHead
 from gemkd.adapters.methods.param_share import ParamShare
 from gemkd.adapters.methods.repr_features import Repr
+from gemkd.adapters.methods.solaris import Solaris
 from gemkd.adapters.methods.student_adapter import Adapter
 
 BUILTIN_METHODS: dict[str, str] = {
@@ -16,6 +17,7 @@ BUILTIN_METHODS: dict[str, str] = {
     "adapter": "gemkd.adapters.methods.student_adapter.Adapter",
     "repr": "gemkd.adapters.methods.repr_features.Repr",
     "param_share": "gemkd.adapters.methods.param_share.ParamShare",
+    "solaris": "gemkd.adapters.methods.solaris.Solaris",
 }
 
-__all__ = ["BUILTIN_METHODS", "Adapter", "AuxHead", "ParamShare", "Repr"]
+__all__ = ["BUILTIN_METHODS", "Adapter", "AuxHead", "ParamShare", "Repr", "Solaris"]

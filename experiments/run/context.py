@@ -77,6 +77,7 @@ class LagCell:
             base_rates=dict(self.base_rates),
             codes=None if self.inputs.codes is None else str(self.inputs.codes),
             ckpt=None if self.inputs.ckpt is None else str(self.inputs.ckpt),
+            pairs=None if self.inputs.pairs is None else str(self.inputs.pairs),
             curve=str(curve) if final else None,
             clusters=str(self.clusters(ctx.out, f"{variant}__seed{seed}")) if final else None,
             tracker=ctx.tracker)

@@ -13,6 +13,7 @@ from gemkd.experiments.run.context import RunContext
 from gemkd.experiments.run.domain_fm import fit_domain_fms
 from gemkd.experiments.run.jobs import InputPaths
 from gemkd.experiments.run.methods import variant_needs
+from gemkd.experiments.run.solaris_step import build_pairs
 from gemkd.experiments.run.teacher_steps import (
     cached_export,
     cached_fit,
@@ -25,11 +26,11 @@ from gemkd.transfer.io import fs
 
 def lag_inputs(ctx: RunContext, lag: int, data, data_key: dict, fm_domains: list[str]
                ) -> InputPaths:
-    """The teacher sources, codes and teacher checkpoint the lag's students use (each a cached
-    step under the run's cache, logged to its log and tracker)."""
+    """The teacher sources, codes, teacher checkpoint and SOLARIS pairs the lag's students use
+    (each a cached step under the run's cache, logged to its log and tracker)."""
     spec, cache, log, tracker = ctx.spec, ctx.cache, ctx.log, ctx.tracker
     needs = set().union(*(variant_needs(v) for v in spec.variants))
-    ckpt, days = None, None
+    ckpt, days, gem_run, layer = None, None, None, None
     if spec.teacher.store is not None:
         stores = {"gem": fs.as_where(spec.teacher.store)}
         log(f"  teacher: the imported store {stores['gem']}")
@@ -54,7 +55,11 @@ def lag_inputs(ctx: RunContext, lag: int, data, data_key: dict, fm_domains: list
     if "codes" in needs:
         codes = build_codes(stores["gem"], spec.teacher_window(lag), spec.repr,
                                   spec.seeds[0], cache, log)
-    return InputPaths(stores, codes, ckpt)
+    pairs = None
+    if "pairs" in needs:  # validated: a trained teacher (an imported store has no checkpoint)
+        assert gem_run is not None and ckpt is not None and layer is not None
+        pairs = build_pairs(spec, data, gem_run, ckpt, spec.solaris.layer or layer, cache, log)
+    return InputPaths(stores, codes, ckpt, pairs)
 
 
 def inputs_tag(spec: RunSpec, inputs: InputPaths, threads: int) -> str:
@@ -63,14 +68,15 @@ def inputs_tag(spec: RunSpec, inputs: InputPaths, threads: int) -> str:
     threads the run uses (torch's CPU sums depend on the count, and a search amplifies the
     difference). A rerun into the same RUN_DIR after changing any of them redoes the student
     runs instead of reusing stale lines of runs.jsonl. Where results are tracked (``logger``)
-    is not part, nor which variants the spec lists: :func:`variant_tag` adds a variant's own
+    is not part, nor which variants the spec lists, nor ``solaris`` (its settings reach a
+    variant through the pair step's name): :func:`variant_tag` adds a variant's own
     definition and what it reads, so adding a variant reuses every other's searches and runs.
     (``inputs``: the cell's upstream steps, read by :func:`variant_tag`, not here.)"""
     from gemkd.experiments.run.cache import code_hash, plugin_key, step_sources
 
     spec_part = {k: v for k, v in spec.to_dict().items()
                  if k not in ("name", "seeds", "variants", "teacher_lag_days", "logger",
-                              "primary", "twins")}
+                              "primary", "twins", "solaris")}
     # which other worlds the run replicates over is not an input of this world's students (its
     # own data is, through the upstream steps' names): adding a world reuses the others' runs
     spec_part["data"] = {k: v for k, v in spec_part["data"].items() if k != "seeds"}
@@ -98,6 +104,8 @@ def variant_tag(cell_tag: str, spec: RunSpec, variant: VariantSpec, inputs: Inpu
         upstream["gem"] = fs.name(fs.parent(inputs.stores["gem"]))
     if "codes" in needs and inputs.codes is not None:
         upstream["codes"] = fs.name(fs.parent(inputs.codes))
+    if "pairs" in needs and inputs.pairs is not None:  # its name carries solaris's settings
+        upstream["pairs"] = fs.name(fs.parent(inputs.pairs))
     blob = json.dumps({"cell": cell_tag, "variant": variant.to_value(), "upstream": upstream,
                        **plugin_key(m.class_path for m in variant.methods)},
                       sort_keys=True, default=str)

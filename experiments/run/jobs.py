@@ -22,24 +22,28 @@ if TYPE_CHECKING:  # student.py imports Lightning: only when a run is opened
 @dataclass(frozen=True)
 class InputPaths:
     """Where a lag's upstream steps put what its students learn from: the teacher sources'
-    stores (``gem``, ``domain_fm``), the LoopFM code store and GEM's checkpoint (None for an
-    imported store). Paths, not opened objects: a worker process opens them itself."""
+    stores (``gem``, ``domain_fm``), the LoopFM code store, GEM's checkpoint (None for an
+    imported store) and the SOLARIS pair store. Paths, not opened objects: a worker process
+    opens them itself."""
 
     stores: dict[str, fs.Where]
     codes: Path | None = None
     ckpt: Path | None = None
+    pairs: Path | None = None
 
     def open(self, max_events: int) -> Inputs:
         """The opened inputs (in this process)."""
         from gemkd.experiments.run.student import Inputs
         from gemkd.experiments.teacher_checkpoint import model_weights
         from gemkd.transfer.repr_features import AsOfCodes, CodeStore
+        from gemkd.transfer.solaris import PairStore
 
         codes = (None if self.codes is None
                  else AsOfCodes(CodeStore(self.codes), max_events=max_events))
         ckpt = self.ckpt
         weights = None if ckpt is None else (lambda: model_weights(ckpt))
-        return Inputs(dict(self.stores), codes, weights)
+        pairs = None if self.pairs is None else PairStore(self.pairs)
+        return Inputs(dict(self.stores), codes, weights, pairs)
 
 
 @dataclass(frozen=True)
@@ -64,6 +68,7 @@ class StudentRun:
     base_rates: dict[str, float]
     codes: str | None = None
     ckpt: str | None = None
+    pairs: str | None = None
     curve: str | None = None
     clusters: str | None = None
     tracker: Any = None  # a gemkd.transfer.training.loggers.Tracker, or None
@@ -77,8 +82,10 @@ _OPEN: dict[tuple, Any] = {}
 def _inputs(run: StudentRun):
     paths = InputPaths({k: fs.as_where(v) for k, v in run.stores.items()},
                        Path(run.codes) if run.codes else None,
-                       Path(run.ckpt) if run.ckpt else None)
-    key = (tuple(sorted(run.stores.items())), run.codes, run.ckpt, run.spec.repr.max_events)
+                       Path(run.ckpt) if run.ckpt else None,
+                       Path(run.pairs) if run.pairs else None)
+    key = (tuple(sorted(run.stores.items())), run.codes, run.ckpt, run.spec.repr.max_events,
+           run.pairs)
     if key not in _OPEN:
         _OPEN.clear()  # one lag's inputs at a time: the next lag's replace them
         _OPEN[key] = paths.open(run.spec.repr.max_events)

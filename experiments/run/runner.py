@@ -92,6 +92,7 @@ def count_work(spec: RunSpec, makes_data: bool) -> tuple[int, int]:
     needs = set().union(*(variant_needs(v) for v in spec.variants))
     lag_steps = (2 if spec.teacher.store is None else 0)
     lag_steps += any(v.teacher == "domain_fm" for v in spec.variants) + ("codes" in needs)
+    lag_steps += "pairs" in needs  # the SOLARIS pair step
     worlds = len(spec.worlds)
     return (per_lag * len(spec.lags) * worlds,
             (int(makes_data) + lag_steps * len(spec.lags)) * worlds)

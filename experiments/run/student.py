@@ -42,11 +42,13 @@ class StudentJob:
 class Inputs:
     """What the lag's upstream steps made: the teacher sources' stores (``gem``, ``domain_fm``),
     the LoopFM codes (an ``AsOfCodes``, shared by every student of the lag) and a loader of the
-    GEM teacher's weights (None for an imported store)."""
+    GEM teacher's weights (None for an imported store) and the SOLARIS pair store (a
+    ``PairStore``)."""
 
     stores: dict[str, fs.Where]
     codes: Any = None
     teacher_weights: Any = None
+    pairs: Any = None
     _joins: dict[tuple[str, bool], TeacherJoin] = field(default_factory=dict, repr=False)
 
     def teacher(self, source: str, tasks: list[str], with_emb: bool) -> StoreTeacher:
@@ -106,7 +108,8 @@ def build_module(spec: RunSpec, job: StudentJob, data: fs.Where, inputs: Inputs,
     needs = variant_needs(job.variant)
     teacher = None
     ctx = MethodContext(schema=schema, tasks=tasks, domains=schema.domains, lr=spec.lr,
-                        codes=inputs.codes, trained_until_day=job.trained_until_day,
+                        codes=inputs.codes, pairs=inputs.pairs,
+                        trained_until_day=job.trained_until_day,
                         teacher_weights=inputs.teacher_weights,
                         sample_batch=lambda: _sample_batch(spec, job, data, ctx.student))
     feature_dim = sum(m.feature_dim(ctx) for m in methods)

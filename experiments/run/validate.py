@@ -39,6 +39,15 @@ def check_spec(spec: RunSpec) -> None:
         if any("teacher_weights" in variant_needs(v) for v in spec.variants):
             raise ConfigError("spec teacher.store: parameter sharing needs a teacher "
                               "checkpoint, and an imported store has none")
+    speculating = [v.name for v in spec.variants if "pairs" in variant_needs(v)]
+    if speculating and spec.teacher.store is not None:
+        raise ConfigError(f"spec variants: {', '.join(speculating)} precompute SOLARIS pairs "
+                          "with the teacher (solaris), and the imported teacher.store has no "
+                          "checkpoint to run: drop the variant or train the teacher")
+    if speculating:
+        from gemkd.transfer.solaris import build_policy
+
+        build_policy(spec.solaris.policy.class_path, spec.solaris.policy.init_args)
     names = spec.variant_names
     if len(set(names)) != len(names):
         raise ConfigError(f"spec variants: a variant is named twice in {names}")

@@ -34,6 +34,8 @@ BUILTIN_VARIANTS: dict[str, Any] = {
     "kd_repr": ["kd", "repr"],
     "hierarchical": {"teacher": "domain_fm", "methods": ["kd"]},
     "full": ["kd", "aux_head", "adapter", "repr"],
+    # KD + SOLARIS pair representations (docs/guides/solaris.md)
+    "kd_solaris": ["kd", "solaris"],
 }
 #: The teacher a variant's methods learn from: the run's GEM, or its domain FM (hierarchical)
 TeacherSource = Literal["gem", "domain_fm"]
@@ -356,6 +358,34 @@ class ReprSpec:
 
 
 @dataclass
+class SolarisSpec:
+    """How the SOLARIS pair representations of variants with ``solaris`` are precomputed
+    (docs/guides/solaris.md): for each student and evaluation day d, the speculation ``policy``
+    picks up to ``k`` items per user from the log before d, and the teacher as of d - 1 (under
+    streaming the freshest daily checkpoint, else the lag's teacher) computes each pair's
+    ``layer`` vector on a row of the user's history and the item's features."""
+
+    #: the speculation policy: recent, popular or an import path, with its init_args
+    policy: PluginSpec = field(default_factory=lambda: PluginSpec("recent"))
+    #: the pairs precomputed per user and day (the policy's top k)
+    k: int = 8
+    #: the teacher representation precomputed (null: repr.layer, else the teacher config's)
+    layer: str | None = None
+    #: the categorical feature naming a row's item (null: the schema's item id)
+    item_feature: str | None = None
+
+    def __post_init__(self) -> None:
+        if isinstance(self.policy, str):
+            self.policy = PluginSpec(self.policy)
+        if not isinstance(self.k, int) or self.k < 1:
+            raise ValueError(f"'k' must be an int >= 1, got {self.k!r}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"policy": self.policy.to_dict(), "k": self.k, "layer": self.layer,
+                "item_feature": self.item_feature}
+
+
+@dataclass
 class RunSpec:
     #: the run's name (the run directory defaults to runs/<name>)
     name: str = "experiment"
@@ -393,7 +423,8 @@ class RunSpec:
     student_domain: str | None = None
     #: the variants compared: a list of built-in names, or a mapping name: [methods] (or name:
     #: {teacher, methods}) defining your own
-    variants: Any = field(default_factory=lambda: list(BUILTIN_VARIANTS))
+    variants: Any = field(default_factory=lambda: [v for v in BUILTIN_VARIANTS
+                                                   if v != "kd_solaris"])
     #: the student's batch size
     batch_size: int = 256
     #: the student's learning rate
@@ -412,6 +443,8 @@ class RunSpec:
     twins: dict[str, int] = field(default_factory=dict)
     #: the LoopFM codes of variants with repr
     repr: ReprSpec = field(default_factory=ReprSpec)
+    #: the SOLARIS pair representations of variants with solaris
+    solaris: SolarisSpec = field(default_factory=SolarisSpec)
     #: the domain FM of variants with teacher: domain_fm (a teacher config and overrides, e.g.
     #: init_from: gem to start it from the lag's GEM)
     hierarchical: TeacherSpec = field(default_factory=lambda: TeacherSpec("domain_fm"))

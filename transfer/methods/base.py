@@ -10,8 +10,9 @@ hook                          what it is for
 ============================  ===========================================================
 ``needs`` / ``provides``      inputs it needs from the experiment (``teacher``: logits,
                               ``teacher_emb``: the stored representation, ``codes``: LoopFM
-                              codes, ``teacher_weights``: the teacher checkpoint) and
-                              capabilities it offers other methods (``kd_loss``)
+                              codes, ``teacher_weights``: the teacher checkpoint, ``pairs``:
+                              SOLARIS pair vectors) and capabilities it offers other methods
+                              (``kd_loss``)
 ``requires``                  capabilities another method of the variant must provide
 ``tunable``                   its knobs (``__init__`` argument names) → their ranges
                               (:mod:`gemkd.transfer.methods.space`; a list is a choice)
@@ -46,7 +47,7 @@ from gemkd.transfer.data.schema import DatasetSchema
 from gemkd.transfer.methods.space import Range
 from gemkd.transfer.models import StudentOutput
 
-NEEDS = ("teacher", "teacher_emb", "codes", "teacher_weights")
+NEEDS = ("teacher", "teacher_emb", "codes", "teacher_weights", "pairs")
 
 
 @dataclass
@@ -69,7 +70,9 @@ class MethodContext:
     labels-only variant; in a run a ``StoreTeacher``, which also has ``emb_dim``); ``codes`` is
     the LoopFM codes, a :class:`gemkd.transfer.repr_features.AsOfCodes` (``code_dim``,
     ``lookup(user_id, ts)`` on the host), built only when a method of the spec needs ``codes``
-    and None otherwise; ``teacher_weights()`` loads the teacher checkpoint's
+    and None otherwise; ``pairs`` the SOLARIS pair store's lookup source, a
+    :class:`gemkd.transfer.solaris.PairStore` (None unless a method needs ``pairs``);
+    ``teacher_weights()`` loads the teacher checkpoint's
     state dict (None where the teacher is an imported store); ``sample_batch()`` reads a few
     training rows (to probe the student's shapes). ``student`` and ``teacher`` are None in
     ``feature_dim``. Every field: docs/guides/custom_method.md."""
@@ -81,6 +84,7 @@ class MethodContext:
     student: nn.Module | None = None
     teacher: TeacherFn | None = None
     codes: Any = None
+    pairs: Any = None
     trained_until_day: int | None = None
     teacher_weights: Callable[[], dict[str, Tensor]] | None = None
     sample_batch: Callable[[], Batch] | None = None

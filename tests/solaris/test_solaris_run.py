@@ -1,0 +1,54 @@
+"""``gemkd run`` of kd_solaris on the tiny world: the pair step runs once per lag, its
+measurements are written, and the variant trains and is evaluated."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+import yaml
+
+from gemkd.experiments.cli import main
+from gemkd.experiments.spec import BUILTIN_VARIANTS, RunSpec, spec_from_mapping
+from gemkd.transfer.errors import ConfigError
+
+SPEC = {
+    "name": "tinysolaris", "seeds": [0], "data": {"source": "synthetic", "preset": "tiny"},
+    "teacher": {"config": "tiny", "max_seq_len": 32, "max_steps": 30},
+    "teacher_days": 3, "student_days": [3, 5], "eval_days": [5, 6], "teacher_lag_days": 0,
+    "student": {"class_path": "mlp", "init_args": {"hidden": [16]}},
+    "student_tasks": ["click"], "variants": ["baseline", "kd_solaris"],
+    "tuning": {"trials": 1}, "solaris": {"k": 4, "policy": "popular"},
+}
+
+
+def test_kd_solaris_is_built_in_but_not_a_default():
+    assert "kd_solaris" in BUILTIN_VARIANTS
+    spec = spec_from_mapping({"variants": ["kd_solaris"]})
+    assert [m.class_path for m in spec.variant("kd_solaris").methods] == ["kd", "solaris"]
+    assert "kd_solaris" not in RunSpec().variant_names
+
+
+def test_bad_policy_fails_before_the_run(tmp_path):
+    from gemkd.experiments.run.validate import check_spec
+
+    spec = spec_from_mapping({**SPEC, "solaris": {"policy": "nope"}})
+    with pytest.raises(ConfigError, match="speculation policy"):
+        check_spec(spec)
+
+
+@pytest.mark.slow
+def test_kd_solaris_trains_and_evaluates(tmp_path):
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(yaml.safe_dump(SPEC))
+    out = tmp_path / "out"
+    assert main(["run", str(spec), "--out", str(out), "--threads", "1"]) == 0
+    df = pd.read_csv(out / "results.csv")
+    sol = df[(df.variant == "kd_solaris") & (df.domain == "all")]
+    assert len(sol) == 1 and 0.5 < sol["ne"].iloc[0] < 1.5
+    (step,) = out.glob("cache/pairs-*")
+    m = json.loads((step / "measurements.json").read_text())
+    assert [r["day"] for r in m["days"] if r["k"] == 4] == [3, 4, 5]
+    assert all(0 <= r["hit_rate"] <= 1 for r in m["days"])
+    assert "solaris day 5" in (out / "log.txt").read_text()
