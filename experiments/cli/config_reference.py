@@ -79,6 +79,8 @@ def yaml_value(value: Any) -> str:
         return "[" + ", ".join(yaml_value(v) for v in value) + "]"
     if isinstance(value, dict):
         return "{" + ", ".join(f"{k}: {yaml_value(v)}" for k, v in value.items()) + "}"
+    if callable(getattr(value, "to_dict", None)):  # a spec section (solaris.policy)
+        return yaml_value(value.to_dict())
     return str(value)
 
 

@@ -144,6 +144,7 @@ def spec_page() -> str:
                 "bootstrap": (model.BootstrapSpec, spec.bootstrap),
                 "primary": (model.PrimarySpec, spec.primary),
                 "repr": (model.ReprSpec, spec.repr),
+                "solaris": (model.SolarisSpec, spec.solaris),
                 "hierarchical": (model.TeacherSpec, spec.hierarchical)}
     lines = [_banner("the spec dataclasses in experiments/spec/model.py (each key's comment)"),
              "", "# Experiment spec reference", "",

@@ -16,7 +16,8 @@ from gemkd.transfer.options import PROTOCOLS
 
 ROOT = Path(__file__).resolve().parents[2]
 SPEC_CLASSES = (model.RunSpec, model.DataSpec, model.TeacherSpec, model.PluginSpec,
-                model.VariantSpec, model.TuningSpec, model.BootstrapSpec, model.ReprSpec)
+                model.VariantSpec, model.TuningSpec, model.BootstrapSpec, model.ReprSpec,
+                model.SolarisSpec)
 
 
 @pytest.fixture(scope="module")
