@@ -9,6 +9,12 @@ compared against, per task, in one of two forms:
   loss scale (λ = α / (1 − α)), kept for specs that tune or fix λ.
 
 ``loss: mse`` replaces the soft-target BCE by logit MSE (``temperature`` then does nothing).
+``loss: bce_cal`` is the soft-target BCE whose temperature leaves the student's mean probability
+to the untempered target (:func:`~gemkd.transfer.methods.losses.kd_bce_calibrated`): at T > 1
+plain KD's student settles at the tempered targets' mean and under-predicts a teacher around
+p ≈ 0.1 (0.83× its mean at T = 4 for a student whose logits spread less than the teacher's:
+tests/distill/test_kd_cal.py); ``bce_cal``'s stays at the teacher's (or the Student Adapter's)
+mean at every T, and equals ``bce`` at T = 1.
 """
 
 from __future__ import annotations
@@ -25,8 +31,9 @@ from gemkd.transfer.models import StudentOutput
 
 class KD(TransferMethod):
     """``alpha`` α (convex form) or ``kd_weight`` λ (additive form; the default, λ = 1, when
-    neither is given), ``temperature`` T, ``loss`` ``bce`` (soft targets, T²-scaled) or ``mse``
-    (logit matching). The loss applies to the serving logits, or to the distillation head a
+    neither is given), ``temperature`` T, ``loss`` ``bce`` (soft targets, T²-scaled), ``bce_cal``
+    (the same, the student's mean probability kept at the target's) or ``mse`` (logit
+    matching). The loss applies to the serving logits, or to the distillation head a
     method or the student names (``StepState.distill_logits``), scaled by its
     ``distill_weight``; its target is the teacher's logits or what a method realigned them to.
     In the convex form the serving head's label loss is scaled by 1 − α through
@@ -78,9 +85,11 @@ class KD(TransferMethod):
         kd_fn = KD_LOSSES[self.kd_loss]
         if step.distill_logits is not None:
             value = _scaled(step.distill_weight, masked_mean(
-                kd_fn(step.distill_logits, target, temperature=self.temperature), found))
+                kd_fn(step.distill_logits, target, temperature=self.temperature, found=found),
+                found))
         else:
-            value = masked_mean(kd_fn(out.logits, target, temperature=self.temperature), found)
+            value = masked_mean(kd_fn(out.logits, target, temperature=self.temperature,
+                                      found=found), found)
         step.log("train/kd_loss", value)
         return {"kd": _scaled(self.kd_weight, value)}
 

@@ -29,7 +29,56 @@ def kd_mse(student_logits: torch.Tensor, teacher_logits: torch.Tensor) -> torch.
     return (student_logits - teacher_logits.detach()).pow(2)
 
 
-KD_LOSSES = {"bce": kd_bce, "mse": lambda s, t, temperature=1.0: kd_mse(s, t)}
+def kd_bce_calibrated(student_logits: torch.Tensor, teacher_logits: torch.Tensor,
+                      temperature: float | torch.Tensor = 1.0,
+                      found: torch.Tensor | None = None) -> torch.Tensor:
+    """:func:`kd_bce` whose temperature shapes the student's deviations from its mean but
+    leaves the mean itself to the untempered, calibrated target (``kd loss: bce_cal``).
+
+    Why: the tempered loss's gradient per row is ``r = T·(σ(z_s/T) − σ(z_t/T))``; a shift δ of
+    every student logit (its output bias) moves with the batch mean r̄, so a student that cannot
+    match the teacher row by row settles where ``mean σ(z_s/T) = mean σ(z_t/T)`` — the means of
+    targets pulled toward 0.5 — not where ``mean σ(z_s) = mean σ(z_t)``: as T grows the loss
+    tends to logit matching, which for logits around −4 fits the mean *logit* and leaves the
+    student under-predicting whenever its logits spread less than the teacher's (Jensen: σ is
+    convex there). The calibration term replaces that mean component of the gradient with the
+    untempered residual's, ``u = σ(z_s) − σ(z_t)``, per task over the ``found`` rows:
+
+        ∂ℓ_i/∂z_s,i = r_i − r̄ + ū,     via     ℓ_i = kd_bce_i + (z_s,i − sg(z_s,i))·sg(ū − r̄)
+
+    (sg: stop-gradient). The term's value is exactly 0, so the logged loss is kd_bce's; its
+    gradient along δ is ū, so a student with an output bias is stationary only where its mean
+    probability is the target's — the teacher's, or the Student Adapter's realigned one — at
+    any T, while the deviations r_i − r̄ are Hinton's tempered ones. The row-wise optimum
+    (z_s = z_t: r = u = 0) is unchanged. At T = 1, r = u and the term vanishes: a float
+    ``temperature`` of 1 returns :func:`kd_bce` itself, bit for bit (a tensor one, a pack's
+    knob, equals it to rounding).
+    """
+    soft = kd_bce(student_logits, teacher_logits, temperature)
+    t = temperature if isinstance(temperature, torch.Tensor) else float(temperature)
+    if not isinstance(t, torch.Tensor) and t == 1.0:
+        return soft
+    s, z_t = student_logits.detach(), teacher_logits.detach()
+    tempered = t * (torch.sigmoid(s / t) - torch.sigmoid(z_t / t))
+    plain = torch.sigmoid(s) - torch.sigmoid(z_t)
+    shift = _row_mean(plain - tempered, found)  # [tasks]: ū − r̄
+    return soft + (student_logits - s) * shift.to(soft.dtype)
+
+
+def _row_mean(values: torch.Tensor, found: torch.Tensor | None) -> torch.Tensor:
+    """Per-column mean of ``values [B, T]`` over the rows where ``found [B]`` is true."""
+    if found is None or (found.device.type == "cpu" and bool(found.all())):
+        return values.mean(0)
+    m = found.to(values.dtype).unsqueeze(-1)
+    return (values * m).sum(0) / m.sum().clamp_min(1.0)
+
+
+#: KD's ``loss`` forms: ``(student_logits, teacher_logits, temperature, found) → [B, T]``
+KD_LOSSES = {
+    "bce": lambda s, t, temperature=1.0, found=None: kd_bce(s, t, temperature),
+    "bce_cal": kd_bce_calibrated,
+    "mse": lambda s, t, temperature=1.0, found=None: kd_mse(s, t),
+}
 
 
 def masked_mean(values: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
