@@ -167,8 +167,9 @@ def spec_page() -> str:
 
 def _variants(model) -> list[str]:
     docs = field_docs(model.VariantSpec)
-    lines = ["`variants` is a list of the built-in variants' names (the default: all of them), "
-             "or a mapping from a name to its methods (a list) or to a mapping of these keys:",
+    lines = ["`variants` is a list of the built-in variants' names (the default: "
+             f"{', '.join(model.DEFAULT_VARIANTS)}), or a mapping from a name to its methods (a "
+             "list) or to a mapping of these keys:",
              "", "| key | type | default | meaning |", "|---|---|---|---|",
              f"| `methods` | list of methods | `[]` | {cell(docs['methods'])} |",
              f"| `teacher` | one of {', '.join(f'`{t}`' for t in model.TEACHER_SOURCES)} | "
@@ -178,7 +179,7 @@ def _variants(model) -> list[str]:
              "| variant | methods | teacher |", "|---|---|---|"]
     for name, value in model.BUILTIN_VARIANTS.items():
         v = model.VariantSpec.parse(name, value, "variants")
-        lines.append(f"| `{name}` | `{yaml_value([m.class_path for m in v.methods])}` | "
+        lines.append(f"| `{name}` | `{yaml_value([m.to_dict() for m in v.methods])}` | "
                      f"`{v.teacher}` |")
     return [*lines, ""]
 

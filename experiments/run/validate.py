@@ -36,9 +36,11 @@ def check_spec(spec: RunSpec) -> None:
         if spec.teacher.overrides or len(spec.lags) > 1:
             raise ConfigError("spec teacher.store: an imported store is one fixed teacher; "
                               "it takes no other teacher keys and no lag sweep")
-        if any("teacher_weights" in variant_needs(v) for v in spec.variants):
-            raise ConfigError("spec teacher.store: parameter sharing needs a teacher "
-                              "checkpoint, and an imported store has none")
+        sharing = [v.name for v in spec.variants if "teacher_weights" in variant_needs(v)]
+        if sharing:
+            raise ConfigError(f"spec variants: {', '.join(sharing)} start the student from the "
+                              "teacher's weights (param_share), and the imported teacher.store "
+                              "has no checkpoint: drop the variant or train the teacher")
     speculating = [v.name for v in spec.variants if "pairs" in variant_needs(v)]
     if speculating and spec.teacher.store is not None:
         raise ConfigError(f"spec variants: {', '.join(speculating)} precompute SOLARIS pairs "

@@ -3,6 +3,7 @@
 from gemkd.experiments.spec.load import apply_sets, load_spec, parse_set, spec_from_mapping
 from gemkd.experiments.spec.model import (
     BUILTIN_VARIANTS,
+    DEFAULT_VARIANTS,
     DataSpec,
     PluginSpec,
     ReprSpec,
@@ -12,6 +13,6 @@ from gemkd.experiments.spec.model import (
     parse_variants,
 )
 
-__all__ = ["BUILTIN_VARIANTS", "DataSpec", "PluginSpec", "ReprSpec", "RunSpec", "TeacherSpec",
-           "VariantSpec", "apply_sets", "load_spec", "parse_set", "parse_variants",
+__all__ = ["BUILTIN_VARIANTS", "DEFAULT_VARIANTS", "DataSpec", "PluginSpec", "ReprSpec", "RunSpec",
+           "TeacherSpec", "VariantSpec", "apply_sets", "load_spec", "parse_set", "parse_variants",
            "spec_from_mapping"]

@@ -26,6 +26,8 @@ from gemkd.transfer.options import (
     choices,
 )
 
+#: KD whose temperature keeps the student's mean probability at the target's (losses.py)
+_KD_CAL = {"class_path": "kd", "init_args": {"loss": "bce_cal"}}
 BUILTIN_VARIANTS: dict[str, Any] = {
     "baseline": [],
     "kd": ["kd"],
@@ -34,9 +36,18 @@ BUILTIN_VARIANTS: dict[str, Any] = {
     "kd_repr": ["kd", "repr"],
     "hierarchical": {"teacher": "domain_fm", "methods": ["kd"]},
     "full": ["kd", "aux_head", "adapter", "repr"],
+    # KD from a student whose embedding tables start from the teacher's (needs its checkpoint)
+    "kd_share": ["kd", "param_share"],
+    # KD with loss bce_cal, alone and on the Student Adapter's realigned targets
+    "kd_cal": [_KD_CAL],
+    "kd_adapter_cal": [_KD_CAL, "adapter"],
     # KD + SOLARIS pair representations (docs/guides/solaris.md)
     "kd_solaris": ["kd", "solaris"],
 }
+#: The variants of a spec that names none: the first seven (the later ones are opt-in: kd_share
+#: needs a teacher checkpoint, and each adds a search to every run)
+DEFAULT_VARIANTS: tuple[str, ...] = ("baseline", "kd", "kd_aux", "kd_aux_adapter", "kd_repr",
+                                     "hierarchical", "full")
 #: The teacher a variant's methods learn from: the run's GEM, or its domain FM (hierarchical)
 TeacherSource = Literal["gem", "domain_fm"]
 TEACHER_SOURCES = choices(TeacherSource)
@@ -423,13 +434,13 @@ class RunSpec:
     student_domain: str | None = None
     #: the variants compared: a list of built-in names, or a mapping name: [methods] (or name:
     #: {teacher, methods}) defining your own
-    variants: Any = field(default_factory=lambda: [v for v in BUILTIN_VARIANTS
-                                                   if v != "kd_solaris"])
+    variants: Any = field(default_factory=lambda: list(DEFAULT_VARIANTS))
     #: the student's batch size
     batch_size: int = 256
     #: the student's learning rate
     lr: float = 0.01
-    #: the kd method's default loss: bce (with temperature and T²) or mse on logits
+    #: the kd method's default loss: bce (with temperature and T²), bce_cal (the same, the
+    #: student's mean probability kept at the target's at any temperature) or mse on logits
     kd_loss: str = "bce"
     #: the equal-budget search of every variant's knobs
     tuning: TuningSpec = field(default_factory=TuningSpec)
