@@ -102,7 +102,8 @@ def precompute_pairs(data: str | Path, days: Sequence[int], checkpoints: dict[in
         if ckpt not in loaded:
             loaded.clear()  # one teacher in memory at a time
             teacher = load_teacher(ckpt, data)
-            dims = teacher.model.representation_dims()
+            model: Any = teacher.model  # a teacher (gemkd.transfer.models): duck-typed
+            dims = model.representation_dims()
             if layer not in dims:
                 raise ConfigError(f"solaris.layer {layer!r}: the teacher's layers are "
                                   f"{', '.join(dims)}")

@@ -51,7 +51,8 @@ class PairLookup:
     @classmethod
     def from_store(cls, store, fallback: str = "user_mean") -> PairLookup:
         """From a :class:`~gemkd.transfer.solaris.PairStore`."""
-        return cls(*store.read(), fallback=fallback)
+        day, user_id, item, vectors = store.read()
+        return cls(day, user_id, item, vectors, fallback=fallback)
 
     def lookup(self, day, user_id, item) -> torch.Tensor:
         """The rows' features ``[B, dim + 1]`` (a CPU tensor): hit → vector, 0; miss →
