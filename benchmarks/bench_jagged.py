@@ -276,7 +276,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--_memory-child", nargs=2, metavar=("OP", "VARIANT"), help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args._memory_child:
-        print(measure_cpu_memory_here(*args._memory_child, args))
+        op, variant = args._memory_child
+        print(measure_cpu_memory_here(op, variant, args))
         return
     if args.reps < 5:
         p.error("--reps must be at least 5")

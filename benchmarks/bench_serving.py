@@ -68,7 +68,7 @@ PATHS = ("student", "student+repr", "teacher")
 
 def write_codes(data: Path, out: Path, code_dim: int, bits: int) -> None:
     """One random tanh code per example of the world, through the real code-store writer."""
-    keys = {k: [] for k in ("example_id", "user_id", "ts", "day")}
+    keys: dict[str, list[np.ndarray]] = {k: [] for k in ("example_id", "user_id", "ts", "day")}
     reader = DatasetReader(data, batch_size=1 << 16, dense=[], sequence=[], oracle=False)
     for b in reader:
         for k in keys:
@@ -98,7 +98,8 @@ def make_requests(data: Path, days: tuple[int, int], n_candidates: int, n_reques
             b, categorical=cat,
             seq_values={k: v[:length].repeat(n) for k, v in b.seq_values.items()},
             seq_offsets=torch.arange(n + 1, dtype=torch.int64) * length, seq_max_len=length,
-            **{k: _first(getattr(b, k), n) for k in ("user_id", "ts", "day", "domain")}))
+            user_id=_first(b.user_id, n), ts=_first(b.ts, n), day=_first(b.day, n),
+            domain=_first(b.domain, n)))
         if len(out) == n_requests:
             break
     return out
@@ -188,7 +189,7 @@ def main() -> None:
 
 
 @torch.inference_mode()
-def run_requests(paths: dict[str, Callable[[Batch], None]], requests: list[Batch], warmup: int,
+def run_requests(paths: dict[str, Callable[[Batch], object]], requests: list[Batch], warmup: int,
                  device: str) -> dict[str, list[float]]:
     """Seconds per request on each path; every request visits every path in turn."""
     times: dict[str, list[float]] = {k: [] for k in paths}

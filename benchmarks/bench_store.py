@@ -256,11 +256,11 @@ def main() -> None:
           f"median of {args.reps} interleaved runs after a warm-up; torch threads "
           f"{torch.get_num_threads()}")
     print(f"{'comparison':58s} {'store s':>8s} {'bare s':>8s} {'ratio':>6s} {'target':>7s}")
-    for name, ours, bare, target in rows:
-        ratio = bare / ours  # >1: the store path is faster
+    for name, ours_s, bare_s, target in rows:
+        ratio = bare_s / ours_s  # >1: the store path is faster
         res[f"ratio::{name}"] = ratio
         mark = "" if target is None else (f">={target}" + (" ok" if ratio >= target else " MISS"))
-        print(f"{name:58s} {ours:8.3f} {bare:8.3f} {ratio:6.2f} {mark:>7s}")
+        print(f"{name:58s} {ours_s:8.3f} {bare_s:8.3f} {ratio:6.2f} {mark:>7s}")
     print(f"{'rows/s exported: float16 / int8':58s} {n / res['export_store_float16_s']:>12,.0f}"
           f" / {n / res['export_store_int8_s']:,.0f}")
     print(f"{'rows/s joined (logits / +emb fp16 / +emb int8)':58s} "
@@ -269,10 +269,11 @@ def main() -> None:
     for d in ("float16", "int8"):
         print(f"{'bytes/row on disk, ' + d + ' emb (total / emb column)':58s} "
               f"{res[f'bytes_per_row_{d}']:8.1f} / {res[f'emb_bytes_per_row_{d}']:.1f}")
-    for d in (E, 8):
-        print(f"{'bytes/row on disk, code store code_dim ' + str(d) + ' int8 / int4 (total)':58s} "
-              f"{res[f'code_store_bytes_per_row_d{d}_int8']:8.1f} / "
-              f"{res[f'code_store_bytes_per_row_d{d}_int4']:.1f}")
+    for dim in (E, 8):
+        label = f"bytes/row on disk, code store code_dim {dim} int8 / int4 (total)"
+        print(f"{label:58s} "
+              f"{res[f'code_store_bytes_per_row_d{dim}_int8']:8.1f} / "
+              f"{res[f'code_store_bytes_per_row_d{dim}_int4']:.1f}")
     print(f"wall {res['wall_s']:.1f} s")
     figs = figures(res, rows, n)
     print_figures(figs)
@@ -296,10 +297,10 @@ def figures(res: dict, rows: list, n: int) -> list[dict]:
     for bits in (8, 4):
         out.append(figure(f"code store bytes/row, int{bits} code column alone (code_dim {E})",
                           res[f"code_bytes_per_row_d{E}_int{bits}"], "B"))
-    for d in (E, 8):
+    for dim in (E, 8):
         for bits in (8, 4):
-            out.append(figure(f"code store bytes/row, int{bits} codes (code_dim {d}, keys)",
-                              res[f"code_store_bytes_per_row_d{d}_int{bits}"], "B"))
+            out.append(figure(f"code store bytes/row, int{bits} codes (code_dim {dim}, keys)",
+                              res[f"code_store_bytes_per_row_d{dim}_int{bits}"], "B"))
     return out
 
 

@@ -32,7 +32,9 @@ import sys
 import tempfile
 import time
 import warnings
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import torch
 import yaml
@@ -57,11 +59,12 @@ ROOT = Path(__file__).resolve().parents[1]
 CAPS = [128, 256, 512, 1024, 2048, 4096]
 SMALL_WORLD_TRAIN = 200_000  # examples on the small world's teacher training days [0, 10)
 DEVICE = "cpu"  # set from --device in main()
-TYPICAL = dict(n_days=2, examples_per_day=2048, n_users=2000, n_ads=300, n_advertisers=40,
-               n_content=600, n_topics=16, history_days=20, mean_history=50.0, max_history=4096)
-LONG = dict(n_days=1, examples_per_day=1536, n_users=600, n_ads=300, n_advertisers=40,
-            n_content=600, n_topics=16, history_days=20, mean_history=6000.0,
-            history_sigma=0.25, max_history=4096)
+TYPICAL: dict[str, Any] = dict(
+    n_days=2, examples_per_day=2048, n_users=2000, n_ads=300, n_advertisers=40, n_content=600,
+    n_topics=16, history_days=20, mean_history=50.0, max_history=4096)
+LONG: dict[str, Any] = dict(
+    n_days=1, examples_per_day=1536, n_users=600, n_ads=300, n_advertisers=40, n_content=600,
+    n_topics=16, history_days=20, mean_history=6000.0, history_sigma=0.25, max_history=4096)
 
 
 def model_config(name: str, **overrides) -> dict:
@@ -288,12 +291,13 @@ def compile_section(schema, batches: list[Batch], repeats: int) -> dict:
 
 
 def scaling_section(schema, root: Path, caps: list[int], repeats: int) -> dict:
-    fns, info = {}, {}
+    fns: dict[str, Callable[[], object]] = {}
+    info = {}
     for cap in caps:
         b = read_batches(root, 1, max_seq_len=cap)[0]
         lengths = b.seq_lengths
         step = Step(schema, model_config("small", max_history=cap))
-        fns[cap] = cycler(step, [b])
+        fns[str(cap)] = cycler(step, [b])
         info[cap] = {
             "mean_history": round(lengths.float().mean().item(), 1),
             "at_cap": round((lengths == cap).float().mean().item(), 3),
@@ -302,10 +306,11 @@ def scaling_section(schema, root: Path, caps: list[int], repeats: int) -> dict:
     t = interleaved(fns, repeats, device=DEVICE)
     rows = {}
     for cap in caps:
-        rows[str(cap)] = {**info[cap], "step_ms": round(t[cap] * 1e3, 1),
-                          "us_per_example": round(t[cap] / BATCH * 1e6, 1),
-                          "vs_first": round(t[cap] / t[caps[0]], 2)}
-    ratio = t[caps[-1]] / t[caps[0]]
+        s = t[str(cap)]
+        rows[str(cap)] = {**info[cap], "step_ms": round(s * 1e3, 1),
+                          "us_per_example": round(s / BATCH * 1e6, 1),
+                          "vs_first": round(s / t[str(caps[0])], 2)}
+    ratio = t[str(caps[-1])] / t[str(caps[0])]
     return {"caps": rows, "ratio_last_first": round(ratio, 2),
             "target": f"<= 3x for {caps[-1] // caps[0]}x longer histories",
             "meets_target": bool(ratio <= 3.0)}

@@ -89,7 +89,7 @@ from gemkd.experiments.run.teacher_steps import (
 from gemkd.experiments.spec import PluginSpec, RunSpec, TeacherSpec, VariantSpec, load_spec
 from gemkd.students import build_student
 from gemkd.transfer.data.datamodule import AdsDataModule
-from gemkd.transfer.data.schema import DatasetSchema
+from gemkd.transfer.data.schema import DatasetSchema, day_range
 from gemkd.transfer.distill import StoreTeacher
 from gemkd.transfer.repr_features import AsOfCodes, CodeStore
 from gemkd.transfer.store import TeacherStore
@@ -196,12 +196,12 @@ def measure(spec: RunSpec, args: argparse.Namespace, data: Path, store: Path,
             codes_dir: Path) -> dict:
     tasks = list(spec.student_tasks)
     only = [spec.student_domain] if spec.student_domain else None
-    days = tuple(spec.student_days)
+    days = day_range(spec.student_days)
     base_rates = training_base_rates(data, days, tasks, only)
     inputs = Inputs({"gem": store}, AsOfCodes(CodeStore(codes_dir), spec.repr.max_events))
     params = {"kd_weight": 1.0, "temperature": 1.0, "aux_beta": 0.5, "adapter_hidden": 16}
     job = StudentJob(spec.variant("baseline"), params, spec.seeds[0], days,
-                     tuple(spec.eval_days), spec.teacher_days - 1)
+                     day_range(spec.eval_days), spec.teacher_days - 1)
     epoch: dict[str, list[float]] = {v: [] for v in args.variants}
     fit: dict[str, list[float]] = {v: [] for v in args.variants}
     evals: dict[str, list[float]] = {v: [] for v in args.variants}
@@ -212,17 +212,16 @@ def measure(spec: RunSpec, args: argparse.Namespace, data: Path, store: Path,
         def run() -> None:
             if variant in errors:
                 return
-            clocks: list[TrainClock] = []
             try:
-                clocks.append(TrainClock(args.device))
+                clock = TrainClock(args.device)
                 r = train_student(spec, dataclasses.replace(
                     job, variant=variant_spec(spec, variant)), data, inputs, base_rates,
-                    callbacks=clocks)
+                    callbacks=[clock])
             except Exception as e:  # noqa: BLE001 - report it, keep measuring the others
                 errors[variant] = f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"
                 print(f"  {variant}: FAILED {errors[variant]}", flush=True)
                 return
-            epoch[variant].append(clocks[0].seconds)
+            epoch[variant].append(clock.seconds)
             fit[variant].append(r["train_seconds"])
             evals[variant].append(r["eval_seconds"])
             examples[variant] = round(r["examples_per_second"] * r["train_seconds"])

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -30,9 +31,9 @@ class Step:
         emb = embedding_parameters(self.model)
         ids = {id(p) for p in emb}
         dense = [p for p in self.model.parameters() if id(p) not in ids]
-        self.opt = torch.optim.AdamW(
-            [{"params": emb, "lr": 0.01, "weight_decay": 0.0}, {"params": dense}], lr=1e-3
-        )
+        groups: list[dict[str, Any]] = [{"params": emb, "lr": 0.01, "weight_decay": 0.0},
+                                        {"params": dense}]
+        self.opt = torch.optim.AdamW(groups, lr=1e-3)
         self.forward = torch.compile(self.model) if compile_ else self.model
 
     def loss(self, batch: Batch) -> torch.Tensor:
@@ -62,7 +63,7 @@ def matmul_fn() -> Callable[[], object]:
     m, k, n = MM_SHAPE
     a, b = torch.randn(m, k, device=DEVICE), torch.randn(k, n, device=DEVICE)
 
-    def run() -> object:
+    def run() -> None:
         for _ in range(4):
             torch.mm(a, b)
 

@@ -65,8 +65,10 @@ def evaluate_rows(ckpt: str | Path, data: str | Path, days: tuple[int, int], *,
                                max_seq_len=teacher.cfg.max_seq_len, oracle=False):
         parts.append((model(batch).logits.double().numpy(), batch.labels.double().numpy(),
                       batch.user_id.numpy(), batch.domain.numpy(), batch.example_id.numpy()))
-    cols = [np.concatenate(c) for c in zip(*parts, strict=True)]
-    return EvalRows(*cols, tasks=tuple(schema.tasks), domains=tuple(schema.domains))
+    logits, labels, user, domain, example_id = (np.concatenate(c)
+                                                for c in zip(*parts, strict=True))
+    return EvalRows(logits, labels, user, domain, example_id, tasks=tuple(schema.tasks),
+                    domains=tuple(schema.domains))
 
 
 @dataclass(frozen=True)
@@ -95,10 +97,10 @@ def window_base_rates(data: str | Path, days: tuple[int, int], tasks: Sequence[s
 def ls_slope(x: Sequence[float], y: np.ndarray) -> np.ndarray:
     """Least-squares slope of ``y [..., K]`` against ``x [K]`` along the last axis; nan where any
     of the K values is nan (a slope over fewer points would not be the same fit)."""
-    x = np.asarray(x, dtype=np.float64)
-    if x.size < 2 or np.ptp(x) == 0:
+    xa = np.asarray(x, dtype=np.float64)
+    if xa.size < 2 or np.ptp(xa) == 0:
         return np.full(np.shape(y)[:-1], np.nan)
-    xc = x - x.mean()
+    xc = xa - xa.mean()
     y = np.asarray(y, dtype=np.float64)
     return ((y - y.mean(axis=-1, keepdims=True)) * xc).sum(axis=-1) / (xc ** 2).sum()
 
@@ -252,21 +254,21 @@ def aging_study(runs: Sequence[Run], *, groups: Sequence[str] = (ALL,), samples:
         for metric, v in cell.items():
             for ti, task in enumerate(tasks):
                 for mi, m in enumerate(models):
-                    s, lo, hi = slope_with_interval(ages, v["mean"][mi, :, ti],
-                                                    v["rep"][:, mi, :, ti], level)
+                    s, s_lo, s_hi = slope_with_interval(ages, v["mean"][mi, :, ti],
+                                                        v["rep"][:, mi, :, ti], level)
                     slope_rows.append({"model": m, "group": g, "task": task, "metric": metric,
-                                       "slope": s, "lo": lo, "hi": hi})
+                                       "slope": s, "lo": s_lo, "hi": s_hi})
                 if control in models:
                     ci = models.index(control)
                     for mi, m in enumerate(models):
                         if mi == ci:
                             continue
-                        s, lo, hi = slope_with_interval(
+                        s, s_lo, s_hi = slope_with_interval(
                             ages, v["mean"][mi, :, ti] - v["mean"][ci, :, ti],
                             v["rep"][:, mi, :, ti] - v["rep"][:, ci, :, ti], level)
                         slope_rows.append({"model": f"{m} − {control}", "group": g,
                                            "task": task, "metric": metric, "slope": s,
-                                           "lo": lo, "hi": hi})
+                                           "lo": s_lo, "hi": s_hi})
                         for ki, ag in enumerate(ages):
                             d = v["mean"][mi, ki, ti] - v["mean"][ci, ki, ti]
                             if not np.isfinite(d):

@@ -48,7 +48,7 @@ from gemkd.experiments.run.evaluation import (
 from gemkd.experiments.teacher_config import TeacherTrainConfig, load_teacher_config
 from gemkd.experiments.teacher_fit import fit_teacher
 from gemkd.transfer.config import load_dataclass
-from gemkd.transfer.data.schema import DatasetSchema
+from gemkd.transfer.data.schema import DatasetSchema, day_range
 from gemkd.transfer.data.synth import SynthConfig, generate
 from gemkd.transfer.metrics.numerics import binary_entropy, logit
 from gemkd.transfer.options import ACCELERATORS
@@ -92,8 +92,10 @@ def train_and_test(cfg: TeacherTrainConfig, data: Path, run_dir: Path,
                    base_rates: dict[str, float]) -> dict[str, Any]:
     """Fit ``cfg`` (the kept epoch), then its test-day metrics."""
     t0 = time.perf_counter()
+    if cfg.test_days is None:
+        raise ValueError(f"config {cfg.name!r}: no test_days to evaluate on")
     summary = fit_teacher(cfg, data, run_dir, progress=False)
-    test = evaluate_teacher(summary["checkpoint"], data, tuple(cfg.test_days), base_rates)
+    test = evaluate_teacher(summary["checkpoint"], data, day_range(cfg.test_days), base_rates)
     val = summary.get("val", {})
     return {"metrics": {k: v for k, v in test.items() if k.startswith(("ne/", "auc/"))},
             "val_loss": _objective(val, base_rates, cfg.task_weights),
@@ -219,7 +221,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             generate(synth, data, overwrite=True)
         schema = DatasetSchema.load(data)
         rates = training_base_rates(data, teacher.train_days, schema.tasks)
-        refs = references(data, tuple(teacher.test_days), rates)
+        refs = references(data, day_range(teacher.test_days), rates)
         print(f"data {data} ({schema.n_rows:,} rows); train {teacher.train_days}, val "
               f"{teacher.val_days}, test {teacher.test_days}", flush=True)
         for variant in args.variants:
@@ -241,8 +243,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 if tune is not None and i == 0:
                     r = results[variant][0]
                 else:
-                    base = teacher if variant not in chosen else dataclasses.replace(
-                        teacher, **{tune[0]: yaml.safe_load(chosen[variant].split("=")[1])})
+                    base = teacher
+                    if tune is not None and variant in chosen:
+                        base = dataclasses.replace(teacher, **{
+                            tune[0]: yaml.safe_load(chosen[variant].split("=")[1])})
                     r = train_and_test(variant_config(variant, base, mlp, seed), data,
                                        root / "runs" / f"{variant}-{seed}", rates)
                     results[variant].append(r)

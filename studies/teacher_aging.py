@@ -115,9 +115,11 @@ def train_window(model: str, teacher: TeacherTrainConfig, mlp: TeacherTrainConfi
     dataset (``--keep``: a rerun with other ages or groups only evaluates)."""
     from gemkd.experiments.teacher_fit import fit_teacher
 
-    if model == "gem_base" and base is None:
-        raise ValueError("model gem_base needs the second GEM config (--base-config)")
-    cfg = variant_config(MODELS[model], base if model == "gem_base" else teacher, mlp, seed)
+    if model == "gem_base":
+        if base is None:
+            raise ValueError("model gem_base needs the second GEM config (--base-config)")
+        teacher = base
+    cfg = variant_config(MODELS[model], teacher, mlp, seed)
     cfg = dataclasses.replace(cfg, name=f"{model}-{days[0]}-{days[1]}-s{seed}",
                               train_days=list(days), val_days=None, test_days=None,
                               select="last", patience=None)
@@ -154,8 +156,9 @@ def day_spans(data: Path, days: Iterable[int]) -> dict[int, tuple[str, str]]:
     for d in days:
         ts = pq.read_table(day_path(data, d), columns=["ts"]).column("ts")
         lo, hi = pc.min(ts).as_py(), pc.max(ts).as_py()
-        out[d] = tuple(datetime.datetime.fromtimestamp(v, datetime.UTC).strftime("%Y-%m-%d %H:%M")
+        first, last = (datetime.datetime.fromtimestamp(v, datetime.UTC).strftime("%Y-%m-%d %H:%M")
                        for v in (lo, hi))
+        out[d] = (first, last)
     return out
 
 

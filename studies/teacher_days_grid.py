@@ -112,6 +112,8 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
     p.add_argument("--json", type=Path, default=None)
     args = p.parse_args(argv)
     domain = args.domain or (RunDir(args.runs[0]).spec() or {}).get("student_domain")
+    if domain is None:
+        p.error(f"--domain: {args.runs[0]}/spec.yaml names no student_domain")
     points = pd.DataFrame([grid_point(r, args.world, domain, args.task) for r in args.runs])
     text = markdown(points, domain, args.task)
     print(text)

@@ -273,6 +273,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = p.parse_args(argv)
     apply_common_args(p, args)
     spec = RunDir(args.run).spec()
+    if spec is None:
+        p.error(f"--run {args.run}: no spec.yaml (not a gemkd run directory)")
     domain, task = spec["student_domain"], spec["student_tasks"][0]
     rows, seconds = [], {}
     for world in find_worlds(args.run):

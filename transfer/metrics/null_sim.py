@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import TypedDict
 
 import numpy as np
 
@@ -40,7 +41,16 @@ EFFECTS_KNOWN = (("kd", "baseline"), ("better", "kd"))
 #: next to user noise", issue 28); both alike; users plus a per-world effect the size of a
 #: search draw (0.004 NE; only meaningful with several worlds: one world's own draw is its
 #: truth, not noise).
-NOISE_MIXES: dict[str, dict[str, float]] = {
+class NoiseMix(TypedDict, total=False):
+    """A mix's noise sds: :class:`Scenario`'s keyword arguments of those names."""
+
+    user_sd: float
+    user_seed_sd: float
+    seed_sd: float
+    world_sd: float
+
+
+NOISE_MIXES: dict[str, NoiseMix] = {
     "users": {"user_sd": 0.002, "user_seed_sd": 0.001, "seed_sd": 0.0005},
     "seeds": {"user_sd": 0.0005, "user_seed_sd": 0.0005, "seed_sd": 0.003},
     "balanced": {"user_sd": 0.0015, "user_seed_sd": 0.001, "seed_sd": 0.0015},
