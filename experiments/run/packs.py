@@ -79,13 +79,13 @@ def execute_pack(runs: list[StudentRun], batched: bool = BATCHED) -> list[dict[s
     in order, each as :func:`~gemkd.experiments.run.jobs.execute` makes it (its seconds are
     the pack's divided among its members).
 
-    ``batched`` (the default): the members' steps vmapped (see :mod:`~gemkd.transfer.distill.
-    pack`), and a run alone is a batched pack of one, so each member's numbers are its run
-    alone's bit for bit; a batched pack that cannot be stacked trains each member as a pack of
-    one. Exact (``batched=False``): each member's own ops, as Lightning's run alone
-    (:func:`execute`), which a pack of one is then. A run with a tracker or on an accelerator
-    (:func:`pack_key` None), or one that cannot be stacked even alone, runs through Lightning
-    (:func:`execute`); a log line says why."""
+    ``batched`` (the default): the members' steps vmapped (see
+    :mod:`gemkd.transfer.distill.pack`), and a run alone is a batched pack of one, so each
+    member's numbers are its run alone's bit for bit; a batched pack that cannot be stacked
+    trains each member as a pack of one. Exact (``batched=False``): each member's own ops, as
+    Lightning's run alone (:func:`execute`), which a pack of one is then. A run with a tracker
+    or on an accelerator (:func:`pack_key` None), or one that cannot be stacked even alone,
+    runs through Lightning (:func:`execute`); a log line says why."""
     if len(runs) == 1 and not batched:
         return [execute(runs[0])]
     if any(pack_key(r) is None for r in runs):
