@@ -105,9 +105,10 @@ REFERENCES = {"kd_adapter": "kd", "kd_aux_adapter": "kd_aux", "kd_aux_adapter_sa
 
 
 def chosen_params(spec: RunSpec, tuning: pd.DataFrame | None, variant: str, lag: int,
-                  world: int) -> dict[str, Any]:
-    """The values the run chose for ``variant`` at (lag, world): its search's (tuning.csv), or
-    the one point of a space with nothing to search (every knob a one-value list)."""
+                  world: int, seed: int) -> dict[str, Any]:
+    """The values the run chose for ``variant`` at (lag, world) for final seed ``seed``: its
+    search's (tuning.csv; under ``tuning.draws: per_seed`` the seed's own draw), or the one
+    point of a space with nothing to search (every knob a one-value list)."""
     if variant not in spec.variant_names:
         raise SystemExit(f"the run has no variant {variant!r} (variants: "
                          f"{', '.join(spec.variant_names)}): leave out the arms that need it")
@@ -121,6 +122,12 @@ def chosen_params(spec: RunSpec, tuning: pd.DataFrame | None, variant: str, lag:
                   & (tuning["chosen"])]
     if "world" in rows:
         rows = rows[rows["world"] == world]
+    if "draw" in rows and rows["draw"].notna().any():  # a search per final seed
+        draws = sorted(int(d) for d in rows["draw"].dropna().unique())
+        rows = rows[rows["draw"] == seed]
+        if rows.empty:
+            raise SystemExit(f"the run searched {variant!r} per final seed (draws {draws}): "
+                             f"seed {seed} has no search of its own; probe the run's seeds")
     out = {}
     for _, r in rows.iterrows():
         v = r["value"]
@@ -132,14 +139,15 @@ def chosen_params(spec: RunSpec, tuning: pd.DataFrame | None, variant: str, lag:
     return out
 
 
-def arm_params(spec: RunSpec, tuning: pd.DataFrame | None, arm: str, lag: int, world: int
-               ) -> dict[str, Any]:
-    """The chosen values of the arm's source variant, with the values the arm sets over them;
-    a KD arm with the adapter takes the adapter width kd_aux_adapter chose."""
+def arm_params(spec: RunSpec, tuning: pd.DataFrame | None, arm: str, lag: int, world: int,
+               seed: int) -> dict[str, Any]:
+    """The chosen values of the arm's source variant (for ``seed``), with the values the arm
+    sets over them; a KD arm with the adapter takes the adapter width kd_aux_adapter chose."""
     source, methods, *fixed = ARMS[arm]
-    params = chosen_params(spec, tuning, source, lag, world)
+    params = chosen_params(spec, tuning, source, lag, world, seed)
     if source == "kd" and _has_adapter(methods):
-        width = chosen_params(spec, tuning, "kd_aux_adapter", lag, world).get("adapter_hidden")
+        width = chosen_params(spec, tuning, "kd_aux_adapter", lag, world, seed
+                              ).get("adapter_hidden")
         if width is not None:
             params["adapter_hidden"] = int(width)
     return {**params, **(fixed[0] if fixed else {})}
@@ -177,8 +185,8 @@ def run_cell(spec: RunSpec, cell: Cell, arms: list[str], seeds: list[int],
     for arm in arms:
         methods = ARMS[arm][1]
         variant = VariantSpec.parse(arm, methods, "adapter_probe arms")
-        params = arm_params(spec, tuning, arm, cell.lag, cell.world)
         for seed in seeds:
+            params = arm_params(spec, tuning, arm, cell.lag, cell.world, seed)
             key = f"{arm}|{seed}|{cell.lag}|{cell.world}"
             if key in done and _same(done[key]["params"], params):
                 continue  # (other params: the run's search chose anew since; train again)
