@@ -376,7 +376,7 @@ class SolarisSpec:
     streaming the freshest daily checkpoint, else the lag's teacher) computes each pair's
     ``layer`` vector on a row of the user's history and the item's features."""
 
-    #: the speculation policy: recent, popular or an import path, with its init_args
+    #: the speculation policy: recent, popular, cooccur or an import path, with its init_args
     policy: PluginSpec = field(default_factory=lambda: PluginSpec("recent"))
     #: the pairs precomputed per user and day (the policy's top k)
     k: int = 8

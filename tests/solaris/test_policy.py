@@ -28,7 +28,7 @@ def test_past_log_refuses_the_day_it_predicts():
     assert view.frame["day"].max() == 1 and len(view.frame) == len(LOG)
 
 
-@pytest.mark.parametrize("name", ["recent", "popular"])
+@pytest.mark.parametrize("name", ["recent", "popular", "cooccur"])
 def test_policy_picks_do_not_depend_on_day_d(name):
     policy = build_policy(name)
     clean = policy.pick(PastLog.before(LOG, 2), 2)
@@ -52,6 +52,19 @@ def test_popular_is_the_same_top_items_for_every_user():
         assert list(g.sort_values("rank")["item"]) == [100, 101]
     windowed = build_policy("popular", {"window_days": 1}).pick(PastLog.before(LOG, 2), 1)
     assert set(windowed["item"]) == {100}  # day 1 alone: 100, 101, 102, 103 once; tie → 100
+
+
+def test_cooccur_scores_items_by_shared_users():
+    """Users who saw both (before day 2): 100·101 u1, 100·102 u1, 100·103 u2, 101·102 u1;
+    100 by u1, u2; 101 by u1, u3; 102 by u1; 103 by u2."""
+    picks = build_policy("cooccur").pick(PastLog.before(LOG, 2), 2)
+    got = {u: list(g.sort_values("rank")["item"]) for u, g in picks.groupby("user_id")}
+    # user 3 (recent 101): 101 → 2, 100 → 1, 102 → 1 (tie: the smaller id)
+    # user 2 (recent 103, 100): 100 → 2 + 1, 103 → 1 + 1, 101 → 1, 102 → 1
+    assert got[3] == [101, 100] and got[2] == [100, 103]
+    one = build_policy("cooccur", {"history": 1, "chunk": 1}).pick(PastLog.before(LOG, 2), 4)
+    u2 = list(one[one.user_id == 2].sort_values("rank")["item"])
+    assert u2 == [100, 103]  # recent 103 alone: 100 and 103 score 1, 101 and 102 score 0
 
 
 def test_bad_policy_is_a_config_error():

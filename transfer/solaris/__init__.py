@@ -15,6 +15,7 @@ from gemkd.transfer.solaris.pairs import PAIRS_FILE, PAIRS_JSON, PairStore, writ
 from gemkd.transfer.solaris.policy import (
     BUILTIN_POLICIES,
     LOG_COLUMNS,
+    Cooccur,
     PastLog,
     Popular,
     Recent,
@@ -25,6 +26,7 @@ from gemkd.transfer.solaris.policy import (
 
 __all__ = [
     "BUILTIN_POLICIES",
+    "Cooccur",
     "FALLBACKS",
     "ITEM_FEATURES",
     "LOG_COLUMNS",

@@ -11,6 +11,7 @@ give the whole hit-rate curve against K.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping
 from typing import Any
 
@@ -108,9 +109,61 @@ class Popular(SpeculationPolicy):
         return _ranked(grid, k)
 
 
+class Cooccur(SpeculationPolicy):
+    """Items seen by the same users as the user's ``history`` most recent distinct items:
+    item j scores ``sum over recent i of |users who saw both i and j|`` (over the last
+    ``window_days`` days when set; the recent items themselves count too), the ``k`` best with
+    a positive score, ties to the smaller item id. Item-to-item collaborative filtering: it
+    predicts items a user has not been shown yet, which ``recent`` cannot."""
+
+    def __init__(self, history: int = 5, window_days: int | None = None,
+                 chunk: int = 1024) -> None:
+        if history < 1 or chunk < 1:
+            raise ValueError(f"history and chunk must be >= 1, got {history}, {chunk}")
+        if window_days is not None and window_days < 1:
+            raise ValueError(f"window_days must be >= 1 or null, got {window_days}")
+        self.history, self.window_days, self.chunk = history, window_days, chunk
+
+    def pick(self, log: PastLog, k: int) -> pd.DataFrame:
+        import torch
+
+        f = log.frame
+        if self.window_days is not None:
+            f = f[f["day"] >= log.day - self.window_days]
+        seen = f[["user_id", "item"]].drop_duplicates()
+        items = np.sort(seen["item"].unique())
+        if not len(items):
+            return _ranked(pd.DataFrame({"user_id": [], "item": []}), k)
+        users, u_at = np.unique(seen["user_id"].to_numpy(), return_inverse=True)
+        i_at = np.searchsorted(items, seen["item"].to_numpy())
+        x = torch.sparse_coo_tensor(np.stack([u_at, i_at]), torch.ones(len(seen)),
+                                    (len(users), len(items)), check_invariants=True).coalesce()
+        with warnings.catch_warnings():  # torch's sparse product says it is beta: it is exact
+            warnings.filterwarnings("ignore", "Sparse CSR tensor support is in beta")
+            co = torch.sparse.mm(x.t().coalesce(), x).to_dense()  # [items, items]
+        recent = Recent().pick(log, self.history)
+        recent = recent[np.isin(recent["item"].to_numpy(), items)]
+        who = log.users.to_numpy()
+        r_user = np.searchsorted(who, recent["user_id"].to_numpy())
+        r_item = np.searchsorted(items, recent["item"].to_numpy())
+        parts = []
+        for lo in range(0, len(who), self.chunk):
+            sel = (r_user >= lo) & (r_user < lo + self.chunk)
+            basket = torch.zeros((min(self.chunk, len(who) - lo), len(items)))
+            basket[r_user[sel] - lo, r_item[sel]] = 1.0
+            score = (basket @ co).numpy()
+            order = np.argsort(-score, axis=1, kind="stable")[:, :k]  # ties: smaller item
+            top = np.take_along_axis(score, order, axis=1)
+            rows, cols = np.nonzero(top > 0)
+            parts.append(pd.DataFrame({"user_id": who[lo + rows],
+                                       "item": items[order[rows, cols]]}))
+        return _ranked(pd.concat(parts, ignore_index=True), k)
+
+
 BUILTIN_POLICIES: dict[str, str] = {
     "recent": "gemkd.transfer.solaris.policy.Recent",
     "popular": "gemkd.transfer.solaris.policy.Popular",
+    "cooccur": "gemkd.transfer.solaris.policy.Cooccur",
 }
 _PROTOCOL = ("a speculation policy subclasses gemkd.transfer.solaris.SpeculationPolicy "
              "(pick(log, k) -> user_id, item, rank)")
@@ -118,8 +171,9 @@ _PROTOCOL = ("a speculation policy subclasses gemkd.transfer.solaris.Speculation
 
 def build_policy(class_path: str, init_args: Mapping[str, Any] | None = None
                  ) -> SpeculationPolicy:
-    """The policy named by a built-in name (``recent``, ``popular``) or an import path, with its
-    ``init_args`` checked against the constructor (a mistake is one ``ConfigError`` line)."""
+    """The policy named by a built-in name (``recent``, ``popular``, ``cooccur``) or an import
+    path, with its ``init_args`` checked against the constructor (a mistake is one
+    ``ConfigError`` line)."""
     cls = resolve_class(class_path, "speculation policy", BUILTIN_POLICIES, SpeculationPolicy,
                         _PROTOCOL)
     args = dict(init_args or {})
