@@ -10,12 +10,19 @@ member's epoch (``PackedDistill`` with K = 1) against ``benchmarks/bare.py``'s b
     python -m benchmarks.bench_packs --threads 1 --json perf/packs.json
     python -m benchmarks.bench_packs --quick   # tiny world, K up to 4: a smoke run
 
+Exact packs (each member's own ops, as Lightning's run alone) and batched ones (the default:
+vmapped, a run alone being a batched pack of one) are both timed against one Lightning run per
+pass; ``--adapter-pack`` K times the kd_aux_adapter variant against labels-only, each in a
+batched pack of K, after building a tiny teacher's store.
+
 Target (reported, not asserted): >= 6x students/s at K=16 for the quickstart's student phase.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import statistics
 import tempfile
 import time
@@ -67,6 +74,8 @@ def main(argv: list[str] | None = None) -> int:
     add_common_args(p)
     p.add_argument("--sizes", default=None, help="pack sizes, comma-separated "
                    "(default 1,4,16,64; --quick 1,4)")
+    p.add_argument("--adapter-pack", type=int, default=16, help="members of the packs that time "
+                   "kd_aux_adapter against labels-only (0: skip; a tiny teacher's store is built)")
     args = p.parse_args(argv)
     apply_common_args(p, args)
     quiet_lightning()
@@ -82,23 +91,34 @@ def main(argv: list[str] | None = None) -> int:
         fns = {"alone": lambda: execute(base[0])}
         for k in sizes:
             if k > 1:
-                fns[f"pack{k}"] = (lambda k=k: execute_pack(base[:k]))
+                fns[f"pack{k}"] = (lambda k=k: execute_pack(base[:k], batched=False))
+            fns[f"batched{k}"] = (lambda k=k: execute_pack(base[:k], batched=True))
         t0 = time.perf_counter()
         times = interleaved_times(fns, repeats=args.repeats, warmup=1, rotate=True)
         med = {name: statistics.median(v) for name, v in times.items()}
         floor = _floor(base[0], args.repeats)
+        adapter = (_adapter_cost(preset, days, eval_days, args.adapter_pack, args.repeats,
+                                 args.threads or 1, Path(tmp)) if args.adapter_pack else None)
         print(f"(measured in {time.perf_counter() - t0:.0f} s)")
     alone = 1 / med["alone"]
     figures = [figure("pack: one run alone, students/s", alone, "students/s",
                       note="execute: build, Lightning epoch, evaluation")]
     for k in sizes:
-        if k > 1:
-            rate = k / med[f"pack{k}"]
-            figures.append(figure(f"pack: K={k}, students/s", rate, "students/s"))
-            figures.append(figure(f"pack: K={k} / one run per pass", rate / alone, "x",
+        for mode, name in (("exact", f"pack{k}"), ("batched", f"batched{k}")):
+            if name not in med:
+                continue
+            rate = k / med[name]
+            figures.append(figure(f"pack {mode}: K={k}, students/s", rate, "students/s"))
+            figures.append(figure(f"pack {mode}: K={k} / one run per pass", rate / alone, "x",
                                   target=">= 6" if k == 16 else None))
-    figures.append(figure("pack floor: bare loop epoch / K=1 pack epoch", floor, "x",
-                          target=">= 0.85", note="bare loop has no EMA; the pack's does"))
+    for mode, value in floor.items():
+        figures.append(figure(f"pack floor ({mode}): bare loop epoch / K=1 pack epoch", value,
+                              "x", target=">= 0.85", note="bare loop has no EMA; the pack's does"))
+    if adapter is not None:
+        figures.append(figure(f"pack: kd_aux_adapter / labels-only seconds per member, "
+                              f"batched K={args.adapter_pack}", adapter, "x",
+                              note="the adapter's per-member cost inside a pack (teacher store "
+                                   "of a tiny teacher; the same student)"))
     print(f"bench_packs on the {preset} world, days {days}, repeats {args.repeats}:")
     print_figures(figures)
     write_json(args.json, {"quick": args.quick, "figures": figures,
@@ -106,8 +126,54 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _floor(run, repeats: int) -> float:
-    """Median epoch seconds of ``bare.py``'s loop over those of a pack of one member."""
+def _adapter_cost(preset: str, days: tuple[int, int], eval_days: tuple[int, int], k: int,
+                  repeats: int, threads: int, tmp: Path) -> float:
+    """Median seconds of a batched pack of ``k`` kd_aux_adapter runs over those of ``k``
+    labels-only runs: a ``gemkd run`` of both variants (a tiny teacher, one trial, pack size 1)
+    builds the teacher's store; its final runs, reseeded, make the packs."""
+    import dataclasses
+
+    import yaml
+
+    from gemkd.experiments.cli import main
+    from gemkd.experiments.run import executors
+    from gemkd.experiments.run.packs import execute_pack
+
+    spec = {
+        "name": "bench_packs_adapter", "seeds": [0], "data": {"source": "synthetic",
+                                                              "preset": preset},
+        "teacher": {"config": "tiny", "max_seq_len": 32, "max_steps": 30},
+        "teacher_days": days[0], "student_days": list(days), "eval_days": list(eval_days),
+        "teacher_lag_days": 0, "student_tasks": TASKS, "variants": ["baseline", "kd_aux_adapter"],
+        "student": {"class_path": "mlp", "init_args": {"embedding_dim": 8, "max_seq_len": 20,
+                                                       "hidden": [64, 32]}},
+        "batch_size": 256, "lr": 0.01, "ema_decay": 0.98, "tuning": {"trials": 1}}
+    (tmp / "adapter.yaml").write_text(yaml.safe_dump(spec))
+    seen: list = []
+    original = executors.Serial.run
+
+    def record(self, runs, done) -> None:
+        seen.extend(runs)
+        original(self, runs, done)
+
+    executors.Serial.run = record  # type: ignore[method-assign]
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):  # the sweep's report: not a figure
+            assert main(["run", str(tmp / "adapter.yaml"), "--out", str(tmp / "adapter"),
+                         "--threads", str(threads), "--workers", "1", "--pack-size", "1"]) == 0
+    finally:
+        executors.Serial.run = original  # type: ignore[method-assign]
+    final = {r.variant: r for r in seen if r.phase == "final"}
+    packs = {v: [dataclasses.replace(r, key=f"{v}{s}", seed=s, curve=None, clusters=None)
+                 for s in range(k)] for v, r in final.items()}
+    t = interleaved_times({v: (lambda v=v: execute_pack(packs[v])) for v in packs},
+                          repeats=repeats, warmup=1, rotate=True)
+    return statistics.median(t["kd_aux_adapter"]) / statistics.median(t["baseline"])
+
+
+def _floor(run, repeats: int) -> dict[str, float]:
+    """Median epoch seconds of ``bare.py``'s loop over those of a pack of one member, exact
+    and batched."""
     import lightning.pytorch as pl
 
     from benchmarks.bare import bare_loop
@@ -125,13 +191,15 @@ def _floor(run, repeats: int) -> float:
     def bare() -> None:
         bare_loop(run.spec, job, data, _inputs(run), dict(run.base_rates)).run(batches)
 
-    def pack() -> None:
+    def pack(batched: bool) -> None:
         pl.seed_everything(run.seed, verbose=False)
         module, _ = build_module(run.spec, job, data, _inputs(run), dict(run.base_rates))
-        PackedDistill([module], [run.spec.ema_decay]).fit(batches)
+        PackedDistill([module], [run.spec.ema_decay], batched=batched).fit(batches)
 
-    t = interleaved_times({"bare": bare, "pack": pack}, repeats=repeats, warmup=1)
-    return statistics.median(t["bare"]) / statistics.median(t["pack"])
+    t = interleaved_times({"bare": bare, "exact": lambda: pack(False),
+                           "batched": lambda: pack(True)}, repeats=repeats, warmup=1)
+    return {mode: statistics.median(t["bare"]) / statistics.median(t[mode])
+            for mode in ("exact", "batched")}
 
 
 if __name__ == "__main__":
