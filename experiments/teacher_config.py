@@ -119,6 +119,16 @@ class TeacherTrainConfig:
             raise ValueError(f"key 'max_seq_len' must be >= 0, got {self.max_seq_len}")
 
 
+#: keys that change how fast a fit runs, never what it trains (the same batches in the same
+#: order): left out of a cached fit's key, so a cached teacher stays valid when they change
+SPEED_ONLY_KEYS = ("prefetch",)
+
+
+def cache_key(cfg: TeacherTrainConfig) -> dict[str, Any]:
+    """``cfg`` as a cached step's key: every field but :data:`SPEED_ONLY_KEYS`."""
+    return {k: v for k, v in dataclasses.asdict(cfg).items() if k not in SPEED_ONLY_KEYS}
+
+
 def find_config(name: str, folder: str, base: Path | None = None) -> Path:
     """A config named ``name`` in ``experiments/<folder>`` (``small`` → ``small.yaml``), or
     ``name`` as a path to a YAML file (absolute, relative to the working directory, or relative

@@ -8,7 +8,6 @@ own domain's FM, so the store is one ordinary teacher-output store (one manifest
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -59,13 +58,13 @@ def fit_domain_fms(cfg: TeacherTrainConfig, data: Path, data_key: dict, gem_stor
     ``fit/<domain>`` of the step, resumable, every key of ``cfg`` honoured), rebuilt from its
     checkpoint (:func:`~gemkd.experiments.teacher_config.load_teacher`) and exported with the
     others through :func:`~gemkd.experiments.teacher_export.export_model`."""
-    from gemkd.experiments.teacher_config import load_teacher
+    from gemkd.experiments.teacher_config import cache_key, load_teacher
     from gemkd.experiments.teacher_export import export_model
     from gemkd.experiments.teacher_fit import fit_teacher
     from gemkd.transfer.data.schema import DatasetSchema
     from gemkd.transfer.store import weights_hash
 
-    fm = dataclasses.asdict(cfg)
+    fm = cache_key(cfg)
     if cfg.init_from is not None:  # the GEM checkpoint by its step name, not where cache lives
         fm["init_from"] = "/".join(Path(cfg.init_from).parts[-4:])
     key = {"data": data_key, "fm": fm,

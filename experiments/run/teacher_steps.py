@@ -3,12 +3,11 @@ cached step wrapping the library functions ``fit_teacher`` / ``export_teacher``)
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 
 from gemkd.experiments.run.cache import cached_step, plugin_key
 from gemkd.experiments.spec.model import RunSpec, TeacherSpec
-from gemkd.experiments.teacher_config import TeacherTrainConfig, find_config
+from gemkd.experiments.teacher_config import TeacherTrainConfig, cache_key, find_config
 from gemkd.transfer.config import build_dataclass, load_yaml
 from gemkd.transfer.errors import GemkdError
 
@@ -65,7 +64,7 @@ def cached_fit(cfg: TeacherTrainConfig, data: Path, data_key: dict, cache: Path,
         fit(cfg, data, step / "run", resume=True, progress=False, tracker=tracker,
             run_name=run_name)
 
-    key = {"data": data_key, "teacher": dataclasses.asdict(cfg), **plugin_key([cfg.class_path])}
+    key = {"data": data_key, "teacher": cache_key(cfg), **plugin_key([cfg.class_path])}
     step = cached_step(cache, name, key, run, log)
     return step / "run"
 

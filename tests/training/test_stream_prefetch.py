@@ -1,6 +1,6 @@
 """A teacher fit's ``prefetch`` key (issue 29): training batches read ahead in a thread change
-nothing that is trained — the same batches in the same order, so the same daily weights — and
-the key is validated."""
+nothing that is trained — the same batches in the same order, so the same daily weights — so a
+cached teacher stays valid when it changes; and the key is validated."""
 
 from __future__ import annotations
 
@@ -11,7 +11,12 @@ import pytest
 import torch
 
 from gemkd.experiments.teacher_checkpoint import model_weights
-from gemkd.experiments.teacher_config import TeacherTrainConfig, build_run, load_teacher_config
+from gemkd.experiments.teacher_config import (
+    TeacherTrainConfig,
+    build_run,
+    cache_key,
+    load_teacher_config,
+)
 from gemkd.experiments.teacher_fit import fit_teacher
 from gemkd.transfer.config import build_dataclass
 from gemkd.transfer.errors import ConfigError
@@ -56,3 +61,11 @@ def test_negative_prefetch_is_a_clear_error(key):
 
 def test_the_shipped_small_recipe_prefetches():
     assert load_teacher_config(ROOT / "experiments/teachers/small.yaml").prefetch > 0
+
+
+def test_prefetch_leaves_a_cached_teacher_valid():
+    cfg = load_teacher_config(ROOT / "experiments/teachers/small.yaml")
+    key = cache_key(cfg)
+    assert "prefetch" not in key and key["lr"] == cfg.lr
+    assert cache_key(dataclasses.replace(cfg, prefetch=0)) == key
+    assert cache_key(dataclasses.replace(cfg, lr=cfg.lr * 2)) != key
