@@ -2,17 +2,18 @@
 bench_teacher_stream.
 
 Lightning's automatic optimisation runs, per batch: ``on_train_batch_start`` → ``training_step``
-(forward + loss + logging) → ``zero_grad`` → ``backward`` → gradient clipping →
-``optimizer.step`` → ``on_train_batch_end``; the loader's next batch is fetched between one
-batch's end and the next one's start. Hook to hook, that is:
+(forward + loss + logging) → ``zero_grad`` → ``backward`` → ``on_before_optimizer_step`` →
+gradient clipping → ``optimizer.step`` → ``on_train_batch_end``; the loader's next batch is
+fetched between one batch's end and the next one's start. Hook to hook, that is:
 
 * ``read``: batch end (or epoch start) → next batch start, less any checkpoint written there
   (the next batch is fetched there);
 * ``forward``: batch start → ``on_before_zero_grad`` (training_step: model, loss, ``self.log``);
 * ``backward``: ``on_before_backward`` → ``on_after_backward``;
-* ``zero_grad+clip``: zero_grad, and after backward → ``on_before_optimizer_step`` (clipping);
-* ``optimizer``: ``on_before_optimizer_step`` → batch end (``optimizer.step`` and the loop's
-  bookkeeping);
+* ``zero_grad``: ``on_before_zero_grad`` → ``on_before_backward``, and ``on_after_backward`` →
+  ``on_before_optimizer_step`` (the hooks between);
+* ``clip+optimizer``: ``on_before_optimizer_step`` → batch end (gradient clipping,
+  ``optimizer.step`` and the loop's bookkeeping);
 * ``day_checkpoint``: inside a ``DayCheckpoints`` save (``day=N.ckpt`` and its copy to
   ``last.ckpt``: once per streamed day), ``checkpoint``: inside any other
   ``trainer.save_checkpoint`` (the fit's final ``last.ckpt``, the timed saves: once per fit or
@@ -30,7 +31,7 @@ from typing import Any
 import lightning.pytorch as pl
 from lightning.pytorch.callbacks import Callback
 
-PHASES = ("read", "forward", "backward", "zero_grad+clip", "optimizer", "day_checkpoint",
+PHASES = ("read", "forward", "backward", "zero_grad", "clip+optimizer", "day_checkpoint",
           "checkpoint", "loop_other")
 
 
@@ -94,18 +95,18 @@ class PhaseTimer(Callback):
 
     def on_before_backward(self, trainer: pl.Trainer, pl_module: pl.LightningModule,
                            loss: Any) -> None:
-        self._lap("zero_grad+clip")
+        self._lap("zero_grad")
 
     def on_after_backward(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._lap("backward")
 
     def on_before_optimizer_step(self, trainer: pl.Trainer, pl_module: pl.LightningModule,
                                  optimizer: Any) -> None:
-        self._lap("zero_grad+clip")
+        self._lap("zero_grad")
 
     def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule,
                            outputs: Any, batch: Any, batch_idx: int) -> None:
-        self._lap("optimizer")
+        self._lap("clip+optimizer")
         self.steps += 1
 
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
