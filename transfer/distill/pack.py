@@ -122,6 +122,15 @@ def _same(a: Any, b: Any) -> bool:
         return False
 
 
+def _aliases(module: nn.Module, name: str) -> list[str]:
+    """Every name of the parameter or buffer ``name`` of ``module`` (more than one if tied)."""
+    target = module.get_parameter(name) if name in dict(module.named_parameters()) \
+        else module.get_buffer(name)
+    named = [*module.named_parameters(remove_duplicate=False),
+             *module.named_buffers(remove_duplicate=False)]
+    return [n for n, t in named if t is target]
+
+
 def _param_settings(member: DistillModule) -> tuple[dict[str, dict[str, Any]], list[Any]]:
     """Each trained parameter's optimiser settings, by name, from the member's own
     ``configure_optimizers`` (its groups as a run builds them), and its other optimisers."""
@@ -199,6 +208,12 @@ class PackedDistill:
             decays = [float(d) for d in ema_decays if d is not None]
             self.ema = PackEMA(self.optimizer.data, member, decays)
         self._call = _Call(members[0])
+        if batched:
+            members[0].train()  # as Lightning's fit starts (every submodule)
+        # every name a stacked tensor goes by in the template (a tied weight under each of its
+        # names), so functional_call swaps them without its per-call search for ties
+        self._names = {n: [f"module.{a}" for a in _aliases(members[0], n)]
+                       for n in [*self.params, *self.buffers]}
         self.teacher = members[0].teacher
         self.steps = 0
         self._averaged = False
@@ -225,10 +240,12 @@ class PackedDistill:
                  for k, v in self.knobs.items()}
 
         def one(p: dict[str, Tensor], b: dict[str, Tensor], kn: dict) -> Tensor:
-            state = {f"module.{n}": t for n, t in p.items()}
-            state.update({f"module.{n}": t for n, t in b.items()})
+            names = self._names
+            state = {a: t for n, t in p.items() for a in names[n]}
+            state.update({a: t for n, t in b.items() for a in names[n]})
             with self._knobs_set(kn):
-                return functional_call(self._call, state, (name, *make_args()))
+                return functional_call(self._call, state, (name, *make_args()),
+                                       tie_weights=False)
 
         return vmap(one, in_dims=(0, 0, 0), randomness="error")(self.params, self.buffers,
                                                                  knobs)
@@ -255,7 +272,8 @@ class PackedDistill:
             return StepState(batch, None, device, targets=targets, trained_until_day=day)
 
         if self.batched:
-            self._call.module.train()
+            if not self._call.module.training:  # (train() walks every submodule: not per step)
+                self._call.module.train()
             losses = self._vmapped("training_loss", lambda: (state(),))
         else:
             losses = torch.stack([m.training_loss(state()) for m in self.members])
