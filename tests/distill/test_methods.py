@@ -176,10 +176,12 @@ def test_variants_compose_and_their_grids(tmp_path):
     spec = load_spec(None, ["variants={kd: [kd], both: [kd, aux_head, adapter], "
                             "fixed: [{class_path: kd, init_args: {kd_weight: 3.0}}]}"])
     kd, both, fixed = spec.variants
-    assert list(search_space(spec, kd)) == ["alpha", "temperature"]
+    # the student's lr and EMA decay are knobs of every variant (tuning.draws: per_seed)
+    assert list(search_space(spec, kd)) == ["alpha", "ema_decay", "lr", "temperature"]
     assert list(search_space(spec, both)) == ["adapter_hidden", "alpha", "aux_beta",
-                                              "temperature"]
-    assert list(search_space(spec, fixed)) == ["temperature"]  # λ fixed: neither α nor λ
+                                              "ema_decay", "lr", "temperature"]
+    # λ fixed: neither α nor λ
+    assert list(search_space(spec, fixed)) == ["ema_decay", "lr", "temperature"]
     (method,) = build_methods(spec, fixed, {"temperature": 1.0})
     assert method.kd_weight == 3.0
     built = build_methods(spec, both, {"kd_weight": 2.0, "temperature": 1.0, "aux_beta": 0.5,
