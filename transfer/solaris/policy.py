@@ -149,9 +149,9 @@ class Cooccur(SpeculationPolicy):
         parts = []
         for lo in range(0, len(who), self.chunk):
             sel = (r_user >= lo) & (r_user < lo + self.chunk)
-            basket = torch.zeros((min(self.chunk, len(who) - lo), len(items)))
-            basket[r_user[sel] - lo, r_item[sel]] = 1.0
-            score = (basket @ co).numpy()
+            score = torch.zeros((min(self.chunk, len(who) - lo), len(items))).index_add_(
+                0, torch.from_numpy(r_user[sel] - lo), co[torch.from_numpy(r_item[sel])]
+            ).numpy()  # each user's sum of its recent items' rows of co
             order = np.argsort(-score, axis=1, kind="stable")[:, :k]  # ties: smaller item
             top = np.take_along_axis(score, order, axis=1)
             rows, cols = np.nonzero(top > 0)
