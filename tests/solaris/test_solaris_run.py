@@ -52,3 +52,19 @@ def test_kd_solaris_trains_and_evaluates(tmp_path):
     assert [r["day"] for r in m["days"] if r["k"] == 4] == [3, 4, 5]
     assert all(0 <= r["hit_rate"] <= 1 for r in m["days"])
     assert "solaris day 5" in (out / "log.txt").read_text()
+
+
+def test_the_pair_step_keys_kd_solaris_runs_only(tmp_path):
+    """A new pair store (other k, policy, teacher) redoes kd_solaris's runs and no other's."""
+    from gemkd.experiments.run.inputs import inputs_tag, variant_tag
+    from gemkd.experiments.run.jobs import InputPaths
+
+    spec = spec_from_mapping(SPEC)
+    stores = {"gem": tmp_path / "store-a" / "store"}
+    a = InputPaths(stores, pairs=tmp_path / "pairs-1" / "pairs")
+    b = InputPaths(stores, pairs=tmp_path / "pairs-2" / "pairs")
+    sol, base = spec.variant("kd_solaris"), spec.variant("baseline")
+    assert variant_tag("c", spec, sol, a) != variant_tag("c", spec, sol, b)
+    assert variant_tag("c", spec, base, a) == variant_tag("c", spec, base, b)
+    other_k = spec_from_mapping({**SPEC, "solaris": {"k": 2}})
+    assert inputs_tag(spec, a, 1) == inputs_tag(other_k, a, 1)
