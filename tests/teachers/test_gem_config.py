@@ -92,7 +92,7 @@ def test_schema_rules_name_the_model(schema):
         DomainFM(schema, n_cls=0)
 
 
-@pytest.mark.parametrize("name", ["tiny", "small", "base", "domain_fm"])
+@pytest.mark.parametrize("name", ["tiny", "small", "small_lean", "base", "domain_fm"])
 def test_shipped_yaml_configs_build_and_round_trip(schema, name):
     """A teacher config's ``model:`` (as old run directories' config.yaml hold it) builds by
     class path, and the built config dumps to YAML and reads back unchanged."""
@@ -102,6 +102,19 @@ def test_shipped_yaml_configs_build_and_round_trip(schema, name):
     assert type(model.config).from_mapping(dumped) == model.config
     out = model.eval()(random_batch(schema, b=4, seed=1))
     assert out.logits.shape == (4, len(schema.tasks))
+
+
+def test_small_lean_is_small_with_a_cheaper_sequence_arm():
+    """small_lean (issue 29) must follow small's recipe: only its sequence arm's two keys (and
+    its name) differ, so its NE check against small stays the evidence."""
+    small, lean = (yaml.safe_load((CONFIGS / f"{n}.yaml").read_text())
+                   for n in ("small", "small_lean"))
+    diff = {k for k in small["model"] if small["model"][k] != lean["model"].get(k)}
+    assert diff == {"max_history", "pyramid_shrink"} and small["model"].keys() == \
+        lean["model"].keys()
+    assert (lean["model"]["max_history"], lean["model"]["pyramid_shrink"]) == (256, 4.0)
+    rest = {k for k in small.keys() | lean.keys() if k != "model" and small.get(k) != lean.get(k)}
+    assert rest == {"name"}
 
 
 def test_shared_tables_are_copied():
