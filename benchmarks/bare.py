@@ -15,7 +15,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from pathlib import Path
 
 import lightning.pytorch as pl
 import torch
@@ -26,6 +25,7 @@ from gemkd.experiments.spec.model import RunSpec
 from gemkd.transfer.data.batch import Batch
 from gemkd.transfer.data.datamodule import AdsDataModule
 from gemkd.transfer.distill import DistillModule
+from gemkd.transfer.io import fs
 
 
 @dataclass
@@ -55,7 +55,7 @@ class BareLoop:
         return losses
 
 
-def bare_loop(spec: RunSpec, job: StudentJob, data: Path, inputs: Inputs,
+def bare_loop(spec: RunSpec, job: StudentJob, data: fs.Where, inputs: Inputs,
               base_rates: dict[str, float]) -> BareLoop:
     """The loop for a labels-only ``job`` (a variant without methods), set up as
     ``train_student`` sets up its fit: seeded, then built."""

@@ -64,6 +64,7 @@ from gemkd.experiments.run.student import StudentJob, student_datamodule, train_
 from gemkd.experiments.run_cells import Cell, find_cells
 from gemkd.experiments.run_dir import RunDir
 from gemkd.experiments.spec.model import RunSpec, VariantSpec
+from gemkd.transfer.data.schema import day_range
 from gemkd.transfer.io.atomic import atomic_write_bytes
 from gemkd.transfer.methods.space import IntRange
 from gemkd.transfer.training.trainer import training_base_rates
@@ -180,7 +181,7 @@ def run_cell(spec: RunSpec, cell: Cell, arms: list[str], seeds: list[int],
     """Train every arm × seed of one cell not yet in ``done``; append each to records.jsonl."""
     tasks = list(spec.student_tasks)
     only = [spec.student_domain] if spec.student_domain else None
-    base_rates = training_base_rates(cell.data, tuple(spec.student_days), tasks, only)
+    base_rates = training_base_rates(cell.data, day_range(spec.student_days), tasks, only)
     inputs = InputPaths(dict(cell.stores), cell.codes, cell.ckpt).open(spec.repr.max_events)
     for arm in arms:
         methods = ARMS[arm][1]
@@ -190,8 +191,8 @@ def run_cell(spec: RunSpec, cell: Cell, arms: list[str], seeds: list[int],
             key = f"{arm}|{seed}|{cell.lag}|{cell.world}"
             if key in done and _same(done[key]["params"], params):
                 continue  # (other params: the run's search chose anew since; train again)
-            job = StudentJob(variant, params, seed, tuple(spec.student_days),
-                             tuple(spec.eval_days), cell.trained_until_day)
+            job = StudentJob(variant, params, seed, day_range(spec.student_days),
+                             day_range(spec.eval_days), cell.trained_until_day)
             capture = _CaptureMap(spec, job, cell.data) if _has_adapter(methods) else None
             clusters = RunDir(out).clusters_path(cell.world, cell.lag, f"{arm}__seed{seed}")
             t0 = time.perf_counter()

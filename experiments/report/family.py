@@ -177,7 +177,7 @@ def primary_family(run_dir: str | Path, intervals: Intervals, spec: dict[str, An
                                   f"{name!r}; twins are never in the primary family")
     sets = [s for s in load_eval_sets(run_dir) if s.lag == lag]
     alpha = 1 - intervals.level
-    rows = [dict(a=a, b=b) for a, b in pairs]
+    rows: list[dict[str, Any]] = [dict(a=a, b=b) for a, b in pairs]
     refs = list(dict.fromkeys(_ref(b) for _, b in pairs))
     base = dict(zip(refs, lag_tables(sets, intervals.samples, intervals.seed,
                                      [(intervals.level, r) for r in refs]), strict=True))

@@ -119,6 +119,7 @@ def _train_pack(runs: list[StudentRun], batched: bool = False) -> list[dict[str,
     from gemkd.experiments.run.jobs import _inputs
     from gemkd.experiments.run.student import StudentJob, build_module, student_datamodule
     from gemkd.experiments.run.train_knobs import with_train_knobs
+    from gemkd.transfer.data.schema import day_range
     from gemkd.transfer.distill.pack import PackedDistill, PackError
     from gemkd.transfer.io import fs
     from gemkd.transfer.metrics.clusters import ClusterLoss
@@ -129,8 +130,8 @@ def _train_pack(runs: list[StudentRun], batched: bool = False) -> list[dict[str,
     modules, decays, specs = [], [], []
     for r in runs:  # each member built as its run builds it: seeded, then built
         spec = with_train_knobs(r.spec, r.params)
-        job = StudentJob(spec.variant(r.variant), dict(r.params), r.seed, tuple(r.train_days),
-                         tuple(r.eval_days), r.trained_until_day)
+        job = StudentJob(spec.variant(r.variant), dict(r.params), r.seed, day_range(r.train_days),
+                         day_range(r.eval_days), r.trained_until_day)
         pl.seed_everything(r.seed, verbose=False)
         module, _ = build_module(spec, job, data, _inputs(r), dict(r.base_rates))
         modules.append(module)
@@ -166,14 +167,15 @@ def _train_pack(runs: list[StudentRun], batched: bool = False) -> list[dict[str,
                 s.update(logits[k].detach().float(), batch.labels, batch.user_id, batch.domain,
                          mask)
     eval_seconds = time.perf_counter() - t2
-    coverage = pack.teacher.coverage if pack.teacher is not None else float("nan")
+    # a store teacher counts its coverage (the teacher is typed as any callable)
+    coverage = getattr(pack.teacher, "coverage", float("nan"))
     out = []
     k_runs = len(runs)
     share = (time.perf_counter() - t0) / k_runs
     for k, (r, m, s) in enumerate(zip(runs, modules, sums, strict=True)):
         metrics = m.test_metrics.compute()
         m.test_metrics.reset()
-        if s is not None:
+        if s is not None and r.clusters is not None:  # one comes with the other
             s.save(Path(r.clusters), list(spec.student_tasks), list(m.domains),
                    dict(r.base_rates))
         if r.curve:

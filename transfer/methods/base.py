@@ -122,8 +122,9 @@ class StepState:
         self._log = log
         self.kd_logits: Tensor | None = None
         self.distill_logits: Tensor | None = None
-        self.distill_weight = 1.0
-        self.label_weight = 1.0
+        # a tensor (one value per member) in a batched pack
+        self.distill_weight: float | Tensor = 1.0
+        self.label_weight: float | Tensor = 1.0
 
     @property
     def staleness(self) -> Tensor | None:

@@ -70,8 +70,9 @@ class KD(TransferMethod):
         if temperature <= 0 or kd_weight < 0:
             raise ValueError("kd temperature must be > 0 and kd_weight >= 0")
         self.alpha = None if alpha is None else float(alpha)
-        #: the distillation term's weight: α in the convex form, λ in the additive one
-        self.kd_weight = float(kd_weight) if alpha is None else float(alpha)
+        #: the distillation term's weight: α in the convex form, λ in the additive one (a
+        #: tensor, one value per member, in a batched pack)
+        self.kd_weight: float | Tensor = float(kd_weight) if alpha is None else float(alpha)
         self.temperature, self.kd_loss = float(temperature), loss
 
     def before_student(self, step: StepState) -> None:

@@ -136,7 +136,7 @@ class Cooccur(SpeculationPolicy):
             return _ranked(pd.DataFrame({"user_id": [], "item": []}), k)
         users, u_at = np.unique(seen["user_id"].to_numpy(), return_inverse=True)
         i_at = np.searchsorted(items, seen["item"].to_numpy())
-        x = torch.sparse_coo_tensor(np.stack([u_at, i_at]), torch.ones(len(seen)),
+        x = torch.sparse_coo_tensor(torch.as_tensor(np.stack([u_at, i_at])), torch.ones(len(seen)),
                                     (len(users), len(items)), check_invariants=True).coalesce()
         with warnings.catch_warnings():  # torch's sparse product says it is beta: it is exact
             warnings.filterwarnings("ignore", "Sparse CSR tensor support is in beta")
