@@ -5,17 +5,20 @@ BIN := $(VENV)/bin
 # torch is pinned in the same pip command: without it pip picks a multi-GB CUDA build.
 TORCH_PIN := torch==2.13.0
 
-.PHONY: demo test test-slow test-gpu bench results teacher-curves reference lint install clean
+.PHONY: demo test typecheck test-slow test-gpu bench results teacher-curves reference lint install \
+	clean
 
 # editable_mode=strict: the install is a tree of links to the package's files on sys.path, a
 # regular package that a folder named gemkd in the current directory (beside a clone) cannot
 # shadow as a namespace package. A new file needs a reinstall, so the install also depends on
 # the package's file list (from the repository root, gemkd/__init__.py finds new files itself).
 PKG_FILES := $(VENV)/gemkd-files.txt
+# the folders pyproject's package-dir maps to gemkd.<folder>
+PKG_DIRS := transfer teachers students adapters experiments
 
 $(PKG_FILES): FORCE
 	@mkdir -p $(VENV)
-	@find gemkd transfer teachers students adapters experiments \( -name '*.py' -o -name '*.yaml' \) \
+	@find gemkd $(PKG_DIRS) \( -name '*.py' -o -name '*.yaml' \) \
 		-not -path '*/__pycache__/*' | LC_ALL=C sort > $@.new
 	@if cmp -s $@.new $@; then rm $@.new; else mv $@.new $@; fi
 
@@ -34,8 +37,23 @@ install: $(BIN)/gemkd
 demo: install
 	$(BIN)/gemkd run --out runs/quickstart --threads 1
 
-test: install
+# mypy checks the package as installed, gemkd.transfer being transfer/ (a mapping mypy cannot
+# read from pyproject): build/mypy/gemkd links to gemkd/__init__.py and to each folder, and is
+# [tool.mypy]'s mypy_path. Folder links: a new file is checked without a rebuild. Its incremental
+# cache is .mypy_cache.
+MYPY_TREE := build/mypy/gemkd
+
+$(MYPY_TREE)/__init__.py:
+	mkdir -p $(MYPY_TREE)
+	ln -sfn ../../../gemkd/__init__.py $(MYPY_TREE)/__init__.py
+	for d in $(PKG_DIRS); do ln -sfn ../../../$$d $(MYPY_TREE)/$$d; done
+
+typecheck: install $(MYPY_TREE)/__init__.py
+	$(BIN)/mypy
+
+test: install $(MYPY_TREE)/__init__.py
 	$(BIN)/ruff check .
+	$(BIN)/mypy
 	$(BIN)/python -m pytest -q
 
 test-slow: install
@@ -95,4 +113,4 @@ lint: install
 	$(BIN)/ruff check .
 
 clean:
-	rm -rf runs .pytest_cache
+	rm -rf runs .pytest_cache .mypy_cache
