@@ -22,10 +22,12 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import io
 import statistics
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from benchmarks.common import (
@@ -88,11 +90,11 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         data = _world(preset, Path(tmp) / "data")
         base = _runs(data, days, eval_days, max(sizes))
-        fns = {"alone": lambda: execute(base[0])}
+        fns: dict[str, Callable[[], object]] = {"alone": functools.partial(execute, base[0])}
         for k in sizes:
             if k > 1:
-                fns[f"pack{k}"] = (lambda k=k: execute_pack(base[:k], batched=False))
-            fns[f"batched{k}"] = (lambda k=k: execute_pack(base[:k], batched=True))
+                fns[f"pack{k}"] = functools.partial(execute_pack, base[:k], batched=False)
+            fns[f"batched{k}"] = functools.partial(execute_pack, base[:k], batched=True)
         t0 = time.perf_counter()
         times = interleaved_times(fns, repeats=args.repeats, warmup=1, rotate=True)
         med = {name: statistics.median(v) for name, v in times.items()}
@@ -166,7 +168,7 @@ def _adapter_cost(preset: str, days: tuple[int, int], eval_days: tuple[int, int]
     final = {r.variant: r for r in seen if r.phase == "final"}
     packs = {v: [dataclasses.replace(r, key=f"{v}{s}", seed=s, curve=None, clusters=None)
                  for s in range(k)] for v, r in final.items()}
-    t = interleaved_times({v: (lambda v=v: execute_pack(packs[v])) for v in packs},
+    t = interleaved_times({v: functools.partial(execute_pack, packs[v]) for v in packs},
                           repeats=repeats, warmup=1, rotate=True)
     return statistics.median(t["kd_aux_adapter"]) / statistics.median(t["baseline"])
 
