@@ -63,7 +63,9 @@ def test_spec_overrides_keep_natural_bounds_only_where_they_are_the_declared_one
 
 
 def _spec(*sets: str, variants: str = "variants=[kd, kd_aux_adapter, kd_repr]"):
-    return load_spec(None, ["tuning={}", variants, *sets])
+    """draws: shared leaves the student's lr and EMA decay out of the spaces (tests/experiments/
+    test_draws.py covers them), so these tests read the methods' own knobs."""
+    return load_spec(None, ["tuning={draws: shared}", variants, *sets])
 
 
 def test_builtin_spaces_by_default_and_with_spec_overrides():

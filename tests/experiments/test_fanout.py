@@ -82,7 +82,11 @@ def test_a_rerun_with_workers_repeats_nothing(spec_path, serial, tmp_path, capsy
     assert len(keys) == len(set(keys)) == len(lines)  # the kept ones, the other 3 once each
     assert keys[:kept] == [json.loads(line)["key"] for line in lines[:kept]]
     assert all(k.startswith("final|") for k in keys[kept:])
-    pd.testing.assert_frame_equal(results(out), results(serial), check_exact=True)
+    # the rerun packs the 3 runs left otherwise than the serial run did (kd seed 1 alone, not
+    # beside seed 0): a member's numbers equal its run alone within 1e-6 NE (here ~3e-9; kd's
+    # additive weight in a pack of 2 vs alone), not always bit for bit
+    pd.testing.assert_frame_equal(results(out), results(serial), check_exact=False, rtol=0,
+                                  atol=1e-6)
 
 
 DIES = '''
