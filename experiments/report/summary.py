@@ -107,6 +107,15 @@ def f4(x: float) -> str:
     return f"{0.0 if r == 0 else r:.4f}"
 
 
+def ci(point: float, lo: float, hi: float) -> str:
+    """``0.0079 [0.0061, 0.0098]``; the point alone where there is no interval."""
+    if not math.isfinite(point):
+        return "—"
+    if not (math.isfinite(lo) and math.isfinite(hi)):
+        return f4(point)
+    return f"{f4(point)} [{f4(lo)}, {f4(hi)}]"
+
+
 def pm(mean: float, std: float) -> str:
     if mean is None or not math.isfinite(mean):
         return "—"
@@ -176,13 +185,6 @@ class RunView:
         out = self.intervals.table.reindex(columns=[*COLUMNS, *CSV_COLUMNS])
         out[["gain_family", "kd_family"]] = ""
         return out
-
-    @cached_property
-    def twins(self) -> pd.DataFrame:
-        """Each A/A twin against its original (gemkd.experiments.report.twins)."""
-        from gemkd.experiments.report.twins import twin_comparisons  # it reads a RunView
-
-        return twin_comparisons(self)
 
     @cached_property
     def shown_table(self) -> pd.DataFrame:

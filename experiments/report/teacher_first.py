@@ -13,7 +13,7 @@ import math
 
 import pandas as pd
 
-from gemkd.experiments.report.summary import RunView, lag_str
+from gemkd.experiments.report.summary import RunView, ci, lag_str
 from gemkd.experiments.results_schema import BASELINE
 
 
@@ -45,7 +45,6 @@ def teacher_sentence(run: RunView) -> str:
     student; empty otherwise."""
     if teacher_better(run) is not False:
         return ""
-    from gemkd.experiments.report.verdicts import ci
 
     r = teacher_row(run)
     assert r is not None  # teacher_better found it

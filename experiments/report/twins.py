@@ -24,6 +24,14 @@ COLUMNS = ["twin", "original", "teacher_lag_days", "domain", "task", "diff", "lo
 SAME = 1e-12
 
 
+def twin_table(run: RunView) -> pd.DataFrame:
+    """:func:`twin_comparisons` of ``run``, computed once per RunView (the first paragraph and
+    the twins section both read it) and kept on it."""
+    if "_twin_table" not in run.__dict__:
+        run.__dict__["_twin_table"] = twin_comparisons(run)
+    return run.__dict__["_twin_table"]
+
+
 def twin_comparisons(run: RunView) -> pd.DataFrame:
     """Each twin against its original per lag, domain and task: ΔNE(twin) − ΔNE(original) with
     its 95 % interval and verdict (none where the run has no intervals)."""
@@ -62,7 +70,7 @@ def twin_counts(table: pd.DataFrame) -> tuple[int, int]:
 
 def twins_sentence(run: RunView) -> str:
     """The first paragraph's sentence on the twins (empty without any)."""
-    table = run.twins
+    table = twin_table(run)
     n, k = twin_counts(table)
     if not n:
         return ""
@@ -74,7 +82,7 @@ def twins_sentence(run: RunView) -> str:
 
 def twins_section(run: RunView) -> list[str]:
     """The report's section on the twins: per twin, its comparisons and the resolved ones."""
-    table = run.twins
+    table = twin_table(run)
     n, k = twin_counts(table)
     if not n:
         return []

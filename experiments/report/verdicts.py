@@ -14,18 +14,9 @@ import pandas as pd
 from gemkd.experiments.report.family import EXPLORATORY, PRIMARY
 from gemkd.experiments.report.family_text import DAGGER, family_sentence, headline
 from gemkd.experiments.report.intervals import GAIN, LOSS, METHOD_TEXT, UNRESOLVED
-from gemkd.experiments.report.summary import RunView, f4, lag_str, md_table, pm
+from gemkd.experiments.report.summary import RunView, ci, f4, lag_str, md_table, pm
 from gemkd.experiments.report.teacher_first import teacher_better, teacher_sentence
 from gemkd.experiments.report.twins import twins_sentence
-
-
-def ci(point: float, lo: float, hi: float) -> str:
-    """``0.0079 [0.0061, 0.0098]``; the point alone where there is no interval."""
-    if not math.isfinite(point):
-        return "—"
-    if not (math.isfinite(lo) and math.isfinite(hi)):
-        return f4(point)
-    return f"{f4(point)} [{f4(lo)}, {f4(hi)}]"
 
 
 def ratio_ci(point: float, lo: float, hi: float, unit: str = "") -> str:

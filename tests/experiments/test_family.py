@@ -16,6 +16,7 @@ from gemkd.experiments.report.family import _domain
 from gemkd.experiments.report.forest import write_forest_plots
 from gemkd.experiments.report.intervals import UNRESOLVED
 from gemkd.experiments.report.summary import RunView
+from gemkd.experiments.report.twins import twin_table
 from gemkd.transfer.errors import ConfigError
 from gemkd.transfer.metrics.holm import holm
 from tests.experiments.cluster_run import make_cluster_run
@@ -145,7 +146,7 @@ def test_twins_are_counted_and_kept_out_of_the_family(tmp_path):
     view = RunView(run)
     assert [(r.a, r.b) for r in view.family.table.itertuples()] == [("kd_aux", "kd"),
                                                                    ("kd", "baseline")]
-    tw = view.twins
+    tw = twin_table(view)
     assert len(tw) == 2 * 3 * 2  # 2 twins × 3 domains (d0, d1, all) × 2 tasks
     aux = tw[(tw["twin"] == "kd_aux_twin1") & (tw["domain"] == "all") & (tw["task"] == "click")]
     cell = view.intervals.table
