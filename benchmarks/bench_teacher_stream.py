@@ -90,6 +90,19 @@ def parse_candidate(text: str) -> tuple[str, dict[str, Any]]:
     return name, out
 
 
+def recipes(p: argparse.ArgumentParser, texts: list[str]) -> dict[str, TeacherTrainConfig]:
+    """The old recipe (``before``), the shipped one (``after``) and each ``--candidate``; a bad
+    candidate is the parser's error."""
+    out = {"before": candidate_config(BEFORE), "after": candidate_config({})}
+    for text in texts:
+        try:
+            name, overrides = parse_candidate(text)
+            out[name] = candidate_config(overrides)
+        except (ValueError, TypeError) as e:
+            p.error(str(e))
+    return out
+
+
 def one_day(cfg: TeacherTrainConfig, data: Path, out: Path) -> dict[str, float]:
     """Stream day 0 once into ``out``; seconds per phase, ``setup`` and ``day_seconds``."""
     timer = PhaseTimer()
@@ -168,13 +181,7 @@ def main() -> None:
     import torch
 
     rows = args.rows or (QUICK_ROWS if args.quick else DAY_ROWS)
-    candidates = {"before": candidate_config(BEFORE), "after": candidate_config({})}
-    for text in args.candidate:
-        try:
-            name, overrides = parse_candidate(text)
-            candidates[name] = candidate_config(overrides)
-        except (ValueError, TypeError) as e:
-            p.error(str(e))
+    candidates = recipes(p, args.candidate)
     t_start = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
         data = args.data or world(Path(tmp) / "world", rows)

@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.bench_teacher_stream import BEFORE, candidate_config, parse_candidate
+from benchmarks.bench_teacher_stream import recipes
 from benchmarks.common import apply_common_args, quiet_lightning, write_json
 from gemkd.experiments.teacher_fit import fit_teacher
 
@@ -50,13 +50,7 @@ def main() -> None:
     args = p.parse_args()
     apply_common_args(p, args)
     quiet_lightning()
-    candidates = {"before": candidate_config(BEFORE), "after": candidate_config({})}
-    for text in args.candidate:
-        try:
-            name, overrides = parse_candidate(text)
-            candidates[name] = candidate_config(overrides)
-        except (ValueError, TypeError) as e:
-            p.error(str(e))
+    candidates = recipes(p, args.candidate)
     if args.only:
         candidates = {k: v for k, v in candidates.items() if k in args.only}
     days = [0, args.days]
