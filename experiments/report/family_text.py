@@ -11,7 +11,7 @@ import pandas as pd
 
 from gemkd.experiments.report.family import Family
 from gemkd.experiments.report.intervals import BEATS, GAIN, LOSS, UNRESOLVED
-from gemkd.experiments.report.summary import RunView, f4, lag_str, md_table
+from gemkd.experiments.report.summary import RunView, ci, lag_str, md_table
 from gemkd.experiments.results_schema import KD
 
 #: The mark of a Holm-adjusted interval in the tables.
@@ -39,14 +39,6 @@ def family_sentence(run: RunView) -> str:
             "finding. ")
 
 
-def _ci(point: float, lo: float, hi: float) -> str:
-    if not math.isfinite(point):
-        return "—"
-    if not (math.isfinite(lo) and math.isfinite(hi)):
-        return f4(point)
-    return f"{f4(point)} [{f4(lo)}, {f4(hi)}]"
-
-
 def _p(x: float) -> str:
     return f"{x:.3g}" if math.isfinite(x) else "—"
 
@@ -57,8 +49,8 @@ def family_section(run: RunView) -> list[str]:
     fam = run.family
     if fam is None or not fam.size:
         return []
-    rows = [[f"{r.a} vs {r.b}", _ci(r.diff, r.lo, r.hi), _p(r.p), str(r.rank), _p(r.holm_p),
-             f"{100 * (1 - r.alpha):.2f} %", _ci(r.diff, r.adj_lo, r.adj_hi), r.verdict]
+    rows = [[f"{r.a} vs {r.b}", ci(r.diff, r.lo, r.hi), _p(r.p), str(r.rank), _p(r.holm_p),
+             f"{100 * (1 - r.alpha):.2f} %", ci(r.diff, r.adj_lo, r.adj_hi), r.verdict]
             for r in fam.table.itertuples()]
     return [f"## Primary comparisons ({fam.task}, domain {fam.domain}, teacher lag "
             f"{lag_str(fam.lag)} days; Holm, {100 * fam.alpha:g} % family-wise)",
@@ -94,8 +86,8 @@ def headline(run: RunView) -> str:
 
 
 def _phrase(r: pd.Series) -> str:
-    d = _ci(r["diff"], r["adj_lo"], r["adj_hi"])
-    neg = _ci(-r["diff"], -r["adj_hi"], -r["adj_lo"])
+    d = ci(r["diff"], r["adj_lo"], r["adj_hi"])
+    neg = ci(-r["diff"], -r["adj_hi"], -r["adj_lo"])
     if r["verdict"] == GAIN:
         return f"{r['a']} is a real gain over the labels-only baseline, ΔNE {d}"
     if r["verdict"] == LOSS:
