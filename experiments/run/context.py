@@ -5,7 +5,9 @@ self-contained request from it."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,6 +29,17 @@ class RunContext:
     executor: Executor
     tracker: Any = None
     done: dict[str, dict] = field(default_factory=dict)
+    #: wall seconds per phase of the run (:meth:`phase`), in the order first entered
+    phases: dict[str, float] = field(default_factory=dict)
+
+    @contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        """Count the wall time of the block towards ``name`` (phases.json, log.txt)."""
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.phases[name] = self.phases.get(name, 0.0) + time.perf_counter() - t0
 
     @property
     def cache(self) -> Path:

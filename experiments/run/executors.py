@@ -11,7 +11,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any, Literal, Protocol
@@ -158,6 +158,21 @@ class LocalProcesses:
             for f in pending:
                 f.cancel()
             raise
+
+    def map(self, fn: Callable[..., Any], calls: list[tuple]) -> Iterator[Any]:
+        """``fn(*args)`` for each of ``calls`` on the workers, results as they finish (other
+        jobs than student runs: a world's cached steps); the first error is raised, the calls
+        not started are cancelled."""
+        pool = self._get()
+        pending = {pool.submit(fn, *args) for args in calls}
+        try:
+            while pending:
+                finished, pending = wait(pending, return_when=FIRST_COMPLETED)
+                for f in finished:
+                    yield f.result()
+        finally:
+            for f in pending:
+                f.cancel()
 
     def close(self) -> None:
         if self._pool is not None:

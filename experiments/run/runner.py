@@ -26,7 +26,7 @@ import yaml
 from gemkd.experiments.run.context import LagCell, RunContext
 from gemkd.experiments.run.data_ratio import record as record_ratio
 from gemkd.experiments.run.data_ratio import rows_in, teacher_student_rows
-from gemkd.experiments.run.data_sources import data_plan, prepare_data
+from gemkd.experiments.run.data_sources import data_plan
 from gemkd.experiments.run.evaluation import (
     eval_metrics,
     feature_oracle_metrics,
@@ -38,12 +38,13 @@ from gemkd.experiments.run.executors import Executor, Serial
 from gemkd.experiments.run.inputs import inputs_tag, lag_inputs, variant_tag
 from gemkd.experiments.run.jobs import StudentRun
 from gemkd.experiments.run.methods import variant_needs
-from gemkd.experiments.run.progress import Progress
+from gemkd.experiments.run.prepare import fm_domains, prepare_worlds, world_steps
+from gemkd.experiments.run.progress import Progress, clock
 from gemkd.experiments.run.results import References, derive, load_done, record, rows_of
 from gemkd.experiments.run.tracking import log_results, run_tracker
 from gemkd.experiments.run.tuning import planned_runs, tune_variants
 from gemkd.experiments.run.tuning_table import TUNING_COLUMNS
-from gemkd.experiments.run.validate import DataMismatch, check_data, check_spec, data_name
+from gemkd.experiments.run.validate import DataMismatch, check_spec
 from gemkd.experiments.run_dir import write_layout
 from gemkd.experiments.spec.model import RunSpec
 from gemkd.transfer.data.schema import day_range
@@ -55,6 +56,9 @@ LOCK = ".lock"
 #: written when the data's negatives were sampled (a positive-only log): the report reads it
 NEGATIVES = "sampled_negatives.json"
 TEACHER_NEEDS = {"teacher", "teacher_emb"}
+#: the wall seconds of each phase of the run (steps, tuning, final runs), as log.txt's last
+#: lines give them
+PHASES = "phases.json"
 
 
 def run_experiment(spec: RunSpec, out: str | Path, sync: Callable[[], None] | None = None,
@@ -130,6 +134,8 @@ def _steps(ctx: RunContext) -> pd.DataFrame:
         f"lags {spec.lags}" + (f", worlds {worlds}" if worlds != [None] else ""))
     rows: list[dict] = []
     tuning_rows: list[dict] = []
+    with ctx.phase("steps"):
+        prepare_worlds(ctx)
     for world in worlds:
         rows += _world(ctx, world, tuning_rows)
     pd.DataFrame(tuning_rows, columns=list(TUNING_COLUMNS)).to_csv(out / "tuning.csv", index=False)
@@ -137,6 +143,10 @@ def _steps(ctx: RunContext) -> pd.DataFrame:
     results.to_csv(out / "results.csv", index=False)
     log_results(ctx.tracker, results, out)
     log(f"wrote {out / 'results.csv'} ({len(results)} rows)")
+    log("wall time per phase: " + ", ".join(f"{k} {clock(v)}" for k, v in ctx.phases.items())
+        + f" ({PHASES})")
+    (out / PHASES).write_text(json.dumps({k: round(v, 1) for k, v in ctx.phases.items()},
+                                         indent=2) + "\n")
     return results
 
 
@@ -145,11 +155,8 @@ def _world(ctx: RunContext, world: int | None, tuning_rows: list[dict]) -> list[
     spec, log = ctx.spec, ctx.log
     if world is not None:
         log(f"=== world {world}")
-    data, data_key = prepare_data(spec, ctx.cache, log, world)
-    from gemkd.transfer.data.schema import DatasetSchema
-
-    schema = DatasetSchema.load(data)
-    check_data(spec, schema.days, schema.domains, schema.tasks, data_name(spec), mismatch=True)
+    with ctx.phase("steps"):
+        data, data_key, schema = world_steps(ctx, world)
     if schema.negatives is not None:  # the report says what NE is measured against
         (ctx.out / NEGATIVES).write_text(json.dumps(schema.negatives, indent=2))
     tasks, domains = ctx.tasks, schema.domains
@@ -174,7 +181,8 @@ def _world(ctx: RunContext, world: int | None, tuning_rows: list[dict]) -> list[
                 f"{ratio['ratio']:.1f}x the student's {student_rows:,})")
         else:
             log(f"== teacher lag {lag}: the imported store's teacher")
-        inputs = lag_inputs(ctx, lag, data, data_key, only or domains)
+        with ctx.phase("steps"):
+            inputs = lag_inputs(ctx, lag, data, data_key, fm_domains(spec, domains))
         tag = inputs_tag(spec, inputs, ctx.executor.threads)
         cell = LagCell(label, lag, data, train_end, inputs, tag, base_rates,
                        "" if world is None else f"w{world}|")
@@ -185,8 +193,10 @@ def _world(ctx: RunContext, world: int | None, tuning_rows: list[dict]) -> list[
         for name, m in sources.items():
             log(f"  {name} teacher NE on evaluation days: "
                 f"{ {t: round(m[f'ne/{t}/all'], 4) for t in tasks} }")
-        chosen = tune_variants(ctx, cell, tuning_rows)
-        finals = _final_runs(ctx, cell, chosen)
+        with ctx.phase("tuning"):
+            chosen = tune_variants(ctx, cell, tuning_rows)
+        with ctx.phase("final runs"):
+            finals = _final_runs(ctx, cell, chosen)
         refs = References(sources["gem"], oracle, feature, tasks, only or domains, label, lag)
         for variant in spec.variants:
             source = sources[variant.teacher] if variant_needs(variant) & TEACHER_NEEDS else {}
