@@ -45,6 +45,7 @@ import json
 import math
 import os
 import re
+import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -187,25 +188,36 @@ class Search:
     def next(self) -> dict[str, Any] | None:
         """The next params to score, or None when ``trials`` trials are finished. Until they
         are told, the same params again (a resumed run gets the trial a kill interrupted)."""
+        batch = self.next_batch(1)
+        return batch[0] if batch else None
+
+    def next_batch(self, n: int) -> list[dict[str, Any]]:
+        """Up to ``n`` params to score at once (empty when ``trials`` trials are finished):
+        those handed out and not yet told (a resumed run gets them again), then new asks, each
+        sampled with the others still out (TPE's constant liar). A new ask equal to a finished
+        trial is told that trial's score at once; one equal to a trial still out waits for it
+        and is told its score too (:meth:`tell`): a duplicate costs no training."""
         while True:
             trials = self._study.get_trials(deepcopy=False)
             finished = [t for t in trials if t.state.is_finished()]
-            running = [t for t in trials if t.state == TrialState.RUNNING]
-            if running:  # handed out and not told: a resumed run gets it again
-                number, params = running[-1].number, self._codec.decode(running[-1].params)
-            elif len(finished) >= self.n_trials:
-                return None
-            else:
-                number, params = self._ask(trials, finished)
-            twin = next((t for t in finished if self._codec.decode(t.params) == params), None)
+            out = [t for t in trials if t.state == TrialState.RUNNING]
+            handed = [t for t in out if f"reused:{t.number}" not in self._study.user_attrs]
+            if len(handed) >= n or len(finished) + len(out) >= self.n_trials or (
+                    # an exhausted grid repeats finished points (free): none while any is out
+                    self._grid is not None and handed
+                    and sum(t.state != TrialState.WAITING for t in trials) >= self._grid_size):
+                return [self._codec.decode(t.params) for t in handed]
+            number, params = self._ask(trials, finished)
+            twin = next((t for t in finished + handed
+                         if self._codec.decode(t.params) == params), None)
             if twin is None:
-                return params
+                continue
             # a duplicate costs no training: it gets its twin's result (recorded on the study:
             # a trial's own attributes need its Trial object, which a resumed run has not)
             self._study.set_user_attr(f"reused:{number}", twin.number)
             if twin.state == TrialState.COMPLETE:
                 self._study.tell(number, twin.value)
-            else:
+            elif twin.state.is_finished():
                 self._study.tell(number, state=TrialState.FAIL)
 
     def _ask(self, trials: list, finished: list) -> tuple[int, dict[str, Any]]:
@@ -222,16 +234,22 @@ class Search:
     def tell(self, params: Mapping[str, Any], value: float) -> None:
         """Record ``value`` (lower is better) for the params ``next()`` handed out; a value
         that is not finite (a diverged student) marks the trial failed."""
+        reused = self._study.user_attrs
         running = [t for t in self._study.get_trials(deepcopy=False)
                    if t.state == TrialState.RUNNING]
-        if not running or self._codec.decode(running[-1].params) != dict(params):
-            raise ValueError(f"study {self.name}: tell({dict(params)}) does not answer the "
-                             "params next() handed out")
+        trial = next((t for t in running if f"reused:{t.number}" not in reused
+                      and self._codec.decode(t.params) == dict(params)), None)
+        if trial is None:
+            raise ValueError(f"study {self.name}: tell({dict(params)}) does not answer "
+                             "params next() or next_batch() handed out")
         value = float(value)
-        if math.isfinite(value):
-            self._study.tell(running[-1].number, value)
-        else:
-            self._study.tell(running[-1].number, state=TrialState.FAIL)
+        # the trial, then the duplicates asked while it was out (they wait for its score)
+        for t in [trial, *(d for d in running if reused.get(f"reused:{d.number}") ==
+                            trial.number)]:
+            if math.isfinite(value):
+                self._study.tell(t.number, value)
+            else:
+                self._study.tell(t.number, state=TrialState.FAIL)
 
     # ------------------------------------------------------------------ results
     def history(self) -> list[TrialRecord]:
@@ -284,8 +302,13 @@ class Search:
                                 seed=self._trial_seed(None))
         if self.sampler == "random":
             return optuna.samplers.RandomSampler(seed=self._trial_seed(number))
-        return optuna.samplers.TPESampler(seed=self._trial_seed(number),
-                                          n_startup_trials=min(10, max(3, self.n_trials // 4)))
+        # constant_liar: trials still out (next_batch) count at the worst score, so a batch's
+        # asks spread out; with none out (one at a time) TPE samples as without it
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            return optuna.samplers.TPESampler(seed=self._trial_seed(number),
+                                              n_startup_trials=min(10, max(3, self.n_trials // 4)),
+                                              constant_liar=True)
 
     def _check_identity(self) -> None:
         want = {"space": space_signature(self.space), "sampler": self.sampler,
@@ -318,19 +341,19 @@ def single_point(space: Mapping[str, Range]) -> dict[str, Any] | None:
 
 class SearchTuner:
     """A :class:`Search` in rounds (the runner's ``Tuner``: ``ask`` → the next candidates, empty
-    when done; ``tell``; ``best``; ``scored``): one candidate a round, since trial k's params
-    depend on trial k − 1's score. A space with one point (none: the labels-only baseline under
+    when done; ``tell``; ``best``; ``scored``): ``batch`` candidates a round (``tuning.batch``),
+    one by default, since trial k's params then depend on trial k − 1's score. A space with
+    one point (none: the labels-only baseline under
     ``tuning.draws: shared``) asks for nothing and is chosen as it is."""
 
-    def __init__(self, search: Search) -> None:
-        self.search = search
+    def __init__(self, search: Search, batch: int = 1) -> None:
+        self.search, self.batch = search, batch
         self._fixed = single_point(search.space)
 
     def ask(self) -> list[dict[str, Any]]:
         if self._fixed is not None:
             return []
-        params = self.search.next()
-        return [] if params is None else [params]
+        return self.search.next_batch(self.batch)
 
     def tell(self, params: dict[str, Any], value: float) -> None:
         self.search.tell(params, value)

@@ -299,6 +299,10 @@ class TuningSpec:
     #: world) for every seed, scored on the first seeds, lr and ema_decay searched only when
     #: named below (the runs, and run keys, of earlier versions)
     draws: TuningDraws = "per_seed"
+    #: candidates each search asks for at once (TPE's constant liar stands in for the scores
+    #: not yet known): a round trains batch × draws runs of a variant, which packs train in one
+    #: pass; 1 asks one at a time, each after the last one's score (the runs of earlier versions)
+    batch: int = 1
     #: every other key names a knob (alpha, kd_weight, temperature, aux_beta, adapter_hidden,
     #: your method's, or the student's lr and ema_decay) and replaces its range: a list of values
     #: or {low, high, log, int}
@@ -306,12 +310,16 @@ class TuningSpec:
 
     @classmethod
     def from_mapping(cls, values: Any, where: str) -> TuningSpec:
-        obj = _open_section(cls, values, where, ("sampler", "trials", "seeds", "seed", "draws"))
+        obj = _open_section(cls, values, where, ("sampler", "trials", "seeds", "seed", "draws",
+                                                 "batch"))
         if obj.sampler not in SAMPLERS:
             raise ConfigError(f"{where}: key 'sampler' must be one of "
                               f"{', '.join(SAMPLERS)}, got {obj.sampler!r}")
         if obj.trials < 1 or obj.seeds < 1:
             raise ConfigError(f"{where}: keys 'trials' and 'seeds' must be >= 1")
+        if not isinstance(obj.batch, int) or isinstance(obj.batch, bool) or obj.batch < 1:
+            raise ConfigError(f"{where}: key 'batch' must be an int >= 1 (candidates asked "
+                              f"for at once), got {obj.batch!r}")
         for key, value in obj.overrides.items():
             if isinstance(value, list) and value:
                 continue
@@ -324,8 +332,9 @@ class TuningSpec:
 
     def to_dict(self) -> dict[str, Any]:
         seed = {} if self.seed is None else {"seed": self.seed}  # unset: a spec's tag unchanged
+        batch = {} if self.batch == 1 else {"batch": self.batch}  # likewise
         return {"sampler": self.sampler, "trials": self.trials, "seeds": self.seeds, **seed,
-                "draws": self.draws, **self.overrides}
+                "draws": self.draws, **batch, **self.overrides}
 
     @property
     def knobs(self) -> dict[str, Any]:
