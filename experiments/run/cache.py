@@ -85,7 +85,11 @@ def source_hash(paths: tuple[str, ...], root: Path) -> str:
         p = root / rel
         if not p.exists():
             raise FileNotFoundError(f"{p}: no such source file or folder to hash")
-        files |= {p} if p.is_file() else set(p.rglob("*.py"))
+        # each file by its real path: gemkd imported from the editable install's tree of links
+        # and from the source folders (a worker whose working directory is a checkout) must
+        # hash the same files under the same names, or their steps' keys differ
+        files |= {p.resolve()} if p.is_file() else {f.resolve() for f in p.rglob("*.py")}
+    root = root.resolve()
     for f in sorted(files):
         h.update(str(f.relative_to(root)).encode())
         h.update(f.read_bytes())

@@ -77,3 +77,23 @@ def test_a_step_log_hears_every_step_done_a_plain_function_only_lines(tmp_path):
     cached_step(tmp_path, "teacher", {"lr": 1}, lambda step: None, log)  # cached: counted too
     assert log.done == ["teacher", "teacher"]
     assert isinstance(step_log(lines.append), PlainLog) and step_log(log) is log
+
+
+def test_a_tree_of_links_hashes_as_the_files_it_links(tmp_path):
+    """An editable install's tree of links and the source folder are the same code: a worker
+    that imports gemkd from a checkout's folders must key a step as the command's process does
+    (through the installed links), or the steps it prepared are not found."""
+    from gemkd.experiments.run.cache import source_hash
+
+    real = tmp_path / "transfer" / "data"
+    real.mkdir(parents=True)
+    (real / "a.py").write_text("x = 1\n")
+    (real / "b.py").write_text("y = 2\n")
+    links = tmp_path / "build" / "gemkd" / "transfer" / "data"
+    links.mkdir(parents=True)
+    for name in ("a.py", "b.py"):
+        (links / name).symlink_to(real / name)
+    before = source_hash(("transfer/data",), tmp_path)
+    assert source_hash(("build/gemkd/transfer/data",), tmp_path) == before
+    (real / "b.py").write_text("y = 3\n")  # an edit still changes the key, through the links too
+    assert source_hash(("build/gemkd/transfer/data",), tmp_path) != before
