@@ -15,6 +15,11 @@ first row's user's, as a ranking call scores every (user, ad) pair). Three paths
 * ``student+repr``: the repr method's features (``AsOfCodes.lookup`` of the user's codes
   strictly before the request, ``pool_mean``) then the same student built with
   ``repr_dim = code_dim``;
+* ``student+solaris``: SOLARIS's pair features (``PairLookup.lookup`` of each (day, user, ad) in a
+  pair store, the user's mean vector and a miss flag on a miss) then the student built with
+  ``repr_dim = trunk_dim + 1``; the store holds every other candidate of each request (a hit rate
+  of one half) and K = 8 pairs of each other user of the world, random vectors of the teacher's
+  ``trunk_dim``: the precomputed pair representation in place of the teacher's forward;
 * ``teacher``: ``GEM`` with ``experiments/teachers/small.yaml``'s model, its history capped at the
   quickstart teacher's ``max_seq_len`` (256), repeated per candidate.
 
@@ -60,10 +65,13 @@ from gemkd.transfer.repr_features import (
     quantize_codes,
     write_code_store,
 )
+from gemkd.transfer.solaris.lookup import PairLookup
 
 ROOT = Path(__file__).resolve().parents[1]
 USER_FIELDS = ("user_id", "age_bucket", "country", "device")  # request-level categoricals
-PATHS = ("student", "student+repr", "teacher")
+PATHS = ("student", "student+repr", "student+solaris", "teacher")
+ITEM = "ad_id"  # the synthetic world's item column (SOLARIS pairs are (user, ad))
+PAIRS_PER_USER = 8  # solaris.k of the shipped specs
 
 
 def write_codes(data: Path, out: Path, code_dim: int, bits: int) -> None:
@@ -103,6 +111,24 @@ def make_requests(data: Path, days: tuple[int, int], n_candidates: int, n_reques
         if len(out) == n_requests:
             break
     return out
+
+
+def pair_lookup(requests: list[Batch], item_col: int, n_users: int, n_items: int, dim: int
+                ) -> PairLookup:
+    """A pair store holding every other candidate of each request and ``PAIRS_PER_USER``
+    random (day, user, ad) pairs of every user of the world (random vectors)."""
+    rng = np.random.default_rng(0)
+    keys: set[tuple[int, int, int]] = set()
+    for r in requests:
+        day, user = int(r.day[0]), int(r.user_id[0])
+        keys |= {(day, user, int(a)) for a in r.categorical[::2, item_col].tolist()}
+    days = sorted({k[0] for k in keys})
+    for day in days:
+        for user in range(n_users):
+            keys |= {(day, user, int(a)) for a in rng.integers(0, n_items, PAIRS_PER_USER)}
+    d, u, i = (np.array(c, dtype=np.int64) for c in zip(*sorted(keys), strict=True))
+    vectors = rng.standard_normal((len(d), dim), dtype=np.float32)
+    return PairLookup(d, u, i, vectors, fallback="user_mean")
 
 
 def _first(x: torch.Tensor, n: int) -> torch.Tensor:
@@ -152,6 +178,16 @@ def main() -> None:
                                   schema, tasks).to(dev).eval()
         gem_cfg = yaml.safe_load((ROOT / "experiments/teachers/small.yaml").read_text())["model"]
         teacher = GEM.from_config(schema, gem_cfg).to(dev).eval()
+        item_col = [f.name for f in schema.categorical].index(ITEM)
+        cards = {f.name: f.cardinality for f in schema.categorical}
+        pairs = pair_lookup(requests, item_col, cards["user_id"], cards[ITEM],
+                            int(gem_cfg["trunk_dim"]))
+        with_pairs = build_student({"class_path": spec.student.class_path,
+                                    "init_args": {**init, "repr_dim": pairs.dim + 1}},
+                                   schema, tasks).to(dev).eval()
+
+        def pair_features(req: Batch) -> torch.Tensor:  # what the solaris method feeds a student
+            return pairs.lookup(req.day, req.user_id, req.categorical[:, item_col])
 
         def student(req: Batch) -> None:
             plain(req.to(dev))
@@ -160,12 +196,21 @@ def main() -> None:
             feats = codes(req)  # host-side lookup on the request's user_id / ts
             with_repr(req.to(dev), feats.to(dev))
 
+        def student_solaris(req: Batch) -> None:
+            feats = pair_features(req)  # host-side lookup of the request's (day, user, ad)
+            with_pairs(req.to(dev), feats.to(dev))
+
         def gem(req: Batch) -> None:
             teacher(req.to(dev))
 
-        times = run_requests({"student": student, "student+repr": student_repr, "teacher": gem},
+        times = run_requests({"student": student, "student+repr": student_repr,
+                              "student+solaris": student_solaris, "teacher": gem},
                              requests, args.warmup, args.device)
-        lookup = run_requests({"lookup": lambda r: codes(r)}, requests, args.warmup, "cpu")
+        lookup = run_requests({"lookup": lambda r: codes(r),
+                               "pair_lookup": lambda r: pair_features(r)},
+                              requests, args.warmup, "cpu")
+        hit_rate = float(np.mean([1.0 - float(pair_features(r)[:, -1].mean())
+                                  for r in requests]))
         n_codes = [int(asof.lookup(r.user_id[:1], r.ts[:1])[1][-1]) for r in requests]
         hist = [r.seq_max_len for r in requests]
     res = {
@@ -173,6 +218,7 @@ def main() -> None:
         "threads": torch.get_num_threads(), "preset": preset, "teacher_history_cap": teacher_cap,
         "mean_history": round(float(np.mean(hist)), 1),
         "mean_codes_per_user": round(float(np.mean(n_codes)), 1),
+        "pair_store_pairs": len(pairs.vectors), "pair_hit_rate": round(hit_rate, 3),
         "teacher_params_m": round(teacher.num_parameters() / 1e6, 2),
         "student_params_k": round(sum(q.numel() for q in with_repr.parameters()) / 1e3, 1),
         "latency_ms": {k: {"p50": percentile_ms(v, 50), "p99": percentile_ms(v, 99)}
@@ -207,8 +253,9 @@ def run_requests(paths: dict[str, Callable[[Batch], object]], requests: list[Bat
 def figures(r: dict, device: str) -> list[dict]:
     lat, n = r["latency_ms"], r["candidates"]
     out = []
-    for path in (*PATHS, "lookup"):
-        what = "code lookup + pooling alone" if path == "lookup" else path
+    alone = {"lookup": "code lookup + pooling alone", "pair_lookup": "pair-store lookup alone"}
+    for path in (*PATHS, *alone):
+        what = alone.get(path, path)
         for q in ("p50", "p99"):
             out.append(figure(f"serving latency, {what}, 1 request x {n} ads, {q} ({device})",
                               lat[path][q], "ms"))
@@ -217,6 +264,10 @@ def figures(r: dict, device: str) -> list[dict]:
                           lat["student+repr"][q] / lat["student"][q]))
         out.append(figure(f"serving {q}: GEM teacher ÷ student+repr",
                           lat["teacher"][q] / lat["student+repr"][q]))
+        out.append(figure(f"serving {q}: student+solaris ÷ student (cost of SOLARIS pair "
+                          "features)", lat["student+solaris"][q] / lat["student"][q]))
+        out.append(figure(f"serving {q}: GEM teacher ÷ student+solaris (the forward a pair "
+                          "store replaces)", lat["teacher"][q] / lat["student+solaris"][q]))
     return out
 
 
