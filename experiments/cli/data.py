@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from pathlib import Path
 
 from gemkd.experiments.cli.declare import Command, Opt, arguments
+from gemkd.transfer.errors import ConfigError
 
 MAPPINGS = Path(__file__).resolve().parents[1] / "data" / "mappings"  # shipped importer presets
 
@@ -95,6 +97,31 @@ def _task_list(text: str | None) -> list[str] | None:
     return None if text is None else [t.strip() for t in text.split(",")]
 
 
+def _shipped(default: str, files: str) -> Callable[[str | None], str | Path]:
+    """``--src``'s value, or where not given the copy a checkout ships in datasets/ (the
+    ``data_sources`` constant named ``default``, a run spec's default ``data.src`` too); a
+    ConfigError when that folder is not here (an installed gemkd without its repository)."""
+
+    def convert(src: str | None) -> str | Path:
+        if src is not None:
+            return src
+        from gemkd.experiments.run import data_sources  # not at import: gemkd --help stays light
+
+        folder: Path = getattr(data_sources, default)
+        if not folder.is_dir():
+            raise ConfigError(f"--src: not given, and its default {folder} (the copy a gemkd "
+                              "checkout ships in datasets/) is absent, as in a gemkd installed "
+                              f"without its repository: pass --src DIR, the folder of the "
+                              f"{files} files")
+        return folder
+
+    return convert
+
+
+SHIPPED = ("the copy a checkout ships in datasets/, as a run spec's data.src; the library "
+           "function has no default src")
+
+
 def _load_mapping(path: str):
     from gemkd.transfer.data.importer import load_mapping
 
@@ -120,8 +147,10 @@ COMMANDS = (
     )),
     Command(("data", "movielens"), "convert MovieLens ratings (+ movies), CSV or Parquet",
             run=_movielens, calls="gemkd.transfer.data.movielens:convert_movielens", options=(
-                Opt("--src", "directory with ratings [movies] .csv or .parquet (shipped: "
-                    "datasets/movielens_latest_small)", required=True, param="src"),
+                Opt("--src", "directory with ratings [movies] .csv or .parquet (default: "
+                    "the shipped datasets/movielens_latest_small, in a checkout)", param="src",
+                    metavar="DIR", convert=_shipped("DEFAULT_MOVIELENS", "MovieLens"),
+                    own_default=SHIPPED),
                 OUT,
                 Opt("--n-days", "time buckets of equal size", type=int, default=20,
                     positive=True, param="n_days"),
@@ -131,8 +160,10 @@ COMMANDS = (
     Command(("data", "kuairand"), "convert KuaiRand logs (+ user/video features)",
             run=_kuairand, calls="gemkd.transfer.data.kuairand:convert_kuairand", options=(
                 Opt("--src", "directory with log_standard* / log_random* [user_features*, "
-                    "video_features_basic*] .csv or .parquet (shipped: "
-                    "datasets/kuairand_pure_slice), or one log", required=True, param="src"),
+                    "video_features_basic*] .csv or .parquet, or one log (default: the "
+                    "shipped datasets/kuairand_pure_slice, in a checkout)", param="src",
+                    convert=_shipped("DEFAULT_KUAIRAND", "KuaiRand"),
+                    own_default=SHIPPED),
                 OUT,
                 Opt("--tasks", "comma-separated, default click,long_view,like (also: follow, "
                     "comment, forward, hate, profile_enter)", param="tasks",

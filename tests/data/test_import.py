@@ -210,3 +210,50 @@ def test_docs_example(tmp_path, capsys):
     assert (t.loc[t["item_id"] == 7, "topic"] == 0).all()  # article 7 has no row in items.csv
     assert main(["data", "validate", str(out)]) == 0
     assert "ok: 36 rows" in capsys.readouterr().out
+
+
+def test_one_table_in_two_formats_is_refused(tmp_path, capsys):
+    """The default patterns match both log.csv and log.parquet: every row would be read
+    twice. One error naming both; either one alone, or a pattern choosing one, imports."""
+    src, mapping = setup(tmp_path)
+    LOG.to_parquet(src / "log.parquet", index=False)
+    out = tmp_path / "out"
+    argv = ["data", "import", "--src", str(src), "--mapping", str(mapping), "--out", str(out)]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {src}: both log.csv and log.parquet match the log patterns "
+                          "(*.csv, *.parquet)") and err.count("\n") == 1
+    assert "keep one, or give the mapping a files: pattern that matches only one" in err
+    assert not out.exists()
+
+    _, both_ok = run(capsys, src, _with_files(tmp_path, ["*.parquet"]), tmp_path / "pq")
+    (src / "log.csv").unlink()
+    _, parquet_only = run(capsys, src, mapping, tmp_path / "parquet_only")
+    pd.testing.assert_frame_equal(both_ok, parquet_only)
+    (src / "log.parquet").unlink()
+    LOG.to_csv(src / "log.csv", index=False)
+    _, csv_only = run(capsys, src, mapping, tmp_path / "csv_only")
+    pd.testing.assert_frame_equal(csv_only, parquet_only)
+    assert len(csv_only) == len(LOG)  # each row once
+
+
+def _with_files(tmp_path: Path, files: list[str]) -> Path:
+    path = tmp_path / "map_files.yaml"
+    path.write_text(yaml.safe_dump({**MAPPING, "files": files}, sort_keys=False))
+    return path
+
+
+def test_same_name_in_two_folders_is_two_tables(tmp_path):
+    """Only one folder's a.csv and a.csv.gz/a.parquet are one table; day1/a.csv and
+    day2/a.csv are two."""
+    from gemkd.transfer.data.importer.source import find_files
+    from gemkd.transfer.errors import DataError
+
+    for day in ("day1", "day2"):
+        (tmp_path / day).mkdir()
+        LOG.to_csv(tmp_path / day / "a.csv", index=False)
+    assert find_files(tmp_path, ("*/*.csv",), set()) == [tmp_path / "day1" / "a.csv",
+                                                         tmp_path / "day2" / "a.csv"]
+    LOG.to_csv(tmp_path / "day2" / "a.csv.gz", index=False)
+    with pytest.raises(DataError, match="both day2/a.csv and day2/a.csv.gz match"):
+        find_files(tmp_path, ("*/*.csv", "*/*.csv.gz"), set())

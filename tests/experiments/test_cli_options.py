@@ -13,6 +13,7 @@ import pytest
 
 from gemkd.experiments.cli import build_parser, commands, main
 from gemkd.experiments.cli.declare import Command, Opt, library_default, resolve
+from tests.conftest import ROOT
 
 LEAVES = [c for c in commands() if c.run is not None]
 
@@ -145,6 +146,59 @@ def test_movielens_calls_the_library_with_its_defaults(monkeypatch, capsys):
     assert main(["data", "movielens", "--src", "s", "--out", "o"]) == 0
     assert calls == [{"src": "s", "out": "o", **{k: real[k].default for k in
                                                   ("n_days", "max_history", "overwrite")}}]
+
+
+def _fake_converters(monkeypatch) -> list[dict]:
+    """``convert_movielens`` and ``convert_kuairand`` recording their arguments."""
+    from types import SimpleNamespace
+
+    import gemkd.transfer.data.kuairand as kuairand
+    import gemkd.transfer.data.movielens as movielens
+
+    calls: list[dict] = []
+    schema = SimpleNamespace(n_rows=0, days=[], domains=[], tasks=[])
+    monkeypatch.setattr(movielens, "convert_movielens", lambda **kw: calls.append(kw) or schema)
+    monkeypatch.setattr(kuairand, "convert_kuairand",
+                        lambda **kw: calls.append(kw) or SimpleNamespace(schema=schema, notes=[]))
+    return calls
+
+
+SHIPPED = [("movielens", "DEFAULT_MOVIELENS", "movielens_latest_small"),
+           ("kuairand", "DEFAULT_KUAIRAND", "kuairand_pure_slice")]
+
+
+@pytest.mark.parametrize("command, constant, folder", SHIPPED, ids=[c for c, _, _ in SHIPPED])
+def test_data_src_defaults_to_the_shipped_copy(command, constant, folder, monkeypatch, capsys):
+    """Without --src the converters read the copy in datasets/, the folder a run spec's
+    data.src defaults to; a given --src is passed on as it is."""
+    from gemkd.experiments.run import data_sources
+
+    calls = _fake_converters(monkeypatch)
+    default = getattr(data_sources, constant)
+    assert default == ROOT / "datasets" / folder and default.is_dir()  # this checkout ships it
+    assert main(["data", command, "--out", "o"]) == 0
+    assert calls[-1]["src"] == default
+    assert main(["data", command, "--src", "elsewhere", "--out", "o"]) == 0
+    assert calls[-1]["src"] == "elsewhere"
+
+
+@pytest.mark.parametrize("command, constant, folder", SHIPPED, ids=[c for c, _, _ in SHIPPED])
+def test_a_missing_shipped_copy_asks_for_src(command, constant, folder, monkeypatch, capsys,
+                                             tmp_path):
+    """An installed gemkd has no datasets/: without --src, one error line naming the absent
+    default folder and the option to pass, before any conversion."""
+    from gemkd.experiments.run import data_sources
+
+    calls = _fake_converters(monkeypatch)
+    absent = tmp_path / "no_checkout" / folder
+    monkeypatch.setattr(data_sources, constant, absent)
+    assert main(["data", command, "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: --src: not given, and its default {absent} ")
+    assert "is absent" in err and "pass --src DIR" in err and err.count("\n") == 1
+    assert calls == [] and not (tmp_path / "out").exists()
+    assert main(["data", command, "--src", str(tmp_path), "--out", "o"]) == 0  # --src suffices
+    assert calls == [{**calls[0], "src": str(tmp_path)}]
 
 
 def test_a_count_below_one_is_one_error_line(capsys):

@@ -1,13 +1,13 @@
 """KuaiRand logs → the gemkd schema (DESIGN §2.4): the importer with the KuaiRand preset.
 
 The preset (``experiments/data/mappings/kuairand.yaml``) declares the columns and reads KuaiRand's
-CSV files or their Parquet copies (``datasets/kuairand_pure_slice``); this module adds the rules a
-fixed mapping cannot say: one log in both formats is an error (it would be read twice); which
-tasks to write (``--tasks``; a default task whose feedback column is missing is left out with a
-note, an explicitly requested one is an error); a log without ``tab`` has one domain ``all``, one
-without ``date`` counts days from its first event's date; history feedback levels use only the
-columns the log has; and the command-line domain share and history cap override the preset's
-values.
+CSV files or their Parquet copies (``datasets/kuairand_pure_slice``; one log in both formats is
+an error, as for any import: it would be read twice); this module adds the rules a fixed mapping
+cannot say: which tasks to write (``--tasks``; a default task whose feedback column is missing is
+left out with a note, an explicitly requested one is an error); a log without ``tab`` has one
+domain ``all``, one without ``date`` counts days from its first event's date; history feedback
+levels use only the columns the log has; and the command-line domain share and history cap
+override the preset's values.
 """
 
 from __future__ import annotations
@@ -31,17 +31,6 @@ def convert_kuairand(src: str | Path, out: str | Path, mapping: Mapping,
     return import_logs(src, m, out, overwrite=overwrite, notes=notes)
 
 
-def _one_format(files: list[Path]) -> None:
-    """A log present as CSV and as Parquet would be read twice, every row doubled."""
-    seen: dict[str, Path] = {}
-    for f in files:
-        stem = f.name.split(".")[0]
-        if stem in seen:
-            raise DataError(f"{f.parent}: both {seen[stem].name} and {f.name} (the same log "
-                            "twice?); keep one")
-        seen[stem] = f
-
-
 def kuairand_mapping(src: Path, mapping: Mapping, tasks: list[str] | None,
                      min_domain_share: float, max_history: int) -> tuple[Mapping, list[str]]:
     """The preset adapted to the logs at ``src`` and the options; and notes on what was left
@@ -50,8 +39,7 @@ def kuairand_mapping(src: Path, mapping: Mapping, tasks: list[str] | None,
         raise ConfigError(f"--min-domain-share must be in [0, 1), got {min_domain_share}")
     if max_history < 1:
         raise ConfigError(f"--max-history must be >= 1, got {max_history}")
-    files = source.find_files(src, mapping.files, set())
-    _one_format(files)
+    files = source.find_files(src, mapping.files, set())  # one log in two formats: an error
     headers = {f: set(source.header(f)) for f in files}
 
     def lacking(column: str) -> Path | None:

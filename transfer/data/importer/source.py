@@ -30,8 +30,33 @@ def place(path: Path, i: int) -> str:
     return f"line {i + 2}" if is_csv(path) else f"row {i}"
 
 
+def _table_name(path: Path) -> tuple[Path, str]:
+    """The folder and name of the table ``path`` holds: its name less a CSV or Parquet suffix
+    (``a.csv``, ``a.csv.gz`` and ``a.parquet`` are one table ``a``)."""
+    lower = path.name.lower()
+    for suffix in (*CSV_SUFFIXES, *PARQUET_SUFFIXES):
+        if lower.endswith(suffix):
+            return path.parent, path.name[:-len(suffix)]
+    return path.parent, path.name
+
+
+def _one_copy(src: Path, files: list[Path], patterns: tuple[str, ...]) -> None:
+    """One table in two formats (``a.csv`` and ``a.parquet``, as the default patterns both
+    match) would be read twice, every row doubled."""
+    seen: dict[tuple[Path, str], Path] = {}
+    for f in files:
+        first = seen.setdefault(_table_name(f), f)
+        if first is not f:
+            raise DataError(
+                f"{src}: both {first.relative_to(src)} and {f.relative_to(src)} match the log "
+                f"patterns ({', '.join(patterns)}): the same table in two formats, whose rows "
+                "would be read twice; keep one, or give the mapping a files: pattern that "
+                "matches only one (e.g. files: [\"*.parquet\"])")
+
+
 def find_files(src: Path, patterns: tuple[str, ...], exclude: set[Path]) -> list[Path]:
-    """``src`` itself, or the files of directory ``src`` matching ``patterns`` (name order)."""
+    """``src`` itself, or the files of directory ``src`` matching ``patterns`` (name order); two
+    of them holding one table (``a.csv`` and ``a.parquet``) are an error."""
     if src.is_file():
         return [src]
     if not src.is_dir():
@@ -40,6 +65,7 @@ def find_files(src: Path, patterns: tuple[str, ...], exclude: set[Path]) -> list
                     if p.is_file() and p.resolve() not in exclude})
     if not found:
         raise DataError(f"{src}: no log files (looked for {', '.join(patterns)})")
+    _one_copy(src, found, patterns)
     return found
 
 
