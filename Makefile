@@ -80,13 +80,13 @@ bench: install
 		--gpu-results $(RESULTS)/gpu \
 		--command "make bench BENCH_ARGS='$(BENCH_ARGS)' BENCH_DEVICE=$(BENCH_DEVICE)"
 
-# docs/results/RESULTS.md: the synthetic benchmark (three worlds, 25-33 min each on 2 shared cores), MovieLens (~4 min)
-# and KuaiRand (~2 min; both read datasets/), side by side. Finished steps are cached: a rerun
-# only reports.
+# docs/results/RESULTS.md: the synthetic benchmark (eight worlds; its teachers two at a time on
+# the two workers, then every world's students), MovieLens and KuaiRand (both read datasets/),
+# side by side. Finished steps are cached: a rerun only reports. Wall times: docs/results/README.md.
 results: install
-	$(BIN)/gemkd run experiments/benchmark.yaml --out runs/benchmark --threads 1
-	$(BIN)/gemkd run experiments/movielens.yaml --out runs/movielens --threads 1
-	$(BIN)/gemkd run experiments/kuairand.yaml --out runs/kuairand --threads 1
+	$(BIN)/gemkd run experiments/benchmark.yaml --out runs/benchmark --threads 1 --workers 2
+	$(BIN)/gemkd run experiments/movielens.yaml --out runs/movielens --threads 1 --workers 2
+	$(BIN)/gemkd run experiments/kuairand.yaml --out runs/kuairand --threads 1 --workers 2
 	$(BIN)/gemkd report --markdown docs/results/RESULTS.md runs/benchmark runs/movielens runs/kuairand
 
 # docs/results/TEACHER.md's curves, from the benchmark's streaming teachers (run `make results` first):
@@ -98,7 +98,7 @@ teacher-curves: install
 		--json $(RESULTS)/teacher_scaling.json --markdown $(RESULTS)/teacher_scaling.md \
 		--plots $(RESULTS)
 	for d in $(TEACHER_DAYS); do $(BIN)/gemkd run experiments/benchmark.yaml \
-		--set 'data.seeds=[0]' --set teacher_lag_days=0 --set teacher_stream_start=$$((30 - d)) \
+		--set 'data.seeds=[0]' --set teacher_lag_days=0 --set teacher_stream_start=$$((22 - d)) \
 		--set 'variants=[baseline,kd,full]' --out runs/teacher_days_$$d || exit 1; done
 	$(BIN)/python -m studies.teacher_days_grid --world 0 \
 		--runs $(foreach d,$(TEACHER_DAYS),runs/teacher_days_$(d)) runs/benchmark \
