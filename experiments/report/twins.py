@@ -63,9 +63,20 @@ def twin_comparisons(run: RunView) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=COLUMNS)
 
 
+def resolved(table: pd.DataFrame) -> pd.Series:
+    """The rows of :func:`twin_comparisons`' table whose interval excludes 0: a comparison
+    without an interval (an arm's evaluation files missing) is not resolved."""
+    finite = table["lo"].map(_finite) & table["hi"].map(_finite)
+    return (table["verdict"] != UNRESOLVED) & finite
+
+
+def _finite(x: object) -> bool:
+    return isinstance(x, (int, float)) and math.isfinite(x)
+
+
 def twin_counts(table: pd.DataFrame) -> tuple[int, int]:
     """(comparisons, resolved ones) of :func:`twin_comparisons`' table."""
-    return len(table), int((table["verdict"] != UNRESOLVED).sum())
+    return len(table), int(resolved(table).sum())
 
 
 def twins_sentence(run: RunView) -> str:
@@ -88,7 +99,7 @@ def twins_section(run: RunView) -> list[str]:
         return []
     rows = []
     for (twin, original), g in table.groupby(["twin", "original"], sort=False):
-        bad = g[g["verdict"] != UNRESOLVED]
+        bad = g[resolved(g)]
         listed = "; ".join(f"{r.task} {r.domain} lag {lag_str(r.teacher_lag_days)}: "
                            f"{f4(r.diff)} [{f4(r.lo)}, {f4(r.hi)}] {r.verdict}"
                            for r in bad.itertuples()) or "—"

@@ -160,3 +160,20 @@ def test_twins_are_counted_and_kept_out_of_the_family(tmp_path):
            f"domain), {resolved} resolved" in first
     section = text.split("## A/A twins")[1].split("\n## ")[0]
     assert "| kd_twin1 | kd | 6 |" in section and "| kd_aux_twin1 | kd_aux | 6 |" in section
+
+
+def test_a_twin_comparison_without_an_interval_is_not_resolved():
+    """An original's evaluation files missing (its runs reused from another run directory)
+    leaves the comparison without an interval: it is not a resolved (false) verdict."""
+    import pandas as pd
+
+    from gemkd.experiments.report.twins import COLUMNS, twin_counts
+
+    nan = float("nan")
+    rows = [dict(twin="kd_twin1", original="kd", teacher_lag_days=0, domain="all", task="click",
+                 diff=nan, lo=nan, hi=nan, verdict="", identical=False),
+            dict(twin="kd_twin1", original="kd", teacher_lag_days=0, domain="all", task="ctr",
+                 diff=0.01, lo=0.002, hi=0.02, verdict="beats KD", identical=False),
+            dict(twin="kd_twin2", original="kd", teacher_lag_days=0, domain="all", task="click",
+                 diff=0.0, lo=-0.01, hi=0.01, verdict="not resolved", identical=False)]
+    assert twin_counts(pd.DataFrame(rows, columns=COLUMNS)) == (3, 1)
