@@ -89,20 +89,18 @@ def side_by_side(ctx: RunContext) -> str | None:
     return None
 
 
-def prepare_worlds(ctx: RunContext) -> float:
-    """Every world's steps on the run's workers, at most ``parallel`` at a time; returns the
-    wall seconds (0 when they run in the world loop instead, the log saying why). A failed
-    world's error is raised here, as the world loop would have raised it."""
+def prepare_worlds(ctx: RunContext) -> None:
+    """Every world's steps on the run's workers, at most ``parallel`` at a time (else they run
+    in the world loop, the log saying why). A failed world's error is raised here, as the
+    world loop would have raised it."""
     why = side_by_side(ctx)
     worlds = ctx.spec.worlds
     if why is not None:
         if len(worlds) > 1:
             ctx.log(f"the worlds' steps run one world after another: {why}")
-        return 0.0
+        return
     assert isinstance(ctx.executor, LocalProcesses)
-    t0 = time.perf_counter()
     ctx.log(f"the steps of worlds {worlds} side by side on {ctx.executor.parallel} workers "
             f"(each world's lines: {log_path(ctx.out, worlds[0]).parent}/prepare_world<W>.txt)")
     for res in ctx.executor.map(prepare_world, [(ctx.spec, str(ctx.out), w) for w in worlds]):
         ctx.log(f"  world {res['world']}: steps done in {clock(res['seconds'])}")
-    return time.perf_counter() - t0
