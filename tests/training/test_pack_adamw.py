@@ -95,3 +95,40 @@ def test_each_member_averages_at_its_own_decay():
     assert torch.equal(ema.average, torch.cat(avg))
     with pytest.raises(ValueError, match="decay"):
         PackEMA(data, member, [1.5, 0.5])
+
+
+def test_members_sharing_lr_and_decay_take_torchs_update():
+    """The shared case (one lr and weight decay for every member: a 0-dim step) is exact too."""
+    init, grads = _data(k=2, steps=6)
+    stacked = [t.clone().requires_grad_() for t in init]
+    opt = PackAdamW(stacked, [MemberGroup([0.03, 0.03], [0.01, 0.01])] * 3)
+    own = [[init[i][k].clone().requires_grad_() for i in range(3)] for k in range(2)]
+    refs = [torch.optim.AdamW(own[k], lr=0.03, weight_decay=0.01, foreach=True)
+            for k in range(2)]
+    for g in grads:
+        for i, p in enumerate(stacked):
+            p.grad = g[i].clone()
+            for k in range(2):
+                own[k][i].grad = g[i][k].clone()
+        opt.step()
+        for ref in refs:
+            ref.step()
+    for k in range(2):
+        for i in range(3):
+            assert torch.equal(own[k][i].detach(), stacked[i][k].detach()), (k, i)
+
+
+def test_the_average_follows_each_member_across_parameters():
+    """A pack's buffer alternates members parameter by parameter: each run averages at its
+    member's decay."""
+    torch.manual_seed(2)
+    member = torch.tensor([0, 0, 1, 1, 0, 0, 0, 1, 1, 1])
+    data = torch.zeros(10)
+    ema = PackEMA(data, member, [0.9, 0.5])
+    avg = torch.zeros(10)
+    for n in range(8):
+        data.copy_(torch.randn(10))
+        ema.update()
+        w = torch.tensor([_host_weight(d, n, torch.float32) for d in (0.9, 0.5)])[member]
+        avg = data.clone() if n == 0 else avg + (data - avg) * w
+    assert torch.equal(ema.average, avg)

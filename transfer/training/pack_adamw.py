@@ -8,7 +8,9 @@ every stacked parameter, gradient and moment in one flat buffer and runs torch's
 foreach update (``torch.optim.adam._multi_tensor_adam``) on it, op for op, with the two
 lr-dependent scalars — the decoupled decay factor ``1 - lr · wd`` and the step size
 ``-lr / (1 - β1^t)`` — as per-element float32 tensors computed in float64, as torch computes
-those Python scalars before its kernels cast them to float32. Every op is elementwise, so each
+those Python scalars before its kernels cast them to float32 (once per parameter and member,
+then spread over its elements: the step's cost is the update's, not K · P float64 passes over
+the buffer). Every op is elementwise, so each
 member's values are those of its own run, bit for bit (``tests/training/test_pack_adamw.py``).
 β1, β2 and ε are shared by the pack (a member that differs cannot join it).
 """
@@ -64,14 +66,22 @@ class PackAdamW:
         self.exp_avg_sq = torch.zeros_like(self.data)
         self.step_count = 0
 
-        def per_element(values: list[list[float]]) -> Tensor:
-            return torch.cat([torch.tensor(v, dtype=torch.float64).repeat_interleave(
-                p[0].numel()) for v, p in zip(values, params, strict=True)])
-
-        self._lr = per_element([g.lr for g in groups])
-        wd = per_element([g.weight_decay for g in groups])
+        #: the buffer is runs of one (parameter, member) each: ``_counts`` elements long, and
+        #: a setting per run (``[P · K]``, float64) expands to per-element values in one op
+        self._counts = torch.tensor([p[0].numel() for p in params for _ in range(k)])
+        self._lr = torch.tensor([x for g in groups for x in g.lr], dtype=torch.float64)
+        wd = torch.tensor([x for g in groups for x in g.weight_decay], dtype=torch.float64)
         #: torch skips the decay when a group's weight_decay is 0; x · 1.0 is x
-        self._decay = None if not bool(wd.any()) else (1 - self._lr * wd).float()
+        self._decay = None if not bool(wd.any()) else self._per_element((1 - self._lr * wd)
+                                                                        .float())
+
+    def _per_element(self, values: Tensor) -> Tensor:
+        """One value per run of the buffer (``[P · K]``) as one per element: every element
+        of a run gets its run's value (a 0-dim tensor when all runs share one, which the
+        elementwise ops broadcast to the same float32 products)."""
+        if bool((values == values[0]).all()):
+            return values[0].clone()
+        return values.repeat_interleave(self._counts, output_size=self.data.numel())
 
     def _holders(self) -> list[Tensor]:
         """The tensors whose gradients a step reads, in the buffer's order."""
@@ -101,12 +111,18 @@ class PackAdamW:
         exp_avg_sq.addcmul_(grad, grad, value=1 - beta2)
         bc1 = 1 - beta1 ** float(self.step_count)
         bc2 = 1 - beta2 ** float(self.step_count)
-        step_size = ((self._lr / bc1) * -1).float()
+        # each run's -lr / bc1 in float64, cast to float32 (as torch's Python scalar is),
+        # then spread over its run: the per-element values of computing it per element
+        step_size = self._per_element(((self._lr / bc1) * -1).float())
+        if step_size.dim() == 0:  # shared: a float32 scalar times every element
+            step_size = exp_avg * step_size
+        else:
+            step_size.mul_(exp_avg)
         denom = exp_avg_sq.sqrt()
         denom.div_(bc2 ** 0.5)
         denom.add_(self.eps)
         # addcdiv's kernel: self + value * t1 / t2, evaluated left to right
-        data.add_(step_size.mul_(exp_avg).div_(denom))
+        data.add_(step_size.div_(denom))
 
     def state_dict(self) -> dict:
         return {"step": self.step_count, "exp_avg": self.exp_avg.clone(),

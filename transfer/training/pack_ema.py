@@ -29,6 +29,8 @@ class PackEMA:
         if data.shape != member.shape:
             raise ValueError("PackEMA: one member index per element of the flat buffer")
         self.data, self.member, self.decays = data, member, list(decays)
+        # the buffer is runs of one member each: a weight per run spreads in one op
+        self._run_member, self._run_len = torch.unique_consecutive(member, return_counts=True)
         self.average = data.detach().clone()
         self._diff = torch.empty_like(self.average)
         self.n = 0
@@ -37,7 +39,8 @@ class PackEMA:
         ws = [_host_weight(d, self.n, self.average.dtype) for d in self.decays]
         if len(set(ws)) == 1:
             return ws[0]
-        return torch.tensor(ws, dtype=self.average.dtype)[self.member]
+        per_run = torch.tensor(ws, dtype=self.average.dtype)[self._run_member]
+        return per_run.repeat_interleave(self._run_len, output_size=self.member.numel())
 
     @torch.no_grad()
     def update(self) -> None:
