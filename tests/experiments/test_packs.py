@@ -152,7 +152,8 @@ def test_the_executors_take_a_pack_size(tmp_path):
 
 
 # ---------------------------------------------------------------- every built-in variant
-VARIANTS = ["baseline", "kd", "kd_aux", "kd_aux_adapter", "kd_repr", "hierarchical", "full"]
+VARIANTS = ["baseline", "kd", "kd_aux", "kd_aux_adapter", "kd_repr", "hierarchical", "full",
+            "kd_share", "kd_cal", "kd_adapter_cal", "kd_solaris", "full_solaris"]
 SPEC = {
     "name": "packrun", "seeds": [0], "data": {"source": "synthetic", "preset": "tiny"},
     "teacher": {"config": "tiny", "max_seq_len": 32, "max_steps": 30},
@@ -161,6 +162,7 @@ SPEC = {
     "student_tasks": TASKS, "variants": VARIANTS, "ema_decay": 0.9, "tuning": {"trials": 1},
     "hierarchical": {"config": "tiny", "max_seq_len": 32, "max_steps": 20},
     "repr": {"layer": "trunk", "code_dim": 4, "bits": 8, "max_events": 20, "epochs": 2},
+    "solaris": {"k": 4},
 }
 #: three members per variant: other seeds and every float knob the variant has set otherwise
 KNOBS = [{}, {"alpha": 0.3, "temperature": 2.0, "aux_beta": 0.5, "lr": 0.02, "ema_decay": 0.95},
