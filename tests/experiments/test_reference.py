@@ -57,7 +57,7 @@ def test_every_spec_key_has_type_default_and_doc(pages):
     assert f"| `teacher_protocol` | one of {', '.join(f'`{p}`' for p in PROTOCOLS)} | " \
            "`window` |" in page
     assert "| `hierarchical.config` | str | `domain_fm` |" in page
-    assert "| `full` | `[kd, aux_head, adapter, repr]` | `gem` |" in page
+    assert "| `full` | `[kd, aux_head, repr]` | `gem` |" in page
 
 
 def test_teacher_page_lists_every_config_key(pages):

@@ -30,7 +30,7 @@ SPEC = {
     "teacher_days": 3, "student_days": [3, 5], "eval_days": [5, 6], "teacher_lag_days": 0,
     "student": {"class_path": "mlp", "init_args": {"hidden": [16]}},
     "student_tasks": ["click", "conversion"],
-    "variants": ["baseline", "kd", "full"],  # full = aux head + adapter + LoopFM codes
+    "variants": ["baseline", "kd", "full"],  # full = aux head + LoopFM codes
     "tuning": {"kd_weight": [0.5, 2.0], "temperature": [1.0], "aux_beta": [1.0],
                "adapter_hidden": [8], "lr": [0.01]},
     "repr": {"layer": "trunk", "code_dim": 4, "bits": 8, "max_events": 20, "epochs": 2},

@@ -25,9 +25,14 @@ SPEC = {
 
 def test_kd_solaris_is_built_in_but_not_a_default():
     assert "kd_solaris" in BUILTIN_VARIANTS
-    spec = spec_from_mapping({"variants": ["kd_solaris"]})
+    spec = spec_from_mapping({"variants": ["kd_solaris", "full_solaris", "full"]})
     assert [m.class_path for m in spec.variant("kd_solaris").methods] == ["kd", "solaris"]
+    # full keeps no Student Adapter (it did not pay inside full); full_solaris adds the pairs
+    assert [m.class_path for m in spec.variant("full").methods] == ["kd", "aux_head", "repr"]
+    assert [m.class_path for m in spec.variant("full_solaris").methods] == [
+        "kd", "aux_head", "repr", "solaris"]
     assert "kd_solaris" not in RunSpec().variant_names
+    assert "full_solaris" not in RunSpec().variant_names
 
 
 def test_bad_policy_fails_before_the_run(tmp_path):
@@ -40,13 +45,19 @@ def test_bad_policy_fails_before_the_run(tmp_path):
 
 @pytest.mark.slow
 def test_kd_solaris_trains_and_evaluates(tmp_path):
+    """kd_solaris, and full_solaris with the LoopFM codes beside the pairs, train and score."""
     spec = tmp_path / "spec.yaml"
-    spec.write_text(yaml.safe_dump(SPEC))
+    spec.write_text(yaml.safe_dump({**SPEC, "variants": ["baseline", "kd_solaris",
+                                                         "full_solaris"],
+                                    "repr": {"code_dim": 4, "max_events": 10, "epochs": 1}}))
     out = tmp_path / "out"
     assert main(["run", str(spec), "--out", str(out), "--threads", "1"]) == 0
     df = pd.read_csv(out / "results.csv")
     sol = df[(df.variant == "kd_solaris") & (df.domain == "all")]
     assert len(sol) == 1 and 0.5 < sol["ne"].iloc[0] < 1.5
+    both = df[(df.variant == "full_solaris") & (df.domain == "all")]
+    assert len(both) == 1 and 0.5 < both["ne"].iloc[0] < 1.5
+    assert both["ne"].iloc[0] != sol["ne"].iloc[0]
     (step,) = out.glob("cache/pairs-*")
     m = json.loads((step / "measurements.json").read_text())
     assert [r["day"] for r in m["days"] if r["k"] == 4] == [3, 4, 5]
