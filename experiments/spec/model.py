@@ -36,7 +36,7 @@ BUILTIN_VARIANTS: dict[str, Any] = {
     "kd_repr": ["kd", "repr"],
     "hierarchical": {"teacher": "domain_fm", "methods": ["kd"]},
     # KD on an aux head + LoopFM codes; the Student Adapter left out: inside it, it did not pay
-    # at lags 0/3/6 on the benchmark (docs/STALENESS.md; kd_aux_adapter keeps it)
+    # at lags 0/3/6 on the benchmark (docs/results/STALENESS.md; kd_aux_adapter keeps it)
     "full": ["kd", "aux_head", "repr"],
     # KD from a student whose embedding tables start from the teacher's (needs its checkpoint)
     "kd_share": ["kd", "param_share"],

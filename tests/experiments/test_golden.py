@@ -1,4 +1,5 @@
-"""Golden results: the built-in variants (full as recorded) on a fixed tiny world gives the recorded results.csv.
+"""Golden results: the built-in variants (full as recorded) on a fixed tiny world give the
+recorded results.csv.
 
 The file ``golden/results_tiny.csv`` was recorded before the transfer methods became plug-ins;
 it guards refactors of the training path (methods, spec, runner, report). It is regenerated only

@@ -1,6 +1,6 @@
 """The transfer-method protocol (DESIGN §5.1): what a method needs, builds and adds to a step.
 
-A variant of an experiment is a list of methods (``full: [kd, aux_head, adapter, repr]``);
+A variant of an experiment is a list of methods (``full: [kd, aux_head, repr]``);
 :class:`~gemkd.transfer.distill.DistillModule` runs a student's step and lets each method
 contribute, knowing none of them by name. A method is an ``nn.Module`` (its parts are submodules, so
 they move with the student, are checkpointed and averaged) and overrides only the hooks it uses:
