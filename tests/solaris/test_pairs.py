@@ -63,3 +63,18 @@ def test_item_mean_on_a_miss():
 def test_unknown_fallback():
     with pytest.raises(ValueError, match="fallback"):
         PairLookup(DAY, USER, ITEM, VEC, fallback="nearest")
+
+
+def test_lookups_of_one_store_are_equal_so_a_pack_shares_one(tmp_path):
+    """A pack's members each read the run's pair store; their lookups must compare equal (the
+    pack's template serves them all), and differ when the fallback or the store does."""
+    out = write_pair_store(tmp_path / "p", DAY, USER, ITEM, np.zeros(4, int), VEC,
+                           meta={"layer": "trunk"})
+    store = PairStore(out)
+    a, b = PairLookup.from_store(store), PairLookup.from_store(store)
+    assert a == b and hash(a) == hash(b)
+    assert a != PairLookup.from_store(store, fallback="zero")
+    other = write_pair_store(tmp_path / "q", DAY, USER, ITEM, np.zeros(4, int), VEC + 1,
+                             meta={"layer": "trunk"})
+    assert a != PairLookup.from_store(PairStore(other))
+    assert PairLookup(DAY, USER, ITEM, VEC) != PairLookup(DAY, USER, ITEM, VEC)  # no source

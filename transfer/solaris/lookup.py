@@ -41,6 +41,9 @@ class PairLookup:
         self._pairs = _index(day, user_id, item)
         if not self._pairs.is_unique:
             raise ValueError("a (day, user_id, item) pair appears twice in the pair store")
+        #: what the lookup was read from (a store's file, sha256 and the fallback), so two
+        #: lookups of one store compare equal and a pack's members can share one
+        self.source: tuple[str, str, str] | None = None
         self._fb_index: pd.MultiIndex | None = None
         self._fb: np.ndarray | None = None
         if fallback == "user_mean":
@@ -52,7 +55,19 @@ class PairLookup:
     def from_store(cls, store, fallback: str = "user_mean") -> PairLookup:
         """From a :class:`~gemkd.transfer.solaris.PairStore`."""
         day, user_id, item, vectors = store.read()
-        return cls(day, user_id, item, vectors, fallback=fallback)
+        lookup = cls(day, user_id, item, vectors, fallback=fallback)
+        lookup.source = (str(store.file), str(store.info["sha256"]), fallback)
+        return lookup
+
+    def __eq__(self, other: object) -> bool:
+        if self is other:
+            return True
+        if not isinstance(other, PairLookup) or self.source is None:
+            return False
+        return self.source == other.source
+
+    def __hash__(self) -> int:
+        return hash(self.source) if self.source is not None else id(self)
 
     def lookup(self, day, user_id, item) -> torch.Tensor:
         """The rows' features ``[B, dim + 1]`` (a CPU tensor): hit → vector, 0; miss →
