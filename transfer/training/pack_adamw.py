@@ -113,11 +113,7 @@ class PackAdamW:
         bc2 = 1 - beta2 ** float(self.step_count)
         # each run's -lr / bc1 in float64, cast to float32 (as torch's Python scalar is),
         # then spread over its run: the per-element values of computing it per element
-        step_size = self._per_element(((self._lr / bc1) * -1).float())
-        if step_size.dim() == 0:  # shared: a float32 scalar times every element
-            step_size = exp_avg * step_size
-        else:
-            step_size.mul_(exp_avg)
+        step_size = exp_avg * self._per_element(((self._lr / bc1) * -1).float())
         denom = exp_avg_sq.sqrt()
         denom.div_(bc2 ** 0.5)
         denom.add_(self.eps)
