@@ -5,12 +5,29 @@ the teacher's view of this user with this candidate."""
 
 from __future__ import annotations
 
+import weakref
+
 from torch import Tensor
 
 from gemkd.transfer.data.batch import Batch
 from gemkd.transfer.errors import ConfigError
 from gemkd.transfer.methods import MethodContext, TransferMethod
 from gemkd.transfer.solaris import FALLBACKS, PairLookup, PairStore, item_feature
+
+#: One lookup per opened pair store and fallback in this process: a pack's members (a tuning
+#: round's 12, a lag's seeds) and every later run of the lag share it instead of each reading the
+#: store and indexing it again; it goes when the lag's inputs are closed (the store is the key).
+_LOOKUPS: weakref.WeakKeyDictionary[PairStore, dict[str, PairLookup]] = (
+    weakref.WeakKeyDictionary())
+
+
+def shared_lookup(store: PairStore, fallback: str) -> PairLookup:
+    """``PairLookup.from_store(store, fallback)``, built once per store object and fallback
+    (a lookup is read-only: sharing it changes no member's numbers)."""
+    own = _LOOKUPS.setdefault(store, {})
+    if fallback not in own:
+        own[fallback] = PairLookup.from_store(store, fallback)
+    return own[fallback]
 
 
 class Solaris(TransferMethod):
@@ -42,7 +59,7 @@ class Solaris(TransferMethod):
         store = self._store(ctx)
         name = item_feature(ctx.schema, self.item_feature or store.meta.get("item_feature"))
         self.item_col = [f.name for f in ctx.schema.categorical].index(name)
-        self.lookup = PairLookup.from_store(store, self.fallback)
+        self.lookup = shared_lookup(store, self.fallback)
 
     def features(self, batch: Batch) -> Tensor:
         assert self.lookup is not None, "setup() first"

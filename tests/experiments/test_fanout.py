@@ -36,7 +36,8 @@ def gemkd_run(spec: Path, out: Path, *extra: str) -> int:
         torch.set_num_threads(n)
 
 
-WALL_CLOCK = ("train_seconds", "eval_seconds", "run_seconds", "examples_per_second")
+#: what depends on the machine and the process, not on the run
+WALL_CLOCK = ("train_seconds", "eval_seconds", "run_seconds", "examples_per_second", "max_rss_mb")
 
 
 def ledger(out: Path) -> dict[str, dict]:

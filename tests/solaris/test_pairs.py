@@ -78,3 +78,28 @@ def test_lookups_of_one_store_are_equal_so_a_pack_shares_one(tmp_path):
                              meta={"layer": "trunk"})
     assert a != PairLookup.from_store(PairStore(other))
     assert PairLookup(DAY, USER, ITEM, VEC) != PairLookup(DAY, USER, ITEM, VEC)  # no source
+
+
+def test_a_process_reads_and_indexes_one_store_once_per_fallback(tmp_path, monkeypatch):
+    """The members of a pack (and a lag's later runs) share one lookup of the opened store: one
+    read of the file, not one per member; another fallback or another opened store reads it
+    again, and the lookup goes with its store."""
+    import gc
+
+    from gemkd.adapters.methods import solaris
+
+    out = write_pair_store(tmp_path / "p", DAY, USER, ITEM, np.zeros(4, int), VEC,
+                           meta={"layer": "trunk"})
+    store = PairStore(out)
+    reads = []
+    real = PairStore.read
+    monkeypatch.setattr(PairStore, "read", lambda self: reads.append(1) or real(self))
+    a, b = solaris.shared_lookup(store, "user_mean"), solaris.shared_lookup(store, "user_mean")
+    assert a is b and len(reads) == 1
+    assert solaris.shared_lookup(store, "zero") is not a and len(reads) == 2
+    again = PairStore(out)
+    assert solaris.shared_lookup(again, "user_mean") == a and len(reads) == 3
+    n = len(solaris._LOOKUPS)
+    del store, again
+    gc.collect()
+    assert len(solaris._LOOKUPS) == n - 2
