@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import multiprocessing
 import os
-import resource
 import sys
 from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
@@ -45,18 +44,8 @@ class Executor(Protocol):
 
 def _run_pack(pack: list[StudentRun]) -> list[dict[str, Any]]:
     """A pack's records; a pack of one: :func:`execute` (a batched pack of one, so a run
-    alone's numbers equal those it would have as a member of a pack). Each record also gets
-    ``max_rss_mb``, the peak resident memory of the process that ran it so far: a sweep whose
-    worker runs out of memory says in its ledger which runs it grew over."""
-    records = [execute(pack[0])] if len(pack) == 1 else execute_pack(pack)
-    peak = peak_rss_mb()
-    return [{**r, "max_rss_mb": peak} for r in records]
-
-
-def peak_rss_mb() -> float:
-    """This process's peak resident set size in MiB (Linux reports kilobytes, macOS bytes)."""
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return round(peak / (1 << 20 if sys.platform == "darwin" else 1 << 10), 1)
+    alone's numbers equal those it would have as a member of a pack)."""
+    return [execute(pack[0])] if len(pack) == 1 else execute_pack(pack)
 
 
 class Serial:

@@ -6,6 +6,8 @@ its own seed), so a sweep gives the same results whichever worker ran which run,
 
 from __future__ import annotations
 
+import resource
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -92,9 +94,18 @@ def _inputs(run: StudentRun):
     return _OPEN[key]
 
 
+def peak_rss_mb() -> float:
+    """This process's peak resident set size so far, in MiB (Linux reports kilobytes, macOS
+    bytes): every ledger record carries it (``max_rss_mb``), so a sweep whose worker ran out of
+    memory says over which runs it grew."""
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return round(peak / (1 << 20 if sys.platform == "darwin" else 1 << 10), 1)
+
+
 def execute(run: StudentRun) -> dict[str, Any]:
     """Train and evaluate ``run``; returns ``runs.jsonl``'s record of it (metrics, timing —
-    ``train_seconds``, ``eval_seconds`` and the whole ``run_seconds`` — teacher coverage)."""
+    ``train_seconds``, ``eval_seconds`` and the whole ``run_seconds`` — teacher coverage, the
+    process's peak memory ``max_rss_mb``)."""
     from gemkd.experiments.run.student import StudentJob, train_student
     from gemkd.experiments.run.tracking import student_logger
 
@@ -108,4 +119,4 @@ def execute(run: StudentRun) -> dict[str, Any]:
                         curve_path=Path(run.curve) if run.curve else None, logger=logger,
                         clusters_path=Path(run.clusters) if run.clusters else None)
     # the whole run as its worker saw it: training + evaluation + every fixed cost
-    return {**res, "run_seconds": time.perf_counter() - t0}
+    return {**res, "run_seconds": time.perf_counter() - t0, "max_rss_mb": peak_rss_mb()}

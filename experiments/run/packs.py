@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from gemkd.experiments.run.jobs import StudentRun, execute
+from gemkd.experiments.run.jobs import StudentRun, execute, peak_rss_mb
 
 log = logging.getLogger(__name__)
 
@@ -184,7 +184,7 @@ def _train_pack(runs: list[StudentRun], batched: bool = False) -> list[dict[str,
         out.append({"metrics": metrics, "train_seconds": own,
                     "eval_seconds": eval_seconds / k_runs,
                     "examples_per_second": examples / own if own else float("nan"),
-                    "coverage": coverage, "run_seconds": share})
+                    "coverage": coverage, "run_seconds": share, "max_rss_mb": peak_rss_mb()})
     return out
 
 
