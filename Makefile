@@ -76,6 +76,8 @@ bench: install
 	$(BIN)/python -m benchmarks.bench_teacher_stream --json $(RESULTS)/teacher_stream.json $(BENCH_ARGS)
 	$(BIN)/python -m benchmarks.bench_transfer --json $(RESULTS)/transfer.json --device $(BENCH_DEVICE) $(BENCH_ARGS)
 	$(BIN)/python -m benchmarks.bench_serving --json $(RESULTS)/serving.json --device $(BENCH_DEVICE) $(BENCH_ARGS)
+	$(BIN)/python -m benchmarks.bench_packs --json $(RESULTS)/packs.json $(BENCH_ARGS)
+	$(BIN)/python -m benchmarks.bench_sweep --run runs/benchmark --json $(RESULTS)/sweep.json
 	$(BIN)/python -m benchmarks.render_performance --results $(RESULTS) --out docs/results/PERFORMANCE.md \
 		--gpu-results $(RESULTS)/gpu \
 		--command "make bench BENCH_ARGS='$(BENCH_ARGS)' BENCH_DEVICE=$(BENCH_DEVICE)"
