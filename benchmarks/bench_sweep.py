@@ -29,6 +29,8 @@ def sweep_figures(run: Path) -> tuple[list[dict], dict]:
     """The figures (minutes per phase, the total against :data:`TARGET_MINUTES`) and what the
     run was: its command, worlds, lags, variants and student runs."""
     phases = json.loads((run / "phases.json").read_text())
+    if not isinstance(phases, dict) or not all(isinstance(v, int | float) for v in phases.values()):
+        raise ValueError("phases.json: expected an object of phase name -> seconds")
     spec = yaml.safe_load((run / "spec.yaml").read_text())
     ledger = run / "runs.jsonl"
     lines = ledger.read_text().splitlines() if ledger.is_file() else []

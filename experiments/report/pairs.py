@@ -81,8 +81,8 @@ def pair_lines(table: pd.DataFrame) -> Iterator[str]:
         worlds = ", ".join(f"{w}: {d:+.4f}" for w, d in r["per_world"].items()
                            if _finite(d))
         p = f", p {r['p']:.3g}" if _finite(r["p"]) else ""
-        # a pair named after the run is never in its primary family: its 95 % interval is
-        # unadjusted, so a resolved reading is a lead, and the line says so
+        # this interval is the 95 % unadjusted one, also where the pair is in the run's
+        # primary family (report.md gives Holm's there): a resolved line is a lead, and says so
         kind = "" if r["verdict"] == "not resolved" else ", exploratory: 95 % unadjusted"
         yield (f"{head} ΔNE {r['diff']:+.4f} [{r['diff_lo']:+.4f}, {r['diff_hi']:+.4f}]{p} "
                f"{r['verdict']} (worlds {worlds}{kind})")

@@ -43,3 +43,7 @@ def test_no_run_is_skipped_and_a_broken_one_is_an_error(tmp_path, capsys):
     (run / "phases.json").write_text("{not json")
     assert main(["--run", str(run), "--json", str(out)]) == 1
     assert not out.exists() and str(run) in capsys.readouterr().err
+    (run / "phases.json").write_text("[1800]")  # JSON, but not phase -> seconds
+    assert main(["--run", str(run), "--json", str(out)]) == 1
+    err = capsys.readouterr().err
+    assert not out.exists() and "phases.json: expected an object" in err
