@@ -18,7 +18,7 @@ def scale_grad(x: torch.Tensor, beta: float | torch.Tensor) -> torch.Tensor:
     A view of ``x`` with a gradient hook ``g · β``: the same product a custom autograd Function's
     backward computes, at half its cost a step (~15 against ~30 us on the CPU: no Python
     ``forward``/``backward`` pair, no saved context). At β = 1 it is ``x`` itself. A tensor β (a
-    pack's per-member knob, :mod:`gemkd.transfer.distill.pack`, where a hook cannot be set per
+    pack's per-member knob, :mod:`gemkd.transfer.packs.pack`, where a hook cannot be set per
     member) is ``x_d + β · (x - x_d)`` with ``x_d`` detached: the forward adds an exact 0, the
     backward is ``g · β``, the same values. So is any β inside a ``torch.func`` transform (a
     batched pack's vmap): a hook set on the transform's wrapper tensor is silently never

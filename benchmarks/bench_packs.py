@@ -181,7 +181,7 @@ def _floor(run, repeats: int) -> dict[str, float]:
     from benchmarks.bare import bare_loop
     from gemkd.experiments.run.jobs import _inputs
     from gemkd.experiments.run.student import StudentJob, build_module
-    from gemkd.transfer.distill.pack import PackedDistill
+    from gemkd.transfer.packs.pack import PackedDistill
     from gemkd.transfer.io import fs
 
     data = fs.as_where(run.data)

@@ -1,7 +1,7 @@
 """Student runs grouped into packs and a pack run as one job (DESIGN §6, §8).
 
 Why: every seed and trial of one variant of one lag streams the same batches in the same order;
-a pack (:class:`gemkd.transfer.distill.pack.PackedDistill`) trains them in one pass, its
+a pack (:class:`gemkd.transfer.packs.pack.PackedDistill`) trains them in one pass, its
 members' steps vmapped (batched, :data:`BATCHED`). A run alone is a batched pack of one
 (:func:`run_alone`), and the batched kernels compute each member as if alone, so each member's
 numbers are its own run's bit for bit. Runs join a pack when they differ only in seed and
@@ -80,7 +80,7 @@ def execute_pack(runs: list[StudentRun], batched: bool = BATCHED) -> list[dict[s
     the pack's divided among its members).
 
     ``batched`` (the default): the members' steps vmapped (see
-    :mod:`gemkd.transfer.distill.pack`), and a run alone is a batched pack of one, so each
+    :mod:`gemkd.transfer.packs.pack`), and a run alone is a batched pack of one, so each
     member's numbers are its run alone's bit for bit; a batched pack that cannot be stacked
     trains each member as a pack of one. Exact (``batched=False``): each member's own ops, as
     Lightning's run alone (:func:`execute`), which a pack of one is then. A run with a tracker
@@ -92,7 +92,7 @@ def execute_pack(runs: list[StudentRun], batched: bool = BATCHED) -> list[dict[s
         log.info("%d %s run(s) train alone through Lightning: a tracker or a non-cpu "
                  "accelerator", len(runs), runs[0].variant)
         return [execute(r) for r in runs]
-    from gemkd.transfer.distill.pack import PackError
+    from gemkd.transfer.packs.pack import PackError
 
     try:
         return _train_pack(runs, batched)
@@ -120,9 +120,9 @@ def _train_pack(runs: list[StudentRun], batched: bool = False) -> list[dict[str,
     from gemkd.experiments.run.student import StudentJob, build_module, student_datamodule
     from gemkd.experiments.run.train_knobs import with_train_knobs
     from gemkd.transfer.data.schema import day_range
-    from gemkd.transfer.distill.pack import PackedDistill, PackError
     from gemkd.transfer.io import fs
     from gemkd.transfer.metrics.clusters import ClusterLoss
+    from gemkd.transfer.packs.pack import PackedDistill, PackError
 
     t0 = time.perf_counter()
     first = runs[0]
@@ -158,14 +158,17 @@ def _train_pack(runs: list[StudentRun], batched: bool = False) -> list[dict[str,
     train_seconds = time.perf_counter() - t1
     t2 = time.perf_counter()
     sums = [ClusterLoss(len(spec.student_tasks)) if r.clusters else None for r in runs]
-    for batch in dm.test_dataloader():
-        logits = pack.serving_logits(batch)
-        for k, (m, s) in enumerate(zip(modules, sums, strict=True)):
-            mask = m.label_mask(batch)
-            m.test_metrics.update(logits[k].float(), batch.labels, batch.domain, mask)
-            if s is not None:
-                s.update(logits[k].detach().float(), batch.labels, batch.user_id, batch.domain,
-                         mask)
+    if batched:
+        _evaluate_at_once(pack, modules, sums, dm.test_dataloader())
+    else:  # each batch as Lightning's test loop adds it: the metrics' float64 sums bit for bit
+        for batch in dm.test_dataloader():
+            logits = pack.serving_logits(batch)
+            for k, (m, s) in enumerate(zip(modules, sums, strict=True)):
+                mask = m.label_mask(batch)
+                m.test_metrics.update(logits[k].float(), batch.labels, batch.domain, mask)
+                if s is not None:
+                    s.update(logits[k].detach().float(), batch.labels, batch.user_id,
+                             batch.domain, mask)
     eval_seconds = time.perf_counter() - t2
     # a store teacher counts its coverage (the teacher is typed as any callable)
     coverage = getattr(pack.teacher, "coverage", float("nan"))
@@ -186,6 +189,32 @@ def _train_pack(runs: list[StudentRun], batched: bool = False) -> list[dict[str,
                     "examples_per_second": examples / own if own else float("nan"),
                     "coverage": coverage, "run_seconds": share, "max_rss_mb": peak_rss_mb()})
     return out
+
+
+def _evaluate_at_once(pack: Any, modules: list[Any], sums: list[Any], batches: Any) -> None:
+    """Every member's evaluation logits over all of ``batches``, then one metrics update (and
+    one per-user sums update) per member: K updates, not K per batch (a batched pack's
+    members and its pack of one alike, so each member's numbers are its run alone's)."""
+    import torch
+
+    logits, labels, domain, user, masks = [], [], [], [], []
+    for batch in batches:
+        logits.append(pack.serving_logits(batch).float())
+        labels.append(batch.labels)
+        domain.append(batch.domain)
+        user.append(batch.user_id)
+        masks.append(modules[0].label_mask(batch))  # the batch's and the spec's: every member's
+    if not logits:
+        return
+    every = torch.cat(logits, dim=1)
+    y, d, u = torch.cat(labels), torch.cat(domain), torch.cat(user)
+    mask = None if all(m is None for m in masks) else torch.cat(
+        [torch.ones_like(b, dtype=torch.bool) if m is None else m
+         for m, b in zip(masks, labels, strict=True)])
+    for k, (m, s) in enumerate(zip(modules, sums, strict=True)):
+        m.test_metrics.update(every[k], y, d, mask)
+        if s is not None:
+            s.update(every[k], y, u, d, mask)
 
 
 def _write_curve(path: Path, rows: list[tuple[int, float]]) -> None:

@@ -18,6 +18,7 @@ from gemkd.experiments.run import executors, packs
 from gemkd.experiments.run.jobs import StudentRun, execute
 from gemkd.experiments.run.packs import execute_pack, group_packs, pack_key, run_alone
 from gemkd.experiments.spec.load import spec_from_mapping
+from gemkd.experiments.spec.model import BUILTIN_VARIANTS
 from gemkd.students import StudentOutput
 from gemkd.students.mlp import MLPStudent
 
@@ -152,14 +153,19 @@ def test_the_executors_take_a_pack_size(tmp_path):
 
 
 # ---------------------------------------------------------------- every built-in variant
-VARIANTS = ["baseline", "kd", "kd_aux", "kd_aux_adapter", "kd_repr", "hierarchical", "full",
-            "kd_share", "kd_cal", "kd_adapter_cal", "kd_solaris", "full_solaris"]
+BUILTIN = ["baseline", "kd", "kd_aux", "kd_aux_adapter", "kd_repr", "hierarchical", "full",
+           "kd_share", "kd_cal", "kd_adapter_cal", "kd_solaris", "full_solaris"]
+#: the built-ins and a variant whose features have parameters of their own (attention pooling:
+#: each member's features, vmapped, feed the stacked student)
+VARIANTS = [*BUILTIN, "kd_repr_attention"]
 SPEC = {
     "name": "packrun", "seeds": [0], "data": {"source": "synthetic", "preset": "tiny"},
     "teacher": {"config": "tiny", "max_seq_len": 32, "max_steps": 30},
     "teacher_days": 3, "student_days": [3, 5], "eval_days": [5, 6], "teacher_lag_days": 0,
     "student": {"class_path": "mlp", "init_args": {"hidden": [16]}},
-    "student_tasks": TASKS, "variants": VARIANTS, "ema_decay": 0.9, "tuning": {"trials": 1},
+    "student_tasks": TASKS, "ema_decay": 0.9, "tuning": {"trials": 1},
+    "variants": {**{v: BUILTIN_VARIANTS[v] for v in BUILTIN}, "kd_repr_attention": [
+        "kd", {"class_path": "repr", "init_args": {"pooling": "attention"}}]},
     "hierarchical": {"config": "tiny", "max_seq_len": 32, "max_steps": 20},
     "repr": {"layer": "trunk", "code_dim": 4, "bits": 8, "max_events": 20, "epochs": 2},
     "solaris": {"k": 4},
@@ -196,7 +202,7 @@ def final_runs(tmp_path_factory):
 @pytest.mark.slow
 @pytest.mark.parametrize("batched", [True, False], ids=["batched", "exact"])
 @pytest.mark.parametrize("variant", VARIANTS)
-def test_every_variant_packs_to_its_runs_alone(final_runs, variant, batched):
+def test_every_variant_packs_to_its_runs_alone(final_runs, variant, batched, caplog):
     runs, tmp = final_runs
     base = runs[variant]
     members = []
@@ -216,5 +222,21 @@ def test_every_variant_packs_to_its_runs_alone(final_runs, variant, batched):
     alone_runs, packed_runs = where("alone"), where("pack")
     # a run alone: a batched pack of one (batched), Lightning's loop (exact)
     alone = [run_alone(r) if batched else execute(r) for r in alone_runs]
-    packed = execute_pack(packed_runs, batched=batched)
+    calls: list[int] = []
+    stacked = MLPStudent.forward_stacked
+
+    def counted(self, params, batch, features=None):
+        calls.append(next(iter(params.values())).shape[0])
+        return stacked(self, params, batch, features)
+
+    mp = pytest.MonkeyPatch()
+    mp.setattr(MLPStudent, "forward_stacked", counted)
+    try:
+        with caplog.at_level(logging.INFO, logger="gemkd.experiments.run.packs"):
+            packed = execute_pack(packed_runs, batched=batched)
+    finally:
+        mp.undo()
+    assert "pack of one" not in caplog.text and "through Lightning" not in caplog.text
+    # batched: the members' student ran stacked, all three at once; exact: each its own
+    assert (set(calls) == {3}) if batched else not calls
     _same_records(alone, packed, alone_runs, packed_runs)

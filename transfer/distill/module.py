@@ -123,15 +123,17 @@ class DistillModule(RankingModule):
     # see RankingModule's
     training_step.__signature__ = inspect.signature(training_step)  # type: ignore[attr-defined]
 
-    def training_loss(self, step: StepState) -> Tensor:
+    def training_loss(self, step: StepState, out: StudentOutput | None = None) -> Tensor:
         """The step's loss: the methods' hooks, the student's forward, its label loss and the
-        methods' terms (a pack, :mod:`gemkd.transfer.distill.pack`, runs this per member). A
-        knob may be a tensor there (one value per member): the shortcuts for a weight of 1
-        apply to Python numbers only."""
+        methods' terms (a pack, :mod:`gemkd.transfer.packs.pack`, runs this per member, with
+        the student's ``out`` computed already when its members are stacked). A knob may be a
+        tensor there (one value per member): the shortcuts for a weight of 1 apply to Python
+        numbers only."""
         batch = step.batch
         for m in self.transfer_methods:
             m.before_student(step)
-        out = self.student_output(batch)
+        if out is None:
+            out = self.student_output(batch)
         if out.distill_logits is not None:  # the student's own distillation head
             step.distill_logits = out.distill_logits
         for m in self.transfer_methods:

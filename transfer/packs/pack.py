@@ -4,40 +4,44 @@ Why: a tiny student's step is dispatch-bound, and every seed and trial of one va
 the same batches in the same order. A pack builds its members as their own runs are built
 (each seeded, each a :class:`~gemkd.transfer.distill.DistillModule`) and trains them in one
 pass: each batch is read once and the teacher asked once; the optimiser
-(:class:`~gemkd.transfer.training.pack_adamw.PackAdamW`) and the weight average
-(:class:`~gemkd.transfer.training.pack_ema.PackEMA`) update every member's weights in one flat
+(:class:`~gemkd.transfer.packs.adamw.PackAdamW`) and the weight average
+(:class:`~gemkd.transfer.packs.ema.PackEMA`) update every member's weights in one member-major
 buffer, each at the member's own lr, weight decay and EMA decay; there is no Trainer.
 
 Two ways to run the members' steps (``batched``):
 
 * ``False`` (exact): each member's :meth:`DistillModule.training_loss` on its own module, one
   backward over the sum of the losses (each member's gradient is its own: the sum passes it
-  exactly 1). Every op is the one a Lightning run alone calls, so each member's losses, weights
-  and evaluation equal that run's bit for bit.
-* ``True`` (vmap): the members' parameters stacked ``[K, ...]`` and ``training_loss`` run once
-  under ``torch.func.vmap`` over ``functional_call`` of the first member (the template): one
-  set of kernel launches for K members. Knobs the members differ in (KD's α and T, the
-  auxiliary head's β: any float attribute that differs) enter as per-member float64 0-dim
-  tensors; the methods cast them to the loss's dtype where they weight a loss, as torch casts
-  a Python float. On the CPU the batched kernels compute each member's slice as its own call,
-  so a member's numbers do not depend on K or on the other members: a member of a pack of K
-  equals the same run in a pack of one bit for bit (losses, weights, evaluation; every
-  built-in variant, K = 4 and 16, ``tests/experiments/test_packs.py``). They differ from the
-  exact mode's in the last bits (the batched backward sums in another order, and training
-  grows those bits: 1e-7 to 7e-4 of NE on the tiny world), so the experiments define a run
+  exactly 1), torch's foreach AdamW and StreamEMA's update. Every op is the one a Lightning run
+  alone calls, so each member's losses, weights and evaluation equal that run's bit for bit.
+* ``True`` (batched): the members' parameters stacked ``[K, ...]``. A student that implements
+  ``forward_stacked`` (the built-ins: :mod:`gemkd.transfer.packs.stacked`) runs its K copies
+  natively, one kernel per op; the methods' hooks and losses (and any other student's whole
+  step) run once under ``torch.func.vmap`` over ``functional_call`` of the first member (the
+  template). Knobs the members differ in (KD's α and T, the auxiliary head's β: any float
+  attribute that differs) enter the vmapped part as per-member float64 0-dim tensors; the
+  methods cast them to the loss's dtype where they weight a loss, as torch casts a Python float.
+  The optimiser is torch's fused AdamW kernel and the average a lerp, each per member. On the
+  CPU every member's slice is computed as its own call (batched matmuls, per-member optimiser
+  and average calls, index ops that accumulate a member's column in its own row order), so a
+  member's numbers do not depend on K or on the other members: a member of a pack of K equals
+  the same run in a pack of one bit for bit (losses, weights, evaluation; every built-in
+  variant, ``tests/experiments/test_packs.py``). They differ from the exact mode's in the last
+  bits (another kernel per op, and training grows those bits), so the experiments define a run
   alone as a batched pack of one (:func:`gemkd.experiments.run.packs.run_alone`).
 
 The loop is written by hand, not Lightning's: Lightning's per-step hook dispatch is a cost the
 pack removes, and a Trainer drives one module's optimisers. A run today is not checkpointed
 mid-fit (a killed run is run again); a killed pack is run again the same way. Members that
-cannot be packed (parameter shapes, their own optimisers, a gradient clip; in vmap mode also
+cannot be packed (parameter shapes, their own optimisers, a gradient clip; in batched mode also
 attributes other than floats that differ) raise :class:`PackError` at construction; an op vmap
 cannot batch raises on the first step. The caller then trains them one by one.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+import logging
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -47,10 +51,13 @@ from torch.func import functional_call, vmap
 
 from gemkd.transfer.data.batch import Batch
 from gemkd.transfer.distill.module import DistillModule
-from gemkd.transfer.methods.base import StepState, TeacherTargets
+from gemkd.transfer.methods.base import StepState, TeacherTargets, TransferMethod
+from gemkd.transfer.models import StudentOutput, optional_hook
+from gemkd.transfer.packs.adamw import MemberGroup, PackAdamW
+from gemkd.transfer.packs.ema import PackEMA
 from gemkd.transfer.training.flat_adamw import FlatAdamW
-from gemkd.transfer.training.pack_adamw import MemberGroup, PackAdamW
-from gemkd.transfer.training.pack_ema import PackEMA
+
+log = logging.getLogger(__name__)
 
 #: attributes of the template that differ per member by design and that the pack replaces
 _OWN = {"": ("teacher", "lr", "embedding_lr", "last_metrics")}
@@ -150,10 +157,28 @@ def _param_settings(member: DistillModule) -> tuple[dict[str, dict[str, Any]], l
     return out, rest
 
 
+def stacked_forward(student: nn.Module) -> Any:
+    """``student.forward_stacked`` when it mirrors the student's ``forward``, else None: the
+    class that defines ``forward_stacked`` must define ``forward`` too, and a subclass of it
+    may change ``__init__`` only (a user's subclass that overrides ``forward`` or a building
+    block it calls runs under vmap, not through a stacked forward that would ignore it)."""
+    hook = optional_hook(student, "forward_stacked")
+    if hook is None:
+        return None
+    mro = type(student).__mro__
+    owner = next(c for c in mro if "forward_stacked" in vars(c))
+    if "forward" not in vars(owner):
+        return None
+    for cls in mro[:mro.index(owner)]:
+        if any(callable(v) and name != "__init__" for name, v in vars(cls).items()):
+            return None
+    return hook
+
+
 class PackedDistill:
     """``members``: built, set-up ``DistillModule``\\ s of one student class and variant (each
     as its own run builds it, seeded); ``ema_decays``: each member's weight-average decay
-    (None: evaluate the last weights; all or none); ``batched``: vmap the members' steps (see
+    (None: evaluate the last weights; all or none); ``batched``: stack the members' steps (see
     the module doc). The teacher of the first member answers for all (the same store and
     batches: ``coverage`` is the same for every member)."""
 
@@ -199,14 +224,13 @@ class PackedDistill:
                               [s[n]["weight_decay"] for s in settings]) for n in names]
         betas, eps = next(iter(shared)) if shared else ((0.9, 0.999), 1e-8)
         leaves = None if batched else [[o[n] for o in own] for n in names]
-        self.optimizer = PackAdamW(trained, groups, betas=betas, eps=eps, leaves=leaves)
+        self.optimizer = PackAdamW(trained, groups, betas=betas, eps=eps, leaves=leaves,
+                                   fused=batched)
         self.ema = None
         if ema_decays[0] is not None:
-            member = torch.cat([torch.arange(self.k).repeat_interleave(p[0].numel())
-                                for p in trained])
             # all or none are None (checked above)
             decays = [float(d) for d in ema_decays if d is not None]
-            self.ema = PackEMA(self.optimizer.data, member, decays)
+            self.ema = PackEMA(trained, decays, lerp=batched)
         self._call = _Call(members[0])
         if batched:
             members[0].train()  # as Lightning's fit starts (every submodule)
@@ -217,6 +241,32 @@ class PackedDistill:
         self.teacher = members[0].teacher
         self.steps = 0
         self._averaged = False
+        self._stacked, self._student, self._shared_features = self._stacked_student()
+
+    def _stacked_student(self) -> tuple[Any, dict[str, Tensor], bool]:
+        """The template student's stacked forward (None: vmap the whole step), its stacked
+        parameters by the student's own names, and whether the methods' representation
+        features are every member's (computed once) rather than each member's."""
+        template = self._call.module
+        forward = stacked_forward(template.model) if self.batched else None
+        if self.batched and forward is None:
+            log.info("%s has no forward_stacked of its own: its pack of %d runs the student "
+                     "under torch.func.vmap (the same numbers, several times the cost)",
+                     type(template.model).__name__, self.k)
+        own = ("model.",)
+        if forward is None or any(p.startswith(own) for p, _ in self.knobs) \
+                or any(n.startswith(own) for n in self.buffers):
+            return None, {}, False
+        params = {n.removeprefix("model."): t for n, t in self.params.items()
+                  if n.startswith("model.")}
+        feeding = [i for i, m in enumerate(template.transfer_methods)
+                   if type(m).features is not TransferMethod.features]
+        per_member = [f"methods.{i}." for i in feeding]
+        shared = not any(any(True for _ in template.transfer_methods[i].parameters())
+                         for i in feeding) \
+            and not any(p.startswith(tuple(per_member)) for p, _ in self.knobs) \
+            and not any(n.startswith(tuple(per_member)) for n in self.buffers)
+        return forward, params, shared
 
     # ------------------------------------------------------------------ the batched calls
     @contextmanager
@@ -233,22 +283,42 @@ class PackedDistill:
             for module, name, value in reversed(saved):
                 object.__setattr__(module, name, value)
 
-    def _vmapped(self, name: str, make_args) -> Tensor:
+    def _vmapped(self, name: str, make_args: Callable[..., tuple], extra: Any = None) -> Any:
+        """``template.name(*make_args(x))`` for every member under vmap, with each member's
+        parameters, buffers and knobs; ``extra``: a pytree of ``[K, ...]`` tensors whose member
+        slice ``x`` is passed to ``make_args``."""
         device = next(iter(self.params.values())).device
         # float64 0-dim: vmap casts a 0-dim operand to the other's dtype, as a Python float is
         knobs = {k: torch.tensor(v, dtype=torch.float64, device=device)
                  for k, v in self.knobs.items()}
 
-        def one(p: dict[str, Tensor], b: dict[str, Tensor], kn: dict) -> Tensor:
+        def one(p: dict[str, Tensor], b: dict[str, Tensor], kn: dict, x: Any) -> Any:
             names = self._names
             state = {a: t for n, t in p.items() for a in names[n]}
             state.update({a: t for n, t in b.items() for a in names[n]})
+            args = make_args() if extra is None else make_args(x)
             with self._knobs_set(kn):
-                return functional_call(self._call, state, (name, *make_args()),
-                                       tie_weights=False)
+                return functional_call(self._call, state, (name, *args), tie_weights=False)
 
-        return vmap(one, in_dims=(0, 0, 0), randomness="error")(self.params, self.buffers,
-                                                                 knobs)
+        return vmap(one, in_dims=(0, 0, 0, None if extra is None else 0),
+                    randomness="error")(self.params, self.buffers, knobs, extra)
+
+    def _features(self, batch: Batch) -> Tensor | None:
+        """The methods' representation features for the stacked student: ``[B, F]`` computed
+        once (methods without parameters: LoopFM mean codes, SOLARIS pairs), ``[K, B, F]``
+        (a method with parameters: attention pooling), or None."""
+        template = self._call.module
+        if self._shared_features:
+            return template.features(batch)
+        return self._vmapped("features", lambda: (batch,))
+
+    def _student_output(self, batch: Batch) -> StudentOutput:
+        """Every member's student output ``[K, B, ...]`` through the stacked forward."""
+        out = self._stacked(self._student, batch, self._features(batch))
+        if not isinstance(out, StudentOutput):
+            raise TypeError(f"{type(self._call.module.model).__name__}.forward_stacked must "
+                            f"return a StudentOutput, got {type(out).__name__}")
+        return out
 
     def targets(self, batch: Batch) -> TeacherTargets | None:
         """The teacher's answer for ``batch``, once for every member."""
@@ -274,7 +344,11 @@ class PackedDistill:
         if self.batched:
             if not self._call.module.training:  # (train() walks every submodule: not per step)
                 self._call.module.train()
-            losses = self._vmapped("training_loss", lambda: (state(),))
+            if self._stacked is not None:
+                losses = self._vmapped("training_loss", lambda out: (state(), out),
+                                       extra=self._student_output(batch))
+            else:
+                losses = self._vmapped("training_loss", lambda: (state(),))
         else:
             losses = torch.stack([m.training_loss(state()) for m in self.members])
         self.optimizer.zero_grad()
@@ -299,8 +373,8 @@ class PackedDistill:
     @torch.no_grad()
     def use_average(self) -> None:
         """Put each member's weight average in place of its weights (no-op without one)."""
-        if self.ema is not None and not self._averaged and self.ema.n:
-            self.optimizer.data.copy_(self.ema.average)
+        if self.ema is not None and not self._averaged:
+            self.ema.put_in_place()
         self._averaged = True
 
     @torch.no_grad()
@@ -310,6 +384,8 @@ class PackedDistill:
             template = self._call.module
             template.eval()
             try:
+                if self._stacked is not None:
+                    return self._student_output(batch).logits
                 return self._vmapped("serving_logits", lambda: (batch,))
             finally:
                 template.train()

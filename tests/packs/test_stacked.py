@@ -1,0 +1,149 @@
+"""A built-in student's stacked forward (a pack's K members in one set of ops): member k's
+outputs and gradients are those of its stacked forward alone (K = 1), bit for bit, and they
+mirror the student's own forward; a student whose class changed ``forward`` is not stacked."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from gemkd.students import MLPStudent, build_student
+from gemkd.transfer.packs import stacked
+from gemkd.transfer.packs.pack import stacked_forward
+from tests.teachers.helpers import SEQUENCE, batch_from_lengths, random_batch, tiny_schema
+
+K = 3
+ALL_FIELDS = [n for n, _ in SEQUENCE]
+STUDENTS = {
+    "mlp": {"hidden": [16, 8]},
+    "dcn": {"hidden": [16], "n_cross": 2},
+    "seq_pool": {"hidden": [16]},
+    "mlp_all_fields": {"hidden": [8], "sequence": ALL_FIELDS, "repr_dim": 5},
+}
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def _members(name: str, schema) -> list[torch.nn.Module]:
+    args = dict(STUDENTS[name])
+    cls = name.removesuffix("_all_fields")
+    out = []
+    for seed in range(K):
+        torch.manual_seed(seed)
+        m = build_student({"class_path": cls, "init_args": args}, schema, None)
+        with torch.no_grad():  # zero-initialised paths get weights, so they carry gradients
+            for p in m.parameters():
+                p.add_(0.1 * torch.randn_like(p))
+        out.append(m)
+    return out
+
+
+def _stack(members, k=None):
+    chosen = members if k is None else [members[k]]
+    names = [n for n, _ in members[0].named_parameters()]
+    return {n: torch.stack([dict(m.named_parameters())[n].detach() for m in chosen])
+            .requires_grad_() for n in names}
+
+
+def _run(model, params, batch, features, weights):
+    out = model.forward_stacked(params, batch, features)
+    loss = (out.logits * weights[:out.logits.shape[0]]).sum() \
+        + out.embedding.square().sum() * 0.01
+    loss.backward()
+    return out
+
+
+#: (student, representation features: none, every member's [B, F], each member's [K, B, F])
+CASES = [*((name, "none") for name in STUDENTS),
+         *((name, kind) for name in STUDENTS if STUDENTS[name].get("repr_dim")
+           for kind in ("shared", "each"))]
+
+
+@pytest.mark.parametrize(("name", "feature_kind"), CASES)
+def test_a_member_is_its_stacked_forward_alone(name, feature_kind):
+    schema = tiny_schema()
+    members = _members(name, schema)
+    repr_dim = STUDENTS[name].get("repr_dim", 0)
+    # histories of every length, empty ones and ones past max_seq_len included
+    batch = batch_from_lengths(schema, torch.tensor([0, 3, 40, 0, 7, 25, 1, 60]), seed=3)
+    g = torch.Generator().manual_seed(4)
+    feats = {"none": None, "shared": torch.randn(len(batch), max(repr_dim, 1), generator=g),
+             "each": torch.randn(K, len(batch), max(repr_dim, 1), generator=g)}[feature_kind]
+    weights = torch.randn(K, len(batch), 3, generator=g)
+    params = _stack(members)
+    packed = _run(members[0], params, batch, feats, weights)
+    assert packed.logits.shape == (K, len(batch), 3)
+    for k in range(K):
+        own = _stack(members, k)
+        f = feats[k:k + 1] if feature_kind == "each" else feats
+        alone = _run(members[k], own, batch, f, weights[k:k + 1])
+        assert torch.equal(packed.logits[k], alone.logits[0]), k
+        assert torch.equal(packed.embedding[k], alone.embedding[0]), k
+        for n, p in params.items():
+            if p.grad is None:  # the representation path without features
+                assert own[n].grad is None and n.startswith("repr_") and f is None, n
+                continue
+            assert torch.equal(p.grad[k], own[n].grad[0]), (k, n)
+        # the stacked forward mirrors the student's own (other kernels: equal to rounding)
+        with torch.no_grad():
+            ref = members[k](batch, None if f is None else f.reshape(len(batch), -1))
+        torch.testing.assert_close(packed.logits[k].detach(), ref.logits, rtol=1e-5,
+                                   atol=1e-5)
+
+
+def test_the_history_bags_of_one_and_of_many_members_agree():
+    """The bag gradient sorts events once for several members and adds them in event order
+    for one: the same sums, so member 0 of three equals it alone."""
+    g = torch.Generator().manual_seed(0)
+    weight = torch.randn(K, 50, 4, generator=g)
+    offsets = torch.tensor([0, 0, 6, 9, 30, 30])
+    ids = torch.randint(0, 50, (30,), generator=g)
+    grad = torch.randn(K, 5, 4, generator=g)
+    many = weight.clone().requires_grad_()
+    (stacked.bag_mean(ids, many, offsets) * grad).sum().backward()
+    for k in range(K):
+        one = weight[k:k + 1].clone().requires_grad_()
+        out = stacked.bag_mean(ids, one, offsets)
+        (out * grad[k:k + 1]).sum().backward()
+        assert torch.equal(out[0], stacked.bag_mean(ids, weight, offsets)[k])
+        assert torch.equal(many.grad[k], one.grad[0]), k
+    assert torch.equal(stacked.bag_mean(ids, weight, offsets)[:, 0], torch.zeros(K, 4))
+
+
+def test_only_a_class_that_mirrors_its_forward_is_stacked():
+    schema = tiny_schema()
+
+    class OwnInit(MLPStudent):
+        def __init__(self, *args, **kwargs) -> None:
+            super().__init__(*args, **kwargs)
+
+    class OwnForward(MLPStudent):
+        def forward(self, batch, features=None):
+            return super().forward(batch, features)
+
+    class OwnBlock(MLPStudent):
+        def dense_input(self, batch):
+            return super().dense_input(batch) * 2
+
+    plain = MLPStudent(schema)
+    assert stacked_forward(plain) is not None
+    assert stacked_forward(OwnInit(schema)) is not None
+    assert stacked_forward(OwnForward(schema)) is None
+    assert stacked_forward(OwnBlock(schema)) is None
+    assert stacked_forward(torch.nn.Linear(2, 2)) is None
+
+
+def test_a_batch_without_histories_stacks():
+    schema = tiny_schema()
+    members = _members("mlp", schema)
+    batch = random_batch(schema, b=4, seed=1, long_len=0)
+    empty = batch_from_lengths(schema, torch.zeros(4, dtype=torch.long), seed=2)
+    for b in (batch, empty):
+        out = members[0].forward_stacked(_stack(members), b)
+        assert out.logits.shape == (K, 4, 3) and torch.isfinite(out.logits).all()

@@ -1,0 +1,158 @@
+"""AdamW over a pack's stacked parameters, each member with its own learning rate and decay.
+
+Why: a pack (:mod:`gemkd.transfer.packs.pack`) trains K copies of one student as tensors
+``[K, ...]``, and torch's AdamW takes one ``lr`` per group. So every member's slice of every
+stacked parameter (``p[k]``, contiguous) is a tensor of its own in torch's own multi-tensor
+updates, with the member's settings; two of them:
+
+* ``fused`` (batched packs): torch's fused CPU AdamW kernel (``torch._fused_adamw_``, what
+  ``AdamW(fused=True)`` runs), one call per distinct (lr, weight decay) over its slices: one pass
+  over the weights instead of the foreach form's eleven;
+* ``foreach`` (exact packs, each member its own modules): torch's non-capturable foreach update
+  (``torch.optim.adam._multi_tensor_adam``) op for op, its per-tensor scalars (the decoupled
+  decay factor ``1 - lr · wd``, the step size ``-lr / (1 - β1^t)``) each slice's member's, as
+  :class:`~gemkd.transfer.training.flat_adamw.FlatAdamW` (a Lightning run alone) computes them.
+
+Both kernels treat each tensor of their lists on its own, so a member's values do not depend
+on its pack: the fused update of a pack of one (a run alone) gives every member's bits, and the
+foreach update is the Lightning run's (``tests/packs/test_adamw.py``). β1, β2 and ε are shared
+by the pack (a member that differs cannot join it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+
+@dataclass(frozen=True)
+class MemberGroup:
+    """One stacked parameter's settings per member: ``lr`` and ``weight_decay`` lists of K."""
+
+    lr: list[float]
+    weight_decay: list[float]
+
+
+class PackAdamW:
+    """``params``: stacked tensors ``[K, ...]`` (made contiguous in place); ``groups``: each
+    one's per-member settings, in the same order. ``leaves``, when given, ``leaves[i][k]`` is
+    member k's own parameter i: re-pointed at slice ``[k]`` of ``params[i]``, and the gradients
+    a step reads are theirs (members trained as their own modules) rather than the stacked
+    tensors' (a batched pack). ``fused``: the update (see the module doc)."""
+
+    def __init__(self, params: list[Tensor], groups: list[MemberGroup], *,
+                 betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
+                 leaves: Sequence[Sequence[Tensor]] | None = None, fused: bool = False) -> None:
+        if len(params) != len(groups) or not params:
+            raise ValueError("PackAdamW needs one MemberGroup per stacked parameter")
+        k = params[0].shape[0]
+        if any(p.shape[0] != k or len(g.lr) != k or len(g.weight_decay) != k
+               for p, g in zip(params, groups, strict=True)):
+            raise ValueError(f"every stacked parameter and setting must have {k} members")
+        if leaves is not None and len(leaves) != len(params):
+            raise ValueError("leaves: one list of member tensors per stacked parameter")
+        self.params, self.groups, self.leaves = list(params), list(groups), leaves
+        self.k, self.betas, self.eps, self.fused = k, betas, eps, fused
+        with torch.no_grad():
+            for p in self.params:
+                if not p.is_contiguous():
+                    p.data = p.data.contiguous()
+            for p, members in zip(self.params, leaves or [], strict=False):
+                if len(members) != k or any(q.shape != p.shape[1:] for q in members):
+                    raise ValueError("leaves: one tensor per member, each of a member's shape")
+                for j, q in enumerate(members):
+                    q.data = p.data[j]
+        self.exp_avg = [torch.zeros_like(p) for p in self.params]
+        self.exp_avg_sq = [torch.zeros_like(p) for p in self.params]
+        self.step_count = 0
+        self._step_t = torch.zeros((), dtype=torch.float32, device=self.params[0].device)
+        #: (parameter, member) pairs in the order of the update's lists, and their settings
+        self._slots = [(i, j) for j in range(k) for i in range(len(self.params))]
+        self._data = [self.params[i].data[j] for i, j in self._slots]
+        self._m = [self.exp_avg[i][j] for i, j in self._slots]
+        self._v = [self.exp_avg_sq[i][j] for i, j in self._slots]
+        self._lr = [self.groups[i].lr[j] for i, j in self._slots]
+        self._wd = [self.groups[i].weight_decay[j] for i, j in self._slots]
+        #: fused: the slots of each distinct (lr, weight decay), one kernel call each, with
+        #: their weights and moments (the gradients are a step's own)
+        self._calls: dict[tuple[float, float], list[int]] = {}
+        for s, setting in enumerate(zip(self._lr, self._wd, strict=True)):
+            self._calls.setdefault(setting, []).append(s)
+        self._call_state = {key: ([self._data[s] for s in slots], [self._m[s] for s in slots],
+                                  [self._v[s] for s in slots], [self._step_t] * len(slots))
+                            for key, slots in self._calls.items()}
+
+    def _holders(self) -> list[Tensor]:
+        """The tensors whose gradients a step reads: the stacked parameters, or each member's
+        own (in the update's slot order)."""
+        if self.leaves is None:
+            return self.params
+        return [self.leaves[i][j] for i, j in self._slots]
+
+    def zero_grad(self) -> None:
+        for p in self._holders():
+            p.grad = None
+
+    def _grads(self) -> list[Tensor]:
+        """Every slot's gradient (an error names a trained tensor without one)."""
+        holders = self._holders()
+        missing = [i for i, p in enumerate(holders) if p.grad is None]
+        if missing:
+            raise RuntimeError(f"trained tensor {missing[0]} has no gradient: a pack needs "
+                               "every trained parameter in every step")
+        grads = [p.grad for p in holders if p.grad is not None]
+        if self.leaves is not None:
+            return grads
+        members = [g.unbind(0) for g in grads]
+        return [members[i][j] for i, j in self._slots]
+
+    @torch.no_grad()
+    def step(self) -> None:
+        grads = self._grads()
+        self.step_count += 1
+        self._step_t += 1  # AdamW's state step, which the fused kernel reads
+        if self.fused:
+            self._fused_step(grads)
+        else:
+            self._foreach_step(grads)
+
+    def _fused_step(self, grads: list[Tensor]) -> None:
+        beta1, beta2 = self.betas
+        for (lr, wd), slots in self._calls.items():
+            params, exp_avgs, exp_avg_sqs, steps = self._call_state[lr, wd]
+            torch._fused_adamw_(params, [grads[s] for s in slots], exp_avgs, exp_avg_sqs, [],
+                                steps, lr=lr, beta1=beta1, beta2=beta2, weight_decay=wd,
+                                eps=self.eps, amsgrad=False, maximize=False)
+
+    def _foreach_step(self, grads: list[Tensor]) -> None:
+        """``_multi_tensor_adam`` (decoupled weight decay, not capturable) with a scalar per
+        tensor where torch has one per group."""
+        beta1, beta2 = self.betas
+        params, exp_avgs, exp_avg_sqs = self._data, self._m, self._v
+        decayed = [s for s, wd in enumerate(self._wd) if wd != 0]
+        if decayed:  # torch skips the op for a group without decay
+            torch._foreach_mul_([params[s] for s in decayed],
+                                [1 - self._lr[s] * self._wd[s] for s in decayed])
+        torch._foreach_lerp_(exp_avgs, grads, 1 - beta1)
+        torch._foreach_mul_(exp_avg_sqs, beta2)
+        torch._foreach_addcmul_(exp_avg_sqs, grads, grads, 1 - beta2)
+        bc1 = 1 - beta1 ** float(self.step_count)
+        bc2 = 1 - beta2 ** float(self.step_count)
+        step_size = [(lr / bc1) * -1 for lr in self._lr]
+        denom = torch._foreach_sqrt(exp_avg_sqs)
+        torch._foreach_div_(denom, bc2 ** 0.5)
+        torch._foreach_add_(denom, self.eps)
+        torch._foreach_addcdiv_(params, exp_avgs, denom, step_size)
+
+    def state_dict(self) -> dict:
+        return {"step": self.step_count, "exp_avg": [t.clone() for t in self.exp_avg],
+                "exp_avg_sq": [t.clone() for t in self.exp_avg_sq]}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.step_count = int(state["step"])
+        self._step_t.fill_(float(self.step_count))
+        torch._foreach_copy_(self.exp_avg, state["exp_avg"])
+        torch._foreach_copy_(self.exp_avg_sq, state["exp_avg_sq"])
