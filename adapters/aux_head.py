@@ -11,6 +11,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from gemkd.transfer.packs import stacked
+
 
 def scale_grad(x: torch.Tensor, beta: float | torch.Tensor) -> torch.Tensor:
     """Identity in the forward pass; multiplies the incoming gradient by ``beta``.
@@ -25,6 +27,8 @@ def scale_grad(x: torch.Tensor, beta: float | torch.Tensor) -> torch.Tensor:
     called, so the gradient would not be scaled at all."""
     if isinstance(beta, torch.Tensor) or torch._C._functorch.is_functorch_wrapped_tensor(x):
         frozen = x.detach()
+        if isinstance(beta, torch.Tensor) and beta.dim():  # a stacked pack's [K, 1, 1]
+            beta = beta.to(x.dtype)
         return frozen + beta * (x - frozen)
     beta = float(beta)
     if beta == 1.0:
@@ -52,4 +56,13 @@ class AuxDistillHead(nn.Module):
         self.net = nn.Sequential(*layers)
 
     def forward(self, trunk: torch.Tensor) -> torch.Tensor:
-        return self.net(scale_grad(trunk, self.beta))
+        x = scale_grad(trunk, self.beta)
+        last = self.net[-1]
+        assert isinstance(last, nn.Linear)
+        if last.weight.dim() == 2:
+            return self.net(x)
+        # a stacked pack's members at once: weights [K, out, in], trunk [K, B, in]
+        for layer in self.net:
+            x = stacked.linear(x, layer.weight, layer.bias) if isinstance(layer, nn.Linear) \
+                else layer(x)
+        return x

@@ -13,6 +13,7 @@ import torch
 from torch import nn
 
 from gemkd.transfer.layers import HashedEmbedding
+from gemkd.transfer.packs import stacked
 
 
 class StudentAdapter(nn.Module):
@@ -40,6 +41,8 @@ class StudentAdapter(nn.Module):
                 features: torch.Tensor | None = None) -> torch.Tensor:
         """``teacher_logits [B, T]``, ``domain [B]``, ``staleness_days [B]``, ``features
         [B, n_features]`` (ids of the extra categorical inputs) → ``z_SA [B, T]``."""
+        if self.domain.weight.dim() == 3:  # a stacked pack's members at once
+            return self._stacked(teacher_logits, domain, staleness_days, features)
         parts = [teacher_logits, self.domain(domain)]
         if len(self.features):
             if features is None:
@@ -53,3 +56,30 @@ class StudentAdapter(nn.Module):
             parts.append(torch.log1p(staleness_days.to(teacher_logits.dtype).clamp_min(0))
                          .unsqueeze(-1))
         return teacher_logits + self.net(torch.cat(parts, dim=-1))
+
+    def _stacked(self, teacher_logits: torch.Tensor, domain: torch.Tensor,
+                 staleness_days: torch.Tensor | None,
+                 features: torch.Tensor | None) -> torch.Tensor:
+        """:meth:`forward` with every parameter ``[K, ...]`` (a pack's members): ``[K, B, T]``."""
+        k = self.domain.weight.shape[0]
+        shared = [teacher_logits]
+        if self.use_staleness:
+            if staleness_days is None:
+                staleness_days = torch.zeros_like(teacher_logits[:, 0])
+            shared.append(torch.log1p(staleness_days.to(teacher_logits.dtype).clamp_min(0))
+                          .unsqueeze(-1))
+        rows = [stacked.lookup(domain, self.domain.weight)]
+        if len(self.features):
+            if features is None:
+                raise ValueError(f"StudentAdapter: {len(self.features)} feature inputs, got no "
+                                 "features")
+            rows += [stacked.lookup(torch.remainder(features[:, j], table.num_embeddings),
+                                    table.weight) for j, table in enumerate(self.features)]
+        logits = teacher_logits.unsqueeze(0).expand(k, *teacher_logits.shape)
+        parts = [logits, *rows]
+        if self.use_staleness:
+            parts.append(shared[1].unsqueeze(0).expand(k, *shared[1].shape))
+        first, _, out = self.net
+        assert isinstance(first, nn.Linear) and isinstance(out, nn.Linear)
+        hidden = torch.relu(stacked.linear(torch.cat(parts, dim=-1), first.weight, first.bias))
+        return logits + stacked.linear(hidden, out.weight, out.bias)

@@ -6,7 +6,8 @@ The loop builds what ``train_student`` builds — the same seed, the same studen
 ``DistillModule`` (``build_module``), the same loader (``student_datamodule``), the same
 optimiser (``DistillModule.configure_optimizers``: FlatAdamW, embedding and dense groups)
 and the same loss (``RankingModule.loss``) — and runs ``forward, loss, zero_grad, backward,
-step`` per batch with nothing else: no trainer, hooks, callbacks, logging or weight average.
+step`` per batch with nothing else: no trainer, hooks, callbacks or logging (the weight average
+of the recipe when asked: the floor a pack is measured against runs the same recipe).
 Given the same batches in the same order it must give the same per-step losses and bit-identical
 weights as the labels-only epoch; :class:`RawCapture` reads those off a ``train_student`` run.
 """
@@ -26,24 +27,31 @@ from gemkd.transfer.data.batch import Batch
 from gemkd.transfer.data.datamodule import AdsDataModule
 from gemkd.transfer.distill import DistillModule
 from gemkd.transfer.io import fs
+from gemkd.transfer.training.ema import _foreach_ema, _host_weight
 
 
 @dataclass
 class BareLoop:
-    """The labels-only student, its optimiser and its data module, ready to train."""
+    """The labels-only student, its optimiser and its data module, ready to train;
+    ``ema_decay``: also keep the recipe's weight average (StreamEMA's warm-up rule and
+    multi-tensor update, after every step; None: none)."""
 
     module: DistillModule
     optimizer: torch.optim.Optimizer
     datamodule: AdsDataModule
+    ema_decay: float | None = None
 
     def run(self, batches: Iterable[Batch], device: str | torch.device | None = None
             ) -> list[Tensor]:
         """One pass over ``batches`` (moved to ``device`` when given; the module must be there
-        already); the per-step losses, detached (no host sync per step)."""
+        already); the per-step losses, detached (no host sync per step). With ``ema_decay``
+        the average is put in place of the trained weights at the end, as a fit does."""
         module, opt = self.module, self.optimizer
         model = module.model
+        trained = [p for p in model.parameters() if p.requires_grad]
+        average = [p.detach().clone() for p in trained]
         losses = []
-        for batch in batches:
+        for n, batch in enumerate(batches):
             if device is not None:
                 batch = batch.to(device)
             logits = model(batch).logits
@@ -51,14 +59,26 @@ class BareLoop:
             opt.zero_grad()
             loss.backward()
             opt.step()
+            if self.ema_decay is not None:
+                with torch.no_grad():
+                    current = [p.detach() for p in trained]
+                    if n == 0:
+                        torch._foreach_copy_(average, current)
+                    else:
+                        _foreach_ema(average, current,
+                                     _host_weight(self.ema_decay, n, average[0].dtype))
             losses.append(loss.detach())
+        if self.ema_decay is not None and losses:
+            with torch.no_grad():
+                torch._foreach_copy_([p.data for p in trained], average)
         return losses
 
 
 def bare_loop(spec: RunSpec, job: StudentJob, data: fs.Where, inputs: Inputs,
-              base_rates: dict[str, float]) -> BareLoop:
+              base_rates: dict[str, float], ema: bool = False) -> BareLoop:
     """The loop for a labels-only ``job`` (a variant without methods), set up as
-    ``train_student`` sets up its fit: seeded, then built."""
+    ``train_student`` sets up its fit: seeded, then built; ``ema``: with the spec's weight
+    average (``spec.ema_decay``)."""
     if job.variant.methods:
         raise ValueError(f"the bare loop trains labels only; variant {job.variant.name!r} has "
                          f"methods {[m.class_path for m in job.variant.methods]}")
@@ -68,7 +88,8 @@ def bare_loop(spec: RunSpec, job: StudentJob, data: fs.Where, inputs: Inputs,
     optimizers = module.configure_optimizers()
     if len(optimizers) != 1:
         raise ValueError("a labels-only DistillModule has exactly one optimiser")
-    return BareLoop(module, optimizers[0], student_datamodule(spec, job, data, module.model))
+    return BareLoop(module, optimizers[0], student_datamodule(spec, job, data, module.model),
+                    spec.ema_decay if ema else None)
 
 
 class RawCapture(pl.Callback):

@@ -26,6 +26,7 @@ class AuxHead(TransferMethod):
     bound is natural (β → 0 cuts the teacher off the trunk, labels only)."""
 
     requires = frozenset({"kd_loss"})
+    stacks = True
     tunable: ClassVar[dict[str, Range | list[Any]]] = {
         "aux_beta": LogUniform(0.1, 10.0, default=1.0)}
 

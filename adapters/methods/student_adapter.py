@@ -44,6 +44,7 @@ class Adapter(TransferMethod):
 
     needs = frozenset({"teacher"})
     requires = frozenset({"kd_loss"})
+    stacks = True  # (update: separate has an optimiser of its own: a pack refuses it anyway)
     tunable: ClassVar[dict[str, Range | list[Any]]] = {
         "adapter_hidden": IntRange(4, 64, log=True, default=16)}
 
@@ -105,8 +106,8 @@ class Adapter(TransferMethod):
         return [self._opt]
 
     def _objective(self, z: Tensor, y: Tensor) -> Tensor:
-        if self.objective == "bce":
-            return F.binary_cross_entropy_with_logits(z, y, reduction="none")
+        if self.objective == "bce":  # (labels [B, T] for a stacked pack's z [K, B, T])
+            return F.binary_cross_entropy_with_logits(z, y.expand_as(z), reduction="none")
         return (torch.sigmoid(z) - y).pow(2)
 
     def _forward(self, step: StepState) -> Tensor:

@@ -63,6 +63,26 @@ def test_labels_only_epoch_is_the_bare_loop(world):
     assert got["max_loss_diff"] == 0.0 and got["max_weight_diff"] == 0.0
 
 
+class _Final(pl.Callback):
+    """The student's weights at the end of fit: the weight average, put in place."""
+
+    def on_fit_end(self, trainer, pl_module) -> None:
+        self.weights = {k: v.detach().clone() for k, v in pl_module.model.state_dict().items()}
+
+
+def test_the_bare_loop_keeps_the_recipes_weight_average(world):
+    final = _Final()
+    train_student(*world, callbacks=[final])
+    loop = bare_loop(*world, ema=True)
+    assert loop.ema_decay == world[0].ema_decay
+    loop.run(list(loop.datamodule.train_dataloader()))
+    averaged = {k: v.detach() for k, v in loop.module.model.state_dict().items()}
+    assert averaged.keys() == final.weights.keys()
+    assert all(torch.equal(averaged[k], final.weights[k]) for k in averaged)
+    raw = _bare(*world)[1]  # without it, the last step's weights: other values
+    assert not all(torch.equal(raw[k], final.weights[k]) for k in raw)
+
+
 def test_lightning_wrappers_give_the_same_step(world):
     plain, wrapped = _Probe(), _WatchesGradients()
     train_student(*world, callbacks=[plain])

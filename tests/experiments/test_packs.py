@@ -240,3 +240,50 @@ def test_every_variant_packs_to_its_runs_alone(final_runs, variant, batched, cap
     # batched: the members' student ran stacked, all three at once; exact: each its own
     assert (set(calls) == {3}) if batched else not calls
     _same_records(alone, packed, alone_runs, packed_runs)
+
+
+def _pack(runs: list[StudentRun], batched: bool):
+    """The members of ``runs`` built as a pack builds them, a PackedDistill of them and the
+    pack's first training batches."""
+    import lightning.pytorch as pl
+
+    from gemkd.experiments.run.jobs import _inputs
+    from gemkd.experiments.run.student import StudentJob, build_module, student_datamodule
+    from gemkd.experiments.run.train_knobs import with_train_knobs
+    from gemkd.transfer.io import fs
+    from gemkd.transfer.packs.pack import PackedDistill
+
+    modules, decays = [], []
+    for r in runs:
+        spec = with_train_knobs(r.spec, r.params)
+        job = StudentJob(spec.variant(r.variant), dict(r.params), r.seed, r.train_days,
+                         r.eval_days, r.trained_until_day)
+        pl.seed_everything(r.seed, verbose=False)
+        module, _ = build_module(spec, job, fs.as_where(r.data), _inputs(r), dict(r.base_rates))
+        modules.append(module)
+        decays.append(spec.ema_decay)
+    dm = student_datamodule(spec, job, fs.as_where(runs[0].data), modules[0].model)
+    batches = [b for _, b in zip(range(4), dm.train_dataloader(), strict=False)]
+    return PackedDistill(modules, decays, batched=batched), batches
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_a_stacked_step_is_each_members_own_step(final_runs, variant):
+    """The stacked step (the student's forward_stacked, the methods' hooks once for all
+    members, the fused AdamW) computes each member's own step: its losses and weights equal
+    the exact pack's (each member's own modules and ops) to rounding."""
+    runs, _ = final_runs
+    base = runs[variant]
+    members = [dataclasses.replace(base, seed=s, key=f"{variant}{s}", params={
+        **base.params, **{k: v for k, v in KNOBS[s].items() if k in base.params}})
+        for s in range(3)]
+    stacked, batches = _pack(members, batched=True)
+    exact, _ = _pack(members, batched=False)
+    assert stacked._stacked is not None
+    assert stacked._stacked_step  # every built-in method stacks
+    for batch in batches:
+        torch.testing.assert_close(stacked.train_step(batch), exact.train_step(batch),
+                                   rtol=1e-5, atol=1e-6)
+    for name, p in stacked.params.items():
+        torch.testing.assert_close(p, exact.params[name], rtol=1e-4, atol=1e-5, msg=name)

@@ -108,14 +108,19 @@ class StepState:
     does) or scale the serving head's label loss (``label_weight``: multiply it, so that
     two methods' scales compose, KD's 1 − α and the auxiliary head's). ``staleness`` (days since
     the teacher's training ended, ``[B]`` float) is given, or computed on first use from
-    ``trained_until_day``: most variants never read it, and two eager ops a step add up."""
+    ``trained_until_day``: most variants never read it, and two eager ops a step add up.
+
+    ``members``: K when a pack runs its members' step at once (``stacks`` methods, below): the
+    student's output is ``[K, B, ...]``, a per-member knob a ``[K, 1, 1]`` float64 tensor, and
+    every per-member loss ``[K, 1, 1]``; None in a run's own step."""
 
     def __init__(self, batch: Batch, teacher: TeacherFn | None, device: torch.device,
                  staleness: Tensor | None = None,
                  log: Callable[[str, Tensor], None] | None = None, *,
                  trained_until_day: int | None = None,
-                 targets: TeacherTargets | None = None) -> None:
+                 targets: TeacherTargets | None = None, members: int | None = None) -> None:
         self.batch, self.device, self._staleness = batch, device, staleness
+        self.members = members
         self._trained_until_day = trained_until_day
         # targets: the teacher's answer, looked up already (a pack asks once for its members)
         self._teacher_fn, self._teacher = teacher, targets
@@ -161,6 +166,12 @@ class TransferMethod(nn.Module):
     requires: ClassVar[frozenset[str]] = frozenset()
     tunable: ClassVar[dict[str, Range | list[Any]]] = {}
     spec_defaults: ClassVar[dict[str, str]] = {}
+    #: Declared ``True`` by a class whose ``before_student`` / ``after_forward`` / ``loss``
+    #: also take a pack's stacked step (``StepState.members``; its submodules' parameters
+    #: ``[K, ...]``): a pack then runs them once for all members instead of under vmap. Only
+    #: the class that declares it counts (a subclass that overrides a hook must declare it
+    #: again); hooks left at these defaults stack anyway.
+    stacks: ClassVar[bool] = False
     #: the name the run's spec gave the method (a built-in name or its class_path), if any
     registered_name: str | None = None
 

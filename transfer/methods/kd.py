@@ -48,6 +48,7 @@ class KD(TransferMethod):
 
     needs = frozenset({"teacher"})
     provides = frozenset({"kd_loss"})
+    stacks = True
     spec_defaults: ClassVar[dict[str, str]] = {"loss": "kd_loss"}  # the spec's kd_loss
     tunable: ClassVar[dict[str, Range | list[Any]]] = {
         "alpha": Uniform(0.0, 1.0, default=0.5, natural_low=True, natural_high=True),

@@ -15,13 +15,22 @@ def kd_bce(student_logits: torch.Tensor, teacher_logits: torch.Tensor,
     skipped: ``x / 1`` and ``1 · x`` are ``x`` bit for bit, and so are their gradients. A tensor
     ``temperature`` (a pack's per-member knob) always takes the general form.
     """
-    t = temperature if isinstance(temperature, torch.Tensor) else float(temperature)
+    t = _knob(temperature, student_logits)
     if not isinstance(t, torch.Tensor) and t == 1.0:
-        target = torch.sigmoid(teacher_logits.detach())
+        target = torch.sigmoid(teacher_logits.detach()).expand_as(student_logits)
         return F.binary_cross_entropy_with_logits(student_logits, target, reduction="none")
-    target = torch.sigmoid(teacher_logits.detach() / t)
+    target = torch.sigmoid(teacher_logits.detach() / t).expand_as(student_logits)
     return t * t * F.binary_cross_entropy_with_logits(student_logits / t, target,
                                                       reduction="none")
+
+
+def _knob(value: float | torch.Tensor, like: torch.Tensor) -> float | torch.Tensor:
+    """A knob as a loss's arithmetic takes it: a float; a pack's per-member 0-dim float64
+    tensor as it is (vmap casts it as a Python float); a stacked pack's ``[K, 1, 1]`` one in
+    ``like``'s dtype (a float64 tensor with dimensions would promote the loss to float64)."""
+    if isinstance(value, torch.Tensor):
+        return value.to(like.dtype) if value.dim() else value
+    return float(value)
 
 
 def kd_mse(student_logits: torch.Tensor, teacher_logits: torch.Tensor) -> torch.Tensor:
@@ -55,7 +64,7 @@ def kd_bce_calibrated(student_logits: torch.Tensor, teacher_logits: torch.Tensor
     knob, equals it to rounding).
     """
     soft = kd_bce(student_logits, teacher_logits, temperature)
-    t = temperature if isinstance(temperature, torch.Tensor) else float(temperature)
+    t = _knob(temperature, student_logits)
     if not isinstance(t, torch.Tensor) and t == 1.0:
         return soft
     s, z_t = student_logits.detach(), teacher_logits.detach()
@@ -66,11 +75,13 @@ def kd_bce_calibrated(student_logits: torch.Tensor, teacher_logits: torch.Tensor
 
 
 def _row_mean(values: torch.Tensor, found: torch.Tensor | None) -> torch.Tensor:
-    """Per-column mean of ``values [B, T]`` over the rows where ``found [B]`` is true."""
+    """Per-column mean of ``values [B, T]`` over the rows where ``found [B]`` is true (each
+    member's, ``[K, 1, T]``, of a stacked ``[K, B, T]``)."""
+    stacked = values.dim() == 3
     if found is None or (found.device.type == "cpu" and bool(found.all())):
-        return values.mean(0)
+        return values.mean(-2, keepdim=stacked)
     m = found.to(values.dtype).unsqueeze(-1)
-    return (values * m).sum(0) / m.sum().clamp_min(1.0)
+    return (values * m).sum(-2, keepdim=stacked) / m.sum().clamp_min(1.0)
 
 
 #: KD's ``loss`` forms: ``(student_logits, teacher_logits, temperature, found) → [B, T]``
@@ -82,12 +93,18 @@ KD_LOSSES = {
 
 
 def masked_mean(values: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
-    """Mean over the rows where ``mask`` is true (``values [B, T]``, ``mask [B]``); 0 if none.
+    """Mean over the rows where ``mask`` is true (``values [B, T]``, ``mask [B]``); 0 if none;
+    each member's (``[K, 1, 1]``) of a stacked pack's ``values [K, B, T]``.
 
     A host mask that is all true (every row found its teacher, the usual case) takes
     ``values.mean()``: the masked form's sum of ``values · 1`` over ``B·T`` is that mean bit for
     bit, gradient included, in 2 ops instead of 8 (a check on the host costs no sync; a device
     mask keeps the masked form rather than wait for one)."""
+    if values.dim() == 3:  # a stacked pack's [K, B, T]: each member's, [K, 1, 1]
+        if mask is None or (mask.device.type == "cpu" and bool(mask.all())):
+            return values.mean(dim=(1, 2), keepdim=True)
+        m = mask.to(values.dtype).unsqueeze(-1).expand_as(values[0])
+        return (values * m).sum(dim=(1, 2), keepdim=True) / m.sum().clamp_min(1.0)
     if mask is None or (mask.device.type == "cpu" and bool(mask.all())):
         return values.mean()
     m = mask.to(values.dtype).unsqueeze(-1).expand_as(values)

@@ -175,6 +175,26 @@ def stacked_forward(student: nn.Module) -> Any:
     return hook
 
 
+#: The hooks of a step a stacked pack runs once for every member (``TransferMethod.stacks``)
+_STEP_HOOKS = ("before_student", "after_forward", "loss")
+
+
+def method_stacks(method: TransferMethod) -> bool:
+    """Whether ``method``'s step hooks take a stacked pack's step: each is the protocol's
+    default or defined by a class that declares ``stacks = True``, and no subclass below such
+    a class overrides anything but ``__init__``."""
+    mro = type(method).__mro__
+    owners = {next(c for c in mro if hook in vars(c)) for hook in _STEP_HOOKS}
+    declared = [c for c in owners if c is not TransferMethod]
+    if any(vars(c).get("stacks") is not True for c in declared):
+        return False
+    if not declared:
+        return True
+    lowest = min(mro.index(c) for c in declared)
+    return not any(callable(v) and name != "__init__"
+                   for cls in mro[:lowest] for name, v in vars(cls).items())
+
+
 class PackedDistill:
     """``members``: built, set-up ``DistillModule``\\ s of one student class and variant (each
     as its own run builds it, seeded); ``ema_decays``: each member's weight-average decay
@@ -242,6 +262,12 @@ class PackedDistill:
         self.steps = 0
         self._averaged = False
         self._stacked, self._student, self._shared_features = self._stacked_student()
+        #: the methods' step once for every member (no vmap): a stacked student and methods
+        #: that stack; their per-member knobs ``[K, 1, 1]`` float64
+        self._stacked_step = self._stacked is not None and all(
+            method_stacks(m) for m in self._call.module.transfer_methods)
+        self._stacked_knobs = {key: torch.tensor(v, dtype=torch.float64).view(-1, 1, 1)
+                               for key, v in self.knobs.items()}
 
     def _stacked_student(self) -> tuple[Any, dict[str, Tensor], bool]:
         """The template student's stacked forward (None: vmap the whole step), its stacked
@@ -303,6 +329,16 @@ class PackedDistill:
         return vmap(one, in_dims=(0, 0, 0, None if extra is None else 0),
                     randomness="error")(self.params, self.buffers, knobs, extra)
 
+    def _stacked_call(self, name: str, args: tuple) -> Any:
+        """``template.name(*args)`` once for every member: the members' stacked parameters,
+        buffers and ``[K, 1, 1]`` knobs swapped into the template (no vmap; its modules and
+        methods take them: ``forward_stacked``, ``TransferMethod.stacks``)."""
+        names = self._names
+        state = {a: t for n, t in self.params.items() for a in names[n]}
+        state.update({a: t for n, t in self.buffers.items() for a in names[n]})
+        with self._knobs_set(self._stacked_knobs):
+            return functional_call(self._call, state, (name, *args), tie_weights=False)
+
     def _features(self, batch: Batch) -> Tensor | None:
         """The methods' representation features for the stacked student: ``[B, F]`` computed
         once (methods without parameters: LoopFM mean codes, SOLARIS pairs), ``[K, B, F]``
@@ -338,13 +374,17 @@ class PackedDistill:
         device = batch.labels.device
         day = self.members[0].trained_until_day
 
-        def state() -> StepState:
-            return StepState(batch, None, device, targets=targets, trained_until_day=day)
+        def state(members: int | None = None) -> StepState:
+            return StepState(batch, None, device, targets=targets, trained_until_day=day,
+                             members=members)
 
         if self.batched:
             if not self._call.module.training:  # (train() walks every submodule: not per step)
                 self._call.module.train()
-            if self._stacked is not None:
+            if self._stacked_step:
+                out = self._student_output(batch)
+                losses = self._stacked_call("training_loss", (state(self.k), out)).view(self.k)
+            elif self._stacked is not None:
                 losses = self._vmapped("training_loss", lambda out: (state(), out),
                                        extra=self._student_output(batch))
             else:
