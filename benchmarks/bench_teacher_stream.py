@@ -4,21 +4,26 @@ issue 29 vs the shipped one, side by side.
     python -m benchmarks.bench_teacher_stream [--json OUT] [--quick] [--threads N] [--repeats 5]
         [--rows 75000] [--candidate NAME:key=value,key=value ...]
 
-The benchmark's GEM teacher (experiments/benchmark.yaml: config ``small``, histories capped at
-256 events) streams days [0, 30) of the base world (75,000 impressions a day) with a checkpoint
-at each day's end; a day is the unit of its cost. Here one streamed day is one
-``fit_teacher(..., stream=True)`` over day 0 of a world generated with the base preset's knobs
-(``--rows`` impressions; ``--quick``: 5,000), timed by :class:`benchmarks.stream_phases.
-PhaseTimer`: read, forward, backward, zero_grad+clip, optimizer, the day's checkpoint, the rest
-of the loop; ``setup`` is the fit's fixed cost (the labels-only base-rate pass, building the
-model, Lightning's start-up: once per fit, not per day) and ``checkpoint`` the fit's final
+The benchmark's GEM teacher (experiments/benchmark.yaml, ``teacher:``) streams days [0, 22) of
+each of its worlds (24,000 impressions a day) with a checkpoint at each day's end; a day is the
+unit of its cost. Here one streamed day is one ``fit_teacher(..., stream=True)`` over day 0 of a
+world generated with the base preset's knobs (``--rows`` impressions, default the preset's
+75,000; ``--quick``: 5,000), timed by :class:`benchmarks.stream_phases.PhaseTimer`: read,
+forward, backward, zero_grad+clip, optimizer, the day's checkpoint, the rest of the loop;
+``setup`` is the fit's fixed cost (the labels-only base-rate pass, building the model,
+Lightning's start-up: once per fit, not per day) and ``checkpoint`` the fit's final
 ``last.ckpt`` (once per fit). ``day_seconds`` = the loop less that final save: what each of the
-stream's 30 days costs.
+stream's days costs.
 
-Candidates: ``before`` is ``small`` with the recipe it had before issue 29 (:data:`BEFORE`),
-``after`` is ``small`` as shipped; ``--candidate`` adds others (config keys). They run in
-interleaved rounds (each once per round, the order rotating), after one untimed warm-up round;
-the figures are medians, and only same-run ratios mean anything on a shared machine.
+Candidates: ``before`` is ``small`` with the benchmark's 256-event cap and the recipe it had
+before issue 29 (:data:`BEFORE`), on GEM's reference code paths (the code before issue 29's
+speed-ups, :func:`gemkd.teachers.gem.set_reference_paths`); ``after`` is the streaming teacher
+experiments/benchmark.yaml ships, built from the spec as ``gemkd run`` builds it
+(:func:`shipped_config`); ``--candidate`` adds others (config keys on ``small``, or on the
+teacher config ``config=NAME`` names; ``reference_paths=true``). They run in interleaved rounds
+(each once per round, the order rotating), after one untimed warm-up round; the figures are
+medians, the speed-ups both the ratio of the medians and the median of the rounds' own ratios,
+and only same-run ratios mean anything on a shared machine.
 """
 
 from __future__ import annotations
@@ -32,7 +37,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+import lightning.pytorch as pl
 import yaml
+from lightning.pytorch.callbacks import Callback
 
 from benchmarks.common import (
     add_common_args,
@@ -43,17 +50,46 @@ from benchmarks.common import (
     write_json,
 )
 from benchmarks.stream_phases import PHASES, PhaseTimer
-from gemkd.experiments.teacher_config import TeacherTrainConfig, load_teacher_config
+from benchmarks.transfer_figures import paired
+from gemkd.experiments.teacher_config import (
+    TeacherTrainConfig,
+    find_config,
+    load_teacher_config,
+)
 from gemkd.experiments.teacher_fit import fit_teacher
+from gemkd.teachers.gem import set_reference_paths
 from gemkd.transfer.data.synth import SynthConfig, generate
+from gemkd.transfer.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]
+#: the spec whose streaming teacher ``after`` is
+SPEC = ROOT / "experiments" / "benchmark.yaml"
 #: the ``small`` recipe before issue 29 (item 3), as the benchmark streamed it
 BEFORE: dict[str, Any] = {"batch_size": 512, "lr": 0.002, "embedding_lr": 0.01, "prefetch": 0}
-#: the benchmark's override of the teacher config (experiments/benchmark.yaml, teacher:)
+#: the benchmark's override of the teacher config before issue 29 (``teacher: {config: small,
+#: max_seq_len: 256}``); ``--candidate`` recipes start from it too
 BENCHMARK_OVERRIDES: dict[str, Any] = {"max_seq_len": 256}
+#: candidate keys that are not config keys: ``config`` (the teacher config a candidate starts
+#: from, default ``small``), ``reference_paths`` (train with GEM's reference code paths,
+#: :func:`gemkd.teachers.gem.set_reference_paths`: the code before issue 29's speed-ups)
+PSEUDO_KEYS = ("config", "reference_paths")
 DAY_ROWS = 75_000  # the base preset's impressions per day
 QUICK_ROWS = 5_000
+
+
+@dataclasses.dataclass(frozen=True)
+class Candidate:
+    """A recipe to time: its config, and whether its GEM runs the reference code paths."""
+
+    config: TeacherTrainConfig
+    reference_paths: bool = False
+
+
+class ReferencePaths(Callback):
+    """Puts the fit's GEM on its reference code paths before the first step."""
+
+    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        set_reference_paths(pl_module)
 
 
 def world(out: Path, rows: int) -> Path:
@@ -64,16 +100,30 @@ def world(out: Path, rows: int) -> Path:
     return out
 
 
-def candidate_config(overrides: dict[str, Any]) -> TeacherTrainConfig:
-    """``small`` as shipped, with the benchmark's overrides, on day 0, then ``overrides``
-    (``model.KEY`` keys replace one model hyper-parameter)."""
-    cfg = load_teacher_config(ROOT / "experiments" / "teachers" / "small.yaml",
-                              BENCHMARK_OVERRIDES)
+def one_day_of(cfg: TeacherTrainConfig) -> TeacherTrainConfig:
+    """``cfg`` on day 0 alone, nothing to validate or choose."""
+    return dataclasses.replace(cfg, train_days=[0, 1], val_days=None, test_days=None,
+                               select="last", patience=None)
+
+
+def candidate_config(overrides: dict[str, Any], config: str = "small") -> TeacherTrainConfig:
+    """``config`` (``small``) as shipped, with :data:`BENCHMARK_OVERRIDES`, on day 0, then
+    ``overrides`` (``model.KEY`` keys replace one model hyper-parameter)."""
+    cfg = load_teacher_config(find_config(config, "teachers"), BENCHMARK_OVERRIDES)
     top = {k: v for k, v in overrides.items() if not k.startswith("model.")}
     model = {**cfg.model, **{k.removeprefix("model."): v for k, v in overrides.items()
                              if k.startswith("model.")}}
-    return dataclasses.replace(cfg, train_days=[0, 1], val_days=None, test_days=None,
-                               select="last", patience=None, model=model, **top)
+    return dataclasses.replace(one_day_of(cfg), model=model, **top)
+
+
+def shipped_config(spec: Path = SPEC) -> TeacherTrainConfig:
+    """The streaming teacher ``spec`` trains (its ``teacher:`` config and overrides, as
+    ``gemkd run`` builds it), on day 0: the ``after`` recipe."""
+    from gemkd.experiments.run.teacher_steps import teacher_config
+    from gemkd.experiments.spec.load import load_spec
+
+    loaded = load_spec(spec)
+    return one_day_of(teacher_config(loaded, 0, loaded.teacher))
 
 
 def parse_candidate(text: str) -> tuple[str, dict[str, Any]]:
@@ -90,31 +140,46 @@ def parse_candidate(text: str) -> tuple[str, dict[str, Any]]:
     return name, out
 
 
-def recipes(p: argparse.ArgumentParser, texts: list[str]) -> dict[str, TeacherTrainConfig]:
-    """The old recipe (``before``), the shipped one (``after``) and each ``--candidate``; a bad
-    candidate is the parser's error."""
-    out = {"before": candidate_config(BEFORE), "after": candidate_config({})}
+def candidate(overrides: dict[str, Any]) -> Candidate:
+    """A ``--candidate``'s overrides (:data:`PSEUDO_KEYS` included) → its :class:`Candidate`."""
+    rest = {k: v for k, v in overrides.items() if k not in PSEUDO_KEYS}
+    return Candidate(candidate_config(rest, str(overrides.get("config", "small"))),
+                     bool(overrides.get("reference_paths", False)))
+
+
+def recipes(p: argparse.ArgumentParser, texts: list[str]) -> dict[str, Candidate]:
+    """The old recipe (``before``: :data:`BEFORE` on GEM's reference code paths), the shipped
+    one (``after``: :func:`shipped_config`) and each ``--candidate``; a bad candidate is the
+    parser's error."""
+    out = {"before": Candidate(candidate_config(BEFORE), reference_paths=True),
+           "after": Candidate(shipped_config())}
     for text in texts:
         try:
             name, overrides = parse_candidate(text)
-            out[name] = candidate_config(overrides)
-        except (ValueError, TypeError) as e:
+            out[name] = candidate(overrides)
+        except (ValueError, TypeError, ConfigError) as e:
             p.error(str(e))
     return out
 
 
-def one_day(cfg: TeacherTrainConfig, data: Path, out: Path) -> dict[str, float]:
+def callbacks_of(c: Candidate) -> list[Callback]:
+    """The fit's extra callbacks for ``c`` (its reference paths)."""
+    return [ReferencePaths()] if c.reference_paths else []
+
+
+def one_day(c: Candidate, data: Path, out: Path) -> dict[str, float]:
     """Stream day 0 once into ``out``; seconds per phase, ``setup`` and ``day_seconds``."""
     timer = PhaseTimer()
     t0 = time.perf_counter()
-    fit_teacher(cfg, data, out, stream=True, progress=False, callbacks=[timer])
+    fit_teacher(c.config, data, out, stream=True, progress=False,
+                callbacks=[*callbacks_of(c), timer])
     total = time.perf_counter() - t0
     s = timer.seconds()
     return {**s, "setup": total - s["loop"], "fit_total": total,
             "day_seconds": s["loop"] - s["checkpoint"]}
 
 
-def run(candidates: dict[str, TeacherTrainConfig], data: Path, repeats: int
+def run(candidates: dict[str, Candidate], data: Path, repeats: int
         ) -> dict[str, list[dict[str, float]]]:
     """Interleaved rounds (one untimed warm-up round), each candidate once per round, the order
     rotating; every fit in a fresh run directory."""
@@ -132,6 +197,17 @@ def run(candidates: dict[str, TeacherTrainConfig], data: Path, repeats: int
     return times
 
 
+def describe(c: Candidate) -> dict[str, Any]:
+    """What a candidate is, for the JSON: its trainer keys, model and code paths."""
+    keys = ("name", "batch_size", "lr", "embedding_lr", "prefetch", "max_seq_len", "compile",
+            "precision", "model")
+    return {**{f: getattr(c.config, f) for f in keys}, "reference_paths": c.reference_paths}
+
+
+def day_seconds(rows: list[dict[str, float]]) -> list[float]:
+    return [r["day_seconds"] for r in rows]
+
+
 def medians(rows: list[dict[str, float]]) -> dict[str, float]:
     return {k: round(statistics.median(r[k] for r in rows), 3) for k in rows[0]}
 
@@ -144,7 +220,9 @@ def report(res: dict) -> None:
     for name, m in res["medians"].items():
         print(f"{name:<12}" + "".join(f"{m[c]:>15.2f}" for c in cols) + f"{m['steps']:>7.0f}")
     for name, ratio in res["speedup_vs_before"].items():
-        print(f"speed-up per streamed day, {name} vs before: {ratio:.2f}x")
+        value, note = res["speedup_paired"][name]
+        print(f"speed-up per streamed day, {name} vs before: {ratio:.2f}x (ratio of medians); "
+              f"{value:.2f}x (median of the rounds' ratios{', ' + note if note else ''})")
 
 
 def figures(res: dict) -> list[dict]:
@@ -160,6 +238,9 @@ def figures(res: dict) -> list[dict]:
         target = ">= 1.5" if name == "after" else None
         out.append(figure(f"GEM small streamed day: {name} ÷ before speed (same run)", ratio,
                           "x", target))
+        value, note = res["speedup_paired"][name]
+        out.append(figure(f"GEM small streamed day: {name} ÷ before speed, median of the "
+                          "rounds' own ratios", value, "x", None, note))
     return out
 
 
@@ -172,7 +253,8 @@ def main() -> None:
                         f"preset's; --quick: {QUICK_ROWS:,})")
     p.add_argument("--candidate", action="append", default=[],
                    help="NAME:key=value[,key=value]: also time small with these config keys "
-                        "(model.KEY: a model hyper-parameter)")
+                        "(model.KEY: a model hyper-parameter; config=NAME: start from that "
+                        "teacher config; reference_paths=true: GEM's reference code paths)")
     p.add_argument("--data", type=Path, default=None,
                    help="stream day 0 of this dataset instead of generating one")
     args = p.parse_args()
@@ -190,13 +272,14 @@ def main() -> None:
     res: dict[str, Any] = {
         "bench": "teacher_stream", "quick": args.quick, "rows": rows, "repeats": args.repeats,
         "threads": torch.get_num_threads(),
-        "candidates": {k: {f: getattr(c, f) for f in ("batch_size", "lr", "embedding_lr",
-                                                       "prefetch", "max_seq_len", "compile",
-                                                       "precision")}
-                       for k, c in candidates.items()},
+        "candidates": {k: describe(c) for k, c in candidates.items()},
         "medians": med,
         "speedup_vs_before": {k: round(med["before"]["day_seconds"] / m["day_seconds"], 3)
                               for k, m in med.items() if k != "before"},
+        # each round runs every candidate minutes apart: its own ratio is steadier against the
+        # shared machine's drift than a ratio of medians taken from different rounds
+        "speedup_paired": {k: paired(day_seconds(times["before"]), day_seconds(v))
+                           for k, v in times.items() if k != "before"},
         "runs": times,
         "total_seconds": round(time.perf_counter() - t_start, 1),
     }

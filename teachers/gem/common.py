@@ -38,7 +38,17 @@ class MultiHeadAttention(nn.Module):
 
     ``key_mask [B, Lk]`` is True where a key is real; masked keys get zero weight. Every query
     must see at least one real key (callers prepend always-valid tokens, e.g. CLS).
+
+    k and v come from the two halves of the ``kv`` projection, each its own matmul: SDPA then
+    reads and returns ``[B, L, h, d/h]`` layouts and neither pass copies a permuted ``[B, L, 2,
+    h, d/h]`` tensor (on the CPU those copies, mostly the backward's, were ~10 % of a GEM
+    training step; issue 29). ``packed_kv = True`` is the earlier path (one kv matmul,
+    permuted): the same weights and numbers up to summation order, kept as the reference
+    (tests/teachers/test_gem_fast_paths.py, the streaming benchmark's ``before``).
     """
+
+    #: one kv matmul, permuted (the path before issue 29); an attribute, not a weight
+    packed_kv: bool = False
 
     def __init__(self, d: int, n_heads: int, dropout: float = 0.0):
         super().__init__()
@@ -55,7 +65,12 @@ class MultiHeadAttention(nn.Module):
         lk = keys.shape[1]
         h = self.n_heads
         q = self.q(queries).view(b, lq, h, d // h).transpose(1, 2)
-        k, v = self.kv(keys).view(b, lk, 2, h, d // h).permute(2, 0, 3, 1, 4)
+        if self.packed_kv:
+            k, v = self.kv(keys).view(b, lk, 2, h, d // h).permute(2, 0, 3, 1, 4)
+        else:
+            w, bias = self.kv.weight, self.kv.bias
+            k = F.linear(keys, w[:d], bias[:d]).view(b, lk, h, d // h).transpose(1, 2)
+            v = F.linear(keys, w[d:], bias[d:]).view(b, lk, h, d // h).transpose(1, 2)
         o = F.scaled_dot_product_attention(
             q,
             k,

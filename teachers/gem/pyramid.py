@@ -11,6 +11,13 @@ Tokens are laid out right-aligned in a ``[B, T, d]`` tensor (the most recent eve
 chunks of short histories on the left, ``mask`` False there), so the layers above can keep a
 shorter, most-recent suffix (``layer_token_budgets``): each layer sees a shorter sequence than
 the one below, and which tokens an example keeps never depends on the rest of its batch.
+
+``trim=True`` (what GEM builds) lays out only the slots a history of the batch's ``max_len``
+events can reach: the last level's chunks past ``max_len`` are empty in every row (a 256-event
+cap fills 26 of the 4 levels' 32 slots at R = 8, c = 4), and attending over, normalising and
+projecting them is work whose result is masked away. The reachable slots keep their columns
+(counted from the right) and their slot embeddings, so every output is the untrimmed layout's
+up to float summation order (tests/teachers/test_gem_fast_paths.py).
 """
 
 from __future__ import annotations
@@ -42,6 +49,17 @@ def pyramid_token_count(length: int, recent: int, chunk: int) -> int:
     return recent * pyramid_levels(length, recent, chunk)
 
 
+def pyramid_reachable_tokens(length: int, recent: int, chunk: int) -> int:
+    """Slots (counted from the most recent) that a history of ``length`` events can fill, those
+    starting before position ``length``, but never fewer than the ``R`` raw slots of level 0
+    (the layers above read the ``n_recent <= R`` most recent tokens of every row)."""
+    levels = pyramid_levels(length, recent, chunk)
+    if levels == 1:
+        return recent
+    last = pyramid_coverage(levels - 1, recent, chunk)  # the last level's first position
+    return recent * (levels - 1) + min(recent, -(-(length - last) // chunk ** (levels - 1)))
+
+
 def layer_token_budgets(max_tokens: int, recent: int, shrink: float, n_layers: int) -> list[int]:
     """Most-recent tokens layer ``i`` keeps: ``max(R, ⌈max_tokens / shrinkⁱ⌉)``, non-increasing."""
     return [max(recent, math.ceil(max_tokens / shrink**i)) for i in range(n_layers)]
@@ -55,7 +73,7 @@ class PyramidCompressor(nn.Module):
     """
 
     def __init__(self, d: int, recent: int, chunk: int, max_history: int,
-                 kernel: Kernel = "auto"):
+                 kernel: Kernel = "auto", trim: bool = False):
         super().__init__()
         if recent < 1 or chunk < 2 or max_history < 1:
             raise ValueError(
@@ -64,13 +82,19 @@ class PyramidCompressor(nn.Module):
             )
         self.recent, self.chunk, self.max_history = recent, chunk, max_history
         self.kernel = kernel
+        #: lay out only the slots ``max_len`` events can reach (module doc); not a weight
+        self.trim = trim
         self.max_levels = pyramid_levels(max_history, recent, chunk)
         self.max_tokens = recent * self.max_levels
         self.slot = nn.Embedding(self.max_tokens, d)
         nn.init.normal_(self.slot.weight, std=d**-0.5)
 
     def n_tokens(self, max_len: int) -> int:
-        return pyramid_token_count(min(max_len, self.max_history), self.recent, self.chunk)
+        """Columns of the layout for a batch whose longest history is ``max_len`` events."""
+        length = min(max_len, self.max_history)
+        if self.trim:
+            return pyramid_reachable_tokens(length, self.recent, self.chunk)
+        return pyramid_token_count(length, self.recent, self.chunk)
 
     def segments(self, offsets: Tensor, n: int, max_len: int) -> tuple[Tensor, int]:
         """The pyramid chunks as jagged segments over the ``n`` events.
@@ -84,8 +108,8 @@ class PyramidCompressor(nn.Module):
         r, c = self.recent, self.chunk
         # First position (counted from the most recent, p = 0) of every slot, oldest last.
         bounds = [
-            pyramid_coverage(lvl, r, c) + i * c**lvl for lvl in range(t // r) for i in range(r)
-        ]
+            pyramid_coverage(lvl, r, c) + i * c**lvl for lvl in range(-(-t // r)) for i in range(r)
+        ][:t]
         # Column j >= 1 (slot t-1-j) starts where slot t-j's positions end; column 0 (the oldest
         # slot) runs back to the example's first event, so events beyond the pyramid's coverage
         # (a batch whose seq_max_len understates it) fall into it. O(B·T): no per-event work.

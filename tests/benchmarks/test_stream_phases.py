@@ -3,14 +3,26 @@
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 from pathlib import Path
 
 import pytest
 import torch
 
-from benchmarks.bench_teacher_stream import BEFORE, candidate_config, parse_candidate
+from benchmarks.bench_teacher_stream import (
+    BEFORE,
+    ReferencePaths,
+    callbacks_of,
+    candidate,
+    candidate_config,
+    parse_candidate,
+    recipes,
+    shipped_config,
+)
 from benchmarks.stream_phases import PHASES, PhaseTimer
+from gemkd.experiments.run.teacher_steps import teacher_config
+from gemkd.experiments.spec.load import load_spec
 from gemkd.experiments.teacher_config import load_teacher_config
 from gemkd.experiments.teacher_fit import fit_teacher
 
@@ -46,3 +58,26 @@ def test_candidates_parse_and_apply():
     for bad in ("nocolon", ":lr=1", "x:lr"):
         with pytest.raises(ValueError, match="--candidate"):
             parse_candidate(bad)
+
+
+def test_after_is_the_benchmark_specs_streaming_teacher_and_before_the_old_code():
+    spec = load_spec(ROOT / "experiments" / "benchmark.yaml")
+    shipped = teacher_config(spec, 0, spec.teacher)
+    after = shipped_config()
+    assert shipped.stream and after.stream
+    assert dataclasses.replace(after, train_days=shipped.train_days) == shipped
+    assert after.train_days == [0, 1] and after.val_days is None
+    out = recipes(argparse.ArgumentParser(), ["lean:config=small_lean,reference_paths=true"])
+    assert out["after"].config == after and not out["after"].reference_paths
+    assert out["before"].reference_paths and out["before"].config == candidate_config(BEFORE)
+    assert out["before"].config.model == load_teacher_config(
+        ROOT / "experiments/teachers/small.yaml").model
+    lean = out["lean"]
+    assert lean.reference_paths and lean.config.model["pyramid_shrink"] == 4.0
+    assert [type(c) for c in callbacks_of(lean)] == [ReferencePaths]
+    assert callbacks_of(out["after"]) == []
+    plain = candidate({"lr": 0.001})
+    assert plain.config.lr == 0.001 and plain.config.name == "gem-small"
+    assert not plain.reference_paths
+    with pytest.raises(SystemExit):
+        recipes(argparse.ArgumentParser(), ["bad:config=no_such_teacher"])
