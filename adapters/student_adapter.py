@@ -9,6 +9,8 @@ features of the example (e.g. the ad's category) let it correct the teacher per 
 
 from __future__ import annotations
 
+from typing import cast
+
 import torch
 from torch import nn
 
@@ -73,8 +75,9 @@ class StudentAdapter(nn.Module):
             if features is None:
                 raise ValueError(f"StudentAdapter: {len(self.features)} feature inputs, got no "
                                  "features")
+            tables = [cast(HashedEmbedding, t) for t in self.features]
             rows += [stacked.lookup(torch.remainder(features[:, j], table.num_embeddings),
-                                    table.weight) for j, table in enumerate(self.features)]
+                                    table.weight) for j, table in enumerate(tables)]
         logits = teacher_logits.unsqueeze(0).expand(k, *teacher_logits.shape)
         parts = [logits, *rows]
         if self.use_staleness:

@@ -258,13 +258,15 @@ class StudentBase(nn.Module):
         """The parameter prefix and table of sequence field ``name`` (a shared one's
         feature table)."""
         if name in self.shared:
-            return f"tables.{self.shared[name]}", self.tables[self.shared[name]]
-        return f"seq_tables.{name}", self.seq_tables[name]
+            return (f"tables.{self.shared[name]}",
+                    cast(nn.Embedding, self.tables[self.shared[name]]))
+        return f"seq_tables.{name}", cast(nn.Embedding, self.seq_tables[name])
 
     def stacked_embed_feature(self, p: Mapping[str, Tensor], batch: Batch, name: str) -> Tensor:
         """``[K, B, d]``: :meth:`embed_feature` for every member."""
         col = batch.categorical[:, self.cat_cols[self.features.index(name)]]
-        return self._stacked_lookup(p, f"tables.{name}", self.tables[name], col)
+        return self._stacked_lookup(p, f"tables.{name}", cast(nn.Embedding, self.tables[name]),
+                                    col)
 
     def stacked_history(self, p: Mapping[str, Tensor], batch: Batch) -> tuple[Tensor, Tensor]:
         """``(events [K, N', d], offsets [B+1])``: :meth:`history` for every member."""
@@ -303,8 +305,9 @@ class StudentBase(nn.Module):
         rows: dict[str, Tensor] = {}
         single: dict[str, Tensor] = {}  # looked up together, in one autograd node
         cols = batch.categorical.index_select(1, self.cat_index) if self.features else None
-        for j, (name, table) in enumerate(self.tables.items()):
+        for j, name in enumerate(self.tables):
             assert cols is not None
+            table = cast(nn.Embedding, self.tables[name])
             ids = torch.remainder(cols[:, j], table.num_embeddings)
             fields = [f for f in history if self.shared.get(f) == name]
             if not fields:
@@ -347,7 +350,10 @@ class StudentBase(nn.Module):
             parts.append(self._stacked_lookup(p, "domain_table", self.domain_table,
                                               batch.domain))
         if self.sequence:
-            parts.append(stacked.segment_mean(*history) if history is not None else pooled)
+            if history is not None:
+                pooled = stacked.segment_mean(*history)
+            assert pooled is not None
+            parts.append(pooled)
         if self.n_dense:
             dense = self.dense_input(batch)  # no parameters: every member's
             parts.append(dense.unsqueeze(0).expand(k, *dense.shape))

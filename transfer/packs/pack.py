@@ -252,6 +252,7 @@ class PackedDistill:
             decays = [float(d) for d in ema_decays if d is not None]
             self.ema = PackEMA(trained, decays, lerp=batched)
         self._call = _Call(members[0])
+        self._template = members[0]
         if batched:
             members[0].train()  # as Lightning's fit starts (every submodule)
         # every name a stacked tensor goes by in the template (a tied weight under each of its
@@ -265,7 +266,7 @@ class PackedDistill:
         #: the methods' step once for every member (no vmap): a stacked student and methods
         #: that stack; their per-member knobs ``[K, 1, 1]`` float64
         self._stacked_step = self._stacked is not None and all(
-            method_stacks(m) for m in self._call.module.transfer_methods)
+            method_stacks(m) for m in self._template.transfer_methods)
         self._stacked_knobs = {key: torch.tensor(v, dtype=torch.float64).view(-1, 1, 1)
                                for key, v in self.knobs.items()}
 
@@ -273,7 +274,7 @@ class PackedDistill:
         """The template student's stacked forward (None: vmap the whole step), its stacked
         parameters by the student's own names, and whether the methods' representation
         features are every member's (computed once) rather than each member's."""
-        template = self._call.module
+        template = self._template
         forward = stacked_forward(template.model) if self.batched else None
         if self.batched and forward is None:
             log.info("%s has no forward_stacked of its own: its pack of %d runs the student "
@@ -343,9 +344,8 @@ class PackedDistill:
         """The methods' representation features for the stacked student: ``[B, F]`` computed
         once (methods without parameters: LoopFM mean codes, SOLARIS pairs), ``[K, B, F]``
         (a method with parameters: attention pooling), or None."""
-        template = self._call.module
         if self._shared_features:
-            return template.features(batch)
+            return self._template.features(batch)
         return self._vmapped("features", lambda: (batch,))
 
     def _student_output(self, batch: Batch) -> StudentOutput:
