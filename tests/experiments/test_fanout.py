@@ -84,10 +84,8 @@ def test_a_rerun_with_workers_repeats_nothing(spec_path, serial, tmp_path, capsy
     assert keys[:kept] == [json.loads(line)["key"] for line in lines[:kept]]
     assert all(k.startswith("final|") for k in keys[kept:])
     # the rerun packs the 3 runs left otherwise than the serial run did (kd seed 1 alone, not
-    # beside seed 0): a member's numbers equal its run alone within 1e-6 NE (here ~3e-9; kd's
-    # additive weight in a pack of 2 vs alone), not always bit for bit
-    pd.testing.assert_frame_equal(results(out), results(serial), check_exact=False, rtol=0,
-                                  atol=1e-6)
+    # beside seed 0): a member's numbers are its run alone's, bit for bit
+    pd.testing.assert_frame_equal(results(out), results(serial), check_exact=True)
 
 
 DIES = '''

@@ -28,14 +28,36 @@ from gemkd.transfer.ops.reference import segment_ids
 
 def linear(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
     """``[K, B, in]`` (or a shared ``[B, in]``) through ``weight [K, out, in]`` and ``bias
-    [K, out]`` → ``[K, B, out]``."""
+    [K, out]`` → ``[K, B, out]``.
+
+    One member (a run alone) is multiplied as the first of two copies of itself: the CPU's
+    batched matmul takes another kernel for a batch of one, and its last bits differ where a
+    dimension is 1 (one output, the serving head of one task; one input), so a run alone would
+    not be a pack's member bit for bit (the second copy's gradient is an exact zero). The bias
+    is added after the matmul (:class:`_AddBias`)."""
     k = weight.shape[0]
     if x.dim() == 2:
         x = x.unsqueeze(0).expand(k, *x.shape)
-    wt = weight.transpose(1, 2)
-    if bias is None:
-        return torch.bmm(x, wt)
-    return torch.baddbmm(bias.unsqueeze(1), x, wt)
+    if k == 1:
+        out = torch.bmm(x.expand(2, *x.shape[1:]),
+                        weight.expand(2, *weight.shape[1:]).transpose(1, 2))[:1]
+    else:
+        out = torch.bmm(x, weight.transpose(1, 2))
+    return out if bias is None else _AddBias.apply(out, bias)
+
+
+class _AddBias(torch.autograd.Function):
+    """``y [K, B, N] + bias [K, N]`` per member, the bias's gradient each member's sum of its
+    rows' gradients (a contiguous sum over B: the order a broadcast's reduction takes inside
+    autograd was not the same for every K)."""
+
+    @staticmethod
+    def forward(ctx: Any, y: Tensor, bias: Tensor) -> Tensor:
+        return y + bias.unsqueeze(1)
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, Tensor]:
+        return grad, grad.contiguous().sum(1)
 
 
 def segment_mean(values: Tensor, offsets: Tensor) -> Tensor:
