@@ -1,16 +1,20 @@
 """Building blocks of a student that runs K stacked copies of itself in one set of ops.
 
 Why: a pack's members share every batch; under ``torch.func.vmap`` each op of a tiny student
-pays the transform's wrapping, batching rule and copies (~10x its own cost at batch 256 on the
-CPU). A student that implements ``forward_stacked`` (:class:`gemkd.transfer.models.
-OptionalHooks`) instead runs its layers on parameters with a leading member dimension ``K``
-through these functions: ``[K, B, ...]`` activations, one kernel per op for all members.
+pays the transform's wrapping, batching rule and copies, several times the op's own cost at
+batch 256 on the CPU. A student that implements ``forward_stacked``
+(:class:`gemkd.transfer.models.OptionalHooks`) runs its layers on parameters with a leading
+member dimension ``K`` through these functions instead: ``[K, B, ...]`` activations, one kernel
+per op for all members, and every use of an embedding table in one gather or embedding bag over
+the table's flat ``[K·R, d]`` view (the tables are most of a step's memory traffic).
 
-Each member's slice is computed as its own: batched matmuls compute each member's product as
-one call of its own, index_select / index_add accumulate each member's column in the same row
-order, and elementwise ops are elementwise, so a member's numbers do not depend on K (a pack of
-one, a run alone, gives the same bits: ``tests/packs/test_stacked.py``). They differ from the
-unstacked module's in the last bits (``baddbmm`` against ``addmm``), as a vmapped pack's do.
+Each member's slice is computed as its own: batched matmuls compute each member's product by
+itself (a single member as the first of two copies: :func:`linear`), the gathers and bags treat
+each member's rows and bags on their own and add a row's gradients in event order, and
+elementwise ops are elementwise, so a member's numbers do not depend on K (a pack of one, a run
+alone, gives the same bits: ``tests/packs/test_stacked.py``, ``tests/experiments/
+test_packs.py``). They differ from the unstacked module's in the last bits (other kernels), as a
+vmapped pack's do.
 """
 
 from __future__ import annotations
