@@ -16,6 +16,7 @@ import json
 import platform
 import shutil
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -124,6 +125,7 @@ def _run(spec: RunSpec, out: Path, tracker, sync, executor: Executor) -> pd.Data
 
 def _steps(ctx: RunContext) -> pd.DataFrame:
     spec, out, log = ctx.spec, ctx.out, ctx.log
+    started = time.time()  # a step's DONE written after it was run by this invocation
     write_layout(out)  # run.json: the layout a reader (RunDir) checks
     (out / "spec.yaml").write_text(yaml.safe_dump(spec.to_dict(), sort_keys=False))
     (out / "environment.json").write_text(json.dumps(_environment(ctx.executor.threads),
@@ -143,11 +145,24 @@ def _steps(ctx: RunContext) -> pd.DataFrame:
     results.to_csv(out / "results.csv", index=False)
     log_results(ctx.tracker, results, out)
     log(f"wrote {out / 'results.csv'} ({len(results)} rows)")
-    log("wall time per phase: " + ", ".join(f"{k} {clock(v)}" for k, v in ctx.phases.items())
-        + f" ({PHASES})")
+    _write_phases(ctx, started)
+    return results
+
+
+def _write_phases(ctx: RunContext, started: float) -> None:
+    """``phases.json``: this invocation's wall time per phase; a rerun that trained nothing
+    (every step and student run reused) keeps the file of the run that did the work, which
+    ``benchmarks/bench_sweep.py`` reads, instead of overwriting it with seconds of reading."""
+    out, log = ctx.out, ctx.log
+    line = ", ".join(f"{k} {clock(v)}" for k, v in ctx.phases.items())
+    steps_run = sum(p.stat().st_mtime >= started for p in ctx.cache.glob("*/DONE"))
+    if not log.trained and not steps_run and (out / PHASES).is_file():
+        log(f"wall time per phase: {line}; every step and student run was reused, so {PHASES} "
+            "keeps the times of the run that trained them")
+        return
+    log(f"wall time per phase: {line} ({PHASES})")
     (out / PHASES).write_text(json.dumps({k: round(v, 1) for k, v in ctx.phases.items()},
                                          indent=2) + "\n")
-    return results
 
 
 def _world(ctx: RunContext, world: int | None, tuning_rows: list[dict]) -> list[dict]:

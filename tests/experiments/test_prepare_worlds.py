@@ -45,3 +45,10 @@ def test_worlds_prepared_side_by_side_equal_one_after_another(tmp_path):
     assert set(phases) == {"steps", "tuning", "final runs"}
     assert all(v >= 0 for v in phases.values())
     assert "wall time per phase: steps" in log
+
+    # a rerun that trains nothing keeps the phases of the run that did the work
+    before = (side / "phases.json").read_text()
+    assert run(spec, side, 1) == 0
+    assert (side / "phases.json").read_text() == before
+    assert "every step and student run was reused, so phases.json keeps" in \
+        (side / "log.txt").read_text()
