@@ -53,6 +53,18 @@ def dataset_table(root: Path):
     return pa.concat_tables([pq.read_table(day_path(root, d)) for d in schema.days])
 
 
+@pytest.fixture(scope="module")
+def one_torch_thread():
+    """Tiny ops on shared cores: one torch thread is several times faster than oversubscribing.
+    A module opts in with ``pytestmark = pytest.mark.usefixtures("one_torch_thread")``."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 @pytest.fixture(autouse=True)
 def _serial_sweeps(monkeypatch):
     """``gemkd run`` without ``--workers`` trains its student runs side by side on every core;

@@ -22,12 +22,7 @@ STUDENTS = {
 }
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def _members(name: str, schema) -> list[torch.nn.Module]:

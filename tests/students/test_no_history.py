@@ -18,13 +18,7 @@ B = 32
 QUICKSTART = {"embedding_dim": 8, "max_seq_len": 20, "hidden": [64, 32]}  # its student's args
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny ops on shared cores: one thread is faster than oversubscribing."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")

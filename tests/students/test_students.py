@@ -31,13 +31,7 @@ ALL_FIELDS = [n for n, _ in SEQUENCE]
 CLASSES = {"mlp": MLPStudent, "dcn": DCNStudent, "seq_pool": SeqPoolStudent}
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny ops on shared cores: one thread is several times faster than oversubscribing."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")

@@ -29,13 +29,7 @@ SHIPPED = ["tiny", "small", "base", "domain_fm", "mlp_small"]
 B = 32
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny ops on shared cores: one thread is faster than oversubscribing."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")
