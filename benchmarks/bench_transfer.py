@@ -18,16 +18,17 @@ temporary directory; to keep that cheap the teacher is the tiny GEM trained for 
 steps and the compressor trains for one epoch. Neither changes the timed path (same join, loss and
 lookups).
 
-Targets (issue 5), read cumulatively, ratio to the labels-only epoch (``baseline``):
-``kd`` (+ store join + KD loss) <= 1.15x; ``kd_aux_adapter`` (+ Student Adapter, with the
-auxiliary head the run's adapter variant has) <= 1.25x; ``full`` (+ representation features)
-<= 1.5x. ``kd_aux`` and ``kd_repr`` are shown for attribution. Input pipeline: the loader
-``train_student`` trains from (projected to the student's columns and ``max_seq_len``, with the
-decoded row groups kept in the process as ``gemkd.experiments.run.student`` builds it) delivers >=
-5x the labels-only training rate, so training is never input-bound; the same loader decoding every
-pass (a process's first student) and a loader of every column are shown too. A student run as a
-sweep's worker runs it (``train_student``: build the student and its methods, fit, evaluate, with
-the lag's store and codes already open) costs <= 2x its training epoch + evaluation (issue 17).
+Targets (issue 5), read cumulatively, ratio to the labels-only epoch (``baseline``): ``kd`` (+
+store join + KD loss) <= 1.15x; ``kd_aux_adapter`` (+ Student Adapter, with the auxiliary head the
+run's adapter variant has) <= 1.25x; ``full`` (KD, the aux head and representation features: the
+spec's ``full``, without the adapter) <= 1.5x. ``kd_aux`` and ``kd_repr`` are shown for
+attribution. Input pipeline: the loader ``train_student`` trains from (projected to the student's
+columns and ``max_seq_len``, with the decoded row groups kept in the process as
+``gemkd.experiments.run.student`` builds it) delivers >= 5x the labels-only training rate, so
+training is never input-bound; the same loader decoding every pass (a process's first student) and
+a loader of every column are shown too. A student run as a sweep's worker runs it
+(``train_student``: build the student and its methods, fit, evaluate, with the lag's store and
+codes already open) costs <= 2x its training epoch + evaluation (issue 17).
 
 The floor (issue 12): two bare PyTorch loops (``benchmarks.bare``) run as candidates in the
 same rounds: the labels-only student (same seed, student, losses through ``RankingModule.loss``,
@@ -97,7 +98,7 @@ from gemkd.transfer.training import training_base_rates
 from gemkd.transfer.training.trainer import best_or_last
 
 VARIANTS = ["baseline", "kd", "kd_aux", "kd_aux_adapter", "kd_repr", "full",
-            "kd_aux_adapter" + SEPARATE, "full" + SEPARATE]
+            "kd_aux_adapter" + SEPARATE]
 BARE = ["bare_memory", "bare_loader"]
 # tiny world at 3x its impressions: a student epoch of ~10k examples, long enough to time
 QUICK_SETS = ["data.preset=tiny", "data.examples_per_day=12000", "teacher_days=3",

@@ -14,9 +14,8 @@ FLOOR_TARGET = ">= 0.8"
 ADDS = {"kd": "+ store join + KD loss", "kd_aux": "+ join + KD on an auxiliary head",
         "kd_aux_adapter": "+ Student Adapter (fused update) and aux head",
         "kd_repr": "+ join + KD + representation features",
-        "full": "+ adapter (fused), aux head and representation features",
-        "kd_aux_adapter" + SEPARATE: "+ Student Adapter (update: separate) and aux head",
-        "full" + SEPARATE: "+ adapter (update: separate), aux head and representation features"}
+        "full": "+ join + KD, aux head and representation features",
+        "kd_aux_adapter" + SEPARATE: "+ Student Adapter (update: separate) and aux head"}
 
 
 def paired(num: list[float], den: list[float]) -> tuple[float | None, str]:
