@@ -53,23 +53,21 @@ class StudentAdapter(nn.Module):
             for j, table in enumerate(self.features):
                 parts.append(table(features[:, j]))
         if self.use_staleness:
-            if staleness_days is None:
-                staleness_days = torch.zeros_like(teacher_logits[:, 0])
-            parts.append(torch.log1p(staleness_days.to(teacher_logits.dtype).clamp_min(0))
-                         .unsqueeze(-1))
+            parts.append(self._age(teacher_logits, staleness_days))
         return teacher_logits + self.net(torch.cat(parts, dim=-1))
+
+    @staticmethod
+    def _age(teacher_logits: torch.Tensor, staleness_days: torch.Tensor | None) -> torch.Tensor:
+        """``[B, 1]`` log(1 + the teacher's age in days), 0 when not given."""
+        if staleness_days is None:
+            staleness_days = torch.zeros_like(teacher_logits[:, 0])
+        return torch.log1p(staleness_days.to(teacher_logits.dtype).clamp_min(0)).unsqueeze(-1)
 
     def _stacked(self, teacher_logits: torch.Tensor, domain: torch.Tensor,
                  staleness_days: torch.Tensor | None,
                  features: torch.Tensor | None) -> torch.Tensor:
         """:meth:`forward` with every parameter ``[K, ...]`` (a pack's members): ``[K, B, T]``."""
         k = self.domain.weight.shape[0]
-        shared = [teacher_logits]
-        if self.use_staleness:
-            if staleness_days is None:
-                staleness_days = torch.zeros_like(teacher_logits[:, 0])
-            shared.append(torch.log1p(staleness_days.to(teacher_logits.dtype).clamp_min(0))
-                          .unsqueeze(-1))
         rows = [stacked.lookup(domain, self.domain.weight)]
         if len(self.features):
             if features is None:
@@ -81,7 +79,8 @@ class StudentAdapter(nn.Module):
         logits = teacher_logits.unsqueeze(0).expand(k, *teacher_logits.shape)
         parts = [logits, *rows]
         if self.use_staleness:
-            parts.append(shared[1].unsqueeze(0).expand(k, *shared[1].shape))
+            age = self._age(teacher_logits, staleness_days)
+            parts.append(age.unsqueeze(0).expand(k, *age.shape))
         first, _, out = self.net
         assert isinstance(first, nn.Linear) and isinstance(out, nn.Linear)
         hidden = torch.relu(stacked.linear(torch.cat(parts, dim=-1), first.weight, first.bias))

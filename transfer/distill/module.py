@@ -21,7 +21,6 @@ from collections.abc import Sequence
 from typing import Any, cast
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from gemkd.transfer.data.batch import Batch
@@ -139,10 +138,9 @@ class DistillModule(RankingModule):
             step.distill_logits = out.distill_logits
         for m in self.transfer_methods:
             m.after_forward(step, out)
-        if step.members is None:
-            label_loss, _ = self.loss(out.logits, batch.labels, self.label_mask(batch))
-        else:  # a stacked pack: each member's, [K, 1, 1]
-            label_loss = self.member_loss(out.logits, batch.labels, self.label_mask(batch))
+        label_loss, _ = self.loss(out.logits, batch.labels, self.label_mask(batch))
+        if step.members is not None:  # a stacked pack: each member's, [K, 1, 1]
+            label_loss = label_loss.view(-1, 1, 1)
         # 1.0 · x is x, bit for bit (and its gradient too): skip the op and its backward
         weight = step.label_weight
         unit = not isinstance(weight, Tensor) and weight == 1.0
@@ -153,22 +151,6 @@ class DistillModule(RankingModule):
             for term in m.loss(step, out).values():
                 loss = loss + term
         return loss
-
-    def member_loss(self, logits: Tensor, labels: Tensor, mask: Tensor | None = None
-                    ) -> Tensor:
-        """:meth:`loss`'s weighted total for each of a stacked pack's members, ``logits
-        [K, B, T]`` against the same ``labels [B, T]``: ``[K, 1, 1]``."""
-        logits = logits.float()
-        if mask is None:
-            per_task = F.binary_cross_entropy_with_logits(
-                logits, labels.expand_as(logits), reduction="none").mean(dim=-2)
-        else:
-            w = mask.to(logits.dtype)
-            y = torch.where(mask, labels, torch.zeros_like(labels)).expand_as(logits)
-            bce = F.binary_cross_entropy_with_logits(logits, y, reduction="none") * w
-            per_task = bce.sum(dim=-2) / w.sum(dim=0).clamp_min(1.0)
-        total = (per_task * self.task_weight.to(per_task.dtype)).sum(dim=-1)
-        return total.view(-1, 1, 1)
 
     def _log_step(self, name: str, value: Tensor, n: int, batch_idx: int,
                   prog_bar: bool = False) -> None:

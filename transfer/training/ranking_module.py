@@ -235,17 +235,19 @@ class RankingModule(pl.LightningModule):
 
     def loss(self, logits: Tensor, labels: Tensor, mask: Tensor | None = None
              ) -> tuple[Tensor, Tensor]:
-        """``(weighted total, per-task [T])`` BCE-with-logits; masked entries are ignored."""
+        """``(weighted total, per-task [T])`` BCE-with-logits; masked entries are ignored. A
+        stacked pack's ``logits [K, B, T]`` against the same ``labels [B, T]`` give each
+        member's: ``([K], [K, T])``."""
         logits = logits.float()
         if mask is None:
             per_task = F.binary_cross_entropy_with_logits(
-                logits, labels, reduction="none").mean(dim=0)
+                logits, labels.expand_as(logits), reduction="none").mean(dim=-2)
         else:
             w = mask.to(logits.dtype)
-            y = torch.where(mask, labels, torch.zeros_like(labels))
+            y = torch.where(mask, labels, torch.zeros_like(labels)).expand_as(logits)
             bce = F.binary_cross_entropy_with_logits(logits, y, reduction="none") * w
-            per_task = bce.sum(dim=0) / w.sum(dim=0).clamp_min(1.0)
-        total = (per_task * self.task_weight.to(per_task.dtype)).sum()
+            per_task = bce.sum(dim=-2) / w.sum(dim=0).clamp_min(1.0)
+        total = (per_task * self.task_weight.to(per_task.dtype)).sum(dim=-1)
         return total, per_task
 
     def forward(self, batch: Batch) -> TeacherOutput:
