@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 # torch is pinned in the same pip command: without it pip picks a multi-GB CUDA build.
 TORCH_PIN := torch==2.13.0
 
-.PHONY: demo test typecheck test-slow test-gpu bench results teacher-curves reference lint install \
+.PHONY: demo test typecheck test-slow test-gpu bench results teacher-curves reference lint install install-dev \
 	clean
 
 # editable_mode=strict: the install is a tree of links to the package's files on sys.path, a
@@ -24,13 +24,23 @@ $(PKG_FILES): FORCE
 
 FORCE:
 
+# `make install` (what `make demo` needs): gemkd and its runtime dependencies alone.
+# `make install-dev` (what `make test` needs) adds the dev extras: pytest, ruff, mypy, and the
+# trackers, Ray and moto that the tests exercise.
 $(BIN)/gemkd: pyproject.toml $(PKG_FILES)
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet $(TORCH_PIN) -e '.[dev]' --config-settings editable_mode=strict
+	$(BIN)/pip install --quiet $(TORCH_PIN) -e . --config-settings editable_mode=strict
 	touch $(BIN)/gemkd
 
+DEV_STAMP := $(VENV)/dev-extras.stamp
+$(DEV_STAMP): $(BIN)/gemkd
+	$(BIN)/pip install --quiet $(TORCH_PIN) -e '.[dev]' --config-settings editable_mode=strict
+	touch $@
+
 install: $(BIN)/gemkd
+
+install-dev: $(DEV_STAMP)
 
 # --threads 1: the setting README's and docs/results/RESULTS.md's tables were made at (results depend on
 # torch's thread count: docs/guides/experiments.md "Reproducing a table")
@@ -48,18 +58,18 @@ $(MYPY_TREE)/__init__.py:
 	ln -sfn ../../../gemkd/__init__.py $(MYPY_TREE)/__init__.py
 	for d in $(PKG_DIRS); do ln -sfn ../../../$$d $(MYPY_TREE)/$$d; done
 
-typecheck: install $(MYPY_TREE)/__init__.py
+typecheck: install-dev $(MYPY_TREE)/__init__.py
 	$(BIN)/mypy
 
-test: install $(MYPY_TREE)/__init__.py
+test: install-dev $(MYPY_TREE)/__init__.py
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 	$(BIN)/python -m pytest -q
 
-test-slow: install
+test-slow: install-dev
 	$(BIN)/python -m pytest -q -m slow
 
-test-gpu: install
+test-gpu: install-dev
 	$(BIN)/python -m pytest -q -m gpu
 
 # Every benchmark writes benchmarks/results/<name>.json; the last step renders docs/results/PERFORMANCE.md.
@@ -112,7 +122,7 @@ teacher-curves: install
 reference: install
 	$(BIN)/python -m gemkd.experiments.cli.reference
 
-lint: install
+lint: install-dev
 	$(BIN)/ruff check .
 
 clean:

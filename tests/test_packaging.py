@@ -16,14 +16,28 @@ FOLDERS = ("transfer", "teachers", "students", "adapters", "experiments")
 
 
 @pytest.fixture(scope="module")
-def wheel(tmp_path_factory) -> zipfile.ZipFile:
+def build(tmp_path_factory) -> tuple[zipfile.ZipFile, str]:
+    """The wheel and what its build printed (pip -v passes setuptools' warnings through)."""
     out = tmp_path_factory.mktemp("wheel")
     res = subprocess.run([sys.executable, "-m", "pip", "wheel", str(ROOT), "--no-deps",
-                          "--no-build-isolation", "--quiet", "-w", str(out)],
+                          "--no-build-isolation", "-v", "-w", str(out)],
                          capture_output=True, text=True, timeout=600, cwd=out)
     assert res.returncode == 0, res.stderr[-3000:]
     (path,) = out.glob("gemkd-*.whl")
-    return zipfile.ZipFile(path)
+    return zipfile.ZipFile(path), res.stdout + res.stderr
+
+
+@pytest.fixture(scope="module")
+def wheel(build) -> zipfile.ZipFile:
+    return build[0]
+
+
+def test_builds_without_setuptools_warnings(build):
+    """Every folder Python can import (config folders included) is declared in pyproject's
+    packages: setuptools then has nothing to warn about on an install."""
+    log = build[1]
+    assert "would be ignored" not in log, log[log.find("would be ignored") - 400:][:1200]
+    assert "SetuptoolsDeprecationWarning" not in log
 
 
 def test_one_top_level_name(wheel):
