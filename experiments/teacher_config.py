@@ -10,11 +10,11 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 from gemkd.transfer.config import build_dataclass, load_yaml
 from gemkd.transfer.errors import ConfigError
-from gemkd.transfer.options import Accelerator, Precision, Strategy, choices
+from gemkd.transfer.options import SELECTS, Accelerator, EpochSelect, Precision, Strategy
 
 if TYPE_CHECKING:
     import torch
@@ -23,9 +23,6 @@ if TYPE_CHECKING:
 
 EXPERIMENTS = Path(__file__).resolve().parent
 
-#: Which epoch a fit keeps: the last, or the one with the lowest validation loss
-Select = Literal["last", "best"]
-SELECTS = choices(Select)
 
 
 @dataclass
@@ -57,7 +54,7 @@ class TeacherTrainConfig:
     # a gemkd teacher checkpoint this fit continues: its weights and optimizer state, trained
     # on days before train_days (an earlier stream's last.ckpt or day=N.ckpt)
     continue_from: str | None = None
-    select: Select = "last"  # best: keep the epoch with the lowest validation loss
+    select: EpochSelect = "last"  # best: keep the epoch with the lowest validation loss
     patience: int | None = None  # stop after this many epochs without a better validation loss
     grad_clip: float | None = 1.0
     task_weights: dict[str, float] | None = None

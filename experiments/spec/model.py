@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from gemkd.experiments.spec.primary import PrimarySpec
 from gemkd.transfer.errors import ConfigError
@@ -19,11 +19,13 @@ from gemkd.transfer.options import (
     ACCELERATORS,
     PROTOCOLS,
     SAMPLERS,
+    TEACHER_SOURCES,
     Accelerator,
     Sampler,
     TeacherProtocol,
+    TeacherSource,
     TrackerKind,
-    choices,
+    TuningDraws,
 )
 
 #: KD whose temperature keeps the student's mean probability at the target's (losses.py)
@@ -52,11 +54,6 @@ BUILTIN_VARIANTS: dict[str, Any] = {
 #: needs a teacher checkpoint, and each adds a search to every run)
 DEFAULT_VARIANTS: tuple[str, ...] = ("baseline", "kd", "kd_aux", "kd_aux_adapter", "kd_repr",
                                      "hierarchical", "full")
-#: The teacher a variant's methods learn from: the run's GEM, or its domain FM (hierarchical)
-TeacherSource = Literal["gem", "domain_fm"]
-TEACHER_SOURCES = choices(TeacherSource)
-#: How a run's searches are drawn: one per final seed, or one for every seed (earlier versions)
-TuningDraws = Literal["per_seed", "shared"]
 
 
 def _open_section(cls, values: Any, where: str, fixed: tuple[str, ...]):
