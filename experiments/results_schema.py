@@ -7,12 +7,11 @@ added or renamed on one side cannot silently go missing on the other.
 
 from __future__ import annotations
 
-from typing import Literal
-
 import numpy as np
 import pandas as pd
 
 from gemkd.transfer.errors import ConfigError
+from gemkd.transfer.options import ColumnType
 
 #: The labels-only student every ΔNE is against, and plain KD every efficiency is against.
 BASELINE = "baseline"
@@ -22,7 +21,6 @@ KD = "kd"
 ALL = "all"
 WORLD = "world"
 
-ColumnType = Literal["str", "int", "float"]
 #: Every column of ``results.csv`` in the runner's order, with its type. ``teacher_lag_days``
 #: is a float column whose values are whole days in practice (read back as int when they are).
 COLUMN_TYPES: dict[str, ColumnType] = {

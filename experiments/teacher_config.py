@@ -10,11 +10,12 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any
 
 from gemkd.transfer.config import build_dataclass, load_yaml
+from gemkd.transfer.constraints import Rule, at_least, check_fields, half_open, one_of
 from gemkd.transfer.errors import ConfigError
-from gemkd.transfer.options import Accelerator, Precision, Strategy, choices
+from gemkd.transfer.options import SELECTS, Accelerator, EpochSelect, Precision, Strategy
 
 if TYPE_CHECKING:
     import torch
@@ -23,9 +24,20 @@ if TYPE_CHECKING:
 
 EXPERIMENTS = Path(__file__).resolve().parent
 
-#: Which epoch a fit keeps: the last, or the one with the lowest validation loss
-Select = Literal["last", "best"]
-SELECTS = choices(Select)
+#: the rules of a teacher config's keys (read by gemkd.transfer.constraints.check_fields)
+Days = Annotated[list[int], half_open("key {key!r} must be a half-open range [first, end) with "
+                                      "0 <= first < end, got {value}", first=0)]
+AtLeast1 = Annotated[int, at_least(1, "key {key!r} must be >= 1, got {value}")]
+_READERS = at_least(0, "keys 'prefetch' and 'num_workers' must be >= 0, got {obj.prefetch} and "
+                       "{obj.num_workers}")
+_LR = Rule(lambda v: v > 0, "keys 'lr' and 'embedding_lr' must be > 0")
+_DECAY = at_least(0, "keys 'weight_decay' and 'embedding_weight_decay' must be >= 0")
+_MAX_STEPS = Rule(lambda v: v == -1 or v >= 1,
+                  "key 'max_steps' must be -1 (no limit) or >= 1, got {value}")
+_PATIENCE = at_least(1, "key 'patience' must be >= 1, got {value}")
+_SEQ_LEN = at_least(0, "key 'max_seq_len' must be >= 0, got {value}")
+_EVERY = at_least(1, "key 'checkpoint_every_n_steps' must be >= 1")
+_SELECT = one_of(SELECTS, f"key 'select' must be one of {', '.join(SELECTS)}, got {{value!r}}")
 
 
 @dataclass
@@ -35,16 +47,17 @@ class TeacherTrainConfig:
     name: str = "teacher"
     class_path: str = "gemkd.teachers.GEM"
     model: dict[str, Any] = field(default_factory=dict)
-    train_days: list[int] = field(default_factory=lambda: [0, 1])
-    val_days: list[int] | None = None
-    test_days: list[int] | None = None
-    batch_size: int = 512
-    max_epochs: int = 1
-    max_steps: int = -1
-    lr: float = 0.002
-    embedding_lr: float | None = None  # None: 10 x lr
-    weight_decay: float = 0.0
-    embedding_weight_decay: float = 0.0  # AdamW decay of the ID tables (regularises them)
+    train_days: Days = field(default_factory=lambda: [0, 1])
+    val_days: Days | None = None
+    test_days: Days | None = None
+    batch_size: AtLeast1 = 512
+    max_epochs: AtLeast1 = 1
+    max_steps: Annotated[int, _MAX_STEPS] = -1
+    lr: Annotated[float, _LR] = 0.002
+    embedding_lr: Annotated[float, _LR] | None = None  # None: 10 x lr
+    weight_decay: Annotated[float, _DECAY] = 0.0
+    # AdamW decay of the ID tables (regularises them)
+    embedding_weight_decay: Annotated[float, _DECAY] = 0.0
     init_output_bias: bool = True  # output biases start at the training base rate's logit
     # a gemkd teacher checkpoint whose model weights start this model (fine-tuning, recurring
     # training; in a spec's `hierarchical` section `gem` = the lag's GEM checkpoint); a teacher
@@ -57,46 +70,31 @@ class TeacherTrainConfig:
     # a gemkd teacher checkpoint this fit continues: its weights and optimizer state, trained
     # on days before train_days (an earlier stream's last.ckpt or day=N.ckpt)
     continue_from: str | None = None
-    select: Select = "last"  # best: keep the epoch with the lowest validation loss
-    patience: int | None = None  # stop after this many epochs without a better validation loss
+    # best: keep the epoch with the lowest validation loss
+    select: Annotated[EpochSelect, _SELECT] = "last"
+    # stop after this many epochs without a better validation loss
+    patience: Annotated[int, _PATIENCE] | None = None
     grad_clip: float | None = 1.0
     task_weights: dict[str, float] | None = None
-    max_seq_len: int | None = None
+    max_seq_len: Annotated[int, _SEQ_LEN] | None = None
     seed: int = 0
     precision: Precision = "32-true"
     compile: bool = False
     strategy: Strategy = "auto"
-    devices: int = 1
-    num_nodes: int = 1
+    devices: AtLeast1 = 1
+    num_nodes: AtLeast1 = 1
     accelerator: Accelerator = "auto"
-    num_workers: int = 0
+    num_workers: Annotated[int, _READERS] = 0
     # training batches read ahead in a background thread (num_workers 0), overlapping the
     # Parquet read with the step: same batches, same order (0: read on demand)
-    prefetch: int = 0
-    log_every_n_steps: int = 50
-    checkpoint_every_n_steps: int | None = None
+    prefetch: Annotated[int, _READERS] = 0
+    log_every_n_steps: AtLeast1 = 50
+    checkpoint_every_n_steps: Annotated[int, _EVERY] | None = None
     repr_layer: str = "trunk"
     fsdp_replicate: int = 1  # > 1: hybrid sharding (replicate groups x shard) under fsdp
 
     def __post_init__(self) -> None:
-        for key in ("train_days", "val_days", "test_days"):
-            days = getattr(self, key)
-            if days is not None and (len(days) != 2 or days[0] >= days[1] or days[0] < 0):
-                raise ValueError(f"key {key!r} must be a half-open range [first, end) with "
-                                 f"0 <= first < end, got {days}")
-        for key in ("batch_size", "max_epochs", "devices", "num_nodes", "log_every_n_steps"):
-            if getattr(self, key) < 1:
-                raise ValueError(f"key {key!r} must be >= 1, got {getattr(self, key)}")
-        if self.prefetch < 0 or self.num_workers < 0:
-            raise ValueError(f"keys 'prefetch' and 'num_workers' must be >= 0, got "
-                             f"{self.prefetch} and {self.num_workers}")
-        if self.max_steps < -1 or self.max_steps == 0:
-            raise ValueError(f"key 'max_steps' must be -1 (no limit) or >= 1, got {self.max_steps}")
-        if self.lr <= 0 or (self.embedding_lr is not None and self.embedding_lr <= 0):
-            raise ValueError("keys 'lr' and 'embedding_lr' must be > 0")
-        if self.select not in SELECTS:
-            raise ValueError(f"key 'select' must be one of {', '.join(SELECTS)}, got "
-                             f"{self.select!r}")
+        check_fields(self)
         if (self.select == "best" or self.patience is not None) and self.val_days is None:
             raise ValueError("keys 'select: best' and 'patience' need 'val_days' (the epoch is "
                              "chosen on validation days)")
@@ -109,14 +107,6 @@ class TeacherTrainConfig:
         if self.continue_from is not None and self.init_from is not None:
             raise ValueError("keys 'continue_from' and 'init_from' both start the model's "
                              "weights: give one")
-        if self.patience is not None and self.patience < 1:
-            raise ValueError(f"key 'patience' must be >= 1, got {self.patience}")
-        if self.weight_decay < 0 or self.embedding_weight_decay < 0:
-            raise ValueError("keys 'weight_decay' and 'embedding_weight_decay' must be >= 0")
-        if self.checkpoint_every_n_steps is not None and self.checkpoint_every_n_steps < 1:
-            raise ValueError("key 'checkpoint_every_n_steps' must be >= 1")
-        if self.max_seq_len is not None and self.max_seq_len < 0:
-            raise ValueError(f"key 'max_seq_len' must be >= 0, got {self.max_seq_len}")
 
 
 #: keys that change how fast a fit runs, never what it trains (the same batches in the same

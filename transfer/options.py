@@ -37,6 +37,23 @@ Kernel = Literal["auto", "torch", "triton"]
 #: GEM's heads over the trunk (``gemkd.teachers.gem.heads``): one MLP per (domain, task), or
 #: experts shared across domains mixed by a per-domain gate
 HeadType = Literal["domain_task", "domain_gated"]
+#: Where ``gemkd run`` executes its student runs (``gemkd.experiments.run.executors``): process
+#: pools on this machine, or tasks on a Ray cluster
+ExecutorName = Literal["local", "ray"]
+#: The teacher a variant's methods learn from (a spec's ``variant_keys.<v>.teacher``): the run's
+#: GEM, or its domain FM (hierarchical)
+TeacherSource = Literal["gem", "domain_fm"]
+#: How a run's searches are drawn (a spec's ``tuning.draws``): one per final seed, or one for
+#: every seed (earlier versions)
+TuningDraws = Literal["per_seed", "shared"]
+#: Which epoch a teacher fit keeps (a teacher config's ``select``): the last, or the one with the
+#: lowest validation loss
+EpochSelect = Literal["last", "best"]
+#: What a teacher join does with an example the store lacks (``gemkd.transfer.store.join``):
+#: raise, or mask the example out of the distillation loss
+JoinPolicy = Literal["error", "mask"]
+#: The value type of a ``results.csv`` column (``gemkd.experiments.results_schema``)
+ColumnType = Literal["str", "int", "float"]
 
 
 def choices(kind: typing.Any) -> tuple[str, ...]:
@@ -54,3 +71,8 @@ ACCELERATORS = choices(Accelerator)
 SAMPLERS = choices(Sampler)
 KERNELS = choices(Kernel)
 HEAD_TYPES = choices(HeadType)
+EXECUTORS = choices(ExecutorName)
+TEACHER_SOURCES = choices(TeacherSource)
+TUNING_DRAWS = choices(TuningDraws)
+SELECTS = choices(EpochSelect)
+JOIN_POLICIES = choices(JoinPolicy)

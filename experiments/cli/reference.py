@@ -25,6 +25,7 @@ from gemkd.experiments.cli.config_reference import (
     prose,
     yaml_value,
 )
+from gemkd.transfer.options import TEACHER_SOURCES
 
 ROOT = Path(__file__).resolve().parents[2]  # the repository (this file is experiments/cli/)
 OUT = ROOT / "docs" / "reference"
@@ -172,7 +173,7 @@ def _variants(model) -> list[str]:
              "list) or to a mapping of these keys:",
              "", "| key | type | default | meaning |", "|---|---|---|---|",
              f"| `methods` | list of methods | `[]` | {cell(docs['methods'])} |",
-             f"| `teacher` | one of {', '.join(f'`{t}`' for t in model.TEACHER_SOURCES)} | "
+             f"| `teacher` | one of {', '.join(f'`{t}`' for t in TEACHER_SOURCES)} | "
              f"`gem` | {cell(docs['teacher'])} |",
              f"| `twin_of` | str or null | `null` | {cell(docs['twin_of'])} |", "",
              "The built-in variants:", "",

@@ -8,9 +8,8 @@ from pathlib import Path
 
 from gemkd.experiments.cli import interrupt
 from gemkd.experiments.cli.declare import Command, Opt, arguments
-from gemkd.experiments.run.executors import EXECUTORS
 from gemkd.transfer.errors import ConfigError
-from gemkd.transfer.options import TRACKERS
+from gemkd.transfer.options import EXECUTORS, TRACKERS
 
 
 def _run(args: argparse.Namespace) -> None:

@@ -14,15 +14,14 @@ import sys
 from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
-from typing import Any, Literal, Protocol
+from typing import Any, Protocol
 
 from gemkd.experiments.run.jobs import StudentRun
 from gemkd.experiments.run.packs import DEFAULT_PACK_SIZE, execute_pack, group_packs
 from gemkd.experiments.run.packs import run_alone as execute  # a run alone: a pack of one
 from gemkd.transfer.errors import ConfigError
+from gemkd.transfer.options import EXECUTORS
 
-ExecutorName = Literal["local", "ray"]
-EXECUTORS: tuple[str, ...] = ("local", "ray")
 Done = Callable[[StudentRun, dict[str, Any]], None]
 RETRIES = 1  # a run whose worker died is tried once more on a fresh pool
 

@@ -11,19 +11,30 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any
 
 from gemkd.experiments.spec.primary import PrimarySpec
+from gemkd.transfer.constraints import (
+    Rule,
+    at_least,
+    check_fields,
+    half_open,
+    int_at_least,
+    one_of,
+    unique,
+)
 from gemkd.transfer.errors import ConfigError
 from gemkd.transfer.options import (
     ACCELERATORS,
     PROTOCOLS,
     SAMPLERS,
+    TEACHER_SOURCES,
     Accelerator,
     Sampler,
     TeacherProtocol,
+    TeacherSource,
     TrackerKind,
-    choices,
+    TuningDraws,
 )
 
 #: KD whose temperature keeps the student's mean probability at the target's (losses.py)
@@ -52,11 +63,6 @@ BUILTIN_VARIANTS: dict[str, Any] = {
 #: needs a teacher checkpoint, and each adds a search to every run)
 DEFAULT_VARIANTS: tuple[str, ...] = ("baseline", "kd", "kd_aux", "kd_aux_adapter", "kd_repr",
                                      "hierarchical", "full")
-#: The teacher a variant's methods learn from: the run's GEM, or its domain FM (hierarchical)
-TeacherSource = Literal["gem", "domain_fm"]
-TEACHER_SOURCES = choices(TeacherSource)
-#: How a run's searches are drawn: one per final seed, or one for every seed (earlier versions)
-TuningDraws = Literal["per_seed", "shared"]
 
 
 def _open_section(cls, values: Any, where: str, fixed: tuple[str, ...]):
@@ -69,6 +75,9 @@ def _open_section(cls, values: Any, where: str, fixed: tuple[str, ...]):
     obj = build_dataclass(cls, named, where)
     obj.overrides = {k: v for k, v in values.items() if k not in fixed}
     return obj
+
+
+_WORLDS = unique("key 'seeds' must list at least one world seed, each once, got {value}")
 
 
 @dataclass
@@ -88,10 +97,13 @@ class DataSpec:
     src: str | None = None
     #: synthetic: the worlds the experiment is replicated over, one seed each (each its own
     #: data, teachers and students; a verdict must hold in most); null: the preset's one world
-    seeds: list[int] | None = None
+    seeds: Annotated[list[int], _WORLDS] | None = None
     #: every other key overrides a key of the source's own config (e.g. examples_per_day; an
     #: import's mapping; movielens n_days; kuairand tasks)
     overrides: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        check_fields(self)
 
     @classmethod
     def from_mapping(cls, values: Any, where: str) -> DataSpec:
@@ -101,9 +113,6 @@ class DataSpec:
                 raise ConfigError(f"{where}: key 'seeds' replicates the synthetic world; source "
                                   f"{obj.source} is one dataset (replicate real data over "
                                   "datasets: gemkd report --markdown RUN_DIR...)")
-            if not obj.seeds or len(set(obj.seeds)) != len(obj.seeds):
-                raise ConfigError(f"{where}: key 'seeds' must list at least one world seed, "
-                                  f"each once, got {obj.seeds}")
             if "seed" in obj.overrides:
                 raise ConfigError(f"{where}: give the world's seed as 'seed' or its replicates "
                                   "as 'seeds', not both")
@@ -275,6 +284,9 @@ def parse_variants(value: Any, where: str = "spec variants") -> list[VariantSpec
     return [VariantSpec.parse(str(k), v, where) for k, v in value.items()]
 
 
+_TRIALS = at_least(1, "keys 'trials' and 'seeds' must be >= 1")
+
+
 @dataclass
 class TuningSpec:
     """The equal-budget search of every variant's knobs (DESIGN §6): ``sampler`` (Optuna's
@@ -289,12 +301,13 @@ class TuningSpec:
     ``ema_decay`` are the student's."""
 
     #: Optuna's sampler (grid needs a list of values for every knob)
-    sampler: Sampler = "tpe"
+    sampler: Annotated[Sampler, one_of(SAMPLERS, f"key 'sampler' must be one of "
+                                                 f"{', '.join(SAMPLERS)}, got {{value!r}}")] = "tpe"
     #: trials per variant and draw, the same for every variant with knobs (the first at the
     #: defaults; per_seed: the student's lr is a knob of every variant, the baseline's too)
-    trials: int = 8
+    trials: Annotated[int, _TRIALS] = 8
     #: training seeds each trial's validation NE is averaged over
-    seeds: int = 1
+    seeds: Annotated[int, _TRIALS] = 1
     #: the samplers' seed (null: per_seed draws the final seed's own, shared the spec's first
     #: training seed); another value redraws every search with the training seeds unchanged
     seed: int | None = None
@@ -306,24 +319,20 @@ class TuningSpec:
     #: candidates each search asks for at once (TPE's constant liar stands in for the scores
     #: not yet known): a round trains batch × draws runs of a variant, which packs train in one
     #: pass; 1 asks one at a time, each after the last one's score (the runs of earlier versions)
-    batch: int = 1
+    batch: Annotated[int, int_at_least(1, "key 'batch' must be an int >= 1 (candidates asked "
+                                          "for at once), got {value!r}")] = 1
     #: every other key names a knob (alpha, kd_weight, temperature, aux_beta, adapter_hidden,
     #: your method's, or the student's lr and ema_decay) and replaces its range: a list of values
     #: or {low, high, log, int}
     overrides: dict[str, Any] = field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        check_fields(self)
+
     @classmethod
     def from_mapping(cls, values: Any, where: str) -> TuningSpec:
         obj = _open_section(cls, values, where, ("sampler", "trials", "seeds", "seed", "draws",
                                                  "batch"))
-        if obj.sampler not in SAMPLERS:
-            raise ConfigError(f"{where}: key 'sampler' must be one of "
-                              f"{', '.join(SAMPLERS)}, got {obj.sampler!r}")
-        if obj.trials < 1 or obj.seeds < 1:
-            raise ConfigError(f"{where}: keys 'trials' and 'seeds' must be >= 1")
-        if not isinstance(obj.batch, int) or isinstance(obj.batch, bool) or obj.batch < 1:
-            raise ConfigError(f"{where}: key 'batch' must be an int >= 1 (candidates asked "
-                              f"for at once), got {obj.batch!r}")
         for key, value in obj.overrides.items():
             if isinstance(value, list) and value:
                 continue
@@ -346,19 +355,21 @@ class TuningSpec:
         return dict(self.overrides)
 
 
+_SAMPLES = at_least(100, "bootstrap: key 'samples' must be >= 100, got {value}")
+
+
 @dataclass
 class BootstrapSpec:
     """The paired, user-level cluster bootstrap of every interval (DESIGN §6): ``samples``
     resamples, drawn from ``seed``."""
 
     #: resamples of the evaluation users (at least 100)
-    samples: int = 1000
+    samples: Annotated[int, _SAMPLES] = 1000
     #: the resamples' random seed
     seed: int = 0
 
     def __post_init__(self) -> None:
-        if self.samples < 100:
-            raise ValueError(f"bootstrap: key 'samples' must be >= 100, got {self.samples}")
+        check_fields(self)
 
 
 @dataclass
@@ -392,7 +403,7 @@ class SolarisSpec:
     #: the speculation policy: recent, popular, cooccur or an import path, with its init_args
     policy: PluginSpec = field(default_factory=lambda: PluginSpec("recent"))
     #: the pairs precomputed per user and day (the policy's top k)
-    k: int = 8
+    k: Annotated[int, int_at_least(1, "'k' must be an int >= 1, got {value!r}")] = 8
     #: the teacher representation precomputed (null: repr.layer, else the teacher config's)
     layer: str | None = None
     #: the categorical feature naming a row's item (null: the schema's item id)
@@ -401,12 +412,25 @@ class SolarisSpec:
     def __post_init__(self) -> None:
         if isinstance(self.policy, str):
             self.policy = PluginSpec(self.policy)
-        if not isinstance(self.k, int) or self.k < 1:
-            raise ValueError(f"'k' must be an int >= 1, got {self.k!r}")
+        check_fields(self)
 
     def to_dict(self) -> dict[str, Any]:
         return {"policy": self.policy.to_dict(), "k": self.k, "layer": self.layer,
                 "item_feature": self.item_feature}
+
+
+#: the rules of RunSpec's keys (checked by :func:`gemkd.transfer.constraints.check_fields`)
+_SEEDS = Rule(bool, "'seeds' must list at least one seed")
+_SEEDS_ONCE = unique("'seeds' lists a seed twice: {value}", nonempty=False)
+_PROTOCOL = one_of(PROTOCOLS, f"'teacher_protocol' must be one of {', '.join(PROTOCOLS)}, got "
+                              "{value!r}")
+_DAYS = half_open("{key!r} must be a half-open range [first, end), got {value}")
+_TASKS = unique("'student_tasks' must list at least one task, each once, got {value}")
+_STEP = "'batch_size' must be >= 1 and 'lr' > 0"
+_ACCELERATOR = one_of(ACCELERATORS, f"'accelerator' must be one of {', '.join(ACCELERATORS)}, "
+                                    "got {value!r}")
+_VAL_DAYS = at_least(0, "'teacher_val_days' must be >= 0, got {value}")
+_EMA = Rule(lambda v: 0 < v < 1, "'ema_decay' must be in (0, 1) or null, got {value}")
 
 
 @dataclass
@@ -414,7 +438,7 @@ class RunSpec:
     #: the run's name (the run directory defaults to runs/<name>)
     name: str = "experiment"
     #: the students' training seeds: every number is a mean ± std over them
-    seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
+    seeds: Annotated[list[int], _SEEDS, _SEEDS_ONCE] = field(default_factory=lambda: [0, 1, 2])
     #: the data: the synthetic world, a real log, or a dataset made before
     data: DataSpec = field(default_factory=lambda: DataSpec(preset="small"))
     #: the teacher: a config to train, or a store to use
@@ -424,34 +448,35 @@ class RunSpec:
     # window: each lag's teacher is its own fit on a window of equal length (age isolated from
     # data amount); streaming: one time-ordered pass over [0, teacher_days) with daily
     # checkpoints, the lag-L teacher being the checkpoint of day teacher_days - L - 1
-    teacher_protocol: TeacherProtocol = "window"
+    teacher_protocol: Annotated[TeacherProtocol, _PROTOCOL] = "window"
     teacher_stream_start: int = 0  # streaming: the pass's first day (a teacher of fewer days)
     #: W: every lag's window is [T - L - W, T - L), one length for all, so a lag sweep measures
     #: age alone (streaming: the days the domain FMs and codes learn from); null: all before
     teacher_window_days: int | None = None
     #: the window's last days, held out to choose the teacher's epoch (its config's select:
     #: best); 0: no validation, the config's max_epochs are trained
-    teacher_val_days: int = 0
+    teacher_val_days: Annotated[int, _VAL_DAYS] = 0
     #: half-open [first, end): the student's one pass in time order (its last day validates
     #: the tuning)
-    student_days: list[int] = field(default_factory=lambda: [9, 12])
+    student_days: Annotated[list[int], _DAYS] = field(default_factory=lambda: [9, 12])
     #: half-open [first, end): the evaluation days
-    eval_days: list[int] = field(default_factory=lambda: [12, 14])
+    eval_days: Annotated[list[int], _DAYS] = field(default_factory=lambda: [12, 14])
     #: the teacher's age L in days: an int, or a list (a lag sweep, one teacher per lag)
     teacher_lag_days: int | list[int] = 0
     #: the student model: class_path (mlp, dcn, seq_pool or an import path) and init_args
     student: PluginSpec = field(default_factory=lambda: PluginSpec("mlp"))
     #: the tasks the student learns and is evaluated on
-    student_tasks: list[str] = field(default_factory=lambda: ["click", "conversion"])
+    student_tasks: Annotated[list[str], _TASKS] = field(
+        default_factory=lambda: ["click", "conversion"])
     #: the vertical: the student trains and is evaluated on this domain's rows (null: all)
     student_domain: str | None = None
     #: the variants compared: a list of built-in names, or a mapping name: [methods] (or name:
     #: {teacher, methods}) defining your own
     variants: Any = field(default_factory=lambda: list(DEFAULT_VARIANTS))
     #: the student's batch size
-    batch_size: int = 256
+    batch_size: Annotated[int, at_least(1, _STEP)] = 256
     #: the student's learning rate
-    lr: float = 0.01
+    lr: Annotated[float, Rule(lambda v: v > 0, _STEP)] = 0.01
     #: the kd method's default loss: bce (with temperature and T²), bce_cal (the same, the
     #: student's mean probability kept at the target's at any temperature) or mse on logits
     kd_loss: str = "bce"
@@ -473,10 +498,10 @@ class RunSpec:
     #: init_from: gem to start it from the lag's GEM)
     hierarchical: TeacherSpec = field(default_factory=lambda: TeacherSpec("domain_fm"))
     #: the students' Lightning accelerator (small models: cpu); teachers take their config's
-    accelerator: Accelerator = "cpu"
+    accelerator: Annotated[Accelerator, _ACCELERATOR] = "cpu"
     #: evaluate an exponential moving average of the student's weights with this decay (in
     #: (0, 1); the shipped specs use 0.98) instead of its last step's (null)
-    ema_decay: float | None = None
+    ema_decay: Annotated[float, _EMA] | None = None
     #: the experiment tracker every fit of the run logs to (null: none); --logger overrides it
     logger: TrackerKind | None = None
 
@@ -484,32 +509,14 @@ class RunSpec:
         #: the spec file's folder (load_spec sets it): relative config paths in the spec are
         #: also looked up there; an attribute, not a field (no spec key, not in spec.yaml)
         self.source_dir: Path | None = None
+        check_fields(self)
         self.variants = expand_twins(self.variants if _parsed(self.variants)
                                      else parse_variants(self.variants), self.twins)
         self.primary.check({v.name: v.twin_of for v in self.variants}, self.lags,
                            self.student_tasks, self.student_domain)
-        if self.accelerator not in ACCELERATORS:
-            raise ValueError(f"'accelerator' must be one of {', '.join(ACCELERATORS)}, got "
-                             f"{self.accelerator!r}")
-        if self.ema_decay is not None and not 0 < self.ema_decay < 1:
-            raise ValueError(f"'ema_decay' must be in (0, 1) or null, got {self.ema_decay}")
-        if not self.seeds:
-            raise ValueError("'seeds' must list at least one seed")
-        if not self.student_tasks or len(set(self.student_tasks)) != len(self.student_tasks):
-            raise ValueError(f"'student_tasks' must list at least one task, each once, got "
-                             f"{self.student_tasks}")
-        if len(set(self.seeds)) != len(self.seeds):
-            raise ValueError(f"'seeds' lists a seed twice: {self.seeds}")
-        for key in ("student_days", "eval_days"):
-            days = getattr(self, key)
-            if len(days) != 2 or days[0] >= days[1]:
-                raise ValueError(f"{key!r} must be a half-open range [first, end), got {days}")
         if self.student_days[0] < self.teacher_days or self.eval_days[0] < self.student_days[1]:
             raise ValueError("days must be ordered: teacher [0, teacher_days) <= student_days "
                              "<= eval_days")
-        if self.teacher_protocol not in PROTOCOLS:
-            raise ValueError(f"'teacher_protocol' must be one of {', '.join(PROTOCOLS)}, got "
-                             f"{self.teacher_protocol!r}")
         if self.teacher_protocol == "streaming" and self.teacher_val_days:
             raise ValueError("'teacher_protocol: streaming' is one pass with no epoch to "
                              f"choose: 'teacher_val_days' must be 0, got {self.teacher_val_days}")
@@ -529,10 +536,6 @@ class RunSpec:
                     f"teacher_window_days {self.teacher_window_days} and teacher_val_days "
                     f"{self.teacher_val_days} must start at day 0 or later and keep a training "
                     "day")
-        if self.teacher_val_days < 0:
-            raise ValueError(f"'teacher_val_days' must be >= 0, got {self.teacher_val_days}")
-        if self.batch_size < 1 or self.lr <= 0:
-            raise ValueError("'batch_size' must be >= 1 and 'lr' > 0")
 
     def teacher_window(self, lag: int) -> tuple[int, int]:
         """The half-open window of recent days of a lag-``lag`` teacher (DESIGN §6.1):

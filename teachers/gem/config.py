@@ -14,91 +14,80 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Annotated, Any, TypeVar
 
 from gemkd.teachers.configurable import resolve_use_sequence
 from gemkd.transfer.config import build_dataclass
+from gemkd.transfer.constraints import Rule, check_fields, int_at_least, is_int, one_of
 from gemkd.transfer.data.schema import DatasetSchema
 from gemkd.transfer.errors import ConfigError
 from gemkd.transfer.options import HEAD_TYPES, KERNELS, HeadType, Kernel
 
 C = TypeVar("C", bound="GEMConfig")
 
-#: keys that must be integers >= 1 and >= 0
-_POSITIVE = ("d", "n_layers", "n_F", "k", "mlp_width", "mlp_layers", "n_heads", "n_xsum",
-             "ffn_mult", "pyramid_recent", "max_rows", "trunk_dim", "head_hidden", "n_experts")
-_NON_NEGATIVE = ("n_L", "n_cls", "n_pma", "n_recent", "n_dense_tokens")
-
-
-def _is_int(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
+#: the rules of GEM's keys (read by gemkd.transfer.constraints.check_fields)
+Positive = Annotated[int, int_at_least(1, "{key} must be an integer >= 1, got {value!r}")]
+NonNegative = Annotated[int, int_at_least(0, "{key} must be an integer >= 0, got {value!r}")]
+Chunk = Annotated[int, int_at_least(2, "pyramid_chunk must be an integer >= 2, got {value!r}")]
+Shrink = Annotated[float, Rule(lambda v: isinstance(v, int | float) and v >= 1,
+                               "pyramid_shrink must be >= 1, got {value!r}")]
+History = Annotated[int, Rule(is_int, "max_history must be an integer or null, got {value!r}")]
+Heads = Annotated[HeadType, one_of(HEAD_TYPES, f"head_type must be one of {HEAD_TYPES}, got "
+                                               "{value!r}")]
+Kernels = Annotated[Kernel, one_of(KERNELS, f"kernel must be one of {KERNELS}, got {{value!r}}")]
+Dropout = Annotated[float, Rule(lambda v: isinstance(v, int | float) and 0 <= v < 1,
+                                "dropout must be in [0, 1), got {value!r}")]
+Tristate = Annotated[bool, Rule(lambda v: v in (True, False), "use_sequence must be true, false "
+                                "or null (auto: the sequence arm iff the dataset has sequence "
+                                "fields), got {value!r}")]
 
 
 @dataclass(frozen=True)
 class GEMConfig:
     """GEM's hyper-parameters (a teacher config's ``model:`` keys); defaults are GEM's."""
 
-    d: int = 32  # embedding / token width
-    n_layers: int = 2  # interleaved [cross, Wukong] layers
-    n_F: int = 8  # Wukong FMB output tokens
-    n_L: int = 8  # Wukong LCB tokens
-    k: int = 8  # Wukong FM rank
-    mlp_width: int = 256  # Wukong MLP width; also the X-summary MLP and the trunk's first layer
-    mlp_layers: int = 1
-    n_heads: int = 2  # InterFormer attention heads (d must be divisible by it)
-    n_cls: int = 2  # CLS tokens
-    n_xsum: int = 2  # X_sum tokens
-    n_pma: int = 2  # PMA seeds
-    n_recent: int = 4  # recent tokens in S_sum (at most pyramid_recent)
-    ffn_mult: int = 2  # personalised-FFN width multiple
-    pyramid_recent: int = 16  # R raw events
-    pyramid_chunk: int = 4  # c events per chunk
-    pyramid_shrink: float = 2.0  # each layer keeps 1/shrink of the tokens below (never < R)
-    max_history: int | None = None  # most recent events kept in-model (None: the schema's)
-    max_rows: int = 1_000_000  # embedding rows cap (ids hashed)
-    n_dense_tokens: int = 1
-    trunk_dim: int = 128
-    head_type: HeadType = "domain_task"
-    head_hidden: int = 64
-    n_experts: int = 4  # domain_gated heads' shared experts
-    dropout: float = 0.0
+    d: Positive = 32  # embedding / token width
+    n_layers: Positive = 2  # interleaved [cross, Wukong] layers
+    n_F: Positive = 8  # Wukong FMB output tokens
+    n_L: NonNegative = 8  # Wukong LCB tokens
+    k: Positive = 8  # Wukong FM rank
+    # Wukong MLP width; also the X-summary MLP and the trunk's first layer
+    mlp_width: Positive = 256
+    mlp_layers: Positive = 1
+    n_heads: Positive = 2  # InterFormer attention heads (d must be divisible by it)
+    n_cls: NonNegative = 2  # CLS tokens
+    n_xsum: Positive = 2  # X_sum tokens
+    n_pma: NonNegative = 2  # PMA seeds
+    n_recent: NonNegative = 4  # recent tokens in S_sum (at most pyramid_recent)
+    ffn_mult: Positive = 2  # personalised-FFN width multiple
+    pyramid_recent: Positive = 16  # R raw events
+    pyramid_chunk: Chunk = 4  # c events per chunk
+    pyramid_shrink: Shrink = 2.0  # each layer keeps 1/shrink of the tokens below (never < R)
+    max_history: History | None = None  # most recent events kept in-model (None: the schema's)
+    max_rows: Positive = 1_000_000  # embedding rows cap (ids hashed)
+    n_dense_tokens: NonNegative = 1
+    trunk_dim: Positive = 128
+    head_type: Heads = "domain_task"
+    head_hidden: Positive = 64
+    n_experts: Positive = 4  # domain_gated heads' shared experts
+    dropout: Dropout = 0.0
     use_wukong: bool = True  # False: the sequence arm only (ablation)
-    use_sequence: bool | None = None  # None: iff the dataset has sequence fields
+    use_sequence: Tristate | None = None  # None: iff the dataset has sequence fields
     domain_token: bool = True  # embed the domain id as a token
     shared_tables: dict[str, str] | None = None  # sequence field → categorical feature's table
-    kernel: Kernel = "auto"  # gemkd.transfer.ops kernel
+    kernel: Kernels = "auto"  # gemkd.transfer.ops kernel
     fused_lookup: bool = True  # pool history chunks with embedding bags
 
     def __post_init__(self) -> None:
-        problems = [f"{key} must be an integer >= 1, got {getattr(self, key)!r}"
-                    for key in _POSITIVE if not (_is_int(getattr(self, key))
-                                                 and getattr(self, key) >= 1)]
-        problems += [f"{key} must be an integer >= 0, got {getattr(self, key)!r}"
-                     for key in _NON_NEGATIVE if not (_is_int(getattr(self, key))
-                                                      and getattr(self, key) >= 0)]
-        if not problems:
-            if self.d % self.n_heads:
-                problems.append(f"d={self.d} must be divisible by n_heads={self.n_heads}")
-            if self.n_recent > self.pyramid_recent:
-                problems.append(f"n_recent={self.n_recent} exceeds "
-                                f"pyramid_recent={self.pyramid_recent}")
-        if not _is_int(self.pyramid_chunk) or self.pyramid_chunk < 2:
-            problems.append(f"pyramid_chunk must be an integer >= 2, got {self.pyramid_chunk!r}")
-        if not (isinstance(self.pyramid_shrink, int | float) and self.pyramid_shrink >= 1):
-            problems.append(f"pyramid_shrink must be >= 1, got {self.pyramid_shrink!r}")
-        if self.max_history is not None and not _is_int(self.max_history):
-            problems.append(f"max_history must be an integer or null, got {self.max_history!r}")
-        if self.head_type not in HEAD_TYPES:
-            problems.append(f"head_type must be one of {HEAD_TYPES}, got {self.head_type!r}")
-        if self.kernel not in KERNELS:
-            problems.append(f"kernel must be one of {KERNELS}, got {self.kernel!r}")
-        if not (isinstance(self.dropout, int | float) and 0 <= self.dropout < 1):
-            problems.append(f"dropout must be in [0, 1), got {self.dropout!r}")
-        if self.use_sequence not in (None, True, False):
-            problems.append(f"use_sequence must be true, false or null (auto: the sequence arm "
-                            f"iff the dataset has sequence fields), got {self.use_sequence!r}")
+        check_fields(self)  # build_dataclass names the source
+        problems = []
+        if self.d % self.n_heads:
+            problems.append(f"d={self.d} must be divisible by n_heads={self.n_heads}")
+        if self.n_recent > self.pyramid_recent:
+            problems.append(f"n_recent={self.n_recent} exceeds "
+                            f"pyramid_recent={self.pyramid_recent}")
         if problems:
-            raise ValueError("; ".join(problems))  # build_dataclass names the source
+            raise ValueError("; ".join(problems))
         if self.shared_tables is not None:  # a copy: the frozen config owns its mapping
             object.__setattr__(self, "shared_tables", dict(self.shared_tables))
 
@@ -129,7 +118,7 @@ class GEMConfig:
             problems.append("the dataset schema needs at least one task and one domain")
         if use_sequence and self.n_cls < 1:
             problems.append("n_cls must be >= 1 (CLS tokens keep attention well defined)")
-        if use_sequence and (not _is_int(max_history) or max_history < 1):
+        if use_sequence and (not is_int(max_history) or max_history < 1):
             problems.append(f"max_history must be an integer >= 1, got {max_history!r}")
         if problems:
             raise ConfigError(f"{owner}: " + "; ".join(problems))

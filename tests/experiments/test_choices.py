@@ -4,8 +4,10 @@ and the choices."""
 
 from __future__ import annotations
 
+import ast
 import typing
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
@@ -24,6 +26,12 @@ from gemkd.transfer.errors import ConfigError
     (options.Kernel, options.KERNELS),
     (options.HeadType, options.HEAD_TYPES),
     (options.TrackerKind, options.TRACKERS),
+    (options.ExecutorName, options.EXECUTORS),
+    (options.TeacherSource, options.TEACHER_SOURCES),
+    (options.TuningDraws, options.TUNING_DRAWS),
+    (options.EpochSelect, options.SELECTS),
+    (options.JoinPolicy, options.JOIN_POLICIES),
+    (options.ColumnType, ("str", "int", "float")),
 ])
 def test_each_tuple_is_its_literal(kind, values):
     assert typing.get_origin(kind) is typing.Literal
@@ -43,6 +51,30 @@ def test_the_users_read_the_one_list():
     assert hints["accelerator"] is options.Accelerator
     assert typing.get_type_hints(spec_model.TuningSpec)["sampler"] is options.Sampler
     assert typing.get_type_hints(TeacherTrainConfig)["accelerator"] is options.Accelerator
+    assert typing.get_type_hints(TeacherTrainConfig)["select"] is options.EpochSelect
+    assert typing.get_type_hints(spec_model.TuningSpec)["draws"] is options.TuningDraws
+    assert typing.get_type_hints(spec_model.VariantSpec)["teacher"] is options.TeacherSource
+    from gemkd.experiments.run import executors
+    from gemkd.transfer.store import join
+
+    assert executors.EXECUTORS is options.EXECUTORS and join.JOIN_POLICIES is options.JOIN_POLICIES
+
+
+def test_no_literal_type_is_defined_outside_options():
+    """DESIGN §1: ``X = Literal[...]`` appears in transfer/options.py only."""
+    root = Path(__file__).resolve().parents[2]
+    found = []
+    for package in ("transfer", "teachers", "students", "adapters", "experiments", "gemkd"):
+        for path in sorted((root / package).rglob("*.py")):
+            if path == root / "transfer" / "options.py":
+                continue
+            for node in ast.walk(ast.parse(path.read_text(), str(path))):
+                value = getattr(node, "value", None) if isinstance(
+                    node, (ast.Assign, ast.AnnAssign)) else None
+                if (isinstance(value, ast.Subscript) and isinstance(value.value, ast.Name)
+                        and value.value.id == "Literal"):
+                    found.append(f"{path.relative_to(root)}:{node.lineno}")
+    assert found == []
 
 
 @pytest.mark.parametrize(("key", "value", "choices"), [

@@ -1,6 +1,7 @@
-"""The t distribution without scipy, the generalized pivot, and the contrast intervals: the t
-interval over worlds in closed form, the one-world variance split (users shared by seeds +
-seeds over S), Fieller's interval agreeing with the difference's, degenerate inputs."""
+"""The contrast intervals on scipy.stats and the generalized pivot: the t interval over worlds
+against Student's t tables, the pivot against an mpmath integral, the one-world variance split
+(users shared by seeds + seeds over S), Fieller's interval agreeing with the difference's,
+degenerate inputs."""
 
 from __future__ import annotations
 
@@ -9,48 +10,33 @@ import math
 import mpmath
 import numpy as np
 import pytest
+from scipy import stats
 
 from gemkd.transfer.metrics.bootstrap import resample_weights
 from gemkd.transfer.metrics.contrasts import Units, covariance, difference, fieller
-from gemkd.transfer.metrics.distributions import (
-    betainc,
-    chi2_nodes,
-    gammainc,
-    mixed_critical,
-    mixed_tail,
-    quantile,
-    two_sided_p,
-)
+from gemkd.transfer.metrics.pivot import chi2_nodes, mixed_critical, mixed_tail
 
 # two-sided 95 % critical values of Student's t (tables) and the normal
 T95 = {1: 12.706204736, 2: 4.302652730, 3: 3.182446305, 7: 2.364624252, 30: 2.042272456,
        math.inf: 1.959963985}
 
 
-def test_t_quantiles_and_tails_match_the_tables():
-    dfs = np.array(list(T95))
-    np.testing.assert_allclose(quantile(0.95, dfs), list(T95.values()), rtol=1e-9)
-    assert quantile(0.99, 2.0) == pytest.approx(9.924843201, rel=1e-9)
-    np.testing.assert_allclose(two_sided_p(np.array(list(T95.values())), dfs), 0.05, rtol=1e-7)
-    for df in (0.7, 2.5, 11.3):  # real degrees of freedom: against mpmath's incomplete beta
-        for t in (0.3, 2.0, 9.0):
-            x = df / (df + t * t)
-            want = float(mpmath.betainc(df / 2, 0.5, 0, x, regularized=True))
-            assert two_sided_p(t, df) == pytest.approx(want, rel=1e-10)
-    assert np.isnan(quantile(0.95, np.array([0.0, -1.0, np.nan]))).all()
-    assert np.isnan(two_sided_p(np.nan, 3.0)) and two_sided_p(np.inf, 3.0) == 0.0
+def test_world_intervals_use_the_t_tables_with_w_minus_one_df():
+    """W worlds whose values have mean m and standard error se: m ± t95(W − 1) · se, and a
+    point at t95 · se away from 0 has p = 0.05."""
+    for df, crit in T95.items():
+        if not math.isfinite(df):
+            continue
+        values = np.linspace(-1.0, 1.0, int(df) + 1)[:, None]
+        se = values.std(ddof=1) / math.sqrt(values.shape[0])
+        est = difference(np.array([crit * se]), Units(values))
+        assert float(est.df[0]) == df
+        assert float(est.hi[0] - est.lo[0]) / 2 == pytest.approx(crit * se, rel=1e-9)
+        assert float(est.p[0]) == pytest.approx(0.05, rel=1e-8)
+    est = difference(np.array([0.5]), Units(np.array([[0.0], [1.0], [2.0]])), level=0.99)
+    assert float(est.hi[0] - est.lo[0]) / 2 == pytest.approx(9.924843201 / math.sqrt(3), rel=1e-9)
     with pytest.raises(ValueError, match="level"):
-        quantile(1.0, 3.0)
-
-
-def test_incomplete_beta_and_gamma_against_mpmath():
-    for a, b, x in ((0.5, 0.5, 0.2), (3.0, 0.5, 0.9), (40.0, 2.0, 0.95)):
-        want = float(mpmath.betainc(a, b, 0, x, regularized=True))
-        assert betainc(a, b, x) == pytest.approx(want, rel=1e-12)
-    x = np.array([0.0, 0.01, 1.0, 4.0, 30.0])
-    for a in (0.5, 1.0, 2.5):
-        want = [float(mpmath.gammainc(a, 0, v, regularized=True)) for v in x]
-        np.testing.assert_allclose(gammainc(a, x), want, rtol=1e-12, atol=1e-300)
+        difference(np.array([0.5]), Units(np.array([[0.0], [1.0], [2.0]])), level=1.0)
 
 
 def test_chi2_nodes_integrate_its_moments():
@@ -59,15 +45,31 @@ def test_chi2_nodes_integrate_its_moments():
     assert (weights * nodes).sum() == pytest.approx(2.0, rel=2e-3)  # E W = df
 
 
+def _pivot_tail(t: float, u: float, df: float) -> float:
+    """``E_W erfc(t / sqrt(2 (u + (1 − u) df / W)))``, W ~ χ²_df, by mpmath's quadrature."""
+    def f(w):
+        density = w ** (df / 2 - 1) * mpmath.exp(-w / 2) / (2 ** (df / 2) * mpmath.gamma(df / 2))
+        return mpmath.erfc(t / mpmath.sqrt(2 * (u + (1 - u) * df / w))) * density
+    return float(mpmath.quad(f, [0, 1, df, 10 * df, mpmath.inf]))
+
+
+def test_mixed_pivot_matches_its_integral():
+    for df, u, t in ((1.0, 0.3, 3.0), (2.0, 0.7, 1.0), (4.0, 0.3, 10.0), (2.0, 0.5, 4.3)):
+        assert float(mixed_tail(t, u, df)) == pytest.approx(_pivot_tail(t, u, df), rel=1e-4)
+    assert np.isnan(mixed_tail(np.array([np.nan, 1.0]), np.array([0.5, np.nan]), 2.0)).all()
+
+
 def test_mixed_pivot_is_t_with_no_known_part_and_normal_with_all_of_it():
     t = np.array([1.0, 3.0, 10.0])
     for df in (1.0, 2.0, 4.0):
-        np.testing.assert_allclose(mixed_tail(t, 0.0, df), two_sided_p(t, df), rtol=1e-4)
-        np.testing.assert_allclose(mixed_tail(t, 1.0, df), two_sided_p(t, np.inf), rtol=1e-12)
+        np.testing.assert_allclose(mixed_tail(t, 0.0, df), 2 * stats.t.sf(t, df), rtol=1e-4)
+        np.testing.assert_allclose(mixed_tail(t, 1.0, df), 2 * stats.norm.sf(t), rtol=1e-12)
     c = mixed_critical(0.95, np.array([0.0, 0.3, 0.7, 1.0]), 2.0)
     assert c[0] == pytest.approx(T95[2]) and c[-1] == pytest.approx(T95[math.inf])
     assert (np.diff(c) < 0).all()  # more of the variance known: a smaller critical value
     np.testing.assert_allclose(mixed_tail(c, [0.0, 0.3, 0.7, 1.0], 2.0), 0.05, rtol=2e-3)
+    with pytest.raises(ValueError, match="level"):
+        mixed_critical(0.0, 0.5, 2.0)
 
 
 def test_t_interval_over_worlds_is_the_textbook_one():
@@ -79,7 +81,7 @@ def test_t_interval_over_worlds_is_the_textbook_one():
     assert float(est.lo[0]) == pytest.approx(-0.0046, abs=1e-4)  # the issue's [−0.0046, 0.0213]
     assert float(est.hi[0]) == pytest.approx(0.0213, abs=1e-4)
     t = d.mean() / se
-    assert float(est.p[0]) == pytest.approx(float(two_sided_p(t, 2.0)))
+    assert float(est.p[0]) == pytest.approx(float(2 * stats.t.sf(t, 2.0)))
     # a missing world is left out, with its degree of freedom
     gap = np.array([[0.01], [np.nan], [0.02], [0.03]])
     est = difference(np.array([0.02]), Units(gap))

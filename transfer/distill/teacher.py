@@ -7,8 +7,8 @@ import torch
 from gemkd.transfer.data.batch import Batch
 from gemkd.transfer.errors import StoreError
 from gemkd.transfer.methods.base import TeacherTargets
+from gemkd.transfer.options import JoinPolicy
 from gemkd.transfer.store import TeacherJoin, TeacherStore
-from gemkd.transfer.store.join import Policy
 
 
 class StoreTeacher:
@@ -22,7 +22,7 @@ class StoreTeacher:
     """
 
     def __init__(self, store: TeacherStore, tasks: list[str],
-                 days: tuple[int, int] | None = None, policy: Policy = "mask",
+                 days: tuple[int, int] | None = None, policy: JoinPolicy = "mask",
                  with_emb: bool = False, join: TeacherJoin | None = None) -> None:
         missing = [t for t in tasks if t not in store.tasks]
         if missing:

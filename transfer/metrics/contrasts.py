@@ -41,13 +41,9 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
+from scipy import stats
 
-from gemkd.transfer.metrics.distributions import (
-    mixed_critical,
-    mixed_tail,
-    quantile,
-    two_sided_p,
-)
+from gemkd.transfer.metrics.pivot import mixed_critical, mixed_tail
 
 #: A seed-level user variance needs defined replicates in at least this share of the resamples
 #: (an empty domain in a resample has no NE), as the percentile interval needed for its tails.
@@ -205,7 +201,9 @@ def _critical(parts: Parts, level: float) -> tuple[np.ndarray, np.ndarray]:
 
 @lru_cache(maxsize=256)
 def _t_critical(level: float, df: float) -> float:
-    return float(quantile(level, df))
+    if not 0 < level < 1:
+        raise ValueError(f"level must lie in (0, 1), got {level}")
+    return float(stats.t.isf((1 - level) / 2, df))
 
 
 def _p_value(point: np.ndarray, parts: Parts) -> np.ndarray:
@@ -217,7 +215,7 @@ def _p_value(point: np.ndarray, parts: Parts) -> np.ndarray:
     if parts.by_seeds:
         p = _by_df(df, lambda d, tt, u: mixed_tail(tt, u, d), t, share)
     else:
-        p = two_sided_p(t, np.where(np.isnan(df), -1.0, df))
+        p = 2 * stats.t.sf(np.abs(t), df)
     p = np.where(se == 0, np.where(point != 0, 0.0, np.nan), p)
     return np.where(np.isfinite(point) & np.isfinite(se), p, np.nan)
 

@@ -9,7 +9,7 @@ from typing import Any
 
 from gemkd.transfer.options import EMB_DTYPES
 from gemkd.transfer.store.format import PREDICTION_KEYS
-from gemkd.transfer.store.join import JoinResult, Policy, TeacherJoin
+from gemkd.transfer.store.join import JoinResult, TeacherJoin
 from gemkd.transfer.store.manifest import (
     MANIFEST_NAME,
     SCHEMA_VERSION,
@@ -27,7 +27,6 @@ __all__ = [
     "SCHEMA_VERSION",
     "JoinResult",
     "Manifest",
-    "Policy",
     "ShardInfo",
     "StoreCallback",
     "StoreWriter",

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
-from typing import Literal
 
 import numpy as np
 import torch
@@ -20,9 +19,9 @@ import torch
 from gemkd.transfer.data.batch import Batch
 from gemkd.transfer.errors import StoreError
 from gemkd.transfer.io.integrity import int_ids
+from gemkd.transfer.options import JOIN_POLICIES, JoinPolicy
 from gemkd.transfer.store.reader import TeacherStore
 
-Policy = Literal["error", "mask"]
 _F16_TO_F32 = np.arange(1 << 16, dtype=np.uint16).view(np.float16).astype(np.float32)
 
 
@@ -44,8 +43,8 @@ class TeacherJoin:
     """
 
     def __init__(self, store: TeacherStore, days: tuple[int, int] | None = None,
-                 policy: Policy = "error", with_emb: bool = False) -> None:
-        if policy not in ("error", "mask"):
+                 policy: JoinPolicy = "error", with_emb: bool = False) -> None:
+        if policy not in JOIN_POLICIES:
             raise StoreError(f"{store.path}: join policy {policy!r}, expected 'error' or 'mask'")
         self.store, self.days, self.policy, self.with_emb = store, days, policy, with_emb
         columns = ["example_id", *store.logit_columns]

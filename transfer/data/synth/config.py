@@ -36,64 +36,59 @@ a particular model wins; each one's reason:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Annotated
+
+from gemkd.transfer.constraints import Rule, at_least, check_fields
+
+#: the rules of the world's keys (read by gemkd.transfer.constraints.check_fields)
+Count = Annotated[int, at_least(1, "key {key!r} must be >= 1, got {value}")]
+NonNegativeInt = Annotated[int, at_least(0, "key {key!r} must be >= 0, got {value}")]
+NonNegative = Annotated[float, at_least(0, "key {key!r} must be >= 0, got {value}")]
+Share = Annotated[float, Rule(lambda v: 0.0 <= v <= 1.0, "key {key!r} must be in [0, 1], got "
+                                                          "{value}")]
 
 
 @dataclass
 class SynthConfig:
     seed: int = 0
     # size and time
-    n_days: int = 14
-    examples_per_day: int = 20_000
-    n_users: int = 1_300
-    n_ads: int = 2_000
-    n_advertisers: int = 200
-    n_content: int = 3_000
-    n_topics: int = 32
-    n_domains: int = 3
-    latent_dim: int = 16
-    n_creative: int = 8
+    n_days: Count = 14
+    examples_per_day: Count = 20_000
+    n_users: Count = 1_300
+    n_ads: Count = 2_000
+    n_advertisers: Count = 200
+    n_content: Count = 3_000
+    n_topics: Count = 32
+    n_domains: Count = 3
+    latent_dim: Count = 16
+    n_creative: Count = 8
     # ad churn
-    new_ads_per_day: int = 100
-    ad_lifetime_days: float = 30.0
+    new_ads_per_day: NonNegativeInt = 100
+    ad_lifetime_days: NonNegative = 30.0
     # user histories
-    history_days: int = 30
-    mean_history: float = 150.0
-    history_sigma: float = 1.5
-    max_history: int = 4096
-    organic_share: float = 0.8
-    like_share: float = 0.25
-    event_candidates: int = 8
-    view_affinity: float = 3.0
-    like_affinity: float = 6.0
+    history_days: Count = 30
+    mean_history: NonNegative = 150.0
+    history_sigma: NonNegative = 1.5
+    max_history: Count = 4096
+    organic_share: Share = 0.8
+    like_share: Share = 0.25
+    event_candidates: Count = 8
+    view_affinity: NonNegative = 3.0
+    like_affinity: NonNegative = 6.0
     # serving and labels
-    ad_candidates: int = 16
-    targeting: float = 1.0
+    ad_candidates: Count = 16
+    targeting: NonNegative = 1.0
     affinity_scale: float = 5.0
     domain_interaction: float = 0.5
-    user_bias: float = 0.1
+    user_bias: NonNegative = 0.1
     click_bias: float = -3.5
     conversion_bias: float = -4.5
     engage_bias: float = -1.5
     # non-stationarity
-    drift: float = 0.3
-    stable_interest: float = 0.8
-    calibration_drift: float = 0.05
-    weekly_amplitude: float = 0.05
+    drift: NonNegative = 0.3
+    stable_interest: Share = 0.8
+    calibration_drift: NonNegative = 0.05
+    weekly_amplitude: NonNegative = 0.05
 
     def __post_init__(self) -> None:
-        positive = [
-            "n_days", "examples_per_day", "n_users", "n_ads", "n_advertisers", "n_content",
-            "n_topics", "n_domains", "latent_dim", "n_creative", "history_days", "max_history",
-            "ad_candidates", "event_candidates",
-        ]
-        for name in positive:
-            if getattr(self, name) < 1:
-                raise ValueError(f"key {name!r} must be >= 1, got {getattr(self, name)}")
-        for name in ["new_ads_per_day", "ad_lifetime_days", "mean_history", "history_sigma",
-                     "drift", "targeting", "view_affinity", "like_affinity", "user_bias",
-                     "calibration_drift", "weekly_amplitude"]:
-            if getattr(self, name) < 0:
-                raise ValueError(f"key {name!r} must be >= 0, got {getattr(self, name)}")
-        for name in ["organic_share", "like_share", "stable_interest"]:
-            if not 0.0 <= getattr(self, name) <= 1.0:
-                raise ValueError(f"key {name!r} must be in [0, 1], got {getattr(self, name)}")
+        check_fields(self)
