@@ -20,7 +20,7 @@ import pandas as pd
 
 from gemkd.transfer.data.importer import day_checks, encode, negatives, sides, source, times
 from gemkd.transfer.data.importer.item_age import item_age_caveat
-from gemkd.transfer.data.importer.mapping import Mapping
+from gemkd.transfer.data.importer.mapping import Ids, Mapping
 from gemkd.transfer.data.importer.write import Events, write_dataset
 from gemkd.transfer.data.ranges import N_AGE_BUCKETS, equal_count_days
 from gemkd.transfer.data.schema import SAMPLED_COLUMN, SCHEMA_FILE, DatasetSchema, Feature
@@ -61,7 +61,7 @@ def import_logs(src: str | Path, mapping: Mapping, out: str | Path,
             assert schema.negatives is not None  # _assemble records the mapping's negatives
             schema.negatives["item_age"] = age
         schema.generator = {"mapping": mapping.to_dict(), "files": [str(f) for f in files],
-                            "side_tables": [str(p) for _, p in side]}
+                            "side_tables": [str(p) for _, p in side], "notes": notes}
         write_dataset(schema, columns, events, tmp)
         schema.save(tmp)
     log.info("imported %d rows from %d file(s) in %.1f s", n, len(files),
@@ -118,7 +118,7 @@ def _extract(df: pd.DataFrame, path: Path, m: Mapping) -> dict[str, np.ndarray |
         if ids is None:
             continue
         s = df[ids.column]
-        if ids.codes:
+        if ids.ids != "raw":  # dense codes or hashes of any value (text too)
             if s.isna().any():
                 i = int(np.argmax(s.isna().to_numpy()))
                 raise DataError(f"{path}: column {ids.column!r} {source.place(path, i)}: "
@@ -206,12 +206,22 @@ def _check_days(day: np.ndarray, rows: dict, calendar: str, first: int | None,
         log.warning("days: %s", warning)
 
 
-def _ids(values: np.ndarray | pd.Series, codes: bool) -> tuple[np.ndarray, int]:
-    if codes:  # _extract keeps ids that get codes as read: a Series
-        assert isinstance(values, pd.Series)
+def _ids(values: np.ndarray | pd.Series, ids: Ids, notes: list[str]) -> tuple[np.ndarray, int]:
+    """An id column's table rows and their count, by the mapping's ``ids`` (mapping.Ids)."""
+    if ids.ids == "raw":
+        assert isinstance(values, np.ndarray)  # _extract checked them as integers >= 0
+        return values, int(values.max()) + 1
+    assert isinstance(values, pd.Series)  # _extract keeps ids to code as read
+    if ids.ids == "dense":
         return encode.codes(values)
-    assert isinstance(values, np.ndarray)
-    return values, int(values.max()) + 1
+    assert ids.buckets is not None  # parse_mapping: hash comes with buckets
+    h = encode.hashed(values, ids.buckets)
+    note = (f"ids: {ids.key} ids hashed into {ids.buckets:,} buckets: {h.shared:,} of "
+            f"{h.distinct:,} distinct ids ({100 * h.collision_rate:.2f} %) share a bucket with "
+            "another id (ids: dense gives each its own row)")
+    notes.append(note)
+    log.info(note)
+    return h.codes, h.cardinality
 
 
 def _assemble(rows: dict, m: Mapping, side: list, notes: list[str]
@@ -236,12 +246,12 @@ def _assemble(rows: dict, m: Mapping, side: list, notes: list[str]
         cols["domain"], domains = np.zeros(n, dtype=np.int16), ["all"]
     categorical: list[Feature] = []
     if m.user is not None:
-        cols["user_id"], card = _ids(rows["user"], m.user.codes)
+        cols["user_id"], card = _ids(rows["user"], m.user, notes)
         categorical.append(Feature("user_id", card))
     else:
         cols["user_id"] = np.zeros(n, dtype=np.int64)
     if m.item is not None:
-        cols["item_id"], card = _ids(rows["item"], m.item.codes)
+        cols["item_id"], card = _ids(rows["item"], m.item, notes)
         categorical.append(Feature("item_id", card))
     for c in m.categorical:
         v = rows[f"cat:{c.name}"]

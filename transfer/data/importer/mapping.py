@@ -18,6 +18,7 @@ BUCKETS = ("log2",)
 TRANSFORMS = ("log1p",)
 HIST_KINDS = ("item", "domain", "age")  # history fields named by a word; others are mappings
 NEGATIVE_SOURCES = ("popularity", "uniform")
+ID_ENCODINGS = ("dense", "raw", "hash")  # user/item ids: codes 1..K (default), as read, hashed
 # sampled negatives: popularity over the last day; an item first logged within the hour after a
 # row is available to it; the item-age check looks at items first logged under an hour before
 DEFAULT_WINDOW_HOURS = 24.0
@@ -41,8 +42,17 @@ class Days:
 
 @dataclass(frozen=True)
 class Ids:
+    """A user or item id column and how its values become table rows.
+
+    ``dense`` (default): codes ``1..K`` in sorted value order, so a table has one row per id seen
+    (plus row 0, missing/unknown); ``raw``: non-negative integer ids kept as read (a table of
+    max id + 1 rows); ``hash``: ``1 + hash(value) mod buckets``, for a vocabulary too large to
+    keep (the import notes its collision rate).
+    """
+
     column: str
-    codes: bool = False  # number the values 1..K (sorted) instead of keeping integer ids
+    ids: str = "dense"
+    buckets: int | None = None  # hash only
     key: str = ""
 
 

@@ -16,6 +16,7 @@ from gemkd.transfer.data.importer.mapping import (
     DEFAULT_NEW_ITEM_HOURS,
     DEFAULT_WINDOW_HOURS,
     HIST_KINDS,
+    ID_ENCODINGS,
     NEGATIVE_SOURCES,
     OPS,
     TIME_UNITS,
@@ -149,11 +150,27 @@ def _days(p: _P, d: Any) -> Days:
 
 
 def _ids(p: _P, v: Any, key: str) -> Ids:
+    """``column`` or ``{column, ids, buckets}``; ``codes: true/false`` is the older spelling of
+    ``ids: dense/raw`` (dense codes were opt-in before they became the default)."""
     if isinstance(v, str):
         v = {"column": v}
-    p.keys(v, key, ("column", "codes"), ("column",))
-    return Ids(p.text(v["column"], f"{key}.column"), p.flag(v.get("codes", False),
-                                                            f"{key}.codes"), key)
+    p.keys(v, key, ("column", "ids", "buckets", "codes"), ("column",))
+    if "codes" in v and "ids" in v:
+        raise p.err(f"{key}.codes", "give 'ids' (dense, raw or hash) or the older 'codes', "
+                                    "not both")
+    if "codes" in v:
+        ids = "dense" if p.flag(v["codes"], f"{key}.codes") else "raw"
+    else:
+        ids = p.text(v.get("ids", "dense"), f"{key}.ids", ID_ENCODINGS)
+    buckets = None
+    if ids == "hash":
+        if "buckets" not in v:
+            raise p.err(f"{key}.buckets", "missing (required with ids: hash: the number of "
+                                          "hash buckets, e.g. 1000000)")
+        buckets = p.integer(v["buckets"], f"{key}.buckets", 1)
+    elif "buckets" in v:
+        raise p.err(f"{key}.buckets", f"only with ids: hash (here ids: {ids})")
+    return Ids(p.text(v["column"], f"{key}.column"), ids, buckets, key)
 
 
 def _domain(p: _P, v: Any) -> Domain:
