@@ -49,7 +49,7 @@ def import_logs(src: str | Path, mapping: Mapping, out: str | Path,
     with output_directory(out, overwrite=overwrite, last=(SCHEMA_FILE,)) as tmp:
         side = sides.resolve(mapping, base, notes)
         files = source.find_files(src, mapping.files, {p.resolve() for _, p in side})
-        raw = _read_logs(files, mapping)
+        raw = _in_range(_read_logs(files, mapping), mapping, notes)
         n = len(raw["t"])
         order = np.argsort(raw["t"], kind="stable")
         rows = _take(raw, order)
@@ -150,6 +150,38 @@ def _extract(df: pd.DataFrame, path: Path, m: Mapping) -> dict[str, np.ndarray |
     return out
 
 
+def _in_range(rows: dict, m: Mapping, notes: list[str]) -> dict:
+    """The rows whose local date is in the mapping's ``days`` range (``from``/``to``, inclusive);
+    the rows left out before and after it are counted in a note."""
+    first, last = m.days.first, m.days.last
+    if first is None and last is None:
+        return rows
+    assert m.days.calendar is not None  # parse_mapping: a range only with calendar days
+    date = encode.local_dates(rows["t"], m.days.calendar)
+    lo = date < _epoch_day(first) if first else np.zeros(len(date), dtype=bool)
+    hi = date > _epoch_day(last) if last else np.zeros(len(date), dtype=bool)
+    keep = ~(lo | hi)
+    span = f"{first or 'the first date'} to {last or 'the last date'} ({m.days.calendar})"
+    if not keep.any():
+        raise DataError(f"{m.path}: key 'days': no row of the log is dated {span}: its rows "
+                        f"run from {_iso(date.min())} to {_iso(date.max())}")
+    if keep.all():
+        return rows
+    note = (f"days: kept the {int(keep.sum()):,} rows dated {span}; left out "
+            f"{int(lo.sum()):,} rows before it and {int(hi.sum()):,} after it")
+    notes.append(note)
+    log.info(note)
+    return _take(rows, np.flatnonzero(keep))
+
+
+def _epoch_day(iso: str) -> int:
+    return int(np.datetime64(iso, "D").astype(np.int64))
+
+
+def _iso(day: int) -> str:
+    return str(np.datetime64(int(day), "D"))
+
+
 def _take(rows: dict, idx: np.ndarray) -> dict:
     """Every column's rows ``idx``, in that order."""
     return {k: _at(v, idx) for k, v in rows.items()}
@@ -232,7 +264,8 @@ def _assemble(rows: dict, m: Mapping, side: list, notes: list[str]
     cols: dict[str, np.ndarray] = {"example_id": np.arange(n, dtype=np.int64),
                                    "ts": t // 10**9}
     if m.days.calendar is not None:
-        first = int(rows["date"].min()) if "date" in rows else None
+        first = (int(rows["date"].min()) if "date" in rows else
+                 _epoch_day(m.days.first) if m.days.first else None)
         cols["day"] = encode.calendar_days(t, m.days.calendar, first)
         _check_days(cols["day"], rows, m.days.calendar, first, notes)
     else:

@@ -38,6 +38,15 @@ class Days:
     calendar: str | None = "UTC"  # day = calendar date in this timezone ...
     buckets: int | None = None     # ... or this many time buckets of equal row counts
     date_column: str | None = None  # calendar only: the log's own date fixes day 0
+    # calendar only: keep rows whose local date is in [first, last] (ISO dates, inclusive);
+    # ``first`` is then day 0 ("from" and "to" in YAML)
+    first: str | None = None
+    last: str | None = None
+
+    def to_dict(self) -> dict:
+        d = {"calendar": self.calendar, "buckets": self.buckets, "date_column": self.date_column,
+             "from": self.first, "to": self.last}
+        return {k: v for k, v in d.items() if v is not None}
 
 
 @dataclass(frozen=True)
@@ -163,6 +172,7 @@ class Mapping:
         """A JSON-ready record of the mapping actually applied (for ``schema.json``): unset
         options and the bookkeeping of mapping keys are left out."""
         d = _clean(dataclasses.asdict(self))
+        d["days"] = self.days.to_dict()
         if self.negatives is not None:
             d["negatives"] = self.negatives.to_dict()
         return d

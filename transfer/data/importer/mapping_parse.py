@@ -5,6 +5,7 @@ error naming it and listing the valid ones), every value's type too, then the cr
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import zoneinfo
 from pathlib import Path
 from typing import Any
@@ -137,16 +138,36 @@ def _tz(p: _P, v: Any, key: str) -> str:
 
 
 def _days(p: _P, d: Any) -> Days:
-    p.keys(d, "days", ("calendar", "buckets", "date_column"))
+    p.keys(d, "days", ("calendar", "buckets", "date_column", "from", "to"))
     if ("calendar" in d) == ("buckets" in d):
         raise p.err("days", "give exactly one of 'calendar: TIMEZONE' or 'buckets: N'")
     if "calendar" in d:
         date = d.get("date_column")
+        first, last = (_date(p, d[k], f"days.{k}") if d.get(k) is not None else None
+                       for k in ("from", "to"))
+        if date is not None and (first or last):
+            raise p.err("days.date_column", "give 'date_column' or a date range ('from', "
+                                             "'to'), not both: each fixes day 0")
+        if first and last and last < first:
+            raise p.err("days.to", f"{last} is before days.from {first} (the range is "
+                                   "inclusive: from <= to)")
         return Days(calendar=_tz(p, d["calendar"], "days.calendar"),
-                    date_column=None if date is None else p.text(date, "days.date_column"))
-    if "date_column" in d:
-        raise p.err("days.date_column", "only with 'calendar'")
+                    date_column=None if date is None else p.text(date, "days.date_column"),
+                    first=first, last=last)
+    for k in ("date_column", "from", "to"):
+        if k in d:
+            raise p.err(f"days.{k}", "only with 'calendar' (buckets split the rows as read)")
     return Days(calendar=None, buckets=p.integer(d["buckets"], "days.buckets", 1))
+
+
+def _date(p: _P, v: Any, key: str) -> str:
+    """A calendar date (YAML's unquoted 2020-01-09, or the text) as ISO ``YYYY-MM-DD``."""
+    if isinstance(v, datetime.datetime) or not isinstance(v, datetime.date | str):
+        raise p.err(key, f"expected a date such as 2020-01-09, got {v!r}")
+    try:
+        return (v if isinstance(v, datetime.date) else datetime.date.fromisoformat(v)).isoformat()
+    except ValueError:
+        raise p.err(key, f"expected a date such as 2020-01-09, got {v!r}") from None
 
 
 def _ids(p: _P, v: Any, key: str) -> Ids:
