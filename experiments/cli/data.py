@@ -57,9 +57,16 @@ def _print_imported(result, out: str) -> None:
 
 
 def _print_summary(path, oracle: bool) -> None:
-    from gemkd.transfer.data.summary import feature_oracle_summary, impressions_per_user, summarize
+    from gemkd.transfer.data.summary import (
+        feature_oracle_summary,
+        impressions_per_user,
+        summarize,
+        tables,
+    )
 
     print_table(summarize(path))
+    print("\ntables (rows of each feature's embedding table: its cardinality)")
+    print_table(tables(path))
     print("\nimpressions per user")
     print_table(impressions_per_user(path))
     frame = feature_oracle_summary(path) if oracle else None

@@ -86,13 +86,18 @@ def test_threshold_label_side_table_history(tmp_path, capsys):
     assert schema.dense == ["price", "weight"]
     assert np.allclose(t["price"], np.log1p(log["price"].fillna(0)))
     assert np.allclose(t["weight"], [1, 1, 0, 0, 4, 2, 0, 1])
+    # ids are dense codes in sorted order: users 1 2 3, items 10 11 12 13 99 → 1..5
+    assert list(t["user_id"]) == list(log["user"])
+    assert list(t["item_id"]) == list(log["item"].map({10: 1, 11: 2, 12: 3, 13: 4, 99: 5}))
+    assert [(f.name, f.cardinality) for f in schema.categorical[:2]] == [("user_id", 4),
+                                                                         ("item_id", 6)]
     # in time order users are 1 2 2 1 1 1 2 3; histories hold the 2 most recent earlier events
-    assert [list(h) for h in t["hist_item_id"]] == [[], [], [10], [10], [10, 12], [12, 13],
-                                                    [10, 12], []]
+    assert [list(h) for h in t["hist_item_id"]] == [[], [], [1], [1], [1, 3], [3, 4],
+                                                    [1, 3], []]
     assert [list(h) for h in t["hist_like"]] == [[], [], [1], [0], [0, 0], [0, 1], [1, 1], []]
     assert [list(h) for h in t["hist_brand"]] == [[], [], [2], [2], [2, 2], [2, 3], [2, 2], []]
     assert {f.name: f.cardinality for f in schema.sequence} == {
-        "hist_item_id": 100, "hist_like": 2, "hist_brand": 4, "hist_age": 16}
+        "hist_item_id": 6, "hist_like": 2, "hist_brand": 4, "hist_age": 16}
 
 
 def test_parquet_input_gives_the_same_dataset(tmp_path, capsys):
@@ -192,6 +197,9 @@ def test_duplicate_side_key_and_negative_id(tmp_path, capsys):
     assert "items.csv: column 'item_id' line 6: key 11 repeats" in capsys.readouterr().err
     ITEMS.to_csv(src / "items.csv", index=False)
     LOG.assign(user=[1, 1, 2, -1, 2, 1, 2, 3]).to_csv(src / "log.csv", index=False)
+    raw = copy.deepcopy(MAPPING)
+    raw["user"] = {"column": "user", "ids": "raw"}  # kept as read: integers >= 0
+    mapping.write_text(yaml.safe_dump(raw, sort_keys=False))
     assert main(["data", "import", "--src", str(src), "--mapping", str(mapping), "--out",
                  str(out)]) == 2
     assert "log.csv: column 'user' line 5: negative id -1" in capsys.readouterr().err

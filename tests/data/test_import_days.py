@@ -4,13 +4,17 @@ both now come as notes on stdout and warnings on stderr."""
 
 from __future__ import annotations
 
+import datetime as dt
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pytest
 import yaml
 
 from gemkd.experiments.cli import main
+from gemkd.transfer.data.schema import DatasetSchema
+from tests.conftest import dataset_table
 
 DAY = 86_400
 T0 = 1_717_200_000 - 1_717_200_000 % DAY  # 2024-06-01 00:00 UTC
@@ -69,3 +73,67 @@ def test_equal_count_days_are_not_checked(tmp_path, capsys):
     mapping = {**MAPPING, "days": {"buckets": 4}}
     out, err = run_import(tmp_path, capsys, log({0: 6, 1: 1000, 9: 1000}), mapping)
     assert "days:" not in out and "days:" not in err
+
+
+def stragglers() -> pd.DataFrame:
+    """Trap 3 of issue 42: 35 stray rows months before the log's real 9 days (2024-06-01..09)."""
+    rng = np.random.default_rng(1)
+    stray = T0 - 75 * DAY + rng.integers(0, 3 * DAY, 35)  # 2024-03-18..20
+    real = log({d: 300 for d in range(9)})
+    return pd.concat([real, log({0: 35}, seed=2).assign(t=stray)], ignore_index=True)
+
+
+def test_stray_rows_months_early_push_the_real_days_to_75(tmp_path, capsys):
+    out, _ = run_import(tmp_path, capsys, stragglers())
+    days = DatasetSchema.load(tmp_path / "out").days
+    assert days[-9:] == list(range(75, 84)) and "wrote 2735 examples" in out
+
+
+def test_a_date_range_keeps_its_days_from_day_0(tmp_path, capsys):
+    mapping = {**MAPPING, "days": {"calendar": "UTC", "from": "2024-06-01", "to": "2024-06-09"}}
+    out, err = run_import(tmp_path, capsys, stragglers(), mapping)
+    schema = DatasetSchema.load(tmp_path / "out")
+    assert schema.days == list(range(9)) and schema.n_rows == 2700
+    assert ("note: days: kept the 2,700 rows dated 2024-06-01 to 2024-06-09 (UTC); left out 35 "
+            "rows before it and 0 after it") in out
+    assert "days:" not in err  # no straggler day, no gap
+    assert schema.generator["mapping"]["days"] == {"calendar": "UTC", "from": "2024-06-01",
+                                                   "to": "2024-06-09"}
+    t = dataset_table(tmp_path / "out").to_pandas()
+    assert t["ts"].min() >= T0 and (t["day"] == (t["ts"] - T0) // DAY).all()
+
+
+def test_an_open_range_and_yaml_dates(tmp_path, capsys):
+    """``to`` alone keeps day 0 at the first kept date; unquoted YAML dates read as dates."""
+    path = tmp_path / "map.yaml"
+    frame = log({0: 100, 1: 100, 2: 100, 3: 100})
+    mapping = {**MAPPING, "days": {"calendar": "UTC", "to": dt.date(2024, 6, 2)}}
+    out, _ = run_import(tmp_path, capsys, frame, mapping)
+    assert "left out 0 rows before it and 200 after it" in out
+    assert "to: 2024-06-02" in path.read_text()  # written unquoted: YAML reads back a date
+    assert DatasetSchema.load(tmp_path / "out").days == [0, 1]
+
+
+@pytest.mark.parametrize("days,expect", [
+    ({"calendar": "UTC", "from": "2024-06-09", "to": "2024-06-01"},
+     "key 'days.to': 2024-06-01 is before days.from 2024-06-09"),
+    ({"calendar": "UTC", "from": "June 1st"},
+     "key 'days.from': expected a date such as 2020-01-09, got 'June 1st'"),
+    ({"buckets": 3, "from": "2024-06-01"}, "key 'days.from': only with 'calendar'"),
+    ({"calendar": "UTC", "date_column": "d", "from": "2024-06-01"},
+     "key 'days.date_column': give 'date_column' or a date range"),
+    ({"calendar": "UTC", "from": "2025-01-01"},
+     "key 'days': no row of the log is dated 2025-01-01 to the last date (UTC): its rows run "
+     "from 2024-06-01 to 2024-06-02"),
+])
+def test_bad_date_ranges(tmp_path, capsys, days, expect):
+    src = tmp_path / "src"
+    src.mkdir()
+    log({0: 10, 1: 10}).to_csv(src / "log.csv", index=False)
+    path = tmp_path / "map.yaml"
+    path.write_text(yaml.safe_dump({**MAPPING, "days": days}))
+    assert main(["data", "import", "--src", str(src), "--mapping", str(path), "--out",
+                 str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert f"{path}: {expect}" in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "out").exists()

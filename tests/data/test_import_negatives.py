@@ -128,7 +128,8 @@ def test_negatives_are_unengaged_items_available_by_then(tmp_path, capsys, sourc
     pos = t.iloc[positive_of(t)[neg.index]]
     for col in ("ts", "day", "user_id", "domain", "device"):
         assert (neg[col].to_numpy() == pos[col].to_numpy()).all(), col
-    assert (neg["genre"].to_numpy() == neg["item_id"].to_numpy() % 7 + 1).all()
+    raw_item = np.sort(plays()["item"].unique())[neg["item_id"].to_numpy() - 1]  # dense codes
+    assert (neg["genre"].to_numpy() == raw_item % 7 + 1).all()
     assert (t["example_id"] == np.arange(len(t))).all() and t["ts"].is_monotonic_increasing
     # marked in the data and in schema.json
     assert str(schema.arrow_schema().field("sampled").type) == "int8"
@@ -330,6 +331,9 @@ def test_docs_example(tmp_path, capsys):
         "per_positive": 2, "from": "popularity", "seed": 7, "window_hours": 24.0,
         "lookahead_hours": 1.0, "new_item_hours": 1.0}
     assert list(t["sampled"][:9]) == [0, 0, 1, 1, 0, 1, 1, 0, 1]
-    assert list(t["item_id"][:9]) == [103, 109, 103, 103, 106, 103, 109, 106, 109]
+    # tracks 103, 109, 106 as dense codes (the log's tracks 100..109 → 1..10)
+    assert list(t["item_id"][:9]) == [4, 10, 4, 4, 7, 4, 10, 7, 10]
+    assert [(f.name, f.cardinality) for f in schema.categorical[:2]] == [("user_id", 6),
+                                                                         ("item_id", 11)]
     assert main(["data", "validate", str(out)]) == 0
     assert "ok: 88 rows" in capsys.readouterr().out

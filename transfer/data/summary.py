@@ -50,6 +50,16 @@ def summarize(root: str | Path) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def tables(root: str | Path) -> pd.DataFrame:
+    """One row per embedding table a model builds from the schema: each categorical and
+    sequence feature with its rows (the cardinality; a model caps it at its ``max_rows``)."""
+    schema = DatasetSchema.load(root)
+    rows = [{"table": f.name, "kind": kind, "rows": f.cardinality}
+            for kind, feats in (("categorical", schema.categorical),
+                                ("sequence", schema.sequence)) for f in feats]
+    return pd.DataFrame(rows, columns=["table", "kind", "rows"])
+
+
 def impressions_per_user(root: str | Path, first_days: int = 9) -> pd.DataFrame:
     """Impressions per user (p10/p50/p90, mean) over all days and over the first ``first_days``
     days (the quickstart teacher's window); users are those with any row in the dataset."""

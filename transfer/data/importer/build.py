@@ -20,7 +20,7 @@ import pandas as pd
 
 from gemkd.transfer.data.importer import day_checks, encode, negatives, sides, source, times
 from gemkd.transfer.data.importer.item_age import item_age_caveat
-from gemkd.transfer.data.importer.mapping import Mapping
+from gemkd.transfer.data.importer.mapping import Ids, Mapping
 from gemkd.transfer.data.importer.write import Events, write_dataset
 from gemkd.transfer.data.ranges import N_AGE_BUCKETS, equal_count_days
 from gemkd.transfer.data.schema import SAMPLED_COLUMN, SCHEMA_FILE, DatasetSchema, Feature
@@ -49,7 +49,7 @@ def import_logs(src: str | Path, mapping: Mapping, out: str | Path,
     with output_directory(out, overwrite=overwrite, last=(SCHEMA_FILE,)) as tmp:
         side = sides.resolve(mapping, base, notes)
         files = source.find_files(src, mapping.files, {p.resolve() for _, p in side})
-        raw = _read_logs(files, mapping)
+        raw = _in_range(_read_logs(files, mapping), mapping, notes)
         n = len(raw["t"])
         order = np.argsort(raw["t"], kind="stable")
         rows = _take(raw, order)
@@ -61,7 +61,7 @@ def import_logs(src: str | Path, mapping: Mapping, out: str | Path,
             assert schema.negatives is not None  # _assemble records the mapping's negatives
             schema.negatives["item_age"] = age
         schema.generator = {"mapping": mapping.to_dict(), "files": [str(f) for f in files],
-                            "side_tables": [str(p) for _, p in side]}
+                            "side_tables": [str(p) for _, p in side], "notes": notes}
         write_dataset(schema, columns, events, tmp)
         schema.save(tmp)
     log.info("imported %d rows from %d file(s) in %.1f s", n, len(files),
@@ -118,7 +118,7 @@ def _extract(df: pd.DataFrame, path: Path, m: Mapping) -> dict[str, np.ndarray |
         if ids is None:
             continue
         s = df[ids.column]
-        if ids.codes:
+        if ids.ids != "raw":  # dense codes or hashes of any value (text too)
             if s.isna().any():
                 i = int(np.argmax(s.isna().to_numpy()))
                 raise DataError(f"{path}: column {ids.column!r} {source.place(path, i)}: "
@@ -148,6 +148,38 @@ def _extract(df: pd.DataFrame, path: Path, m: Mapping) -> dict[str, np.ndarray |
     for table in m.side_tables:
         out[f"on:{table.on}"] = df[table.on]
     return out
+
+
+def _in_range(rows: dict, m: Mapping, notes: list[str]) -> dict:
+    """The rows whose local date is in the mapping's ``days`` range (``from``/``to``, inclusive);
+    the rows left out before and after it are counted in a note."""
+    first, last = m.days.first, m.days.last
+    if first is None and last is None:
+        return rows
+    assert m.days.calendar is not None  # parse_mapping: a range only with calendar days
+    date = encode.local_dates(rows["t"], m.days.calendar)
+    lo = date < _epoch_day(first) if first else np.zeros(len(date), dtype=bool)
+    hi = date > _epoch_day(last) if last else np.zeros(len(date), dtype=bool)
+    keep = ~(lo | hi)
+    span = f"{first or 'the first date'} to {last or 'the last date'} ({m.days.calendar})"
+    if not keep.any():
+        raise DataError(f"{m.path}: key 'days': no row of the log is dated {span}: its rows "
+                        f"run from {_iso(date.min())} to {_iso(date.max())}")
+    if keep.all():
+        return rows
+    note = (f"days: kept the {int(keep.sum()):,} rows dated {span}; left out "
+            f"{int(lo.sum()):,} rows before it and {int(hi.sum()):,} after it")
+    notes.append(note)
+    log.info(note)
+    return _take(rows, np.flatnonzero(keep))
+
+
+def _epoch_day(iso: str) -> int:
+    return int(np.datetime64(iso, "D").astype(np.int64))
+
+
+def _iso(day: int) -> str:
+    return str(np.datetime64(int(day), "D"))
 
 
 def _take(rows: dict, idx: np.ndarray) -> dict:
@@ -206,12 +238,22 @@ def _check_days(day: np.ndarray, rows: dict, calendar: str, first: int | None,
         log.warning("days: %s", warning)
 
 
-def _ids(values: np.ndarray | pd.Series, codes: bool) -> tuple[np.ndarray, int]:
-    if codes:  # _extract keeps ids that get codes as read: a Series
-        assert isinstance(values, pd.Series)
+def _ids(values: np.ndarray | pd.Series, ids: Ids, notes: list[str]) -> tuple[np.ndarray, int]:
+    """An id column's table rows and their count, by the mapping's ``ids`` (mapping.Ids)."""
+    if ids.ids == "raw":
+        assert isinstance(values, np.ndarray)  # _extract checked them as integers >= 0
+        return values, int(values.max()) + 1
+    assert isinstance(values, pd.Series)  # _extract keeps ids to code as read
+    if ids.ids == "dense":
         return encode.codes(values)
-    assert isinstance(values, np.ndarray)
-    return values, int(values.max()) + 1
+    assert ids.buckets is not None  # parse_mapping: hash comes with buckets
+    h = encode.hashed(values, ids.buckets)
+    note = (f"ids: {ids.key} ids hashed into {ids.buckets:,} buckets: {h.shared:,} of "
+            f"{h.distinct:,} distinct ids ({100 * h.collision_rate:.2f} %) share a bucket with "
+            "another id (ids: dense gives each its own row)")
+    notes.append(note)
+    log.info(note)
+    return h.codes, h.cardinality
 
 
 def _assemble(rows: dict, m: Mapping, side: list, notes: list[str]
@@ -222,7 +264,8 @@ def _assemble(rows: dict, m: Mapping, side: list, notes: list[str]
     cols: dict[str, np.ndarray] = {"example_id": np.arange(n, dtype=np.int64),
                                    "ts": t // 10**9}
     if m.days.calendar is not None:
-        first = int(rows["date"].min()) if "date" in rows else None
+        first = (int(rows["date"].min()) if "date" in rows else
+                 _epoch_day(m.days.first) if m.days.first else None)
         cols["day"] = encode.calendar_days(t, m.days.calendar, first)
         _check_days(cols["day"], rows, m.days.calendar, first, notes)
     else:
@@ -236,12 +279,12 @@ def _assemble(rows: dict, m: Mapping, side: list, notes: list[str]
         cols["domain"], domains = np.zeros(n, dtype=np.int16), ["all"]
     categorical: list[Feature] = []
     if m.user is not None:
-        cols["user_id"], card = _ids(rows["user"], m.user.codes)
+        cols["user_id"], card = _ids(rows["user"], m.user, notes)
         categorical.append(Feature("user_id", card))
     else:
         cols["user_id"] = np.zeros(n, dtype=np.int64)
     if m.item is not None:
-        cols["item_id"], card = _ids(rows["item"], m.item.codes)
+        cols["item_id"], card = _ids(rows["item"], m.item, notes)
         categorical.append(Feature("item_id", card))
     for c in m.categorical:
         v = rows[f"cat:{c.name}"]

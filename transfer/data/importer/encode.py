@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import pandas as pd
 
@@ -27,6 +29,34 @@ def _factorize(values: pd.Series) -> tuple[np.ndarray, pd.Index]:
     except TypeError:  # numbers from one file, text from another: compare as text
         c, uniq = pd.factorize(values.astype("string"), sort=True)
     return (c + 1).astype(np.int64), pd.Index(uniq)
+
+
+@dataclass(frozen=True)
+class Hashed:
+    """Hashed ids: ``codes`` ``1..buckets`` per row, and how many distinct ids share a bucket."""
+
+    codes: np.ndarray
+    cardinality: int
+    distinct: int
+    shared: int  # distinct ids whose bucket holds another id too
+
+    @property
+    def collision_rate(self) -> float:
+        return self.shared / self.distinct if self.distinct else 0.0
+
+
+def hashed(values: pd.Series, buckets: int) -> Hashed:
+    """``1 + hash(value) mod buckets`` per row (row 0 stays the missing/unknown row).
+
+    The hash is of the value's text (SipHash, pandas' fixed key), so an id hashes alike whether
+    a file typed it as a number or as text, and alike on every machine and run.
+    """
+    inverse, uniq = pd.factorize(values)
+    text = pd.Index(uniq).astype(str).to_numpy(dtype=object)
+    bucket = (pd.util.hash_array(text, categorize=False) % np.uint64(buckets)).astype(np.int64)
+    per_bucket = np.unique(bucket, return_counts=True)[1]
+    return Hashed(bucket[inverse] + 1, buckets + 1, len(uniq),
+                  int(per_bucket[per_bucket > 1].sum()))
 
 
 def first_item(values: pd.Series, sep: str) -> pd.Series:

@@ -18,6 +18,7 @@ BUCKETS = ("log2",)
 TRANSFORMS = ("log1p",)
 HIST_KINDS = ("item", "domain", "age")  # history fields named by a word; others are mappings
 NEGATIVE_SOURCES = ("popularity", "uniform")
+ID_ENCODINGS = ("dense", "raw", "hash")  # user/item ids: codes 1..K (default), as read, hashed
 # sampled negatives: popularity over the last day; an item first logged within the hour after a
 # row is available to it; the item-age check looks at items first logged under an hour before
 DEFAULT_WINDOW_HOURS = 24.0
@@ -37,12 +38,30 @@ class Days:
     calendar: str | None = "UTC"  # day = calendar date in this timezone ...
     buckets: int | None = None     # ... or this many time buckets of equal row counts
     date_column: str | None = None  # calendar only: the log's own date fixes day 0
+    # calendar only: keep rows whose local date is in [first, last] (ISO dates, inclusive);
+    # ``first`` is then day 0 ("from" and "to" in YAML)
+    first: str | None = None
+    last: str | None = None
+
+    def to_dict(self) -> dict:
+        d = {"calendar": self.calendar, "buckets": self.buckets, "date_column": self.date_column,
+             "from": self.first, "to": self.last}
+        return {k: v for k, v in d.items() if v is not None}
 
 
 @dataclass(frozen=True)
 class Ids:
+    """A user or item id column and how its values become table rows.
+
+    ``dense`` (default): codes ``1..K`` in sorted value order, so a table has one row per id seen
+    (plus row 0, missing/unknown); ``raw``: non-negative integer ids kept as read (a table of
+    max id + 1 rows); ``hash``: ``1 + hash(value) mod buckets``, for a vocabulary too large to
+    keep (the import notes its collision rate).
+    """
+
     column: str
-    codes: bool = False  # number the values 1..K (sorted) instead of keeping integer ids
+    ids: str = "dense"
+    buckets: int | None = None  # hash only
     key: str = ""
 
 
@@ -153,6 +172,7 @@ class Mapping:
         """A JSON-ready record of the mapping actually applied (for ``schema.json``): unset
         options and the bookkeeping of mapping keys are left out."""
         d = _clean(dataclasses.asdict(self))
+        d["days"] = self.days.to_dict()
         if self.negatives is not None:
             d["negatives"] = self.negatives.to_dict()
         return d

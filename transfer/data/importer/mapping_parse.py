@@ -5,6 +5,7 @@ error naming it and listing the valid ones), every value's type too, then the cr
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import zoneinfo
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,7 @@ from gemkd.transfer.data.importer.mapping import (
     DEFAULT_NEW_ITEM_HOURS,
     DEFAULT_WINDOW_HOURS,
     HIST_KINDS,
+    ID_ENCODINGS,
     NEGATIVE_SOURCES,
     OPS,
     TIME_UNITS,
@@ -136,24 +138,60 @@ def _tz(p: _P, v: Any, key: str) -> str:
 
 
 def _days(p: _P, d: Any) -> Days:
-    p.keys(d, "days", ("calendar", "buckets", "date_column"))
+    p.keys(d, "days", ("calendar", "buckets", "date_column", "from", "to"))
     if ("calendar" in d) == ("buckets" in d):
         raise p.err("days", "give exactly one of 'calendar: TIMEZONE' or 'buckets: N'")
     if "calendar" in d:
         date = d.get("date_column")
+        first, last = (_date(p, d[k], f"days.{k}") if d.get(k) is not None else None
+                       for k in ("from", "to"))
+        if date is not None and (first or last):
+            raise p.err("days.date_column", "give 'date_column' or a date range ('from', "
+                                             "'to'), not both: each fixes day 0")
+        if first and last and last < first:
+            raise p.err("days.to", f"{last} is before days.from {first} (the range is "
+                                   "inclusive: from <= to)")
         return Days(calendar=_tz(p, d["calendar"], "days.calendar"),
-                    date_column=None if date is None else p.text(date, "days.date_column"))
-    if "date_column" in d:
-        raise p.err("days.date_column", "only with 'calendar'")
+                    date_column=None if date is None else p.text(date, "days.date_column"),
+                    first=first, last=last)
+    for k in ("date_column", "from", "to"):
+        if k in d:
+            raise p.err(f"days.{k}", "only with 'calendar' (buckets split the rows as read)")
     return Days(calendar=None, buckets=p.integer(d["buckets"], "days.buckets", 1))
 
 
+def _date(p: _P, v: Any, key: str) -> str:
+    """A calendar date (YAML's unquoted 2020-01-09, or the text) as ISO ``YYYY-MM-DD``."""
+    if isinstance(v, datetime.datetime) or not isinstance(v, datetime.date | str):
+        raise p.err(key, f"expected a date such as 2020-01-09, got {v!r}")
+    try:
+        return (v if isinstance(v, datetime.date) else datetime.date.fromisoformat(v)).isoformat()
+    except ValueError:
+        raise p.err(key, f"expected a date such as 2020-01-09, got {v!r}") from None
+
+
 def _ids(p: _P, v: Any, key: str) -> Ids:
+    """``column`` or ``{column, ids, buckets}``; ``codes: true/false`` is the older spelling of
+    ``ids: dense/raw`` (dense codes were opt-in before they became the default)."""
     if isinstance(v, str):
         v = {"column": v}
-    p.keys(v, key, ("column", "codes"), ("column",))
-    return Ids(p.text(v["column"], f"{key}.column"), p.flag(v.get("codes", False),
-                                                            f"{key}.codes"), key)
+    p.keys(v, key, ("column", "ids", "buckets", "codes"), ("column",))
+    if "codes" in v and "ids" in v:
+        raise p.err(f"{key}.codes", "give 'ids' (dense, raw or hash) or the older 'codes', "
+                                    "not both")
+    if "codes" in v:
+        ids = "dense" if p.flag(v["codes"], f"{key}.codes") else "raw"
+    else:
+        ids = p.text(v.get("ids", "dense"), f"{key}.ids", ID_ENCODINGS)
+    buckets = None
+    if ids == "hash":
+        if "buckets" not in v:
+            raise p.err(f"{key}.buckets", "missing (required with ids: hash: the number of "
+                                          "hash buckets, e.g. 1000000)")
+        buckets = p.integer(v["buckets"], f"{key}.buckets", 1)
+    elif "buckets" in v:
+        raise p.err(f"{key}.buckets", f"only with ids: hash (here ids: {ids})")
+    return Ids(p.text(v["column"], f"{key}.column"), ids, buckets, key)
 
 
 def _domain(p: _P, v: Any) -> Domain:
