@@ -505,8 +505,9 @@ class RunSpec:
             if len(days) != 2 or days[0] >= days[1]:
                 raise ValueError(f"{key!r} must be a half-open range [first, end), got {days}")
         if self.student_days[0] < self.teacher_days or self.eval_days[0] < self.student_days[1]:
-            raise ValueError("days must be ordered: teacher [0, teacher_days) <= student_days "
-                             "<= eval_days")
+            raise ValueError(f"days must be ordered: teacher days before teacher_days "
+                             f"({self.teacher_days}) <= student_days {self.student_days} <= "
+                             f"eval_days {self.eval_days}")
         if self.teacher_protocol not in PROTOCOLS:
             raise ValueError(f"'teacher_protocol' must be one of {', '.join(PROTOCOLS)}, got "
                              f"{self.teacher_protocol!r}")
