@@ -73,3 +73,22 @@ def _serial_sweeps(monkeypatch):
     from gemkd.experiments.run import executors
 
     monkeypatch.setattr(executors, "default_workers", lambda threads: 1)
+
+
+@pytest.fixture(autouse=True)
+def _signal_handlers_restored():
+    """Every test leaves SIGINT's and SIGTERM's handlers as it found them. A handler that
+    outlived its test (Ray's ``init`` makes SIGTERM raise ``SystemExit(15)``) turned a CI time
+    limit's SIGTERM into a failure inside whichever test ran next, and the suite carried on. A
+    leak is put right here and reported as a warning naming the test's handler."""
+    import signal
+    import warnings
+
+    before = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    yield
+    for s, handler in before.items():
+        now = signal.getsignal(s)
+        if now is not handler and handler is not None:
+            signal.signal(s, handler)
+            warnings.warn(f"the test left {signal.Signals(s).name} handled by {now!r}; "
+                          "restored", stacklevel=1)

@@ -1,5 +1,5 @@
 """The gemkd command line. Every user error is one "error: ..." line and exit code 2; Ctrl-C is
-one "interrupted: ..." line and exit code 130.
+one "interrupted: ..." line and exit code 130 (143 after SIGTERM).
 
 Each command only parses its arguments and calls a library function (gemkd's Python API) with
 them, so a notebook can do exactly what a command does. Every option is declared once, in its
@@ -61,7 +61,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 raise
             newline = "\n" if sys.stderr.isatty() else ""  # past the terminal's ^C and a bar
             print(f"{newline}{_interrupted(command)}", file=sys.stderr, flush=True)
-            return interrupt.EXIT_CODE
+            return interrupt.exit_code()
         except BrokenPipeError:  # `gemkd data summary DIR | head`: the reader has what it wanted
             _quiet_stdout()
         finally:

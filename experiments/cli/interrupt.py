@@ -1,10 +1,14 @@
-"""Ctrl-C: one clear line on stderr (and in the run's ``log.txt``), exit code 130.
+"""Ctrl-C (SIGINT) and SIGTERM: one clear line on stderr (and in the run's ``log.txt``), exit
+code 128 + the signal's number (130, 143), finished work kept for a rerun to resume.
 
 Lightning catches a ``KeyboardInterrupt`` raised inside a fit, logs it at INFO (hidden without
 ``-v``) and calls ``sys.exit(1)``: an interrupted teacher fit would end as a silent failure. So
-the command's own SIGINT handler notes that the signal came before it raises
-``KeyboardInterrupt``, and a ``SystemExit`` that follows the signal is read as the interrupt it
-is (:func:`is_interrupt`).
+the command's own handler notes which signal came before it raises ``KeyboardInterrupt``, and a
+``SystemExit`` that follows the signal is read as the interrupt it is (:func:`is_interrupt`).
+SIGTERM (``kill PID``, a scheduler's preemption) is handled as Ctrl-C is: the command unwinds
+(its workers are stopped on the way: :mod:`gemkd.experiments.run.executors`) instead of dying
+with its children still training. The handlers are the command's only while it runs
+(:func:`handled` puts the previous ones back).
 """
 
 from __future__ import annotations
@@ -17,39 +21,52 @@ from pathlib import Path
 
 #: what an interrupted ``gemkd run`` says: its cache and ledger make a rerun resume
 RUN_MESSAGE = "interrupted: finished steps are kept; rerun the same command to resume"
-#: the shell's code for a process ended by SIGINT (128 + 2)
+#: the signals a command turns into an orderly stop
+SIGNALS = (signal.SIGINT, signal.SIGTERM)
+#: the shell's code for a process ended by SIGINT (128 + 2); SIGTERM's is 143
 EXIT_CODE = 128 + signal.SIGINT
 
-_received = False
+_received: int | None = None
 
 
-def _on_sigint(signum: int, frame: object) -> None:
+def _on_signal(signum: int, frame: object) -> None:
     global _received
-    _received = True
+    _received = signum
     raise KeyboardInterrupt
 
 
 @contextmanager
 def handled() -> Iterator[None]:
-    """Note SIGINT for the duration of a command (the handler before it is put back after:
-    Lightning leaves SIGINT ignored once it has handled one). Off the main thread, where no
+    """Note SIGINT and SIGTERM for the duration of a command and put the handlers before it
+    back after (Lightning leaves SIGINT ignored once it has handled one; a test that runs a
+    command must not leave the command's handlers behind). Off the main thread, where no
     handler can be installed, a KeyboardInterrupt is still one."""
     global _received
-    _received = False
+    _received = None
+    previous: dict[int, object] = {}
     try:
-        previous = signal.signal(signal.SIGINT, _on_sigint)
-    except ValueError:  # not the main thread
+        for signum in SIGNALS:
+            previous[signum] = signal.signal(signum, _on_signal)
+    except ValueError:  # not the main thread: nothing was installed
         yield
         return
     try:
         yield
     finally:
-        signal.signal(signal.SIGINT, previous)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)  # type: ignore[arg-type]
 
 
 def is_interrupt(exc: BaseException) -> bool:
     """A KeyboardInterrupt, or the ``sys.exit`` Lightning turns one into."""
-    return isinstance(exc, KeyboardInterrupt) or (isinstance(exc, SystemExit) and _received)
+    return isinstance(exc, KeyboardInterrupt) or (isinstance(exc, SystemExit)
+                                                  and _received is not None)
+
+
+def exit_code() -> int:
+    """128 + the signal that stopped the command (SIGINT when none was noted: a
+    KeyboardInterrupt raised by other means)."""
+    return 128 + (_received if _received is not None else signal.SIGINT)
 
 
 @contextmanager

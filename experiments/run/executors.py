@@ -10,10 +10,13 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import signal
 import sys
+import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
+from contextlib import contextmanager
 from typing import Any, Protocol
 
 from gemkd.experiments.run.jobs import StudentRun
@@ -24,6 +27,9 @@ from gemkd.transfer.options import EXECUTORS
 
 Done = Callable[[StudentRun, dict[str, Any]], None]
 RETRIES = 1  # a run whose worker died is tried once more on a fresh pool
+#: seconds an aborted sweep's workers get to stop after SIGTERM (a teacher fit finishes its
+#: batch and saves a checkpoint) before they are killed
+STOP_SECONDS = 60.0
 
 
 class Executor(Protocol):
@@ -38,7 +44,9 @@ class Executor(Protocol):
     def run(self, runs: list[StudentRun], done: Done) -> None:
         """Execute every run; call ``done(run, result)`` in this process as each finishes."""
 
-    def close(self) -> None: ...
+    def close(self, abort: bool = False) -> None:
+        """Release the workers; ``abort`` (an interrupt or an error in the caller): stop the
+        runs in flight instead of waiting for them, since nothing will record their results."""
 
 
 def _run_pack(pack: list[StudentRun]) -> list[dict[str, Any]]:
@@ -76,7 +84,7 @@ class Serial:
         finally:
             torch.set_num_threads(before)
 
-    def close(self) -> None:
+    def close(self, abort: bool = False) -> None:
         pass
 
 
@@ -93,6 +101,22 @@ def _start_worker(threads: int, verbose: bool, path: list[str], env: dict[str, s
     os.environ.update(env)
     torch.set_num_threads(threads)
     output.configure(verbose, lightning=True)
+    # the command decides when its workers stop: Ctrl-C reaches the whole terminal's process
+    # group, workers included, and is the command's to handle; SIGTERM (the command's, as it
+    # unwinds, or anyone's) ends the worker, whose job would otherwise catch it and take the
+    # next one (a teacher fit first finishes its batch and saves a checkpoint:
+    # gemkd.transfer.training.interrupt_checkpoint)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, _worker_stop)
+
+
+def _worker_stop(signum: int, frame: object) -> None:
+    """A worker's SIGTERM: end the process at once with the shell's code for the signal
+    (its job's partial output is what a SIGKILL would leave: steps and runs are redone or
+    resumed by the rerun)."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(128 + signum)
 
 
 class LocalProcesses:
@@ -173,10 +197,30 @@ class LocalProcesses:
             for f in pending:
                 f.cancel()
 
-    def close(self) -> None:
-        if self._pool is not None:
-            self._pool.shutdown(wait=True, cancel_futures=True)
-            self._pool = None
+    def close(self, abort: bool = False) -> None:
+        if self._pool is None:
+            return
+        pool, self._pool = self._pool, None
+        if abort:
+            stop_workers(pool)
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+def stop_workers(pool: ProcessPoolExecutor, seconds: float = STOP_SECONDS) -> None:
+    """SIGTERM every worker process of ``pool``, then SIGKILL those still alive after
+    ``seconds``. (Python 3.14's ``terminate_workers`` does the first half; before it the pool's
+    processes are only in its private ``_processes``.)"""
+    procs = list((getattr(pool, "_processes", None) or {}).values())
+    for p in procs:
+        if p.is_alive():
+            p.terminate()
+    deadline = time.monotonic() + seconds
+    for p in procs:
+        p.join(max(0.0, deadline - time.monotonic()))
+    for p in procs:
+        if p.is_alive():
+            p.kill()
+            p.join()
 
 
 class RayTasks:
@@ -190,24 +234,49 @@ class RayTasks:
         except ImportError:
             raise ConfigError("--executor ray needs Ray: pip install 'gemkd[ray]'") from None
         self.ray, self.threads, self.pack_size = ray, threads, pack_size
+        self._pending: list = []
         if not ray.is_initialized():
-            ray.init(address=address or os.environ.get("RAY_ADDRESS"),
-                     include_dashboard=False, log_to_driver=False,
-                     runtime_env={"env_vars": {"OMP_NUM_THREADS": str(threads)}})
+            with kept_handlers():  # ray.init makes SIGTERM sys.exit(15) for good
+                ray.init(address=address or os.environ.get("RAY_ADDRESS"),
+                         include_dashboard=False, log_to_driver=False,
+                         runtime_env={"env_vars": {"OMP_NUM_THREADS": str(threads)}})
         self._task = ray.remote(num_cpus=threads)(_ray_execute)
         self.parallel = max(1, int(ray.cluster_resources().get("CPU", 1) // threads))
 
     def run(self, runs: list[StudentRun], done: Done) -> None:
         pending = {self._task.remote(p, self.threads): p
                    for p in group_packs(runs, self.pack_size)}
+        self._pending = list(pending)
         while pending:
             finished, _ = self.ray.wait(list(pending), num_returns=1)
             for ref in finished:
                 for run, result in zip(pending.pop(ref), self.ray.get(ref), strict=True):
                     done(run, result)
+        self._pending = []
 
-    def close(self) -> None:
-        pass
+    def close(self, abort: bool = False) -> None:
+        """``abort``: cancel the tasks still running (their worker processes are killed)."""
+        if abort:
+            for ref in self._pending:
+                self.ray.cancel(ref, force=True)
+        self._pending = []
+
+
+@contextmanager
+def kept_handlers(signals: tuple[int, ...] = (signal.SIGINT, signal.SIGTERM)) -> Iterator[None]:
+    """The handlers of ``signals`` as they were before the block, whatever it installs (Ray's
+    ``init`` replaces SIGTERM's by one that raises ``SystemExit(15)`` wherever the process
+    happens to be)."""
+    before = {s: signal.getsignal(s) for s in signals}
+    try:
+        yield
+    finally:
+        for s, handler in before.items():
+            if handler is not None:
+                try:
+                    signal.signal(s, handler)
+                except ValueError:  # not the main thread: nothing could be installed either
+                    pass
 
 
 def _ray_execute(pack: list[StudentRun], threads: int) -> list[dict[str, Any]]:

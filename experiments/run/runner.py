@@ -77,15 +77,18 @@ def run_experiment(spec: RunSpec, out: str | Path, sync: Callable[[], None] | No
     created = not out.exists()
     out.mkdir(parents=True, exist_ok=True)
     executor = executor or Serial()
+    aborted = True  # until _run returns: then the workers' runs in flight are stopped
     try:
         with exclusive(out / LOCK, str(out)):
-            return _run(spec, out, tracker, sync, executor)
+            results = _run(spec, out, tracker, sync, executor)
+        aborted = False
+        return results
     except GemkdError as e:  # bad input found only once the data was read
         if created and (isinstance(e, DataMismatch) or not _holds_work(out)):
             shutil.rmtree(out, ignore_errors=True)
         raise
     finally:
-        executor.close()
+        executor.close(abort=aborted)
 
 
 def count_work(spec: RunSpec, makes_data: bool) -> tuple[int, int]:

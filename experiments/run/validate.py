@@ -104,7 +104,8 @@ def check_data(spec: RunSpec, days: list[int] | None, domains: list[str] | None,
     try:
         if days is not None:
             if spec.teacher.store is None:
-                check_window("teacher_days", (0, spec.teacher_days), days, where)
+                for key, window in teacher_windows(spec):
+                    check_window(key, window, days, where)
             check_window("student_days", spec.student_days, days, where)
             check_window("eval_days", spec.eval_days, days, where)
         if spec.student_domain is not None and domains is not None:
@@ -117,6 +118,28 @@ def check_data(spec: RunSpec, days: list[int] | None, domains: list[str] | None,
         if mismatch:
             raise DataMismatch(str(e)) from None
         raise
+
+
+def teacher_windows(spec: RunSpec) -> list[tuple[str, tuple[int, int]]]:
+    """The day windows the teachers of ``spec`` read, each with the keys that set it (for an
+    error): every lag's window (DESIGN §6.1: ``[T - L - W, T - L)``, all days before T - L
+    when W is unset) and, under streaming, the pass ``[teacher_stream_start, T)``. Only these
+    must be in the data: days before the window (a log's stray early rows) need not be."""
+    t, w = spec.teacher_days, spec.teacher_window_days
+    out: dict[tuple[int, int], str] = {}
+    if spec.teacher_protocol == "streaming":
+        start = spec.teacher_stream_start
+        out[(start, t)] = ("teacher_days" if not start else
+                           f"teacher_stream_start {start} to teacher_days {t}")
+    for lag in spec.lags:
+        window = spec.teacher_window(lag)
+        if window == (0, t):
+            out.setdefault(window, "teacher_days")
+        else:
+            lagged = f" - teacher_lag_days {lag}" if lag else ""
+            size = f" - teacher_window_days {w}" if w is not None else ""
+            out.setdefault(window, f"teacher window (teacher_days {t}{lagged}{size})")
+    return [(key, window) for window, key in out.items()]
 
 
 def data_name(spec: RunSpec) -> str:

@@ -66,7 +66,37 @@ def load_spec(path: str | Path | None = None, sets: list[str] | None = None) -> 
         raise ConfigError(f"{path}: the spec file is empty (no keys); name what to run, or "
                           f"leave out the SPEC argument to run the quickstart")
     overrides = {k: resolve_set(k, v, Path.cwd()) for k, v in parse_set(sets or []).items()}
-    values = apply_sets(resolve_paths(values, path.resolve().parent), overrides, str(path))
-    spec = spec_from_mapping(values, source=str(path))
+    values = resolve_paths(values, path.resolve().parent)
+    try:
+        spec = spec_from_mapping(apply_sets(values, overrides, str(path)), source=str(path))
+    except ConfigError:
+        blame = _first_bad_set(values, overrides, sets or [], str(path))
+        if blame is None:
+            raise
+        spec_from_mapping(apply_sets(values, dict([blame]), str(path)), source=f"--set "
+                          f"{_item(sets or [], blame[0])}")
+        raise  # not reached: the override alone fails as it did with the others
     spec.source_dir = path.resolve().parent  # relative config paths are looked up here too
     return spec
+
+
+def _first_bad_set(values: dict[str, Any], overrides: dict[str, Any], sets: list[str],
+                   source: str) -> tuple[str, Any] | None:
+    """The first ``--set`` override that, applied alone to the spec file, fails to build
+    (its error is then the override's, not the file's); None when the file alone fails too, or
+    no override fails alone (several together do: the file's name stays on the error)."""
+    try:
+        spec_from_mapping(values, source=source)
+    except ConfigError:
+        return None
+    for key, value in overrides.items():
+        try:
+            spec_from_mapping(apply_sets(values, {key: value}, source), source=source)
+        except ConfigError:
+            return key, value
+    return None
+
+
+def _item(sets: list[str], key: str) -> str:
+    """The ``--set`` argument as the user wrote it for ``key``."""
+    return next((item for item in sets if item.partition("=")[0] == key), key)

@@ -515,8 +515,9 @@ class RunSpec:
         self.primary.check({v.name: v.twin_of for v in self.variants}, self.lags,
                            self.student_tasks, self.student_domain)
         if self.student_days[0] < self.teacher_days or self.eval_days[0] < self.student_days[1]:
-            raise ValueError("days must be ordered: teacher [0, teacher_days) <= student_days "
-                             "<= eval_days")
+            raise ValueError(f"days must be ordered: teacher days before teacher_days "
+                             f"({self.teacher_days}) <= student_days {self.student_days} <= "
+                             f"eval_days {self.eval_days}")
         if self.teacher_protocol == "streaming" and self.teacher_val_days:
             raise ValueError("'teacher_protocol: streaming' is one pass with no epoch to "
                              f"choose: 'teacher_val_days' must be 0, got {self.teacher_val_days}")

@@ -127,9 +127,12 @@ def test_a_dead_worker_loses_only_its_run(tmp_path, monkeypatch):
 
 def test_ray_gives_the_serial_results(spec_path, serial, tmp_path):
     ray = pytest.importorskip("ray", reason="Ray is not installed (pip install 'gemkd[ray]')")
+    from gemkd.experiments.run.executors import kept_handlers
+
     try:
-        ray.init(num_cpus=2, include_dashboard=False, _node_ip_address="127.0.0.1",
-                 log_to_driver=False)
+        with kept_handlers():  # ray.init's SIGTERM handler must not outlive the test
+            ray.init(num_cpus=2, include_dashboard=False, _node_ip_address="127.0.0.1",
+                     log_to_driver=False)
     except Exception as e:  # noqa: BLE001 - any failure to start is a reason to skip
         pytest.skip(f"a local Ray instance could not start: {type(e).__name__}: {e}")
     try:

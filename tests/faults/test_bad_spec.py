@@ -14,7 +14,8 @@ import yaml
 from tests.faults.conftest import SPEC, cli_error
 
 CASES = [
-    ("batch_size=big", "{spec}: key 'batch_size': expected an integer, got 'big'"),
+    ("batch_size=big", "--set batch_size=big: key 'batch_size': expected an integer, got "
+                       "'big'"),
     ("teacher.max_stepz=3", "spec teacher (config tiny): unknown key 'max_stepz'; valid keys:"),
     ("teacher.max_steps=many",
      "spec teacher (config tiny): key 'max_steps': expected an integer, got 'many'"),
@@ -23,9 +24,10 @@ CASES = [
                           "'strong'"),
     ("tuning.kd_wieght=[1.0]", "spec tuning: unknown key 'kd_wieght'; this spec's variants "
                                "tune: kd_weight, lr, temperature"),
-    ("tuning.kd_weight=1.0", "{spec}: key 'tuning': key 'kd_weight' must be a non-empty list"),
-    ("student.hidden=[8]", "{spec}: key 'student': unknown key 'hidden' (expected class_path, "
-                           "init_args)"),
+    ("tuning.kd_weight=1.0", "--set tuning.kd_weight=1.0: key 'tuning': key 'kd_weight' must be "
+                             "a non-empty list"),
+    ("student.hidden=[8]", "--set student.hidden=[8]: key 'student': unknown key 'hidden' "
+                           "(expected class_path, init_args)"),
     ("student.class_path=my_studentz.tower.TwoTower",
      "student class_path 'my_studentz.tower.TwoTower' could not be imported "
      "(ModuleNotFoundError: No module named 'my_studentz')"),
@@ -36,7 +38,10 @@ CASES = [
     ("student.init_args={hidden: wide}", "student MLPStudent: init_args.hidden must be"),
     ("student_tasks=[clik]", "student_tasks: unknown task 'clik'; spec data (synthetic, preset "
                              "tiny) has tasks click, conversion, engage"),
-    ("student_tasks=[]", "{spec}: 'student_tasks' must list at least one task, each once"),
+    ("student_tasks=[]", "--set student_tasks=[]: 'student_tasks' must list at least one task, "
+                         "each once"),
+    ("student_days=[1,2]", "--set student_days=[1,2]: days must be ordered: teacher days before "
+                           "teacher_days (3) <= student_days [1, 2] <= eval_days [5, 6]"),
 ]
 
 
@@ -48,3 +53,10 @@ def test_bad_spec_fails_before_writing(tmp_path, capsys, setting, message):
     err = cli_error(capsys, "run", str(spec), "--out", str(out), "--set", setting)
     assert err.startswith("error: " + message.format(spec=spec)), err
     assert not out.exists() and list(tmp_path.iterdir()) == [spec]
+
+
+def test_an_error_of_the_file_names_the_file_even_with_sets(tmp_path, capsys):
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(yaml.safe_dump({**SPEC, "batch_size": "big"}))
+    err = cli_error(capsys, "run", str(spec), "--out", str(tmp_path / "out"), "--set", "lr=0.1")
+    assert err == f"error: {spec}: key 'batch_size': expected an integer, got 'big'", err

@@ -16,6 +16,7 @@ import pytest
 import yaml
 
 from gemkd.transfer.data.writer import ROW_GROUP_SIZE
+from gemkd.transfer.errors import ConfigError
 from tests.faults.conftest import ROOT, SPEC, TinyRun, cli_error, export_argv
 
 SYNTH = "spec data (synthetic, preset tiny), which has"
@@ -110,3 +111,36 @@ def _export(run: TinyRun, ckpt: Path, tmp_path: Path) -> list[str]:
     argv = export_argv(run, tmp_path / "store")
     argv[argv.index("--ckpt") + 1] = str(ckpt)
     return argv
+
+
+# a log whose days follow the calendar: stray rows months before the real days 75..83
+STRAGGLERS = [0, 70, *range(75, 84)]
+
+
+def _spec_on_stragglers(**keys):
+    from gemkd.experiments.spec.load import spec_from_mapping
+
+    return spec_from_mapping({**SPEC, "teacher_days": 80, "student_days": [80, 82],
+                              "eval_days": [82, 84], **keys})
+
+
+def test_the_teacher_window_not_every_day_before_it_must_be_in_the_data():
+    from gemkd.experiments.run.validate import check_data
+
+    where = "spec data (import, log.csv)"
+    check_data(_spec_on_stragglers(teacher_window_days=5), STRAGGLERS, None, None, where)
+    with pytest.raises(ConfigError) as e:  # no window: every day before T is read
+        check_data(_spec_on_stragglers(), STRAGGLERS, None, None, where)
+    assert str(e.value) == (f"teacher_days [0, 80): days 1..69, 71..74 not in {where}, which "
+                            "has days 0, 70, 75..83")
+    with pytest.raises(ConfigError) as e:  # a lag's window reaching before the real days
+        check_data(_spec_on_stragglers(teacher_window_days=5, teacher_lag_days=[0, 3]),
+                   STRAGGLERS, None, None, where)
+    assert str(e.value) == ("teacher window (teacher_days 80 - teacher_lag_days 3 - "
+                            f"teacher_window_days 5) [72, 77): days 72..74 not in {where}, which "
+                            "has days 0, 70, 75..83")
+    with pytest.raises(ConfigError) as e:  # a streaming pass reads from its start
+        check_data(_spec_on_stragglers(teacher_window_days=5, teacher_protocol="streaming",
+                                       teacher_stream_start=72), STRAGGLERS, None, None, where)
+    assert str(e.value).startswith("teacher_stream_start 72 to teacher_days 80 [72, 80): days "
+                                   "72..74 not in")

@@ -18,16 +18,18 @@ from tests.faults.forked import fork_gemkd
 
 def _pause_teacher_at_step(monkeypatch, sentinel, step: int) -> None:
     """In a child forked after this, the teacher fit stops (mid-epoch, inside Lightning) at
-    global step ``step`` until a signal ends the wait."""
+    global step ``step`` until the fit holds a signal (it finishes that batch, then stops)."""
+    from gemkd.transfer.training.interrupt_checkpoint import InterruptCheckpoint
     from gemkd.transfer.training.ranking_module import RankingModule
 
     training_step = RankingModule.training_step
 
     def paused(self, *args, **kwargs):
         if self.trainer.global_step >= step:
+            (held,) = [c for c in self.trainer.callbacks if isinstance(c, InterruptCheckpoint)]
             sentinel.touch()
-            while True:
-                time.sleep(60)
+            while held._pending is None:
+                time.sleep(0.01)
         return training_step(self, *args, **kwargs)
 
     monkeypatch.setattr(RankingModule, "training_step", paused)
