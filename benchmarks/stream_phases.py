@@ -14,7 +14,7 @@ fetched between one batch's end and the next one's start. Hook to hook, that is:
   ``on_before_optimizer_step`` (the hooks between);
 * ``clip+optimizer``: ``on_before_optimizer_step`` → batch end (gradient clipping,
   ``optimizer.step`` and the loop's bookkeeping);
-* ``day_checkpoint``: inside a ``DayCheckpoints`` save (``day=N.ckpt`` and its copy to
+* ``day_checkpoint``: inside a ``DayCheckpoints`` save (``day=N.ckpt`` and its hard link as
   ``last.ckpt``: once per streamed day), ``checkpoint``: inside any other
   ``trainer.save_checkpoint`` (the fit's final ``last.ckpt``, the timed saves: once per fit or
   per 10 minutes), wherever they happen (each taken out of the phase it happened in);

@@ -11,7 +11,12 @@ from typing import Any
 
 import yaml
 
-from gemkd.experiments.teacher_config import TeacherTrainConfig, build_run, load_teacher_config
+from gemkd.experiments.teacher_config import (
+    TeacherTrainConfig,
+    build_run,
+    cache_key,
+    load_teacher_config,
+)
 from gemkd.transfer.errors import ConfigError
 from gemkd.transfer.io import fs
 from gemkd.transfer.options import Strategy, TrackerKind
@@ -80,6 +85,10 @@ def fit_teacher(config: TeacherTrainConfig | str | Path, data: str | Path, out: 
     out = _local_run_dir(out)
     if cfg.continue_from is not None:
         _check_continuation(cfg, cfg.continue_from)
+    if resume:
+        done = _finished(cfg, out)
+        if done is not None:  # nothing left to train: the summary it wrote
+            return done
     if isinstance(tracker, str):
         tracker = Tracker(tracker, out / "logs", cfg.name)
     dm, module = build_run(cfg, data, domains=domains, distill_from=distill_from)
@@ -125,7 +134,54 @@ def fit_teacher(config: TeacherTrainConfig | str | Path, data: str | Path, out: 
         summary["val"] = module.last_metrics["val"]
     if trainer.is_global_zero:
         (out / "val_metrics.json").write_text(json.dumps(summary, indent=2))
+        if not cfg.stream:  # (a stream's checkpoints are continued: they keep the optimizer)
+            _finalize(out)
     return summary
+
+
+def _finalize(out: Path) -> None:
+    """A finished fit keeps one checkpoint, weights only (export, warm starts and parameter
+    sharing read nothing else): ``best.ckpt`` where the fit kept its best epoch (then
+    ``last.ckpt``, a resume state, is removed), else ``last.ckpt``. Called after the summary is
+    written, so a fit killed in between finds it on ``--resume`` (:func:`_finished`) and ends
+    here again."""
+    from gemkd.transfer.training.latest_checkpoint import weights_only
+    from gemkd.transfer.training.trainer import BEST, best_or_last
+
+    used = best_or_last(out)
+    weights_only(used)
+    if used.name == f"{BEST}.ckpt":
+        (out / "checkpoints" / "last.ckpt").unlink(missing_ok=True)
+
+
+def _finished(cfg: TeacherTrainConfig, out: Path) -> dict[str, Any] | None:
+    """The summary of a fit in ``out`` that finished (its checkpoint is final: weights only),
+    or None when there is none or it can still be resumed. A finished fit of another config is
+    a ConfigError: it cannot be trained further (no optimizer state), only started from."""
+    import torch
+
+    from gemkd.transfer.training.latest_checkpoint import is_final
+    from gemkd.transfer.training.trainer import best_or_last
+
+    ckpt = best_or_last(out)
+    if not ckpt.is_file() or not is_final(torch.load(ckpt, map_location="cpu", mmap=True,
+                                                     weights_only=False)):
+        return None
+    summary_file, config_file = out / "val_metrics.json", out / "config.yaml"
+    if not summary_file.is_file() or not config_file.is_file():
+        raise ConfigError(f"--resume {out}: {ckpt.name} is a finished fit's (weights only) but "
+                          f"{summary_file.name} or {config_file.name} is missing beside it")
+    wanted, written = (yaml.safe_load(yaml.safe_dump(cache_key(c)))
+                       for c in (cfg, load_teacher_config(config_file)))
+    changed = [k for k in wanted if wanted[k] != written.get(k)]
+    if changed:
+        k = changed[0]
+        raise ConfigError(f"--resume {out}: the fit there has finished with {k}: {written.get(k)}"
+                          f" (this config: {wanted[k]}); its {ckpt.name} holds the weights only "
+                          f"(no optimizer state), so it cannot train further: use a new --out "
+                          f"(init_from: {ckpt} starts from its weights)")
+    _finalize(out)  # (again, if a kill came between the summary and the checkpoint)
+    return json.loads(summary_file.read_text())
 
 
 def _stream_callbacks(cfg: TeacherTrainConfig, out: Path, resume: bool) -> list:
@@ -167,6 +223,17 @@ def _check_continuation(cfg: TeacherTrainConfig, continue_from: str) -> None:
         raise ConfigError(f"continue_from {cfg.continue_from}: it trained until day {until}; "
                           f"train_days {cfg.train_days} must start after it (day {until + 1} "
                           "or later)")
+    import torch
+
+    from gemkd.transfer.training.latest_checkpoint import is_final
+
+    path = Path(continue_from)
+    if path.is_file() and is_final(torch.load(path, map_location="cpu", mmap=True,
+                                              weights_only=False)):
+        raise ConfigError(f"continue_from {continue_from}: a finished fit's checkpoint holds "
+                          "the weights only (no optimizer state); continue from a streaming "
+                          "fit's checkpoint (day=N.ckpt or its last.ckpt), or start from these "
+                          "weights with init_from")
 
 
 def _epoch_of(ckpt: Path) -> int | None:

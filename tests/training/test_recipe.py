@@ -67,6 +67,9 @@ def test_best_validation_epoch_is_kept_and_used(tiny_data, tmp_path):
     summary = fit_teacher(cfg, tiny_data, tmp_path / "run", progress=False)
     best = tmp_path / "run" / "checkpoints" / "best.ckpt"
     assert best.is_file() and summary["checkpoint"] == str(best)
+    # the kept epoch alone, weights only (the finished fit's resume state is dropped)
+    assert [p.name for p in best.parent.iterdir()] == ["best.ckpt"]
+    assert "optimizer_states" not in torch.load(best, map_location="cpu", weights_only=False)
     metrics = pd.read_csv(tmp_path / "run" / "metrics.csv")
     per_epoch = metrics["val/loss"].dropna().tolist()[:3]
     assert len(per_epoch) == 3

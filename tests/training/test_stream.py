@@ -64,6 +64,10 @@ def test_stream_fit_writes_a_checkpoint_per_day(tiny_data, tmp_path, cfg):
     found = day_checkpoints(out / "checkpoints")
     assert sorted(found) == [0, 1, 2]
     assert _same_weights(found[2], out / "checkpoints" / "last.ckpt", atol=0)
+    # last.ckpt is the last day's file (a hard link), not a copy; nothing else is kept
+    assert (out / "checkpoints" / "last.ckpt").samefile(found[2])
+    assert sorted(p.name for p in (out / "checkpoints").iterdir()) == [
+        "day=0.ckpt", "day=1.ckpt", "day=2.ckpt", "last.ckpt"]
     assert not _same_weights(found[0], found[2])  # the model moved between days
     # one pass: each day's checkpoint was saved after that day's batches, at increasing steps
     steps = [torch.load(found[d], weights_only=False)["global_step"] for d in (0, 1, 2)]

@@ -2,8 +2,9 @@
 
 ``checkpoints/day=N.ckpt`` is the model as it was after its last batch of day N: the teacher that
 is L days old for a student whose stream starts at day N + L + 1 (DESIGN §6.1, the streaming
-protocol). Every day's end also refreshes ``last.ckpt``, so a killed pass resumes from the last
-finished day at the latest (or from a later ``checkpoint_every_n_steps`` save).
+protocol). Every day's end also makes it ``last.ckpt`` (a hard link: one copy on disk), so a
+killed pass resumes from the last finished day at the latest (or from a later save). Day
+checkpoints keep the optimizer state: a later run continues from one (``continue_from``).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import lightning.pytorch as pl
 from lightning.pytorch.callbacks import Callback
 
 from gemkd.transfer.errors import DataError
+from gemkd.transfer.training.latest_checkpoint import latest_checkpoint
 
 _NAME = re.compile(r"^day=(\d+)\.ckpt$")
 
@@ -71,9 +73,13 @@ class DayCheckpoints(Callback):
         # written whole, then renamed: never a partial day=N.ckpt; with the optimizer state
         trainer.save_checkpoint(tmp, weights_only=False)
         if trainer.is_global_zero:
-            last = self.dirpath / "last.ckpt"
-            shutil.copyfile(tmp, last.with_name(".last.ckpt.tmp"))
             os.replace(tmp, path)
+        latest = latest_checkpoint(trainer)
+        if latest is not None:  # last.ckpt is this day's file (and this step is saved)
+            latest.link(trainer, path)
+        elif trainer.is_global_zero:
+            last = self.dirpath / "last.ckpt"
+            shutil.copyfile(path, last.with_name(".last.ckpt.tmp"))
             os.replace(last.with_name(".last.ckpt.tmp"), last)
 
     def state_dict(self) -> dict[str, Any]:

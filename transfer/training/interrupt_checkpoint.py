@@ -26,6 +26,8 @@ from typing import Any
 import lightning.pytorch as pl
 from lightning.pytorch.callbacks import Callback
 
+from gemkd.transfer.training.latest_checkpoint import latest_checkpoint
+
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
@@ -97,7 +99,11 @@ class InterruptCheckpoint(Callback):
     def _save_and_stop(self, trainer: pl.Trainer) -> None:
         if self._pending is None:
             return
-        trainer.save_checkpoint(self.path)
+        latest = latest_checkpoint(trainer)
+        if latest is None:
+            trainer.save_checkpoint(self.path)
+        else:  # the one writer of last.ckpt: a step it saved already is not written again
+            latest.save(trainer)
         self._deliver(self._pending)
 
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:

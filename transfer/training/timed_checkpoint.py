@@ -1,6 +1,6 @@
 """``last.ckpt`` every few minutes of training, mid-epoch: what a killed fit resumes from.
 
-A run's ``ModelCheckpoint`` saves at epoch ends (and every ``checkpoint_every_n_steps`` when
+A run's ``LatestCheckpoint`` saves at epoch ends (and every ``checkpoint_every_n_steps`` when
 set), so a fit killed inside its first epoch — a teacher's epoch can be hours, a streaming pass
 is one epoch — had nothing to resume and restarted from zero. This callback also saves
 ``last.ckpt`` after the first training batch that ends ``minutes`` after the previous save (or
@@ -9,7 +9,9 @@ training loader's (:class:`~gemkd.transfer.training.trainer.ResumableLoader`), s
 replays the interrupted pass, skips the batches already trained on and continues with the next
 one: it trains on the same batches as an uninterrupted fit. Lost on a kill: the batches since
 the last save. Works under manual optimisation too (a domain FM's DistillModule), where
-``ModelCheckpoint``'s ``train_time_interval`` does not save.
+``ModelCheckpoint``'s ``train_time_interval`` does not save. It saves through the run's
+:class:`~gemkd.transfer.training.latest_checkpoint.LatestCheckpoint` (one writer of
+``last.ckpt``: a step already saved is not written again).
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ from typing import Any
 
 import lightning.pytorch as pl
 from lightning.pytorch.callbacks import Callback
+
+from gemkd.transfer.training.latest_checkpoint import latest_checkpoint
 
 #: with several processes, whether a save is due is decided every this many steps (rank 0's
 #: clock, broadcast: a collective, not one per batch)
@@ -55,5 +59,9 @@ class TimedCheckpoint(Callback):
         due = trainer.strategy.broadcast(time.monotonic() - self._since >= self.seconds)
         if not due:
             return
-        trainer.save_checkpoint(self.path)
+        latest = latest_checkpoint(trainer)
+        if latest is not None:
+            latest.save(trainer)
+        else:
+            trainer.save_checkpoint(self.path)
         self._since = time.monotonic()

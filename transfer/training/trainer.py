@@ -30,6 +30,7 @@ from gemkd.transfer.data.reader import DatasetReader
 from gemkd.transfer.errors import ConfigError
 from gemkd.transfer.options import STRATEGIES, Precision, Strategy
 from gemkd.transfer.training.interrupt_checkpoint import InterruptCheckpoint
+from gemkd.transfer.training.latest_checkpoint import LatestCheckpoint
 from gemkd.transfer.training.loggers import RunCSVLogger
 from gemkd.transfer.training.timed_checkpoint import TimedCheckpoint
 
@@ -217,22 +218,23 @@ def build_trainer(
     """A ``Trainer`` writing ``out_dir/checkpoints/{last.ckpt,...}`` and ``out_dir/metrics.csv``
     (continued, not replaced, by a resumed fit).
 
-    ``checkpoint_every_n_steps`` (default: epoch ends only) sets ``ModelCheckpoint``'s
-    ``every_n_train_steps``; ``last.ckpt`` is also saved every ``checkpoint_every_minutes`` of
-    training (None: :data:`CHECKPOINT_MINUTES`; ``math.inf``: never), mid-epoch, so a killed fit
-    resumes from the batch after that save; and when Ctrl-C or SIGTERM interrupts the fit, after
-    the batch in flight (:class:`~.interrupt_checkpoint.InterruptCheckpoint`). ``grad_clip`` is
-    the gradient-norm clip (DTensor gradients included under ``"fsdp"``). ``select_best`` names
-    a validation metric (e.g. ``val/loss``): the epoch with its lowest value is also kept as
-    ``checkpoints/best.ckpt``; ``patience`` stops training after that many validation rounds
-    without improvement (Lightning's ``EarlyStopping``). ``loggers`` log beside the CSV (a
-    TensorBoard or MLflow tracker). Extra keyword arguments go to ``Trainer``.
+    ``last.ckpt`` (:class:`~gemkd.transfer.training.latest_checkpoint.LatestCheckpoint`, the
+    one copy of the latest state) is saved at epoch ends, every ``checkpoint_every_n_steps``
+    when set, and every ``checkpoint_every_minutes`` of training (None:
+    :data:`CHECKPOINT_MINUTES`; ``math.inf``: never), mid-epoch, so a killed fit resumes from
+    the batch after that save; and when Ctrl-C or SIGTERM interrupts the fit, after the batch
+    in flight (:class:`~.interrupt_checkpoint.InterruptCheckpoint`). ``grad_clip`` is the
+    gradient-norm clip (DTensor gradients included under ``"fsdp"``). ``select_best`` names a validation metric (e.g.
+    ``val/loss``): the epoch with its lowest value is also kept as ``checkpoints/best.ckpt``;
+    ``patience`` stops training after that many validation rounds without improvement
+    (Lightning's ``EarlyStopping``). ``loggers`` log beside the CSV (a TensorBoard or MLflow
+    tracker). Extra keyword arguments go to ``Trainer``.
     """
     out_dir = Path(out_dir)
-    ckpt = ModelCheckpoint(dirpath=out_dir / "checkpoints", save_last=True,
-                           every_n_train_steps=checkpoint_every_n_steps, save_top_k=1)
+    # last.ckpt alone (no epoch=E-step=S.ckpt beside it holding the same state)
     # Ctrl-C / SIGTERM: the batch in flight is finished and last.ckpt saved before the fit ends
-    cbs: list[Callback] = [ckpt, Throughput(), InterruptCheckpoint(out_dir / "checkpoints")]
+    cbs: list[Callback] = [LatestCheckpoint(out_dir / "checkpoints", checkpoint_every_n_steps),
+                           Throughput(), InterruptCheckpoint(out_dir / "checkpoints")]
     minutes = CHECKPOINT_MINUTES if checkpoint_every_minutes is None else checkpoint_every_minutes
     if math.isfinite(minutes):
         cbs.append(TimedCheckpoint(out_dir / "checkpoints", minutes))
