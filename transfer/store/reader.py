@@ -154,6 +154,12 @@ class TeacherStore:
         self._check_finite(table, columns, shards, days)
         return table
 
+    def check_values(self, table: pa.Table, columns: list[str],
+                     days: tuple[int, int] | None) -> None:
+        """Refuse NaN, inf or nulls in the logit and embedding ``columns`` of ``table`` (rows
+        of ``days`` read some other way, e.g. one row group at a time), naming shard and row."""
+        self._check_finite(table, columns, self.shards_for(days), days)
+
     def _check_finite(self, table: pa.Table, columns: list[str], shards: list[ShardInfo],
                       days: tuple[int, int] | None) -> None:
         """Vectorised check of everything read; only a failure pays for locating the row."""
