@@ -35,8 +35,9 @@ class StoreTeacher:
                                  or join.policy != policy or join.with_emb != with_emb):
             raise ValueError("StoreTeacher: the given join was built for another store, days, "
                              "policy or with_emb")
-        self.join: TeacherJoin | StreamJoin = join if join is not None else TeacherJoin(store, days=days, policy=policy,
-                                                               with_emb=with_emb)
+        self.join: TeacherJoin | StreamJoin = (
+            join if join is not None
+            else TeacherJoin(store, days=days, policy=policy, with_emb=with_emb))
         self.columns = [store.tasks.index(t) for t in tasks]
         #: the student's tasks are the store's, in its order: the joined logits as they are
         self._all_columns = self.columns == list(range(len(store.tasks)))

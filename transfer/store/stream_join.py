@@ -273,5 +273,5 @@ def _index(ids: np.ndarray, logits: np.ndarray, where: str) -> _Block:
 def _refuse_duplicates(ids: np.ndarray, where: str) -> None:
     s = np.sort(ids)
     dup = int(s[1:][s[1:] == s[:-1]][0])
-    raise StoreError(f"{where}: example_id {dup} appears more than once in one row group; the store "
-                     f"was not deduplicated")
+    raise StoreError(f"{where}: example_id {dup} appears more than once in one row group; "
+                     f"the store was not deduplicated")
