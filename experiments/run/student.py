@@ -23,7 +23,7 @@ from gemkd.transfer.io import fs
 from gemkd.transfer.methods import MethodContext
 from gemkd.transfer.metrics.clusters import ClusterLoss
 from gemkd.transfer.store import TeacherStore
-from gemkd.transfer.store.join import TeacherJoin
+from gemkd.transfer.store.stream_join import StreamJoin
 from gemkd.transfer.training import make_trainer
 from gemkd.transfer.training.ema import StreamEMA
 
@@ -49,17 +49,25 @@ class Inputs:
     codes: Any = None
     teacher_weights: Any = None
     pairs: Any = None
-    _joins: dict[tuple[str, bool], TeacherJoin] = field(default_factory=dict, repr=False)
+    _joins: dict[tuple, StreamJoin] = field(default_factory=dict, repr=False)
+    _stores: dict[str, TeacherStore] = field(default_factory=dict, repr=False)
 
-    def teacher(self, source: str, tasks: list[str], with_emb: bool) -> StoreTeacher:
-        """A ``StoreTeacher`` of ``source`` for one student: the store is opened, verified,
-        read and indexed once per process and lag; each student gets its own coverage count."""
-        key = (source, with_emb)
+    def teacher(self, source: str, tasks: list[str], with_emb: bool, days: tuple[int, int],
+                domains: list[int] | None) -> StoreTeacher:
+        """A ``StoreTeacher`` of ``source`` for one student reading ``days`` (half-open) of
+        ``domains`` (None: all): the store is opened and verified once per process and lag,
+        and joined row group by row group within the student's scope (memory bounded by a few
+        row groups, not the store); students of one scope share the join's cache, each with
+        its own coverage count."""
+        if source not in self._stores:
+            self._stores[source] = TeacherStore(self.stores[source])
+        key = (source, with_emb, days, None if domains is None else tuple(domains))
         if key not in self._joins:
-            self._joins[key] = TeacherJoin(TeacherStore(self.stores[source]), policy="mask",
-                                           with_emb=with_emb)
+            self._joins[key] = StreamJoin(self._stores[source], days=days, domains=domains,
+                                          policy="mask", with_emb=with_emb)
         join = self._joins[key].fresh()
-        return StoreTeacher(join.store, tasks, policy="mask", with_emb=with_emb, join=join)
+        return StoreTeacher(join.store, tasks, days=days, policy="mask", with_emb=with_emb,
+                            join=join)
 
 
 class UserLoss(pl.Callback):
@@ -119,7 +127,12 @@ def build_module(spec: RunSpec, job: StudentJob, data: fs.Where, inputs: Inputs,
     student = build_student({"class_path": spec.student.class_path, "init_args": init_args},
                             schema, tasks)
     if needs & {"teacher", "teacher_emb"}:
-        teacher = inputs.teacher(job.variant.teacher, tasks, with_emb="teacher_emb" in needs)
+        scope = (min(job.train_days[0], job.eval_days[0]), max(job.train_days[1],
+                                                               job.eval_days[1]))
+        domains = ([schema.domains.index(spec.student_domain)] if spec.student_domain
+                   else None)
+        teacher = inputs.teacher(job.variant.teacher, tasks, with_emb="teacher_emb" in needs,
+                                 days=scope, domains=domains)
     ctx.student, ctx.teacher = student, teacher
     for m in methods:
         m.setup(ctx)

@@ -5,10 +5,10 @@ stores, codes), so it is named with both places it occurs."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 
 from gemkd.transfer.data import validate
 from gemkd.transfer.data.reader import DatasetReader
@@ -26,23 +26,79 @@ def validate_dataset(root: str | Path) -> DatasetReader:
 
 
 def check_unique_ids(reader: DatasetReader) -> None:
-    """``example_id`` is unique over the whole dataset."""
-    ids, files, rows = [], [], []
-    for i, path in enumerate(dict.fromkeys(u.path for u in reader.units)):
-        col = validate.open_parquet(path).read(columns=["example_id"]).column(0).to_numpy()
-        ids.append(col)
-        files.append(np.full(len(col), i, dtype=np.int32))
-        rows.append(np.arange(len(col)))
-    if not ids:
+    """``example_id`` is unique over the whole dataset, checked a row group at a time.
+
+    Each row group's ids are checked among themselves and its [min, max] kept; row groups whose
+    ranges overlap (none, in a dataset numbered in time order) are compared with each other.
+    Memory: one row group (a cluster of overlapping ones). A repeat found is then named by a
+    pass in file order that remembers only the repeated ids: the same line as a whole-dataset
+    check (the first repeat in file order, and where its id first occurs).
+    """
+    units = list(reader.units)
+    if not units:
         return
-    all_ids = np.concatenate(ids)
-    dup = pd.Index(all_ids).duplicated(keep="first")
-    if not dup.any():
-        return
-    second = int(np.argmax(dup))
-    first = int(np.argmax(all_ids == all_ids[second]))
-    paths = list(dict.fromkeys(u.path for u in reader.units))
-    where = np.concatenate(files), np.concatenate(rows)
-    raise DataError(f"{paths[where[0][second]]}: column 'example_id' row {where[1][second]}: "
-                    f"example_id {all_ids[second]} is repeated (first at "
-                    f"{paths[where[0][first]]} row {where[1][first]}); ids must be unique")
+    bounds = np.zeros((len(units), 2), dtype=np.int64)
+    repeated: set[int] = set()
+    for i, ids in enumerate(_unit_ids(units)):
+        bounds[i] = (ids.min(), ids.max()) if len(ids) else (1, 0)
+        repeated |= _repeats(ids)
+    order = np.argsort(bounds[:, 0], kind="stable")
+    cluster: list[int] = []
+    reach = None
+    for i in order.tolist():
+        lo, hi = bounds[i]
+        if lo > hi:
+            continue  # an empty row group
+        if reach is not None and lo <= reach:
+            cluster.append(i)
+            reach = max(reach, int(hi))
+            continue
+        repeated |= _cluster_repeats(units, cluster)
+        cluster, reach = [i], int(hi)
+    repeated |= _cluster_repeats(units, cluster)
+    if repeated:
+        _name_first_repeat(units, repeated)
+
+
+def _unit_ids(units: list) -> Iterator[np.ndarray]:
+    """The example_id column of each unit (row group), in order; one file open at a time."""
+    path, pf = None, None
+    for u in units:
+        if u.path != path:
+            path, pf = u.path, validate.open_parquet(u.path)
+        assert pf is not None
+        yield pf.read_row_group(u.row_group, columns=["example_id"]).column(0).to_numpy()
+
+
+def _repeats(ids: np.ndarray) -> set[int]:
+    if len(ids) < 2 or (np.diff(ids) > 0).all():  # ascending, the usual case: no sort
+        return set()
+    s = np.sort(ids)
+    return set(s[1:][s[1:] == s[:-1]].tolist())
+
+
+def _cluster_repeats(units: list, cluster: list[int]) -> set[int]:
+    """Ids occurring in more than one row group of ``cluster`` (row groups whose id ranges
+    overlap); repeats inside one row group were found already."""
+    if len(cluster) < 2:
+        return set()
+    chosen = sorted(cluster)
+    parts = [np.unique(ids) for ids in _unit_ids([units[i] for i in chosen])]
+    return _repeats(np.concatenate(parts))
+
+
+def _name_first_repeat(units: list, repeated: set[int]) -> None:
+    paths = list(dict.fromkeys(u.path for u in units))
+    wanted = np.fromiter(repeated, dtype=np.int64)
+    seen: dict[int, tuple] = {}
+    for u, ids in zip(units, _unit_ids(units), strict=True):
+        for j in np.flatnonzero(np.isin(ids, wanted)).tolist():
+            key, at = int(ids[j]), (u.path, u.first_row + j)
+            if key in seen:
+                first = seen[key]
+                raise DataError(f"{at[0]}: column 'example_id' row {at[1]}: example_id {key} "
+                                f"is repeated (first at {first[0]} row {first[1]}); ids must "
+                                f"be unique")
+            seen[key] = at
+    raise DataError(f"{paths[0]}: example_id repeats {sorted(repeated)[:3]} could not be "
+                    f"located (files changed while validating?)")

@@ -2,51 +2,106 @@
 
 from __future__ import annotations
 
+import math
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 import pyarrow.compute as pc
 
 from gemkd.transfer.data import validate
+from gemkd.transfer.data.reader import DatasetReader
 from gemkd.transfer.data.schema import DatasetSchema
-from gemkd.transfer.data.writer import day_path
-from gemkd.transfer.metrics.numerics import normalized_entropy
+from gemkd.transfer.metrics.numerics import EPS, log_loss, ne_from_mean_loss
+
+
+def day_tables(root: str | Path, columns: list[str]) -> Iterator[tuple[int, list[pa.Table]]]:
+    """Each day of the dataset with ``columns`` of its rows, one table per row group (through
+    the reader's units: every file of the day, in order). Memory: one day of those columns."""
+    reader = DatasetReader(root, batch_size=1)
+    by_day: dict[int, list] = {}
+    for u in reader.units:
+        by_day.setdefault(u.day, []).append(u)
+    for day in reader.days:
+        files: dict = {}
+        tables = []
+        for u in by_day.get(day, []):
+            if u.path not in files:
+                files[u.path] = validate.open_parquet(u.path)
+            tables.append(files[u.path].read_row_group(u.row_group, columns=columns))
+        yield day, tables
 
 
 def summarize(root: str | Path) -> pd.DataFrame:
-    """One row per day plus ``all``; oracle NE uses the base rate of all days, as DESIGN §6."""
+    """One row per day plus ``all``; oracle NE uses the base rate of all days, as DESIGN §6.
+
+    One day in memory at a time: a day's row is computed from its rows; ``all`` from the days'
+    sums (labels, log losses, domain counts) and a histogram of history lengths, which gives
+    the same mean, median and p99 as the rows themselves (the oracle NE of ``all`` may differ
+    from a sum over every row in the last bits: the days' losses are added, not pairwise).
+    """
     schema = DatasetSchema.load(root)
     seq = schema.sequence[0].name if schema.sequence else None
     cols = ["domain", *schema.tasks, *schema.oracle.values()] + ([seq] if seq else [])
-    frames = []
-    for day in schema.days:
-        path = day_path(root, day)
-        table = validate.open_parquet(path).read(columns=cols)
-        frame = pd.DataFrame({c: table.column(c).to_numpy() for c in cols if c != seq})
-        if seq:
-            frame["history"] = pc.list_value_length(table.column(seq)).to_numpy()
-        frame["day"] = day
-        frames.append(frame)
-    data = pd.concat(frames, ignore_index=True)
-    base = {t: float(data[t].mean()) for t in schema.tasks}
-    rows = []
-    for day, part in [*data.groupby("day"), ("all", data)]:
-        row: dict = {"day": day, "examples": len(part)}
+    n_dom = len(schema.domains)
+    days: list[dict] = []
+    total = {"n": 0, "domains": np.zeros(n_dom, np.int64),
+             **{f"y_{t}": 0 for t in schema.tasks}, **{f"l_{t}": 0.0 for t in schema.oracle},
+             "hist": np.zeros(0, np.int64)}
+    for day, tables in day_tables(root, cols):
+        n = sum(t.num_rows for t in tables)
+        if n == 0:
+            continue
+        part = {c: np.concatenate([t.column(c).to_numpy() for t in tables])
+                for c in cols if c != seq}
+        row: dict = {"day": day, "examples": n}
         for t in schema.tasks:
-            row[f"{t}_rate"] = part[t].mean()
+            row[f"{t}_rate"] = pd.Series(part[t]).mean()
+            total[f"y_{t}"] += int(part[t].sum(dtype=np.int64))
         for t, p in schema.oracle.items():
-            row[f"oracle_ne_{t}"] = normalized_entropy(part[t].to_numpy(), part[p].to_numpy(),
-                                                        base[t])
+            loss = float(np.atleast_1d(log_loss(part[t], part[p], EPS)).mean())
+            row[f"_loss_{t}"] = loss
+            total[f"l_{t}"] += loss * n
         if seq:
-            row["hist_mean"] = part["history"].mean()
-            row["hist_p50"] = part["history"].median()
-            row["hist_p99"] = part["history"].quantile(0.99)
-            row["hist_max"] = part["history"].max()
-        shares = np.bincount(part["domain"], minlength=len(schema.domains)) / len(part)
-        for name, share in zip(schema.domains, shares, strict=True):
-            row[f"share_{name}"] = share
-        rows.append(row)
+            hist = pd.Series(np.concatenate(
+                [pc.list_value_length(t.column(seq)).to_numpy() for t in tables]))
+            row["hist_mean"] = hist.mean()
+            row["hist_p50"] = hist.median()
+            row["hist_p99"] = hist.quantile(0.99)
+            row["hist_max"] = hist.max()
+            counts = np.bincount(hist.to_numpy())
+            if len(counts) > len(total["hist"]):
+                counts[:len(total["hist"])] += total["hist"]
+                total["hist"] = counts
+            else:
+                total["hist"][:len(counts)] += counts
+        dom = np.bincount(part["domain"], minlength=n_dom)
+        total["domains"] += dom
+        row["_domains"] = dom
+        total["n"] += n
+        days.append(row)
+    n = total["n"]
+    base = {t: total[f"y_{t}"] / n if n else math.nan for t in schema.tasks}
+    rows = []
+    for row in days:
+        rows.append(_finish(row, schema, base))
+    if n:
+        row = {"day": "all", "examples": n}
+        for t in schema.tasks:
+            row[f"{t}_rate"] = base[t]
+        for t in schema.oracle:
+            row[f"_loss_{t}"] = total[f"l_{t}"] / n
+        if seq:
+            h = total["hist"]
+            values = np.flatnonzero(h)
+            row["hist_mean"] = float(int((values * h[values]).sum())) / n
+            row["hist_p50"] = _quantile_of_counts(values, h[values], 0.5)
+            row["hist_p99"] = _quantile_of_counts(values, h[values], 0.99)
+            row["hist_max"] = int(values.max())
+        row["_domains"] = total["domains"]
+        rows.append(_finish(row, schema, base))
     return pd.DataFrame(rows)
 
 
@@ -60,27 +115,57 @@ def tables(root: str | Path) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["table", "kind", "rows"])
 
 
+def _finish(row: dict, schema: DatasetSchema, base: dict[str, float]) -> dict:
+    """A summary row in its columns' order: oracle NE against the all-days base rate, then
+    history and domain shares."""
+    out = {k: v for k, v in row.items() if not k.startswith("_") and not k.startswith("hist")}
+    for t in schema.oracle:
+        out[f"oracle_ne_{t}"] = float(ne_from_mean_loss(row[f"_loss_{t}"], base[t]))
+    out.update({k: v for k, v in row.items() if k.startswith("hist")})
+    shares = row["_domains"] / row["examples"]
+    for name, share in zip(schema.domains, shares, strict=True):
+        out[f"share_{name}"] = share
+    return out
+
+
+def _quantile_of_counts(values: np.ndarray, counts: np.ndarray, q: float) -> float:
+    """``pd.Series(np.repeat(values, counts)).quantile(q)`` (linear, numpy's arithmetic to the
+    last bit) without the repeated array: the two order statistics come from cumulative counts."""
+    n = int(counts.sum())
+    virtual = (n - 1) * np.float64(q)  # numpy's "linear" virtual index
+    lo = int(np.floor(virtual))
+    lo, hi = (n - 1, n - 1) if virtual >= n - 1 else (lo, lo + 1)
+    ends = np.cumsum(counts)
+    a, b = (np.float64(values[np.searchsorted(ends, i, side="right")]) for i in (lo, hi))
+    t = virtual - np.floor(virtual)
+    return float(b - (b - a) * (1 - t) if t >= 0.5 else a + (b - a) * t)
+
+
 def impressions_per_user(root: str | Path, first_days: int = 9) -> pd.DataFrame:
     """Impressions per user (p10/p50/p90, mean) over all days and over the first ``first_days``
-    days (the quickstart teacher's window); users are those with any row in the dataset."""
+    days (the quickstart teacher's window); users are those with any row in the dataset.
+
+    A day at a time: memory is the users' counts, not the rows."""
     schema = DatasetSchema.load(root)
-    users, days = [], []
-    for d in schema.days:
-        col = validate.open_parquet(day_path(root, d)).read(columns=["user_id"]).column(0)
-        users.append(col.to_numpy())
-        days.append(np.full(len(users[-1]), d))
-    user, day = np.concatenate(users), np.concatenate(days)
-    ids, idx = np.unique(user, return_inverse=True)
-    rows = []
     first = schema.days[:first_days]
-    windows = [("all days", np.ones(len(user), bool))]
+    counts = {"all": pd.Series(dtype=np.int64), "first": pd.Series(dtype=np.int64)}
+    for d, tables in day_tables(root, ["user_id"]):
+        users = np.concatenate([t.column(0).to_numpy() for t in tables])
+        ids, n = np.unique(users, return_counts=True)
+        day_counts = pd.Series(n, index=ids)
+        keys = ["all", "first"] if first and d <= first[-1] else ["all"]
+        for k in keys:
+            counts[k] = counts[k].add(day_counts, fill_value=0).astype(np.int64)
+    every = counts["all"]
+    rows = []
+    windows = [("all days", every)]
     if first:
-        windows.append((f"days {first[0]}-{first[-1]}", day <= first[-1]))
-    for name, m in windows:
-        counts = np.bincount(idx[m], minlength=len(ids))
-        rows.append({"window": name, "users": len(ids), "p10": np.percentile(counts, 10),
-                     "p50": np.median(counts), "p90": np.percentile(counts, 90),
-                     "mean": counts.mean()})
+        windows.append((f"days {first[0]}-{first[-1]}",
+                        counts["first"].reindex(every.index, fill_value=0)))
+    for name, c in windows:
+        c = c.to_numpy()
+        rows.append({"window": name, "users": len(every), "p10": np.percentile(c, 10),
+                     "p50": np.median(c), "p90": np.percentile(c, 90), "mean": c.mean()})
     return pd.DataFrame(rows)
 
 

@@ -9,6 +9,7 @@ NaN or inf logit or embedding refuses the read, naming the shard, column and row
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -153,6 +154,34 @@ class TeacherStore:
         table = dataset.to_table(columns=columns, filter=filt)
         self._check_finite(table, columns, shards, days)
         return table
+
+    def iter_row_groups(self, days: tuple[int, int] | None = None,
+                        columns: list[str] | None = None) -> Iterator[pa.Table]:
+        """The rows of :meth:`read`, in its order, one Parquet row group at a time (memory: one
+        row group, whatever the store's size); each table is checked as :meth:`read` checks."""
+        if columns is None:
+            columns = list(self.schema.names)
+        unknown = [c for c in columns if c not in self.schema.names]
+        if unknown:
+            raise StoreError(f"{self.path}: no column {unknown[0]!r}; the store has "
+                             f"{', '.join(self.schema.names)}")
+        read = columns if days is None or "day" in columns else [*columns, "day"]
+        for s in self.shards_for(days):
+            pf = pq.ParquetFile(fs.open_input(fs.join(self.path, s.file)))
+            for g in range(pf.num_row_groups):
+                table = pf.read_row_group(g, columns=read)
+                if days is not None:
+                    day = table.column("day")
+                    table = table.filter(pc.and_(pc.greater_equal(day, days[0]),
+                                                 pc.less(day, days[1]))).select(columns)
+                self.check_values(table, columns, days)
+                yield table
+
+    def check_values(self, table: pa.Table, columns: list[str],
+                     days: tuple[int, int] | None) -> None:
+        """Refuse NaN, inf or nulls in the logit and embedding ``columns`` of ``table`` (rows
+        of ``days`` read some other way, e.g. one row group at a time), naming shard and row."""
+        self._check_finite(table, columns, self.shards_for(days), days)
 
     def _check_finite(self, table: pa.Table, columns: list[str], shards: list[ShardInfo],
                       days: tuple[int, int] | None) -> None:
