@@ -83,6 +83,7 @@ bench: install
 	$(BIN)/python -m benchmarks.bench_jagged --json $(RESULTS)/jagged.json --device $(BENCH_DEVICE) $(BENCH_ARGS)
 	$(BIN)/python -m benchmarks.bench_store --json $(RESULTS)/store.json $(BENCH_ARGS)
 	$(BIN)/python -m benchmarks.bench_teacher --json $(RESULTS)/teacher.json --device $(BENCH_DEVICE) $(BENCH_ARGS)
+	$(BIN)/python -m benchmarks.bench_step_ops --json $(RESULTS)/step_ops.json --device $(BENCH_DEVICE) $(BENCH_ARGS)
 	$(BIN)/python -m benchmarks.bench_teacher_stream --json $(RESULTS)/teacher_stream.json $(BENCH_ARGS)
 	$(BIN)/python -m benchmarks.bench_transfer --json $(RESULTS)/transfer.json --device $(BENCH_DEVICE) $(BENCH_ARGS)
 	$(BIN)/python -m benchmarks.bench_serving --json $(RESULTS)/serving.json --device $(BENCH_DEVICE) $(BENCH_ARGS)

@@ -20,10 +20,12 @@ from pathlib import Path
 from benchmarks.common import command as this_command
 from benchmarks.common import fmt
 
-ORDER = ["data", "jagged", "store", "teacher", "teacher_stream", "transfer", "packs",
+ORDER = ["data", "jagged", "store", "teacher", "step_ops", "teacher_stream", "transfer", "packs",
          "student_phase", "serving", "sweep"]
 TITLES = {"data": "Data layer", "jagged": "Jagged ops", "store": "Teacher-output store",
-          "teacher": "GEM teacher", "teacher_stream": "Streaming teacher (one day)",
+          "teacher": "GEM teacher",
+          "step_ops": "GEM training step: ops, kernels, copies, MFU (B=512)",
+          "teacher_stream": "Streaming teacher (one day)",
           "transfer": "KD overhead (student epoch)", "packs": "Student packs (K runs, one pass)",
           "student_phase": "Quickstart student phase (packs vs one run per pass)",
           "serving": "Serving latency", "sweep": "Benchmark sweep (from runs/benchmark)"}

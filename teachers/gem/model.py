@@ -23,7 +23,7 @@ from gemkd.teachers.gem.embeddings import FeatureEmbeddings, HashedEmbedding
 from gemkd.teachers.gem.heads import build_heads
 from gemkd.teachers.gem.interformer import InterFormerLayer, SequenceSummary
 from gemkd.teachers.gem.pyramid import PyramidCompressor, layer_token_budgets
-from gemkd.teachers.gem.wukong import WukongLayer
+from gemkd.teachers.gem.wukong import FactorizationMachineBlock, WukongLayer
 from gemkd.transfer.data.batch import Batch
 from gemkd.transfer.data.schema import DatasetSchema
 from gemkd.transfer.errors import ConfigError
@@ -234,8 +234,9 @@ class GEM(ConfigurableTeacher):
 
 def set_reference_paths(model: nn.Module, on: bool = True) -> None:
     """Switch every GEM block in ``model`` to (``on``) or back from its reference code paths:
-    the untrimmed pyramid layout and the packed kv projection — the code before issue 29's
-    speed-ups, which give the same numbers up to float summation order. For the equivalence
+    the untrimmed pyramid layout, the packed kv projection with q on its own (issue 29) and
+    Wukong's matmuls one by one (issue 41) — the code before those speed-ups, which give the
+    same numbers up to float summation order. For the equivalence
     tests (tests/teachers/test_gem_fast_paths.py) and the streaming benchmark's ``before``;
     nothing else needs them."""
     for m in model.modules():
@@ -243,3 +244,5 @@ def set_reference_paths(model: nn.Module, on: bool = True) -> None:
             m.trim = not on
         elif isinstance(m, MultiHeadAttention):
             m.packed_kv = on
+        elif isinstance(m, WukongLayer | FactorizationMachineBlock):
+            m.reference = on

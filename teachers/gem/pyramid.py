@@ -86,6 +86,8 @@ class PyramidCompressor(nn.Module):
         self.trim = trim
         self.max_levels = pyramid_levels(max_history, recent, chunk)
         self.max_tokens = recent * self.max_levels
+        #: the slots' start positions per layout (:meth:`_starts`); a cache, not state
+        self._bounds: dict[tuple[tuple[int, ...], torch.dtype, torch.device], Tensor] = {}
         self.slot = nn.Embedding(self.max_tokens, d)
         nn.init.normal_(self.slot.weight, std=d**-0.5)
 
@@ -114,11 +116,20 @@ class PyramidCompressor(nn.Module):
         # slot) runs back to the example's first event, so events beyond the pyramid's coverage
         # (a batch whose seq_max_len understates it) fall into it. O(B·T): no per-event work.
         ends, lengths = offsets[1:], offsets[1:] - offsets[:-1]
-        q = torch.tensor(bounds[1:][::-1], dtype=offsets.dtype, device=offsets.device)
+        q = self._starts(tuple(bounds[1:][::-1]), offsets)
         starts = torch.empty(ends.shape[0], t, dtype=offsets.dtype, device=offsets.device)
         starts[:, 0] = offsets[:-1]
         starts[:, 1:] = ends.unsqueeze(1) - torch.minimum(q.unsqueeze(0), lengths.unsqueeze(1))
         return torch.cat([starts.view(-1), offsets[-1:]]), t
+
+    def _starts(self, bounds: tuple[int, ...], like: Tensor) -> Tensor:
+        """``bounds`` as a tensor on ``like``'s device, made once per layout: a tensor built
+        from a list every step is a host→device copy on a GPU (issue 41)."""
+        key = (bounds, like.dtype, like.device)
+        out = self._bounds.get(key)
+        if out is None:
+            out = self._bounds[key] = torch.tensor(bounds, dtype=like.dtype, device=like.device)
+        return out
 
     def tokens(self, pooled: Tensor, chunk_offsets: Tensor, t: int) -> tuple[Tensor, Tensor]:
         """Pooled chunks ``[B·T, d]`` → ``(tokens [B, T, d], mask [B, T])`` with slot embeddings."""

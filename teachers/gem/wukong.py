@@ -30,6 +30,9 @@ class TokenMix(nn.Module):
 class FactorizationMachineBlock(nn.Module):
     """``FMB(X) = MLP(LN(flatten(X (Xᵀ Y))))`` reshaped to ``[B, n_F, d]``."""
 
+    #: ``matmul`` as before issue 41 (the reference for tests); an attribute, not a weight
+    reference: bool = False
+
     def __init__(
         self,
         n: int,
@@ -48,8 +51,13 @@ class FactorizationMachineBlock(nn.Module):
         self.mlp = mlp(n * k, mlp_width, n_F * d, mlp_layers, dropout)
 
     def interactions(self, x: Tensor) -> Tensor:
-        """``X (Xᵀ Y)``: ``[B, n, d] → [B, n, k]`` in O(nkd) per example."""
-        return torch.matmul(x, torch.matmul(x.transpose(1, 2), self.Y))
+        """``X (Xᵀ Y)``: ``[B, n, d] → [B, n, k]`` in O(nkd) per example. Two ``bmm`` over the
+        transposed view and the broadcast ``Y``: ``matmul`` would first copy ``Xᵀ`` contiguous
+        (more ops forward and backward, the same products)."""
+        if self.reference:
+            return torch.matmul(x, torch.matmul(x.transpose(1, 2), self.Y))
+        xty = torch.bmm(x.transpose(1, 2), self.Y.expand(x.shape[0], -1, -1))
+        return torch.bmm(x, xty)
 
     def forward(self, x: Tensor) -> Tensor:
         z = self.interactions(x).flatten(1)
@@ -58,6 +66,10 @@ class FactorizationMachineBlock(nn.Module):
 
 class WukongLayer(nn.Module):
     """One Wukong layer: ``[B, n_in, d] → [B, n_F + n_L, d]``."""
+
+    #: LCB and the residual projection as two matmuls, as before issue 41 (the tests'
+    #: reference); an attribute, not a weight
+    reference: bool = False
 
     def __init__(
         self,
@@ -81,6 +93,12 @@ class WukongLayer(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         y = self.fmb(x)
+        if self.lcb is not None and self.residual_proj is not None and not self.reference:
+            # LCB and the residual's projection read the same tokens: one bmm over both mixes
+            mix = torch.cat([self.lcb.weight, self.residual_proj.weight])
+            z = torch.bmm(mix.expand(x.shape[0], -1, -1), x)
+            n_l = self.lcb.weight.shape[0]
+            return self.norm(torch.cat([y, z[:, :n_l]], dim=1) + z[:, n_l:])
         if self.lcb is not None:
             y = torch.cat([y, self.lcb(x)], dim=1)
         res = x if self.residual_proj is None else self.residual_proj(x)

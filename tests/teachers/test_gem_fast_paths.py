@@ -1,5 +1,6 @@
-"""GEM's speed-only code paths (issue 29) against its reference paths: the trimmed pyramid
-layout and k and v as two matmuls. Each must give the reference path's outputs and gradients up
+"""GEM's speed-only code paths (issues 29 and 41) against its reference paths: the trimmed
+pyramid layout, k and v as two matmuls (q, k and v as one in self-attention), Wukong's token
+mixes in one bmm. Each must give the reference path's outputs and gradients up
 to float summation order, and training on them the same weights."""
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from gemkd.teachers.gem.pyramid import (
     pyramid_reachable_tokens,
     pyramid_token_count,
 )
+from gemkd.teachers.gem.wukong import FactorizationMachineBlock, WukongLayer
 from tests.teachers.helpers import TINY, batch_from_lengths, random_batch, tiny_schema
 
 CLOSE = dict(atol=1e-5, rtol=1e-4)
@@ -84,6 +86,43 @@ def test_split_kv_attention_equals_packed_kv():
         torch.testing.assert_close(new, ref, **CLOSE)
 
 
+def test_self_attention_in_one_matmul_equals_packed_kv():
+    """``keys is queries``: q, k and v from one matmul over the concatenated weights."""
+    torch.manual_seed(0)
+    attn = MultiHeadAttention(d=8, n_heads=2)
+    z = torch.randn(5, 7, 8, requires_grad=True)
+    mask = torch.rand(5, 7) > 0.4
+    mask[:, 0] = True
+    grads = []
+    for packed in (True, False):
+        attn.packed_kv = packed
+        attn.zero_grad()
+        z.grad = None
+        out = attn(z, z, mask)
+        (out * torch.linspace(-1, 1, 8)).sum().backward()
+        grads.append((out.detach(), z.grad, *(p.grad for p in attn.parameters())))
+    for ref, new in zip(*grads, strict=True):
+        torch.testing.assert_close(new, ref, **CLOSE)
+
+
+@pytest.mark.parametrize(("n_in", "n_F", "n_L"), [(7, 3, 3), (6, 3, 3), (7, 4, 0)])
+def test_wukong_layer_in_fewer_matmuls_equals_the_reference(n_in, n_F, n_L):
+    """One bmm for LCB and the residual projection, bmm for the FM interactions."""
+    torch.manual_seed(0)
+    layer = WukongLayer(n_in, d=8, n_F=n_F, n_L=n_L, k=4, mlp_width=16)
+    x = torch.randn(5, n_in, 8, requires_grad=True)
+    grads = []
+    for reference in (True, False):
+        layer.reference = layer.fmb.reference = reference
+        layer.zero_grad()
+        x.grad = None
+        out = layer(x)
+        (out * torch.linspace(-1, 1, 8)).sum().backward()
+        grads.append((out.detach(), x.grad, *(p.grad for p in layer.parameters())))
+    for ref, new in zip(*grads, strict=True):
+        torch.testing.assert_close(new, ref, **CLOSE)
+
+
 # ----------------------------------------------------------------------------- the model
 def outputs_and_grads(model: torch.nn.Module, batch) -> tuple[dict, dict]:
     model.zero_grad()
@@ -121,11 +160,17 @@ def test_fast_paths_give_the_reference_outputs_and_gradients(cls, overrides):
 def test_fast_paths_are_on_by_default_and_switch_back():
     model = GEM(tiny_schema(), **TINY)
     attns = [m for m in model.modules() if isinstance(m, MultiHeadAttention)]
+    wukong = [m for m in model.modules()
+              if isinstance(m, WukongLayer | FactorizationMachineBlock)]
+    assert wukong and attns
     assert model.pyramid.trim and not any(a.packed_kv for a in attns)
+    assert not any(w.reference for w in wukong)
     set_reference_paths(model)
     assert not model.pyramid.trim and all(a.packed_kv for a in attns)
+    assert all(w.reference for w in wukong)
     set_reference_paths(model, on=False)
     assert model.pyramid.trim and not any(a.packed_kv for a in attns)
+    assert not any(w.reference for w in wukong)
 
 
 def test_training_on_the_fast_paths_gives_the_reference_weights():
