@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from gemkd.transfer.config import build_dataclass, load_yaml
 from gemkd.transfer.errors import ConfigError
-from gemkd.transfer.options import Accelerator, Precision, Strategy, choices
+from gemkd.transfer.options import Accelerator, Precision, Strategy, TableOptimizer, choices
 
 if TYPE_CHECKING:
     import torch
@@ -45,6 +45,9 @@ class TeacherTrainConfig:
     embedding_lr: float | None = None  # None: 10 x lr
     weight_decay: float = 0.0
     embedding_weight_decay: float = 0.0  # AdamW decay of the ID tables (regularises them)
+    # how the ID tables are updated: rowwise_adagrad or sparse_adam (only the rows a batch
+    # looked up, at embedding_lr) or dense_adamw (every row, every step); one process only
+    table_optimizer: TableOptimizer = "dense_adamw"
     init_output_bias: bool = True  # output biases start at the training base rate's logit
     # a gemkd teacher checkpoint whose model weights start this model (fine-tuning, recurring
     # training; in a spec's `hierarchical` section `gem` = the lag's GEM checkpoint); a teacher
@@ -113,6 +116,11 @@ class TeacherTrainConfig:
             raise ValueError(f"key 'patience' must be >= 1, got {self.patience}")
         if self.weight_decay < 0 or self.embedding_weight_decay < 0:
             raise ValueError("keys 'weight_decay' and 'embedding_weight_decay' must be >= 0")
+        if self.table_optimizer != "dense_adamw" and self.strategy != "auto":
+            raise ValueError(f"key 'table_optimizer: {self.table_optimizer}' updates tables "
+                             f"from row-sparse gradients, which strategy {self.strategy!r} does "
+                             "not reduce or shard: use strategy auto or table_optimizer "
+                             "dense_adamw")
         if self.checkpoint_every_n_steps is not None and self.checkpoint_every_n_steps < 1:
             raise ValueError("key 'checkpoint_every_n_steps' must be >= 1")
         if self.max_seq_len is not None and self.max_seq_len < 0:
@@ -265,6 +273,7 @@ def build_run(cfg: TeacherTrainConfig, data: str | Path, *, domains: list[str] |
     args: dict[str, Any] = dict(
         lr=cfg.lr, embedding_lr=cfg.embedding_lr, weight_decay=cfg.weight_decay,
         embedding_weight_decay=cfg.embedding_weight_decay, task_weights=cfg.task_weights,
+        table_optimizer=cfg.table_optimizer,
         base_rates=base_rates, domain_base_rates=domain_base_rates,
         repr_layer=cfg.repr_layer, compile=cfg.compile, fsdp_replicate=cfg.fsdp_replicate)
     try:

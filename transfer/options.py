@@ -37,6 +37,10 @@ Kernel = Literal["auto", "torch", "triton"]
 #: GEM's heads over the trunk (``gemkd.teachers.gem.heads``): one MLP per (domain, task), or
 #: experts shared across domains mixed by a per-domain gate
 HeadType = Literal["domain_task", "domain_gated"]
+#: How embedding tables are updated (``gemkd.transfer.training.table_optim``): row-wise Adagrad
+#: or lazy Adam over row-sparse gradients (only the rows a batch looked up), or dense AdamW
+#: over every row (the reference)
+TableOptimizer = Literal["rowwise_adagrad", "sparse_adam", "dense_adamw"]
 
 
 def choices(kind: typing.Any) -> tuple[str, ...]:

@@ -21,6 +21,7 @@ from gemkd.transfer.options import (
     SAMPLERS,
     Accelerator,
     Sampler,
+    TableOptimizer,
     TeacherProtocol,
     TrackerKind,
     choices,
@@ -452,6 +453,9 @@ class RunSpec:
     batch_size: int = 256
     #: the student's learning rate
     lr: float = 0.01
+    #: how the student's ID tables are updated: rowwise_adagrad or sparse_adam (only the rows
+    #: a batch looked up, at 10 x lr; their weight average likewise) or dense_adamw (every row)
+    table_optimizer: TableOptimizer = "dense_adamw"
     #: the kd method's default loss: bce (with temperature and T²), bce_cal (the same, the
     #: student's mean probability kept at the target's at any temperature) or mse on logits
     kd_loss: str = "bce"

@@ -31,6 +31,9 @@ from lightning.pytorch.callbacks import WeightAveraging
 from lightning.pytorch.strategies import ModelParallelStrategy
 from torch import Tensor
 
+from gemkd.transfer.training.lazy_ema import LazyRowAverage
+from gemkd.transfer.training.table_optim import ROW_RULES, touched_rows
+
 
 def _check(decay: float) -> None:
     if not 0.0 < decay < 1.0:
@@ -139,7 +142,14 @@ class StreamEMA(WeightAveraging):
     which on the CPU loop over the tensors one kernel each (a small student's ~15 tensors:
     ~55 us a step, against ~30 us). Element by element it is the same arithmetic, so the same
     bits. An integer group equal to the module's (a student's constant column index) is left as
-    it is, which is what the update would compute (:func:`_float32_exact`)."""
+    it is, which is what the update would compute (:func:`_float32_exact`).
+
+    A table the optimiser updates row-wise (a group with a ``table_rule`` of
+    :data:`~gemkd.transfer.training.table_optim.ROW_RULES`) is averaged lazily
+    (:class:`~gemkd.transfer.training.lazy_ema.LazyRowAverage`): the rows its gradient touched,
+    brought up to date just before the optimiser's step (a step pre-hook) and updated after it;
+    every row at a flush before Lightning reads the average (validation swap, checkpoint, end
+    of fit). The dense average's values, up to rounding, at the touched rows' cost."""
 
     def __init__(self, decay: float) -> None:
         super().__init__(multi_avg_fn=warmup_ema_multi_fn(decay), use_buffers=True)
@@ -148,6 +158,10 @@ class StreamEMA(WeightAveraging):
         self._flat: list[tuple[Tensor, list[Tensor], Tensor]] = []
         self._exact: list[bool] = []
         self._n = 0
+        #: row-wise tables: (the module's weight, its lazy average, the rows of this step)
+        self._lazy: list[tuple[Tensor, LazyRowAverage]] = []
+        self._rows: list[Tensor | None] = []
+        self._hook: Any = None
 
     def should_update(self, step_idx: int | None = None, epoch_idx: int | None = None) -> bool:
         return step_idx is not None
@@ -172,9 +186,19 @@ class StreamEMA(WeightAveraging):
         pairs = list(zip(itertools.chain(avg_model.module.parameters(), avg_model.module.buffers()),
                          itertools.chain(pl_module.parameters(), pl_module.buffers()),
                          strict=False))  # as AveragedModel.update_parameters pairs them
-        self._groups, self._flat = None, []
+        self._groups, self._flat, self._lazy = None, [], []
+        self._remove_hook()
         if any(a.device != c.device or a.dtype != c.dtype for a, c in pairs):
             return
+        self._n = int(avg_model.n_averaged)
+        row_wise = {id(p) for opt in trainer.optimizers for g in opt.param_groups
+                    if g.get("table_rule") in ROW_RULES for p in g["params"]}
+        if row_wise:
+            self._lazy = [(c, LazyRowAverage(a.detach(), c, done=self._n))
+                          for a, c in pairs if id(c) in row_wise]
+            pairs = [(a, c) for a, c in pairs if id(c) not in row_wise]
+            self._rows = [None] * len(self._lazy)
+            self._hook = trainer.optimizers[0].register_step_pre_hook(self._before_step)
         groups: dict[torch.dtype, tuple[list[Tensor], list[Tensor]]] = {}
         for a, c in pairs:
             group = groups.setdefault(a.dtype, ([], []))
@@ -187,7 +211,46 @@ class StreamEMA(WeightAveraging):
             else:
                 self._groups.append(([a.detach() for a in avg], cur))
         self._exact = [False] * len(self._groups)
-        self._n = int(avg_model.n_averaged)
+
+    def _remove_hook(self) -> None:
+        if self._hook is not None:
+            self._hook.remove()
+            self._hook = None
+
+    def _before_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        """The optimiser's step pre-hook: each row-wise table's touched rows (its gradient
+        coalesced in place, which the optimiser then reads) brought up to date."""
+        for i, (weight, lazy) in enumerate(self._lazy):
+            grad = weight.grad
+            if grad is None:
+                self._rows[i] = None
+                continue
+            if grad.is_sparse and not grad.is_coalesced():
+                weight.grad = grad = grad.coalesce()
+            rows = touched_rows(grad)[0]
+            lazy.catch_up(rows)
+            self._rows[i] = rows
+
+    def _flush(self) -> None:
+        """Every row-wise table's average up to date (before Lightning reads the average)."""
+        with torch.no_grad():
+            for _, lazy in self._lazy:
+                lazy.flush()
+
+    def on_validation_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule
+                                  ) -> None:
+        self._flush()
+        super().on_validation_epoch_start(trainer, pl_module)
+
+    def on_save_checkpoint(self, trainer: pl.Trainer, pl_module: pl.LightningModule,
+                           checkpoint: dict[str, Any]) -> None:
+        self._flush()
+        super().on_save_checkpoint(trainer, pl_module, checkpoint)
+
+    def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._flush()
+        self._remove_hook()
+        super().on_train_end(trainer, pl_module)
 
     def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule,
                            outputs: Any, batch: Any, batch_idx: int) -> None:
@@ -213,6 +276,12 @@ class StreamEMA(WeightAveraging):
                 else:
                     _foreach_ema(avg, cur, _host_weight(self.decay, self._n, avg[0].dtype))
                 self._exact[i] = _float32_exact(avg)
+            for i, (weight, lazy) in enumerate(self._lazy):
+                rows = self._rows[i]
+                if rows is None:
+                    rows = torch.empty(0, dtype=torch.long, device=weight.device)
+                lazy.update(rows, [_host_weight(self.decay, self._n, weight.dtype)])
+                self._rows[i] = None
         avg_model = self._average_model
         assert avg_model is not None  # WeightAveraging.setup made it
         avg_model.n_averaged.add_(1)  # in place: `+=` re-registers the buffer
