@@ -32,7 +32,7 @@ from lightning.pytorch.strategies import ModelParallelStrategy
 from torch import Tensor
 
 from gemkd.transfer.training.lazy_ema import LazyRowAverage
-from gemkd.transfer.training.table_optim import ROW_RULES, touched_rows
+from gemkd.transfer.training.table_optim import ROW_RULES
 
 
 def _check(decay: float) -> None:
@@ -147,7 +147,8 @@ class StreamEMA(WeightAveraging):
     A table the optimiser updates row-wise (a group with a ``table_rule`` of
     :data:`~gemkd.transfer.training.table_optim.ROW_RULES`) is averaged lazily
     (:class:`~gemkd.transfer.training.lazy_ema.LazyRowAverage`): the rows its gradient touched,
-    brought up to date just before the optimiser's step (a step pre-hook) and updated after it;
+    brought up to date just before the optimiser changes them (its ``row_hooks``) and updated
+    after the step;
     every row at a flush before Lightning reads the average (validation swap, checkpoint, end
     of fit). The dense average's values, up to rounding, at the touched rows' cost."""
 
@@ -159,9 +160,9 @@ class StreamEMA(WeightAveraging):
         self._exact: list[bool] = []
         self._n = 0
         #: row-wise tables: (the module's weight, its lazy average, the rows of this step)
-        self._lazy: list[tuple[Tensor, LazyRowAverage]] = []
-        self._rows: list[Tensor | None] = []
-        self._hook: Any = None
+        self._lazy: dict[int, tuple[Tensor, LazyRowAverage]] = {}  # id(weight) ->
+        self._rows: dict[int, Tensor] = {}  # id(weight) -> this step's rows
+        self._hooked: Any = None  # the optimiser whose row_hooks hold ours
 
     def should_update(self, step_idx: int | None = None, epoch_idx: int | None = None) -> bool:
         return step_idx is not None
@@ -186,7 +187,7 @@ class StreamEMA(WeightAveraging):
         pairs = list(zip(itertools.chain(avg_model.module.parameters(), avg_model.module.buffers()),
                          itertools.chain(pl_module.parameters(), pl_module.buffers()),
                          strict=False))  # as AveragedModel.update_parameters pairs them
-        self._groups, self._flat, self._lazy = None, [], []
+        self._groups, self._flat, self._lazy = None, [], {}
         self._remove_hook()
         if any(a.device != c.device or a.dtype != c.dtype for a, c in pairs):
             return
@@ -194,11 +195,12 @@ class StreamEMA(WeightAveraging):
         row_wise = {id(p) for opt in trainer.optimizers for g in opt.param_groups
                     if g.get("table_rule") in ROW_RULES for p in g["params"]}
         if row_wise:
-            self._lazy = [(c, LazyRowAverage(a.detach(), c, done=self._n))
-                          for a, c in pairs if id(c) in row_wise]
+            self._lazy = {id(c): (c, LazyRowAverage(a.detach(), c, done=self._n))
+                          for a, c in pairs if id(c) in row_wise}
             pairs = [(a, c) for a, c in pairs if id(c) not in row_wise]
-            self._rows = [None] * len(self._lazy)
-            self._hook = trainer.optimizers[0].register_step_pre_hook(self._before_step)
+            self._rows = {}
+            self._hooked = trainer.optimizers[0]
+            self._hooked.row_hooks.append(self._before_rows)
         groups: dict[torch.dtype, tuple[list[Tensor], list[Tensor]]] = {}
         for a, c in pairs:
             group = groups.setdefault(a.dtype, ([], []))
@@ -213,28 +215,23 @@ class StreamEMA(WeightAveraging):
         self._exact = [False] * len(self._groups)
 
     def _remove_hook(self) -> None:
-        if self._hook is not None:
-            self._hook.remove()
-            self._hook = None
+        if self._hooked is not None:
+            self._hooked.row_hooks.remove(self._before_rows)
+            self._hooked = None
 
-    def _before_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
-        """The optimiser's step pre-hook: each row-wise table's touched rows (its gradient
-        coalesced in place, which the optimiser then reads) brought up to date."""
-        for i, (weight, lazy) in enumerate(self._lazy):
-            grad = weight.grad
-            if grad is None:
-                self._rows[i] = None
-                continue
-            if grad.is_sparse and not grad.is_coalesced():
-                weight.grad = grad = grad.coalesce()
-            rows = touched_rows(grad)[0]
-            lazy.catch_up(rows)
-            self._rows[i] = rows
+    def _before_rows(self, weight: Tensor, rows: Tensor) -> None:
+        """The optimiser's row hook: a row-wise table's touched rows brought up to date
+        before it changes them."""
+        entry = self._lazy.get(id(weight))
+        if entry is not None:
+            with torch.no_grad():
+                entry[1].catch_up(rows)
+            self._rows[id(weight)] = rows
 
     def _flush(self) -> None:
         """Every row-wise table's average up to date (before Lightning reads the average)."""
         with torch.no_grad():
-            for _, lazy in self._lazy:
+            for _, lazy in self._lazy.values():
                 lazy.flush()
 
     def on_validation_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule
@@ -276,12 +273,11 @@ class StreamEMA(WeightAveraging):
                 else:
                     _foreach_ema(avg, cur, _host_weight(self.decay, self._n, avg[0].dtype))
                 self._exact[i] = _float32_exact(avg)
-            for i, (weight, lazy) in enumerate(self._lazy):
-                rows = self._rows[i]
-                if rows is None:
+            for key, (weight, lazy) in self._lazy.items():
+                rows = self._rows.pop(key, None)
+                if rows is None:  # no gradient this step: no row changed
                     rows = torch.empty(0, dtype=torch.long, device=weight.device)
                 lazy.update(rows, [_host_weight(self.decay, self._n, weight.dtype)])
-                self._rows[i] = None
         avg_model = self._average_model
         assert avg_model is not None  # WeightAveraging.setup made it
         avg_model.n_averaged.add_(1)  # in place: `+=` re-registers the buffer

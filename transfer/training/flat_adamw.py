@@ -30,7 +30,7 @@ storage was replaced (``module.to``, a loaded state) is re-flattened before the 
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -87,6 +87,8 @@ class FlatAdamW(torch.optim.AdamW):
         #: whether a group added later with an earlier group's settings joins that group
         self.merge_equal_groups = merge_equal_groups
         self._flat: dict[int, _FlatGroup] = {}  # id(group) -> its buffers
+        #: ``hook(param, rows)`` before a row-wise table's rows change (table_optim.table_step)
+        self.row_hooks: list[Callable[[Tensor, Tensor], None]] = []
         kwargs.setdefault("foreach", True)
         super().__init__(params, **kwargs)
 

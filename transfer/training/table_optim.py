@@ -150,12 +150,17 @@ def _row_mean_sq(g: Tensor) -> Tensor:
 
 def table_step(optimizer: torch.optim.Optimizer, group: dict[str, Any]) -> None:
     """One row-wise step of a table ``group`` (its ``table_rule`` one of :data:`ROW_RULES`),
-    each parameter's state in ``optimizer.state``."""
+    each parameter's state in ``optimizer.state``. Each of ``optimizer.row_hooks`` (if any) is
+    called ``hook(param, rows)`` just before the rows change: the gradient exists there on
+    every path (Lightning's automatic optimisation computes it inside ``step``), the weights
+    are the step's old ones (what a lazy average brings up to date)."""
     rule = group["table_rule"]
     for p in group["params"]:
         if p.grad is None:
             continue
         rows, g = touched_rows(p.grad)
+        for hook in getattr(optimizer, "row_hooks", ()):
+            hook(p, rows)
         state = optimizer.state[p]
         if not state:
             state["step"] = torch.tensor(0.0)
