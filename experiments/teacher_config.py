@@ -15,7 +15,15 @@ from typing import TYPE_CHECKING, Annotated, Any
 from gemkd.transfer.config import build_dataclass, load_yaml
 from gemkd.transfer.constraints import Rule, at_least, check_fields, half_open, one_of
 from gemkd.transfer.errors import ConfigError
-from gemkd.transfer.options import SELECTS, Accelerator, EpochSelect, Precision, Strategy
+from gemkd.transfer.options import (
+    SELECTS,
+    TABLE_OPTIMIZERS,
+    Accelerator,
+    EpochSelect,
+    Precision,
+    Strategy,
+    TableOptimizer,
+)
 
 if TYPE_CHECKING:
     import torch
@@ -37,6 +45,8 @@ _MAX_STEPS = Rule(lambda v: v == -1 or v >= 1,
 _PATIENCE = at_least(1, "key 'patience' must be >= 1, got {value}")
 _SEQ_LEN = at_least(0, "key 'max_seq_len' must be >= 0, got {value}")
 _EVERY = at_least(1, "key 'checkpoint_every_n_steps' must be >= 1")
+_TABLE_OPTIMIZER = one_of(TABLE_OPTIMIZERS, "key 'table_optimizer' must be one of "
+                          f"{', '.join(TABLE_OPTIMIZERS)}, got {{value!r}}")
 _SELECT = one_of(SELECTS, f"key 'select' must be one of {', '.join(SELECTS)}, got {{value!r}}")
 
 
@@ -58,6 +68,9 @@ class TeacherTrainConfig:
     weight_decay: Annotated[float, _DECAY] = 0.0
     # AdamW decay of the ID tables (regularises them)
     embedding_weight_decay: Annotated[float, _DECAY] = 0.0
+    # how the ID tables are updated: rowwise_adagrad or sparse_adam (only the rows a batch
+    # looked up, at embedding_lr) or dense_adamw (every row, every step); one process only
+    table_optimizer: Annotated[TableOptimizer, _TABLE_OPTIMIZER] = "dense_adamw"
     init_output_bias: bool = True  # output biases start at the training base rate's logit
     # a gemkd teacher checkpoint whose model weights start this model (fine-tuning, recurring
     # training; in a spec's `hierarchical` section `gem` = the lag's GEM checkpoint); a teacher
@@ -107,6 +120,11 @@ class TeacherTrainConfig:
         if self.continue_from is not None and self.init_from is not None:
             raise ValueError("keys 'continue_from' and 'init_from' both start the model's "
                              "weights: give one")
+        if self.table_optimizer != "dense_adamw" and self.strategy != "auto":
+            raise ValueError(f"key 'table_optimizer: {self.table_optimizer}' updates tables "
+                             f"from row-sparse gradients, which strategy {self.strategy!r} does "
+                             "not reduce or shard: use strategy auto or table_optimizer "
+                             "dense_adamw")
 
 
 #: keys that change how fast a fit runs, never what it trains (the same batches in the same
@@ -255,6 +273,7 @@ def build_run(cfg: TeacherTrainConfig, data: str | Path, *, domains: list[str] |
     args: dict[str, Any] = dict(
         lr=cfg.lr, embedding_lr=cfg.embedding_lr, weight_decay=cfg.weight_decay,
         embedding_weight_decay=cfg.embedding_weight_decay, task_weights=cfg.task_weights,
+        table_optimizer=cfg.table_optimizer,
         base_rates=base_rates, domain_base_rates=domain_base_rates,
         repr_layer=cfg.repr_layer, compile=cfg.compile, fsdp_replicate=cfg.fsdp_replicate)
     try:

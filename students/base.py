@@ -252,7 +252,8 @@ class StudentBase(nn.Module):
     def _stacked_lookup(self, p: Mapping[str, Tensor], key: str, table: nn.Embedding,
                         ids: Tensor) -> Tensor:
         """``[K, ..., d]``: the hashed rows ``ids`` of every member's copy of ``table``."""
-        return stacked.lookup(torch.remainder(ids, table.num_embeddings), p[f"{key}.weight"])
+        return stacked.lookup(torch.remainder(ids, table.num_embeddings), p[f"{key}.weight"],
+                              table.sparse)
 
     def _stacked_seq_table(self, name: str) -> tuple[str, nn.Embedding]:
         """The parameter prefix and table of sequence field ``name`` (a shared one's
@@ -319,18 +320,19 @@ class StudentBase(nn.Module):
                 bag_offsets.append(offsets[1:] + start)
                 start += history[f].shape[0]
             out = stacked.bag_mean(torch.cat(bag_ids), p[f"tables.{name}.weight"],
-                                   torch.cat(bag_offsets))
+                                   torch.cat(bag_offsets), table.sparse)
             rows[name] = out[:, :b]
             for i, f in enumerate(fields):
                 pooled[f] = out[:, b * (i + 1):b * (i + 2)]
         found = stacked.lookups(list(single.values()),
-                                [p[f"tables.{name}.weight"] for name in single])
+                                [p[f"tables.{name}.weight"] for name in single],
+                                any(cast(nn.Embedding, self.tables[n]).sparse for n in single))
         rows.update(zip(single, found, strict=True))
         for f in history:
             if f not in pooled:
                 key, table = self._stacked_seq_table(f)
                 pooled[f] = stacked.bag_mean(torch.remainder(history[f], table.num_embeddings),
-                                             p[f"{key}.weight"], offsets)
+                                             p[f"{key}.weight"], offsets, table.sparse)
         total: Tensor | None = None
         for f in self.sequence if pool_history else []:
             total = pooled[f] if total is None else total + pooled[f]

@@ -35,18 +35,20 @@ class _MeanBags(torch.autograd.Function):
     as an embedding bag too: events sorted by id, each id's bag sums the gradients of the bags
     its events are in, scaled by 1/bag size. The same numbers as the native backward (up to
     summation order) but about 2x cheaper on CPU for long histories, where the native dense
-    backward's per-event sort/select work dominates a training step."""
+    backward's per-event sort/select work dominates a training step. ``sparse``: the gradient
+    is row-sparse (the rows the bags read, each once), as ``sparse=True`` gives."""
 
     @staticmethod
-    def forward(ctx, weight: Tensor, ids: Tensor, offsets: Tensor) -> Tensor:
+    def forward(ctx, weight: Tensor, ids: Tensor, offsets: Tensor, sparse: bool = False
+                ) -> Tensor:
         ctx.save_for_backward(ids, offsets)
-        ctx.rows, ctx.dtype = weight.shape[0], weight.dtype
+        ctx.rows, ctx.dtype, ctx.sparse = weight.shape[0], weight.dtype, sparse
         return F.embedding_bag(ids, weight, offsets, mode="mean", include_last_offset=True)
 
     @staticmethod
-    def backward(ctx, grad: Tensor) -> tuple[Tensor | None, None, None]:
+    def backward(ctx, grad: Tensor) -> tuple[Tensor | None, None, None, None]:
         if not ctx.needs_input_grad[0]:
-            return None, None, None
+            return None, None, None, None
         ids, offsets = ctx.saved_tensors
         sizes = offsets[1:] - offsets[:-1]
         scaled = grad / sizes.clamp(min=1).unsqueeze(1).to(grad.dtype)
@@ -54,17 +56,26 @@ class _MeanBags(torch.autograd.Function):
             torch.arange(sizes.shape[0], device=ids.device), sizes, output_size=ids.shape[0]
         )
         sorted_ids, perm = torch.sort(ids, stable=True)
-        row_offsets = torch.zeros(ctx.rows + 1, dtype=ids.dtype, device=ids.device)
-        torch.cumsum(torch.bincount(sorted_ids, minlength=ctx.rows), 0, out=row_offsets[1:])
+        if ctx.sparse:  # one bag per row read: its events' bags' gradients
+            rows, counts = torch.unique_consecutive(sorted_ids, return_counts=True)
+            row_offsets = torch.cat([counts.new_zeros(1), torch.cumsum(counts, 0)])
+        else:  # one bag per row of the table (empty for a row not read)
+            row_offsets = torch.zeros(ctx.rows + 1, dtype=ids.dtype, device=ids.device)
+            torch.cumsum(torch.bincount(sorted_ids, minlength=ctx.rows), 0, out=row_offsets[1:])
         gw = F.embedding_bag(
             bag.index_select(0, perm), scaled, row_offsets, mode="sum", include_last_offset=True
-        )
-        return gw.to(ctx.dtype), None, None
+        ).to(ctx.dtype)
+        if ctx.sparse:
+            gw = torch.sparse_coo_tensor(rows.unsqueeze(0), gw, (ctx.rows, gw.shape[1]),
+                                         is_coalesced=True, check_invariants=False)
+        return gw, None, None, None
 
 
 class HashedEmbedding(nn.Embedding):
     """An embedding table that hashes ids modulo its row count (negative ids included), so a
-    model can cap its tables at ``max_rows`` and still accept any id."""
+    model can cap its tables at ``max_rows`` and still accept any id. With ``sparse`` set
+    (:func:`gemkd.transfer.training.table_optim.set_sparse_tables`) its lookups and bags give
+    row-sparse gradients."""
 
     def __init__(self, num_embeddings: int, embedding_dim: int) -> None:
         super().__init__(num_embeddings, embedding_dim)
@@ -78,5 +89,6 @@ class HashedEmbedding(nn.Embedding):
         if bag_offsets is None:
             return super().forward(ids)
         if ids.device.type == "cpu" and torch.is_grad_enabled() and self.weight.requires_grad:
-            return _MeanBags.apply(self.weight, ids, bag_offsets)
-        return F.embedding_bag(ids, self.weight, bag_offsets, mode="mean", include_last_offset=True)
+            return _MeanBags.apply(self.weight, ids, bag_offsets, self.sparse)
+        return F.embedding_bag(ids, self.weight, bag_offsets, mode="mean",
+                               include_last_offset=True, sparse=self.sparse)

@@ -54,6 +54,10 @@ EpochSelect = Literal["last", "best"]
 JoinPolicy = Literal["error", "mask"]
 #: The value type of a ``results.csv`` column (``gemkd.experiments.results_schema``)
 ColumnType = Literal["str", "int", "float"]
+#: How embedding tables are updated (``gemkd.transfer.training.table_optim``): row-wise Adagrad
+#: or lazy Adam over row-sparse gradients (only the rows a batch looked up), or dense AdamW
+#: over every row (the reference)
+TableOptimizer = Literal["rowwise_adagrad", "sparse_adam", "dense_adamw"]
 
 
 def choices(kind: typing.Any) -> tuple[str, ...]:
@@ -76,3 +80,4 @@ TEACHER_SOURCES = choices(TeacherSource)
 TUNING_DRAWS = choices(TuningDraws)
 SELECTS = choices(EpochSelect)
 JOIN_POLICIES = choices(JoinPolicy)
+TABLE_OPTIMIZERS = choices(TableOptimizer)

@@ -138,7 +138,7 @@ def build_module(spec: RunSpec, job: StudentJob, data: fs.Where, inputs: Inputs,
         m.setup(ctx)
     module = DistillModule(student, tasks, schema.domains, methods=methods, teacher=teacher,
                            trained_until_day=job.trained_until_day, lr=spec.lr,
-                           base_rates=base_rates)
+                           base_rates=base_rates, table_optimizer=spec.table_optimizer)
     return module, teacher
 
 

@@ -28,9 +28,11 @@ from gemkd.transfer.options import (
     ACCELERATORS,
     PROTOCOLS,
     SAMPLERS,
+    TABLE_OPTIMIZERS,
     TEACHER_SOURCES,
     Accelerator,
     Sampler,
+    TableOptimizer,
     TeacherProtocol,
     TeacherSource,
     TrackerKind,
@@ -477,6 +479,11 @@ class RunSpec:
     batch_size: Annotated[int, at_least(1, _STEP)] = 256
     #: the student's learning rate
     lr: Annotated[float, Rule(lambda v: v > 0, _STEP)] = 0.01
+    #: how the student's ID tables are updated: rowwise_adagrad or sparse_adam (only the rows
+    #: a batch looked up, at 10 x lr; their weight average likewise) or dense_adamw (every row)
+    table_optimizer: Annotated[TableOptimizer, one_of(
+        TABLE_OPTIMIZERS, "'table_optimizer' must be one of "
+        f"{', '.join(TABLE_OPTIMIZERS)}, got {{value!r}}")] = "dense_adamw"
     #: the kd method's default loss: bce (with temperature and T²), bce_cal (the same, the
     #: student's mean probability kept at the target's at any temperature) or mse on logits
     kd_loss: str = "bce"

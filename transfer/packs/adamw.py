@@ -17,6 +17,11 @@ Both kernels treat each tensor of their lists on its own, so a member's values d
 on its pack: the fused update of a pack of one (a run alone) gives every member's bits, and the
 foreach update is the Lightning run's (``tests/packs/test_adamw.py``). β1, β2 and ε are shared
 by the pack (a member that differs cannot join it).
+
+A stacked table ``[K, R, d]`` whose ``rule`` is row-wise (``rowwise_adagrad``, ``sparse_adam``:
+:mod:`gemkd.transfer.training.table_optim`) takes a row-sparse gradient and is updated on the
+rows it touched, all members' in one call, each row at its member's lr and decay (elementwise
+ops on rows: a member's rows do not depend on the others').
 """
 
 from __future__ import annotations
@@ -26,6 +31,13 @@ from dataclasses import dataclass
 
 import torch
 from torch import Tensor
+
+from gemkd.transfer.training.table_optim import (
+    ROW_RULES,
+    lazy_adam_,
+    rowwise_adagrad_,
+    touched_rows,
+)
 
 
 @dataclass(frozen=True)
@@ -41,13 +53,25 @@ class PackAdamW:
     one's per-member settings, in the same order. ``leaves``, when given, ``leaves[i][k]`` is
     member k's own parameter i: re-pointed at slice ``[k]`` of ``params[i]``, and the gradients
     a step reads are theirs (members trained as their own modules) rather than the stacked
-    tensors' (a batched pack). ``fused``: the update (see the module doc)."""
+    tensors' (a batched pack). ``fused``: the update (see the module doc). ``rules``: each
+    parameter's table rule (None: ``dense_adamw`` for all); a row-wise one needs a stacked
+    ``[K, R, d]`` table and no ``leaves``."""
 
     def __init__(self, params: list[Tensor], groups: list[MemberGroup], *,
                  betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
-                 leaves: Sequence[Sequence[Tensor]] | None = None, fused: bool = False) -> None:
+                 leaves: Sequence[Sequence[Tensor]] | None = None, fused: bool = False,
+                 rules: Sequence[str] | None = None) -> None:
         if len(params) != len(groups) or not params:
             raise ValueError("PackAdamW needs one MemberGroup per stacked parameter")
+        rules = list(rules) if rules is not None else ["dense_adamw"] * len(params)
+        if len(rules) != len(params):
+            raise ValueError("PackAdamW: one rule per stacked parameter")
+        #: the row-wise tables: index -> rule
+        self.tables = {i: r for i, r in enumerate(rules) if r in ROW_RULES}
+        if self.tables and leaves is not None:
+            raise ValueError("PackAdamW: row-wise tables need a batched pack (no leaves)")
+        if any(params[i].dim() != 3 for i in self.tables):
+            raise ValueError("PackAdamW: a row-wise table is a stacked [K, R, d] tensor")
         k = params[0].shape[0]
         if any(p.shape[0] != k or len(g.lr) != k or len(g.weight_decay) != k
                for p, g in zip(params, groups, strict=True)):
@@ -69,8 +93,18 @@ class PackAdamW:
         self.exp_avg_sq = [torch.zeros_like(p) for p in self.params]
         self.step_count = 0
         self._step_t = torch.zeros((), dtype=torch.float32, device=self.params[0].device)
+        #: row-wise tables: per-member lr and decay (one per row at a step), Adagrad's sums
+        self._table_lr = {i: torch.tensor(self.groups[i].lr, dtype=self.params[i].dtype)
+                          for i in self.tables}
+        self._table_wd = {i: torch.tensor(self.groups[i].weight_decay,
+                                          dtype=self.params[i].dtype) for i in self.tables
+                          if any(self.groups[i].weight_decay)}
+        self.row_sums = {i: self.params[i].new_zeros(k * self.params[i].shape[1])
+                         for i, r in self.tables.items() if r == "rowwise_adagrad"}
+        self._rows: dict[int, tuple[Tensor, Tensor]] | None = None
         #: (parameter, member) pairs in the order of the update's lists, and their settings
-        self._slots = [(i, j) for j in range(k) for i in range(len(self.params))]
+        self._slots = [(i, j) for j in range(k) for i in range(len(self.params))
+                       if i not in self.tables]
         self._data = [self.params[i].data[j] for i, j in self._slots]
         self._m = [self.exp_avg[i][j] for i, j in self._slots]
         self._v = [self.exp_avg_sq[i][j] for i, j in self._slots]
@@ -86,15 +120,31 @@ class PackAdamW:
                             for key, slots in self._calls.items()}
 
     def _holders(self) -> list[Tensor]:
-        """The tensors whose gradients a step reads: the stacked parameters, or each member's
-        own (in the update's slot order)."""
+        """The tensors whose gradients a step reads: the stacked parameters (the dense ones),
+        or each member's own (in the update's slot order)."""
         if self.leaves is None:
-            return self.params
+            return [p for i, p in enumerate(self.params) if i not in self.tables]
         return [self.leaves[i][j] for i, j in self._slots]
 
     def zero_grad(self) -> None:
         for p in self._holders():
             p.grad = None
+        for i in self.tables:
+            self.params[i].grad = None
+        self._rows = None
+
+    def table_rows(self) -> dict[int, Tensor]:
+        """Each row-wise table's rows this step's gradient touched (of its flat ``[K·R, d]``
+        view), computed once a step (the average brings them up to date before the step)."""
+        if self._rows is None:
+            self._rows = {}
+            for i in self.tables:
+                grad = self.params[i].grad
+                if grad is None:
+                    raise RuntimeError(f"trained table {i} has no gradient: a pack needs "
+                                       "every trained parameter in every step")
+                self._rows[i] = touched_rows(grad)
+        return {i: rows for i, (rows, _) in self._rows.items()}
 
     def _grads(self) -> list[Tensor]:
         """Every slot's gradient (an error names a trained tensor without one)."""
@@ -106,18 +156,40 @@ class PackAdamW:
         grads = [p.grad for p in holders if p.grad is not None]
         if self.leaves is not None:
             return grads
-        members = [g.unbind(0) for g in grads]
+        dense = [i for i in range(len(self.params)) if i not in self.tables]
+        members = dict(zip(dense, (g.unbind(0) for g in grads), strict=True))
         return [members[i][j] for i, j in self._slots]
 
     @torch.no_grad()
     def step(self) -> None:
         grads = self._grads()
+        self.table_rows()
         self.step_count += 1
         self._step_t += 1  # AdamW's state step, which the fused kernel reads
-        if self.fused:
-            self._fused_step(grads)
-        else:
-            self._foreach_step(grads)
+        if self._slots:
+            if self.fused:
+                self._fused_step(grads)
+            else:
+                self._foreach_step(grads)
+        self._table_step()
+
+    def _table_step(self) -> None:
+        """Every row-wise table's touched rows, each at its member's lr and decay."""
+        assert self._rows is not None  # table_rows() ran
+        beta1, beta2 = self.betas
+        for i, rule in self.tables.items():
+            rows, g = self._rows[i]
+            member = torch.div(rows, self.params[i].shape[1], rounding_mode="floor")
+            lr = self._table_lr[i].index_select(0, member).unsqueeze(1)
+            wd = self._table_wd.get(i)
+            decay = 0.0 if wd is None else wd.index_select(0, member).unsqueeze(1)
+            if rule == "rowwise_adagrad":
+                rowwise_adagrad_(self.params[i].data, rows, g, self.row_sums[i], lr, self.eps,
+                                 decay)
+            else:
+                lazy_adam_(self.params[i].data, rows, g, self.exp_avg[i], self.exp_avg_sq[i],
+                           self.step_count, lr, (beta1, beta2), self.eps, decay)
+        self._rows = None
 
     def _fused_step(self, grads: list[Tensor]) -> None:
         beta1, beta2 = self.betas
@@ -149,10 +221,13 @@ class PackAdamW:
 
     def state_dict(self) -> dict:
         return {"step": self.step_count, "exp_avg": [t.clone() for t in self.exp_avg],
-                "exp_avg_sq": [t.clone() for t in self.exp_avg_sq]}
+                "exp_avg_sq": [t.clone() for t in self.exp_avg_sq],
+                "row_sums": {i: t.clone() for i, t in self.row_sums.items()}}
 
     def load_state_dict(self, state: dict) -> None:
         self.step_count = int(state["step"])
         self._step_t.fill_(float(self.step_count))
         torch._foreach_copy_(self.exp_avg, state["exp_avg"])
         torch._foreach_copy_(self.exp_avg_sq, state["exp_avg_sq"])
+        for i, t in state.get("row_sums", {}).items():
+            self.row_sums[i].copy_(t)

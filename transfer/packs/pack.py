@@ -56,6 +56,7 @@ from gemkd.transfer.models import StudentOutput, optional_hook
 from gemkd.transfer.packs.adamw import MemberGroup, PackAdamW
 from gemkd.transfer.packs.ema import PackEMA
 from gemkd.transfer.training.flat_adamw import FlatAdamW
+from gemkd.transfer.training.table_optim import ROW_RULES
 
 log = logging.getLogger(__name__)
 
@@ -153,7 +154,8 @@ def _param_settings(member: DistillModule) -> tuple[dict[str, dict[str, Any]], l
             raise PackError("a pack runs AdamW without amsgrad or maximize")
         for p in g["params"]:
             out[names[id(p)]] = {"lr": float(g["lr"]), "weight_decay": float(g["weight_decay"]),
-                                 "betas": tuple(g["betas"]), "eps": float(g["eps"])}
+                                 "betas": tuple(g["betas"]), "eps": float(g["eps"]),
+                                 "rule": g.get("table_rule", "dense_adamw")}
     return out, rest
 
 
@@ -227,6 +229,12 @@ class PackedDistill:
         shared = {(s[n]["betas"], s[n]["eps"]) for s in settings for n in names}
         if len(shared) > 1:
             raise PackError("the members' AdamW betas or eps differ")
+        rules = [settings[0][n]["rule"] for n in names]
+        if any([s[n]["rule"] for n in names] != rules for s in settings[1:]):
+            raise PackError("the members' table optimisers differ")
+        if not batched and any(r in ROW_RULES for r in rules):
+            raise PackError("an exact pack updates tables densely (table_optimizer "
+                            "dense_adamw); row-wise tables need a batched pack")
         own = [dict(m.named_parameters()) for m in members]
         shapes = {n: p.shape for n, p in own[0].items()}
         if any({n: p.shape for n, p in o.items()} != shapes for o in own[1:]):
@@ -245,12 +253,13 @@ class PackedDistill:
         betas, eps = next(iter(shared)) if shared else ((0.9, 0.999), 1e-8)
         leaves = None if batched else [[o[n] for o in own] for n in names]
         self.optimizer = PackAdamW(trained, groups, betas=betas, eps=eps, leaves=leaves,
-                                   fused=batched)
+                                   fused=batched, rules=rules)
         self.ema = None
         if ema_decays[0] is not None:
             # all or none are None (checked above)
             decays = [float(d) for d in ema_decays if d is not None]
-            self.ema = PackEMA(trained, decays, lerp=batched)
+            self.ema = PackEMA(trained, decays, lerp=batched,
+                               lazy=set(self.optimizer.tables))
         self._call = _Call(members[0])
         self._template = members[0]
         if batched:
@@ -393,9 +402,12 @@ class PackedDistill:
             losses = torch.stack([m.training_loss(state()) for m in self.members])
         self.optimizer.zero_grad()
         losses.sum().backward()  # each member's loss gets gradient 1: its own backward
+        rows = self.optimizer.table_rows()  # row-wise tables: the rows the step touches
+        if self.ema is not None:
+            self.ema.catch_up(rows)
         self.optimizer.step()
         if self.ema is not None:
-            self.ema.update()
+            self.ema.update(rows)
         self.steps += 1
         return losses.detach()
 

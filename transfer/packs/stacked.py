@@ -117,14 +117,24 @@ def _member_shift(k: int, step: int, device: torch.device) -> Tensor:
     return torch.arange(k, device=device).mul_(step).unsqueeze(1)
 
 
+def _sparse_rows(flat_rows: Tensor, values: Tensor, shape: torch.Size) -> Tensor:
+    """The row-sparse gradient ``[K, R, d]`` (coalesced) whose rows of the flat ``[K·R, d]``
+    view ``flat_rows`` (ascending, each once) hold ``values [U, d]``."""
+    k, r, d = shape
+    index = torch.stack([torch.div(flat_rows, r, rounding_mode="floor"), flat_rows % r])
+    return torch.sparse_coo_tensor(index, values, (k, r, d), is_coalesced=True,
+                                   check_invariants=False)
+
+
 class _Lookups(torch.autograd.Function):
     """Rows ``ids`` of every member's table ``[K, R, d]`` for several tables at once, each
     looked up in its flat ``[K·R, d]`` view (member k's ids shifted by k·R: one gather of K·n
     rows), its gradient an ``index_add`` of those rows in order (each row's sum in the order
-    one member's ``index_add`` takes: a member's gradient does not depend on K)."""
+    one member's ``index_add`` takes: a member's gradient does not depend on K). ``sparse``:
+    the gradient holds only the rows looked up (added the same way), row-sparse."""
 
     @staticmethod
-    def forward(ctx: Any, n: int, *tensors: Tensor) -> tuple[Tensor, ...]:
+    def forward(ctx: Any, n: int, sparse: bool, *tensors: Tensor) -> tuple[Tensor, ...]:
         weights, ids = tensors[:n], tensors[n:]
         flat, out = [], []
         for w, i in zip(weights, ids, strict=True):
@@ -133,16 +143,21 @@ class _Lookups(torch.autograd.Function):
             flat.append(f)
             out.append(w.reshape(k * r, d).index_select(0, f).view(k, *i.shape, d))
         ctx.save_for_backward(*flat)
-        ctx.shapes = [w.shape for w in weights]
+        ctx.shapes, ctx.sparse = [w.shape for w in weights], sparse
         return tuple(out)
 
     @staticmethod
     def backward(ctx: Any, *grads: Tensor | None) -> tuple[Tensor | None, ...]:
-        out: list[Tensor | None] = [None]
+        out: list[Tensor | None] = [None, None]
         for j, (flat, (k, r, d), g) in enumerate(zip(ctx.saved_tensors, ctx.shapes, grads,
                                                      strict=True)):
-            if g is None or not ctx.needs_input_grad[j + 1]:
+            if g is None or not ctx.needs_input_grad[j + 2]:
                 out.append(None)
+                continue
+            if ctx.sparse:
+                rows, where = torch.unique(flat, sorted=True, return_inverse=True)
+                values = g.new_zeros(rows.shape[0], d).index_add_(0, where, g.reshape(-1, d))
+                out.append(_sparse_rows(rows, values, ctx.shapes[j]))
                 continue
             gw = g.new_zeros(k * r, d).index_add_(0, flat, g.reshape(-1, d))
             out.append(gw.view(k, r, d))
@@ -161,10 +176,12 @@ class _MeanBags(torch.autograd.Function):
     by k·R, its bags by k·n), each bag computed on its own. The weight's gradient is an
     embedding bag too, as :class:`gemkd.transfer.layers._MeanBags` computes it: events sorted by
     id (stably, once for every member), each row summing the gradients of the bags its events
-    are in, each scaled by 1/bag size."""
+    are in, each scaled by 1/bag size. ``sparse``: the gradient holds only the rows read (their
+    sums the same), row-sparse."""
 
     @staticmethod
-    def forward(ctx: Any, weight: Tensor, ids: Tensor, offsets: Tensor) -> Tensor:
+    def forward(ctx: Any, weight: Tensor, ids: Tensor, offsets: Tensor, sparse: bool = False
+                ) -> Tensor:
         k, r, d = weight.shape
         n, b = ids.shape[0], offsets.shape[0] - 1
         shift = _member_shift(k, 1, ids.device)
@@ -172,13 +189,13 @@ class _MeanBags(torch.autograd.Function):
         flat_offsets = torch.cat([(offsets[:-1].unsqueeze(0) + shift * n).reshape(-1),
                                   offsets.new_full((1,), k * n)])
         ctx.save_for_backward(ids, offsets)
-        ctx.shape = weight.shape
+        ctx.shape, ctx.sparse = weight.shape, sparse
         out = F.embedding_bag(flat_ids, weight.reshape(k * r, d), flat_offsets, mode="mean",
                               include_last_offset=True)
         return out.view(k, b, d)
 
     @staticmethod
-    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, None, None]:
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, None, None, None]:
         ids, offsets = ctx.saved_tensors
         k, r, d = ctx.shape
         n, b = ids.shape[0], offsets.shape[0] - 1
@@ -188,33 +205,45 @@ class _MeanBags(torch.autograd.Function):
         if k < _SORT_FROM:  # each event's row added in event order: the same sums, no sort
             per_event = scaled.index_select(1, bag).reshape(k * n, d)
             flat_ids = (ids.unsqueeze(0) + _member_shift(k, r, ids.device)).reshape(-1)
+            if ctx.sparse:
+                rows, where = torch.unique(flat_ids, sorted=True, return_inverse=True)
+                values = grad.new_zeros(rows.shape[0], d).index_add_(0, where, per_event)
+                return _sparse_rows(rows, values, ctx.shape), None, None, None
             return grad.new_zeros(k * r, d).index_add_(0, flat_ids, per_event).view(k, r, d), \
-                None, None
+                None, None, None
         sorted_ids, perm = torch.sort(ids, stable=True)
         shift = _member_shift(k, 1, ids.device)
-        rows = torch.cumsum(torch.bincount(sorted_ids, minlength=r), 0)
+        if ctx.sparse:  # one bag per row read (each member's), not per row of the table
+            read, counts = torch.unique_consecutive(sorted_ids, return_counts=True)
+            rows = torch.cumsum(counts, 0)
+        else:
+            rows = torch.cumsum(torch.bincount(sorted_ids, minlength=r), 0)
         row_offsets = torch.cat([ids.new_zeros(1), (rows.unsqueeze(0) + shift * n).reshape(-1)])
         bags = (bag.index_select(0, perm).unsqueeze(0) + shift * b).reshape(-1)
         gw = F.embedding_bag(bags, scaled.reshape(k * b, d), row_offsets, mode="sum",
                              include_last_offset=True)
-        return gw.view(k, r, d), None, None
+        if ctx.sparse:
+            flat_rows = (read.unsqueeze(0) + shift * r).reshape(-1)
+            return _sparse_rows(flat_rows, gw, ctx.shape), None, None, None
+        return gw.view(k, r, d), None, None, None
 
 
-def lookup(ids: Tensor, weight: Tensor) -> Tensor:
+def lookup(ids: Tensor, weight: Tensor, sparse: bool = False) -> Tensor:
     """``[K, ..., d]``: rows ``ids [...]`` (already in range) of every member's table
-    ``weight [K, R, d]`` (contiguous)."""
-    return _Lookups.apply(1, weight, ids)[0]
+    ``weight [K, R, d]`` (contiguous); ``sparse``: its gradient row-sparse."""
+    return _Lookups.apply(1, sparse, weight, ids)[0]
 
 
-def lookups(ids: list[Tensor], weights: list[Tensor]) -> list[Tensor]:
+def lookups(ids: list[Tensor], weights: list[Tensor], sparse: bool = False) -> list[Tensor]:
     """:func:`lookup` of ``ids[i]`` in ``weights[i]`` for every i, in one autograd node."""
     if not weights:
         return []
-    return list(_Lookups.apply(len(weights), *weights, *ids))
+    return list(_Lookups.apply(len(weights), sparse, *weights, *ids))
 
 
-def bag_mean(ids: Tensor, weight: Tensor, offsets: Tensor) -> Tensor:
+def bag_mean(ids: Tensor, weight: Tensor, offsets: Tensor, sparse: bool = False) -> Tensor:
     """``[K, B, d]``: the mean of the rows ``ids [N]`` of each bag ``offsets [B+1]`` of every
     member's table ``weight [K, R, d]`` (0 for an empty bag): the stacked
-    ``segment_mean(table(ids), offsets)``, without the ``[K, N, d]`` rows."""
-    return _MeanBags.apply(weight, ids, offsets)
+    ``segment_mean(table(ids), offsets)``, without the ``[K, N, d]`` rows; ``sparse``: its
+    gradient row-sparse."""
+    return _MeanBags.apply(weight, ids, offsets, sparse)

@@ -31,6 +31,9 @@ from lightning.pytorch.callbacks import WeightAveraging
 from lightning.pytorch.strategies import ModelParallelStrategy
 from torch import Tensor
 
+from gemkd.transfer.training.lazy_ema import LazyRowAverage
+from gemkd.transfer.training.table_optim import ROW_RULES
+
 
 def _check(decay: float) -> None:
     if not 0.0 < decay < 1.0:
@@ -139,7 +142,15 @@ class StreamEMA(WeightAveraging):
     which on the CPU loop over the tensors one kernel each (a small student's ~15 tensors:
     ~55 us a step, against ~30 us). Element by element it is the same arithmetic, so the same
     bits. An integer group equal to the module's (a student's constant column index) is left as
-    it is, which is what the update would compute (:func:`_float32_exact`)."""
+    it is, which is what the update would compute (:func:`_float32_exact`).
+
+    A table the optimiser updates row-wise (a group with a ``table_rule`` of
+    :data:`~gemkd.transfer.training.table_optim.ROW_RULES`) is averaged lazily
+    (:class:`~gemkd.transfer.training.lazy_ema.LazyRowAverage`): the rows its gradient touched,
+    brought up to date just before the optimiser changes them (its ``row_hooks``) and updated
+    after the step;
+    every row at a flush before Lightning reads the average (validation swap, checkpoint, end
+    of fit). The dense average's values, up to rounding, at the touched rows' cost."""
 
     def __init__(self, decay: float) -> None:
         super().__init__(multi_avg_fn=warmup_ema_multi_fn(decay), use_buffers=True)
@@ -148,6 +159,10 @@ class StreamEMA(WeightAveraging):
         self._flat: list[tuple[Tensor, list[Tensor], Tensor]] = []
         self._exact: list[bool] = []
         self._n = 0
+        #: row-wise tables: (the module's weight, its lazy average, the rows of this step)
+        self._lazy: dict[int, tuple[Tensor, LazyRowAverage]] = {}  # id(weight) ->
+        self._rows: dict[int, Tensor] = {}  # id(weight) -> this step's rows
+        self._hooked: Any = None  # the optimiser whose row_hooks hold ours
 
     def should_update(self, step_idx: int | None = None, epoch_idx: int | None = None) -> bool:
         return step_idx is not None
@@ -172,9 +187,20 @@ class StreamEMA(WeightAveraging):
         pairs = list(zip(itertools.chain(avg_model.module.parameters(), avg_model.module.buffers()),
                          itertools.chain(pl_module.parameters(), pl_module.buffers()),
                          strict=False))  # as AveragedModel.update_parameters pairs them
-        self._groups, self._flat = None, []
+        self._groups, self._flat, self._lazy = None, [], {}
+        self._remove_hook()
         if any(a.device != c.device or a.dtype != c.dtype for a, c in pairs):
             return
+        self._n = int(avg_model.n_averaged)
+        row_wise = {id(p) for opt in trainer.optimizers for g in opt.param_groups
+                    if g.get("table_rule") in ROW_RULES for p in g["params"]}
+        if row_wise:
+            self._lazy = {id(c): (c, LazyRowAverage(a.detach(), c, done=self._n))
+                          for a, c in pairs if id(c) in row_wise}
+            pairs = [(a, c) for a, c in pairs if id(c) not in row_wise]
+            self._rows = {}
+            self._hooked = trainer.optimizers[0]
+            self._hooked.row_hooks.append(self._before_rows)
         groups: dict[torch.dtype, tuple[list[Tensor], list[Tensor]]] = {}
         for a, c in pairs:
             group = groups.setdefault(a.dtype, ([], []))
@@ -187,7 +213,41 @@ class StreamEMA(WeightAveraging):
             else:
                 self._groups.append(([a.detach() for a in avg], cur))
         self._exact = [False] * len(self._groups)
-        self._n = int(avg_model.n_averaged)
+
+    def _remove_hook(self) -> None:
+        if self._hooked is not None:
+            self._hooked.row_hooks.remove(self._before_rows)
+            self._hooked = None
+
+    def _before_rows(self, weight: Tensor, rows: Tensor) -> None:
+        """The optimiser's row hook: a row-wise table's touched rows brought up to date
+        before it changes them."""
+        entry = self._lazy.get(id(weight))
+        if entry is not None:
+            with torch.no_grad():
+                entry[1].catch_up(rows)
+            self._rows[id(weight)] = rows
+
+    def _flush(self) -> None:
+        """Every row-wise table's average up to date (before Lightning reads the average)."""
+        with torch.no_grad():
+            for _, lazy in self._lazy.values():
+                lazy.flush()
+
+    def on_validation_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule
+                                  ) -> None:
+        self._flush()
+        super().on_validation_epoch_start(trainer, pl_module)
+
+    def on_save_checkpoint(self, trainer: pl.Trainer, pl_module: pl.LightningModule,
+                           checkpoint: dict[str, Any]) -> None:
+        self._flush()
+        super().on_save_checkpoint(trainer, pl_module, checkpoint)
+
+    def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._flush()
+        self._remove_hook()
+        super().on_train_end(trainer, pl_module)
 
     def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule,
                            outputs: Any, batch: Any, batch_idx: int) -> None:
@@ -213,6 +273,11 @@ class StreamEMA(WeightAveraging):
                 else:
                     _foreach_ema(avg, cur, _host_weight(self.decay, self._n, avg[0].dtype))
                 self._exact[i] = _float32_exact(avg)
+            for key, (weight, lazy) in self._lazy.items():
+                rows = self._rows.pop(key, None)
+                if rows is None:  # no gradient this step: no row changed
+                    rows = torch.empty(0, dtype=torch.long, device=weight.device)
+                lazy.update(rows, [_host_weight(self.decay, self._n, weight.dtype)])
         avg_model = self._average_model
         assert avg_model is not None  # WeightAveraging.setup made it
         avg_model.n_averaged.add_(1)  # in place: `+=` re-registers the buffer

@@ -17,7 +17,11 @@ Per parameter, the optimiser's state stays torch's: ``state[p]`` holds ``step`` 
 shared count), ``exp_avg`` and ``exp_avg_sq`` (views of the group's buffers), so
 ``state_dict``/``load_state_dict`` and checkpoints are those of ``AdamW``. A group takes the flat
 path only when it can give torch's results: plain dense tensors of one device and dtype, AdamW
-without amsgrad, capturable, differentiable or fused. Anything else runs torch's per-parameter
+without amsgrad, capturable, differentiable or fused. A group with a ``table_rule`` of
+:data:`~gemkd.transfer.training.table_optim.ROW_RULES` (embedding tables with row-sparse
+gradients) is updated row-wise instead (:func:`~gemkd.transfer.training.table_optim.table_step`):
+one optimiser, as Lightning's automatic optimisation takes, for tables and dense weights.
+Anything else runs torch's per-parameter
 step unchanged; so does a flat group from the first step on which one of its parameters has no
 gradient (torch then leaves that parameter and its state alone), for the rest of the run: its
 step counts are un-shared first, so from there on it is exactly torch's path. A parameter whose
@@ -26,7 +30,7 @@ storage was replaced (``module.to``, a loaded state) is re-flattened before the 
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,6 +38,8 @@ import torch
 from torch import Tensor
 from torch.optim.adam import adam
 from torch.optim.optimizer import _get_scalar_dtype
+
+from gemkd.transfer.training.table_optim import ROW_RULES, table_step
 
 #: group keys that are not settings (two groups with equal settings can share one buffer)
 _NOT_SETTINGS = ("params", "name")
@@ -81,6 +87,8 @@ class FlatAdamW(torch.optim.AdamW):
         #: whether a group added later with an earlier group's settings joins that group
         self.merge_equal_groups = merge_equal_groups
         self._flat: dict[int, _FlatGroup] = {}  # id(group) -> its buffers
+        #: ``hook(param, rows)`` before a row-wise table's rows change (table_optim.table_step)
+        self.row_hooks: list[Callable[[Tensor, Tensor], None]] = []
         kwargs.setdefault("foreach", True)
         super().__init__(params, **kwargs)
 
@@ -99,6 +107,8 @@ class FlatAdamW(torch.optim.AdamW):
 
     def _eligible(self, group: dict[str, Any]) -> bool:
         params = group["params"]
+        if group.get("table_rule") in ROW_RULES:
+            return False
         if not params or group["amsgrad"] or group["capturable"] or group["differentiable"] \
                 or group["fused"] or group["foreach"] is False:
             return False
@@ -183,7 +193,9 @@ class FlatAdamW(torch.optim.AdamW):
             if flat is not None and any(p.grad is None for p in flat.params):
                 self._unflatten(group)
                 flat = None
-            if flat is None:
+            if group.get("table_rule") in ROW_RULES:
+                table_step(self, group)
+            elif flat is None:
                 self._torch_step(group)
             else:
                 self._flat_step(group, flat)

@@ -26,6 +26,13 @@ from gemkd.transfer.metrics import RankingMetrics
 from gemkd.transfer.metrics.numerics import logit
 from gemkd.transfer.models import TeacherOutput, fsdp_units, start_output_bias
 from gemkd.transfer.training.flat_adamw import FlatAdamW
+from gemkd.transfer.training.table_optim import (
+    ROW_RULES,
+    check_table_optimizer,
+    clip_grad_norm_,
+    id_tables,
+    set_sparse_tables,
+)
 
 if TYPE_CHECKING:
     from torch.distributed.device_mesh import DeviceMesh
@@ -82,6 +89,10 @@ class RankingModule(pl.LightningModule):
       ``embedding_lr`` (default ``10 * lr``), ``embedding_weight_decay`` (default 0)) and
       ``dense`` (the rest, ``lr``, ``weight_decay``); torch's foreach AdamW with each group in
       one buffer (:class:`~gemkd.transfer.training.flat_adamw.FlatAdamW`, the same updates).
+      ``table_optimizer`` ``rowwise_adagrad`` or ``sparse_adam`` moves the ID tables
+      (:func:`~gemkd.transfer.training.table_optim.id_tables`) into a ``table`` group updated
+      row-wise over row-sparse gradients (at ``embedding_lr``, ``embedding_weight_decay``);
+      ``dense_adamw`` (the default) keeps them in the dense AdamW ``embedding`` group.
     * ``base_rates``: ``{task: training positive rate}`` for NE (computed once by the caller, e.g.
       :func:`gemkd.transfer.training.training_base_rates`); ``domain_base_rates``: ``{task:
       {domain: rate}}``, each domain's own p̄ for its NE row
@@ -121,8 +132,10 @@ class RankingModule(pl.LightningModule):
         compute_auc: bool = True,
         fsdp_replicate: int = 1,
         init_output_bias: bool = True,
+        table_optimizer: str = "dense_adamw",
     ) -> None:
         super().__init__()
+        self.table_optimizer = check_table_optimizer(table_optimizer)
         tasks, domains = list(tasks), list(domains)
         task_weights = dict(task_weights or {})
         unknown = sorted(set(task_weights) - set(tasks))
@@ -210,11 +223,20 @@ class RankingModule(pl.LightningModule):
 
     def student_optimizer(self) -> FlatAdamW:
         """AdamW over the model: its embedding tables and its other parameters in a group each
-        (their own learning rates and weight decays)."""
-        emb = embedding_parameters(self.model)
-        emb_ids = {id(p) for p in emb}
+        (their own learning rates and weight decays); under a row-wise ``table_optimizer`` the
+        ID tables in a third group of their own, updated row-wise (their gradients made
+        row-sparse here)."""
+        row_wise = self.table_optimizer in ROW_RULES
+        set_sparse_tables(self.model, row_wise)
+        tables = [t.weight for t in id_tables(self.model)] if row_wise else []
+        table_ids = {id(p) for p in tables}
+        emb = [p for p in embedding_parameters(self.model) if id(p) not in table_ids]
+        emb_ids = {id(p) for p in emb} | table_ids
         dense = [p for p in self.model.parameters() if id(p) not in emb_ids]
         groups = [
+            {"name": "table", "params": [p for p in tables if p.requires_grad],
+             "lr": self.embedding_lr, "weight_decay": self.embedding_weight_decay,
+             "table_rule": self.table_optimizer},
             {"name": "embedding", "params": [p for p in emb if p.requires_grad],
              "lr": self.embedding_lr, "weight_decay": self.embedding_weight_decay},
             {"name": "dense", "params": [p for p in dense if p.requires_grad],
@@ -224,6 +246,18 @@ class RankingModule(pl.LightningModule):
         # foreach (one multi-tensor op per group, not a Python loop over parameters; torch picks
         # it by default only on CUDA) over one buffer per group: torch's AdamW, bit for bit
         return FlatAdamW(groups, lr=self.lr, foreach=True)
+
+    def clip_gradients(self, optimizer: Any, gradient_clip_val: float | int | None = None,
+                       gradient_clip_algorithm: str | None = None) -> None:
+        """Lightning's, except that a norm clip over row-sparse table gradients (which torch's
+        ``clip_grad_norm_`` refuses) runs :func:`~gemkd.transfer.training.table_optim.
+        clip_grad_norm_`."""
+        params = [p for g in optimizer.param_groups for p in g["params"]]
+        if gradient_clip_val and gradient_clip_algorithm in (None, "norm") \
+                and any(p.grad is not None and p.grad.is_sparse for p in params):
+            clip_grad_norm_(params, float(gradient_clip_val))
+            return
+        super().clip_gradients(optimizer, gradient_clip_val, gradient_clip_algorithm)
 
     # ------------------------------------------------------------------ loss
     def label_mask(self, batch: Batch) -> Tensor | None:

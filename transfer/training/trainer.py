@@ -224,11 +224,11 @@ def build_trainer(
     :data:`CHECKPOINT_MINUTES`; ``math.inf``: never), mid-epoch, so a killed fit resumes from
     the batch after that save; and when Ctrl-C or SIGTERM interrupts the fit, after the batch
     in flight (:class:`~.interrupt_checkpoint.InterruptCheckpoint`). ``grad_clip`` is the
-    gradient-norm clip (DTensor gradients included under ``"fsdp"``). ``select_best`` names a validation metric (e.g.
-    ``val/loss``): the epoch with its lowest value is also kept as ``checkpoints/best.ckpt``;
-    ``patience`` stops training after that many validation rounds without improvement
-    (Lightning's ``EarlyStopping``). ``loggers`` log beside the CSV (a TensorBoard or MLflow
-    tracker). Extra keyword arguments go to ``Trainer``.
+    gradient-norm clip (DTensor gradients included under ``"fsdp"``). ``select_best`` names a
+    validation metric (e.g. ``val/loss``): the epoch with its lowest value is also kept as
+    ``checkpoints/best.ckpt``; ``patience`` stops training after that many validation rounds
+    without improvement (Lightning's ``EarlyStopping``). ``loggers`` log beside the CSV (a
+    TensorBoard or MLflow tracker). Extra keyword arguments go to ``Trainer``.
     """
     out_dir = Path(out_dir)
     # last.ckpt alone (no epoch=E-step=S.ckpt beside it holding the same state)
