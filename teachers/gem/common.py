@@ -42,13 +42,8 @@ class MultiHeadAttention(nn.Module):
     k and v come from the two halves of the ``kv`` projection, each its own matmul: SDPA then
     reads and returns ``[B, L, h, d/h]`` layouts and neither pass copies a permuted ``[B, L, 2,
     h, d/h]`` tensor (on the CPU those copies, mostly the backward's, were ~10 % of a GEM
-    training step; issue 29). ``packed_kv = True`` is the earlier path (one kv matmul,
-    permuted): the same weights and numbers up to summation order, kept as the reference
-    (tests/teachers/test_gem_fast_paths.py, the streaming benchmark's ``before``).
+    training step). The packed, permuted path is benchmarks/gem_reference.py's.
     """
-
-    #: one kv matmul, permuted (the path before issue 29); an attribute, not a weight
-    packed_kv: bool = False
 
     def __init__(self, d: int, n_heads: int, dropout: float = 0.0):
         super().__init__()
@@ -65,12 +60,9 @@ class MultiHeadAttention(nn.Module):
         lk = keys.shape[1]
         h = self.n_heads
         q = self.q(queries).view(b, lq, h, d // h).transpose(1, 2)
-        if self.packed_kv:
-            k, v = self.kv(keys).view(b, lk, 2, h, d // h).permute(2, 0, 3, 1, 4)
-        else:
-            w, bias = self.kv.weight, self.kv.bias
-            k = F.linear(keys, w[:d], bias[:d]).view(b, lk, h, d // h).transpose(1, 2)
-            v = F.linear(keys, w[d:], bias[d:]).view(b, lk, h, d // h).transpose(1, 2)
+        w, bias = self.kv.weight, self.kv.bias
+        k = F.linear(keys, w[:d], bias[:d]).view(b, lk, h, d // h).transpose(1, 2)
+        v = F.linear(keys, w[d:], bias[d:]).view(b, lk, h, d // h).transpose(1, 2)
         o = F.scaled_dot_product_attention(
             q,
             k,

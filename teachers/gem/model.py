@@ -17,7 +17,7 @@ import torch
 from torch import Tensor, nn
 
 from gemkd.teachers.configurable import ConfigurableTeacher
-from gemkd.teachers.gem.common import MultiHeadAttention, masked_mean
+from gemkd.teachers.gem.common import masked_mean
 from gemkd.teachers.gem.config import GEMConfig
 from gemkd.teachers.gem.embeddings import FeatureEmbeddings, HashedEmbedding
 from gemkd.teachers.gem.heads import build_heads
@@ -230,16 +230,3 @@ class GEM(ConfigurableTeacher):
         reprs["trunk"] = trunk
         logits = self.heads(trunk, self._head_domain(batch)).float()
         return TeacherOutput(logits=logits, repr=reprs)
-
-
-def set_reference_paths(model: nn.Module, on: bool = True) -> None:
-    """Switch every GEM block in ``model`` to (``on``) or back from its reference code paths:
-    the untrimmed pyramid layout and the packed kv projection — the code before issue 29's
-    speed-ups, which give the same numbers up to float summation order. For the equivalence
-    tests (tests/teachers/test_gem_fast_paths.py) and the streaming benchmark's ``before``;
-    nothing else needs them."""
-    for m in model.modules():
-        if isinstance(m, PyramidCompressor):
-            m.trim = not on
-        elif isinstance(m, MultiHeadAttention):
-            m.packed_kv = on
