@@ -161,7 +161,7 @@ def trained_until(ckpt: str | Path) -> int:
 
 def _check_continuation(cfg: TeacherTrainConfig, continue_from: str) -> None:
     """A continued run trains on later days only: a second pass over days the checkpoint saw
-    over-fits the ID tables (issue 9: the best epoch was the first or second)."""
+    over-fits the ID tables (the best epoch was the first or second)."""
     until = trained_until(continue_from)
     if cfg.train_days[0] <= until:
         raise ConfigError(f"continue_from {cfg.continue_from}: it trained until day {until}; "

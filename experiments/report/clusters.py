@@ -58,7 +58,7 @@ class EvalSet:
 
 
 def has_clusters(run_dir: str | Path | RunDir) -> bool:
-    """Does the run keep per-user evaluation files (runs before issue 17 do not)?"""
+    """Does the run keep per-user evaluation files (the oldest runs do not)?"""
     return _run(run_dir).has_clusters()
 
 

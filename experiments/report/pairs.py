@@ -29,7 +29,7 @@ def paired_difference(run_dir: str | Path, variant: str, reference: str,
     run_dir = Path(run_dir)
     if not has_clusters(run_dir):
         raise ConfigError(f"{run_dir}: no clusters/ folder (per-user evaluation files): a run "
-                          "before issue 17 has no intervals")
+                          "made before per-user evaluation files has no intervals")
     if variant == reference:
         raise ConfigError(f"--pair {variant} {reference}: a variant against itself is 0 by "
                           "construction; name two different variants")
