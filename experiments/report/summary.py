@@ -32,10 +32,26 @@ from gemkd.experiments.run_dir import RunDir
 def summarize(results: pd.DataFrame, order: Sequence[str] | None = None) -> pd.DataFrame:
     """Mean and std over seeds per (teacher_lag_days, variant, domain, task).
 
-    Columns: the four keys, ``n_seeds``, then ``<m>_mean`` and ``<m>_std`` for every metric in
-    :data:`METRICS` — ``gap_closed = (ne_baseline - ne) / (ne_baseline - ne_oracle)`` per row,
-    NaN where the oracle is unknown. Rows: lag ascending, variants in canonical order, domain
-    ``all`` first, task ``click`` first.
+    Parameters
+    ----------
+    results
+        A ``results.csv`` table (validated here).
+    order
+        The variants' order (a spec's; None: the built-ins' canonical order, others after by
+        name).
+
+    Returns
+    -------
+    pandas.DataFrame
+        The four keys, ``n_seeds``, then ``<m>_mean`` and ``<m>_std`` for every metric in
+        :data:`METRICS`, ``gap_closed = (ne_baseline - ne) / (ne_baseline - ne_oracle)`` per row
+        (NaN where the oracle is unknown). Rows: lag ascending, variants in order, domain ``all``
+        first, task ``click`` first.
+
+    Raises
+    ------
+    ConfigError
+        Naming the column and row of a table that breaks the results schema.
     """
     df = validate_results(results, "results")
     df["gap_closed"] = gap_closed(df)

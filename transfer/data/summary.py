@@ -15,7 +15,20 @@ from gemkd.transfer.metrics.numerics import normalized_entropy
 
 
 def summarize(root: str | Path) -> pd.DataFrame:
-    """One row per day plus ``all``; oracle NE uses the base rate of all days, as DESIGN §6."""
+    """A dataset's rates and histories per day (``gemkd data summary``).
+
+    Parameters
+    ----------
+    root
+        The dataset.
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per day plus ``all``: examples, each task's rate, the oracle's NE (against the
+        base rate of all days, as DESIGN §6) where the data has one, history length statistics
+        where it has histories.
+    """
     schema = DatasetSchema.load(root)
     seq = schema.sequence[0].name if schema.sequence else None
     cols = ["domain", *schema.tasks, *schema.oracle.values()] + ([seq] if seq else [])

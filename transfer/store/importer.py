@@ -80,8 +80,46 @@ def import_store(src: str | Path, out: str | Path, tasks: list[str], *,
                  logit_columns: Mapping[str, str] | None = None, emb_column: str | None = "emb",
                  teacher_name: str = "external", emb_dtype: str = "float16",
                  overwrite: bool = False, batch_rows: int = 1 << 16) -> Manifest:
-    """Write the store ``out`` from the Parquet ``src``; returns its manifest. Every problem is
-    one DataError/StoreError naming the file, column or example_id, with nothing written."""
+    """Write a teacher-output store from another system's Parquet predictions (``gemkd store
+    import``). Every problem is one DataError or StoreError naming the file, column or
+    example_id, with nothing written.
+
+    Parameters
+    ----------
+    src
+        A Parquet file or directory with ``example_id`` and one logit column per task.
+    out
+        The store to write.
+    tasks
+        The tasks, in the store's column order.
+    trained_until_day
+        The last day the predicting model trained on (the store's age).
+    data
+        The dataset the predictions are for: where day, domain, user_id and ts come from when
+        ``src`` lacks them (by example_id).
+    logit_columns
+        Task → column of ``src`` (default ``logit_<task>``).
+    emb_column
+        The representation column, kept when present (None: none).
+    teacher_name
+        The name the manifest records.
+    emb_dtype
+        How the representation is stored: ``float16`` or ``int8``.
+    overwrite
+        Replace a store already at ``out``.
+    batch_rows
+        Rows written per shard batch.
+
+    Returns
+    -------
+    Manifest
+        The store's manifest.
+
+    Raises
+    ------
+    DataError, StoreError
+        Naming the file, column or example_id at fault.
+    """
     src, out = Path(src), fs.as_where(out)
     if not tasks or len(set(tasks)) != len(tasks):
         raise DataError(f"--tasks must name distinct tasks, got {tasks!r}")
