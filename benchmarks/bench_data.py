@@ -2,7 +2,7 @@
 
     python -m benchmarks.bench_data [--config experiments/data/base.yaml] [--json OUT] [--quick]
 
-Targets (issue 2): 1M examples at mean history 50 generated in <= 60 s; the reader delivers
+Targets: 1M examples at mean history 50 generated in <= 60 s; the reader delivers
 >= 0.5x the rate of a bare ``pyarrow.dataset`` scan of the same columns, and >= 200k
 examples/s with one worker (num_workers=0: batches are built in the consuming process).
 ``--quick`` reads the tiny world (24k examples): the generation target is then not judged.

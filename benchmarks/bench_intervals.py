@@ -4,7 +4,7 @@ A run directory of synthetic per-user evaluation files — 3 worlds × 7 variant
 the GEM teacher, 5,000 users in 3 domains, 2 tasks, one teacher lag — with a results.csv whose
 NE matches them, then ``run_intervals`` with 1,000 resamples, timed end to end (reading the
 files, checking them against results.csv, the bootstrap, the table). ``--method t`` (the
-default since issue 28) needs no resamples with several worlds (a t interval over them) and the
+default) needs no resamples with several worlds (a t interval over them) and the
 users' resamples only with one; ``--method percentile`` times the nested bootstrap before it.
 Accuracy (false verdicts, coverage) is benchmarks/null_calibration.py's. Usage::
 

@@ -1,5 +1,5 @@
 """Streaming teacher benchmark: seconds per streamed day, phase by phase, the recipe before
-issue 29 vs the shipped one, side by side.
+the streaming speed-ups vs the shipped one, side by side.
 
     python -m benchmarks.bench_teacher_stream [--json OUT] [--quick] [--threads N] [--repeats 5]
         [--rows 75000] [--candidate NAME:key=value,key=value ...]
@@ -16,9 +16,9 @@ Lightning's start-up: once per fit, not per day) and ``checkpoint`` the fit's fi
 stream's days costs.
 
 Candidates: ``before`` is ``small`` with the benchmark's 256-event cap and the recipe it had
-before issue 29 (:data:`BEFORE`), on GEM's reference code paths (the code before issue 29's
-speed-ups, :func:`gemkd.teachers.gem.set_reference_paths`); ``after`` is the streaming teacher
-experiments/benchmark.yaml ships, built from the spec as ``gemkd run`` builds it
+before the streaming speed-ups (:data:`BEFORE`), on GEM's reference code paths (the code
+before those speed-ups, :func:`benchmarks.gem_reference.set_reference_paths`); ``after`` is the
+streaming teacher experiments/benchmark.yaml ships, built from the spec as ``gemkd run`` builds it
 (:func:`shipped_config`); ``--candidate`` adds others (config keys on ``small``, or on the
 teacher config ``config=NAME`` names; ``reference_paths=true``). They run in interleaved rounds
 (each once per round, the order rotating), after one untimed warm-up round; the figures are
@@ -49,6 +49,7 @@ from benchmarks.common import (
     quiet_lightning,
     write_json,
 )
+from benchmarks.gem_reference import set_reference_paths
 from benchmarks.stream_phases import PHASES, PhaseTimer
 from benchmarks.transfer_figures import paired
 from gemkd.experiments.teacher_config import (
@@ -57,21 +58,20 @@ from gemkd.experiments.teacher_config import (
     load_teacher_config,
 )
 from gemkd.experiments.teacher_fit import fit_teacher
-from gemkd.teachers.gem import set_reference_paths
 from gemkd.transfer.data.synth import SynthConfig, generate
 from gemkd.transfer.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]
 #: the spec whose streaming teacher ``after`` is
 SPEC = ROOT / "experiments" / "benchmark.yaml"
-#: the ``small`` recipe before issue 29 (item 3), as the benchmark streamed it
+#: the ``small`` recipe before the streaming speed-ups, as the benchmark streamed it
 BEFORE: dict[str, Any] = {"batch_size": 512, "lr": 0.002, "embedding_lr": 0.01, "prefetch": 0}
-#: the benchmark's override of the teacher config before issue 29 (``teacher: {config: small,
+#: the benchmark's override of the teacher config before the speed-ups (``teacher: {config: small,
 #: max_seq_len: 256}``); ``--candidate`` recipes start from it too
 BENCHMARK_OVERRIDES: dict[str, Any] = {"max_seq_len": 256}
 #: candidate keys that are not config keys: ``config`` (the teacher config a candidate starts
 #: from, default ``small``), ``reference_paths`` (train with GEM's reference code paths,
-#: :func:`gemkd.teachers.gem.set_reference_paths`: the code before issue 29's speed-ups)
+#: :func:`benchmarks.gem_reference.set_reference_paths`: the code before the speed-ups)
 PSEUDO_KEYS = ("config", "reference_paths")
 DAY_ROWS = 75_000  # the base preset's impressions per day
 QUICK_ROWS = 5_000

@@ -18,7 +18,7 @@ temporary directory; to keep that cheap the teacher is the tiny GEM trained for 
 steps and the compressor trains for one epoch. Neither changes the timed path (same join, loss and
 lookups).
 
-Targets (issue 5), read cumulatively, ratio to the labels-only epoch (``baseline``): ``kd`` (+
+Targets, read cumulatively, ratio to the labels-only epoch (``baseline``): ``kd`` (+
 store join + KD loss) <= 1.15x; ``kd_aux_adapter`` (+ Student Adapter, with the auxiliary head the
 run's adapter variant has) <= 1.25x; ``full`` (KD, the aux head and representation features: the
 spec's ``full``, without the adapter) <= 1.5x. ``kd_aux`` and ``kd_repr`` are shown for
@@ -28,9 +28,9 @@ columns and ``max_seq_len``, with the decoded row groups kept in the process as
 training is never input-bound; the same loader decoding every pass (a process's first student) and
 a loader of every column are shown too. A student run as a sweep's worker runs it
 (``train_student``: build the student and its methods, fit, evaluate, with the lag's store and
-codes already open) costs <= 2x its training epoch + evaluation (issue 17).
+codes already open) costs <= 2x its training epoch + evaluation.
 
-The floor (issue 12): two bare PyTorch loops (``benchmarks.bare``) run as candidates in the
+The floor: two bare PyTorch loops (``benchmarks.bare``) run as candidates in the
 same rounds: the labels-only student (same seed, student, losses through ``RankingModule.loss``,
 the optimiser and groups of ``configure_optimizers``, batch order) over the epoch's batches held in
 memory, and over the same loader ``train_student`` reads (prefetch included; its clock starts at

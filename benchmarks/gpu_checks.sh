@@ -3,7 +3,7 @@
 # the gpu-marked tests (Triton kernels vs the PyTorch reference at realistic sizes, GEM with
 # Triton vs reference ops, teacher fit/export on CUDA), then the benchmarks with Triton on.
 # Usage: OUT=dir bash benchmarks/gpu_checks.sh [--ablation | --size]   (writes OUT/gpu_checks.tar.gz)
-# --size: GEM base against GEM small at equal data (issue 18 item 5; docs/results/TEACHER.md): one pass
+# --size: GEM base against GEM small at equal data (docs/results/TEACHER.md): one pass
 # over the benchmark world's 30-day window of every domain, each at its own recipe, 2 seeds,
 # paired on the evaluation days 33-34 (~12 min on an H200: generation ~2 min, base ~3 min a fit)
 set -u

@@ -1,8 +1,9 @@
-"""A/A and known-effect calibration of the report's intervals, before and after issue 28.
+"""A/A and known-effect calibration of the report's intervals: the percentile rule of earlier
+versions against today's t / generalized-pivot rule.
 
 Simulated runs (gemkd.transfer.metrics.null_sim: per-user sums drawn like a run's clusters/
 files, with user, seed and per-world noise) go through the report's own interval code
-(gemkd.experiments.report.intervals.lag_intervals), once with the rule before issue 28
+(gemkd.experiments.report.intervals.lag_intervals), once with the rule of earlier versions
 (``percentile``: the nested percentile bootstrap and a majority of worlds) and once with the
 t / generalized-pivot rule (``t``). For each run shape the project ships (one world × 3 seeds:
 quickstart, MovieLens, KuaiRand; 3 worlds × 3 seeds: today's benchmark; 8 × 3: the planned one)

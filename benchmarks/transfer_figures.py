@@ -34,7 +34,7 @@ def paired(num: list[float], den: list[float]) -> tuple[float | None, str]:
     return statistics.median(ratios), f"rounds' ratios: IQR {q[0]:.2f}-{q[2]:.2f}"
 
 
-#: issue 17: a student run's fixed costs at most its own work again
+#: a student run's fixed costs at most its own work again
 RUN_TARGET = "<= 2"
 
 

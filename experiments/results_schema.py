@@ -42,9 +42,9 @@ OPTIONAL_NUMERIC: tuple[str, ...] = ("ne_source", "ne_feature_oracle", WORLD)
 #: Columns no row may leave empty.
 NON_EMPTY: tuple[str, ...] = ("variant", "seed", "domain", "task", "teacher_lag_days")
 #: One summary cell (a variant's seeds pooled), in the order tables sort by.
-KEYS: tuple[str, ...] = ("teacher_lag_days", "domain", "task", "variant")
+CELL_KEYS: tuple[str, ...] = ("teacher_lag_days", "domain", "task", "variant")
 #: One row of results.csv: a cell's world and seed.
-ROW_KEYS: tuple[str, ...] = (*KEYS, WORLD, "seed")
+ROW_KEYS: tuple[str, ...] = (*CELL_KEYS, WORLD, "seed")
 #: What a variant's row is matched on with the baseline's and KD's rows of the same evaluation.
 MATCH_KEYS: tuple[str, ...] = ("seed", WORLD, "domain", "task", "teacher_lag_days")
 

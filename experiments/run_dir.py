@@ -239,7 +239,7 @@ class RunDir:
         return out
 
     def has_clusters(self) -> bool:
-        """Does the run keep per-user evaluation files (runs before issue 17 do not)?"""
+        """Does the run keep per-user evaluation files (the oldest runs do not)?"""
         return self.clusters_dir.is_dir() and any(self.clusters_dir.glob("world=*/lag=*/*.npz"))
 
     def eval_folders(self) -> list[tuple[int, int | float, Path]]:

@@ -156,6 +156,24 @@ def find_config(name: str, folder: str, base: Path | None = None) -> Path:
 
 def load_teacher_config(path: str | Path, overrides: dict[str, Any] | None = None
                         ) -> TeacherTrainConfig:
+    """Read a teacher config YAML into a checked :class:`TeacherTrainConfig`.
+
+    Parameters
+    ----------
+    path
+        The YAML file (:func:`find_config` resolves names such as ``small``).
+    overrides
+        Keys replacing the file's; a None value leaves the file's.
+
+    Returns
+    -------
+    TeacherTrainConfig
+
+    Raises
+    ------
+    ConfigError
+        Naming the file and key: an unknown key, a wrong type or a broken rule.
+    """
     values = load_yaml(path)
     values.update({k: v for k, v in (overrides or {}).items() if v is not None})
     return build_dataclass(TeacherTrainConfig, values, source=str(path))

@@ -27,10 +27,47 @@ def export_teacher(ckpt: str | Path, data: str | Path, out: str | Path, *,
                    emb_dtype: EmbDtype = "float16", config: str | Path | None = None,
                    batch_size: int = 4096, devices: int = 1, num_nodes: int = 1,
                    overwrite: bool = False, progress: bool = True):
-    """Write the teacher at ``ckpt`` over ``data`` (the half-open ``days``, default all) into
-    the store ``out``; ``layer`` defaults to the config's ``repr_layer``. The store's
+    """Write a trained teacher's outputs over a dataset into a teacher-output store.
+
+    The model is rebuilt from the fit's resolved ``config.yaml``. The store's
     ``trained_until_day`` is the last training day (N for a streaming pass's ``day=N.ckpt``).
-    Returns the store's manifest (on the global-zero process; None elsewhere)."""
+
+    Parameters
+    ----------
+    ckpt
+        A teacher checkpoint file (a fit's ``last.ckpt``, a ``day=N.ckpt``) or a sharded
+        checkpoint directory.
+    data
+        The dataset to run the teacher over.
+    out
+        The store to write (atomically).
+    days
+        The half-open day range to export (None: every day).
+    layer
+        The representation kept beside the logits (None: the config's ``repr_layer``).
+    emb_dtype
+        How the representation is stored: ``float16`` or ``int8``.
+    config
+        A teacher config to use instead of the fit's resolved ``config.yaml`` beside
+        ``checkpoints/``.
+    batch_size, devices, num_nodes
+        The prediction loop's batch size and processes.
+    overwrite
+        Replace a store already at ``out``.
+    progress
+        Show Lightning's progress bar.
+
+    Returns
+    -------
+    Manifest or None
+        The store's manifest on the global-zero process; None on the others.
+
+    Raises
+    ------
+    ConfigError
+        A bad ``emb_dtype``, a missing checkpoint or config, days the data lacks, or weights
+        that do not fit the model.
+    """
     from gemkd.transfer.store import weights_hash
 
     _check_emb_dtype(emb_dtype)

@@ -51,22 +51,57 @@ def fit_teacher(config: TeacherTrainConfig | str | Path, data: str | Path, out: 
                 train_days: tuple[int, int] | None = None,
                 continue_from: str | Path | None = None,
                 callbacks: list | None = None) -> dict[str, Any]:
-    """Train ``config`` (a config object or a YAML path) on ``data`` into ``out``; ``strategy``,
-    ``devices`` and ``num_nodes`` override the config's. ``resume`` continues from
-    ``out/checkpoints/last.ckpt`` when it exists: saved at every epoch end, every day end of a
-    streaming pass, every ``checkpoint_every_n_steps`` when set and every 10 minutes of
-    training (:data:`~gemkd.transfer.training.trainer.CHECKPOINT_MINUTES`), mid-epoch too; it
-    restores the weights, the optimizer and the position in the pass, so the resumed fit skips
-    the batches already trained on and trains on the same batches as an uninterrupted one
-    (the work since the last save is redone). ``tracker`` also logs the fit to TensorBoard
-    or MLflow (a ``Tracker``, or its kind: then under ``out/logs``, experiment = the config's
-    name); ``out/metrics.csv`` is always written. Returns the summary written to
-    ``val_metrics.json`` (global step, examples/s, final validation metrics). ``domains`` and
-    ``distill_from`` train on those domains' rows only and with KD from a teacher store (a domain
-    FM: :func:`~gemkd.experiments.teacher_config.build_run`). ``stream``, ``train_days`` and
-    ``continue_from`` override the config's keys (``stream`` also sets one epoch, the last kept
-    and no early stopping: a streaming pass has no epoch to choose). ``callbacks`` are extra
-    Lightning callbacks (after the run's own: a benchmark's timer)."""
+    """Train a teacher (or a domain FM) and write its run directory.
+
+    Parameters
+    ----------
+    config
+        A :class:`TeacherTrainConfig`, or the path of a teacher config YAML.
+    data
+        The dataset (a directory or an s3:// URI).
+    out
+        The fit's run directory: ``checkpoints/``, ``metrics.csv`` (always written),
+        ``val_metrics.json``.
+    strategy, devices, num_nodes
+        Override the config's keys of the same names (None: the config's).
+    resume
+        Continue from ``out/checkpoints/last.ckpt`` when it exists. It is saved at every epoch
+        end, every day end of a streaming pass, every ``checkpoint_every_n_steps`` when set and
+        every 10 minutes of training
+        (:data:`~gemkd.transfer.training.trainer.CHECKPOINT_MINUTES`), mid-epoch too; it holds
+        the weights, the optimizer and the position in the pass, so the resumed fit skips the
+        batches already trained on and trains on the same batches as an uninterrupted one (the
+        work since the last save is redone).
+    progress
+        Show Lightning's progress bar.
+    tracker
+        Also log the fit to TensorBoard or MLflow: a ``Tracker``, or its kind (then under
+        ``out/logs``, the experiment named after the config).
+    run_name
+        The run's name in the tracker.
+    domains
+        Train on these domains' rows only (None: all).
+    distill_from
+        A teacher store to learn from with KD (a domain FM:
+        :func:`~gemkd.experiments.teacher_config.build_run`).
+    stream, train_days, continue_from
+        Override the config's keys. ``stream`` also sets one epoch, the last kept and no early
+        stopping: a streaming pass has no epoch to choose.
+    callbacks
+        Extra Lightning callbacks, after the run's own (e.g. a benchmark's timer).
+
+    Returns
+    -------
+    dict
+        The summary written to ``val_metrics.json``: global step, examples/s, the final
+        validation metrics.
+
+    Raises
+    ------
+    ConfigError
+        If an override breaks a rule of the config, or ``continue_from`` would train again on
+        days its checkpoint has seen.
+    """
     from gemkd.transfer.training import build_trainer, fit
     from gemkd.transfer.training.trainer import best_or_last, throughput
 
@@ -217,7 +252,7 @@ def trained_until(ckpt: str | Path) -> int:
 
 def _check_continuation(cfg: TeacherTrainConfig, continue_from: str) -> None:
     """A continued run trains on later days only: a second pass over days the checkpoint saw
-    over-fits the ID tables (issue 9: the best epoch was the first or second)."""
+    over-fits the ID tables (the best epoch was the first or second)."""
     until = trained_until(continue_from)
     if cfg.train_days[0] <= until:
         raise ConfigError(f"continue_from {cfg.continue_from}: it trained until day {until}; "

@@ -41,8 +41,30 @@ def check_init_args(cls: type, init_args: Mapping[str, Any]) -> None:
 def build_student(
     spec: Mapping[str, Any] | str, schema: DatasetSchema, tasks: list[str] | None
 ) -> nn.Module:
-    """Instantiate ``cls(schema, tasks, **init_args)`` from a ``{class_path, init_args}`` spec
-    (a bare string is a ``class_path`` with no ``init_args``)."""
+    """Build a student from its ``{class_path, init_args}`` spec: ``cls(schema, tasks,
+    **init_args)``.
+
+    Parameters
+    ----------
+    spec
+        A built-in name (``mlp``, ``dcn``, ``seq_pool``) or an import path, alone or as
+        ``{class_path, init_args}``.
+    schema
+        The dataset's schema.
+    tasks
+        The tasks the student predicts (None: the schema's, for the built-in students).
+
+    Returns
+    -------
+    torch.nn.Module
+        The student.
+
+    Raises
+    ------
+    ConfigError
+        An unknown class, an ``init_args`` key its constructor does not take, or a class that
+        does not build a module.
+    """
     class_path, init_args = parse_plugin(spec, "student", BUILTIN_STUDENTS)
     cls = resolve_student_class(class_path)
     check_init_args(cls, init_args)

@@ -1,5 +1,5 @@
 """The Student Adapter's own gain, and what it learned, on the stores of a finished run
-(issue 19 item 3; docs/results/STALENESS.md, docs/results/RESULTS.md).
+(docs/results/STALENESS.md, docs/results/RESULTS.md).
 
     python -m studies.adapter_probe --run runs/benchmark --out runs/benchmark/adapter_probe \\
         [--worlds 0 1 2] [--lags 0 3 6] [--seeds 0 1 2] [--arms ...] [--threads 1]

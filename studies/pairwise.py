@@ -1,5 +1,5 @@
 """Any two variants of a finished run compared at every lag with the report's own intervals
-(issue 30: the Student Adapter's own gain under each KD target, SOLARIS against the LoopFM codes).
+(e.g. the Student Adapter's own gain under each KD target, SOLARIS against the LoopFM codes).
 
     python -m studies.pairwise --run runs/benchmark --pair "kd_adapter_cal vs kd_cal" \\
         --pair "kd_aux_adapter vs kd_aux" [--task click] [--domain stories] [--markdown OUT.md]

@@ -1,4 +1,4 @@
-"""Teacher ablation: does every arm of GEM earn its place? (issue 9, docs/results/TEACHER.md)
+"""Teacher ablation: does every arm of GEM earn its place? (docs/results/TEACHER.md)
 
     python -m studies.teacher_ablation [--data-config experiments/data/small.yaml |
         --data DATASET_DIR] [--data-set KEY=VALUE ...] [--teacher-config FILE]

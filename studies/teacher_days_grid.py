@@ -1,5 +1,5 @@
 """What more teacher data is worth to the student: plain KD's and ``full``'s ΔNE against the
-days of data the teacher learnt from, at equal age (issue 18 item 3c).
+days of data the teacher learnt from, at equal age.
 
 Each point is a ``gemkd run`` of the streaming benchmark at lag 0 with a later
 ``teacher_stream_start`` (a teacher of fewer days, as old as the full one), e.g.::

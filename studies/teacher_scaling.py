@@ -52,7 +52,7 @@ from gemkd.experiments.teacher_config import (
 from gemkd.transfer.training import training_base_rates
 from gemkd.transfer.training.day_checkpoints import day_checkpoints
 
-TARGETS = {"oracle": 0.40, "feature_oracle": 0.60}  # issue 18's headroom targets
+TARGETS = {"oracle": 0.40, "feature_oracle": 0.60}  # the headroom targets (docs/results/TEACHER.md)
 
 
 def find_worlds(run: Path) -> list[TeacherFit]:

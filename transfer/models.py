@@ -33,8 +33,15 @@ from torch.utils import _pytree
 
 @dataclass
 class TeacherOutput:
-    """``logits [B, T]`` float32, one column per task of the dataset (schema order);
-    ``repr`` named representations ``{name: [B, dim]}`` (e.g. ``trunk``, ``wukong.0``)."""
+    """What a teacher's forward returns.
+
+    Attributes
+    ----------
+    logits
+        ``[B, T]`` float32, one column per task of the dataset (schema order).
+    repr
+        Named representations ``{name: [B, dim]}`` (e.g. ``trunk``, ``wukong.0``).
+    """
 
     logits: torch.Tensor
     repr: dict[str, torch.Tensor] = field(default_factory=dict)
@@ -42,9 +49,17 @@ class TeacherOutput:
 
 @dataclass
 class StudentOutput:
-    """``logits [B, T]`` serving head (the only one evaluated and served);
-    ``distill_logits [B, T]`` a student's own distillation head, if it has one;
-    ``embedding [B, E]`` the shared trunk's output, input to an auxiliary distillation head."""
+    """What a student's forward returns.
+
+    Attributes
+    ----------
+    logits
+        ``[B, T]``: the serving head, the only one evaluated and served.
+    distill_logits
+        ``[B, T]``: a student's own distillation head, if it has one.
+    embedding
+        ``[B, E]``: the shared trunk's output, the input of an auxiliary distillation head.
+    """
 
     logits: torch.Tensor
     distill_logits: torch.Tensor | None = None

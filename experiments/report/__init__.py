@@ -2,13 +2,14 @@
 
 A run directory written by ``gemkd run`` holds ``results.csv`` (one row per variant × seed ×
 domain × task × teacher lag), optionally ``tuning.csv``, ``curves/<variant>_seed<k>_lag<l>.csv``
-and ``spec.yaml``, and since issue 17 ``clusters/`` (per-user evaluation sums); the package reads
-them only through :class:`gemkd.experiments.run_dir.RunDir` (the layout, versioned). It turns
-them into ``report.md``, ``intervals.csv`` and ``plots/*.png`` (DESIGN §6, §6.1): ΔNE,
-efficiency vs KD and TR with 95 % intervals of a paired user-level bootstrap nested with seeds
-and worlds, verdicts from those intervals (:mod:`gemkd.experiments.report.intervals`), NE
-differences to 4 decimals, and the two "what it means" sentences generated from the numbers, never
-canned. A run without ``clusters/`` keeps mean ± std over seeds and gets no verdict.
+and ``spec.yaml``, and ``clusters/`` (per-user evaluation sums; the oldest runs lack it); the
+package reads them only through :class:`gemkd.experiments.run_dir.RunDir` (the layout,
+versioned). It turns them into ``report.md``, ``intervals.csv`` and ``plots/*.png`` (DESIGN
+§6, §6.1): ΔNE, efficiency vs KD and TR with 95 % intervals of a paired user-level bootstrap
+nested with seeds and worlds, verdicts from those intervals
+(:mod:`gemkd.experiments.report.intervals`), NE differences to 4 decimals, and the two "what it
+means" sentences generated from the numbers, never canned. A run without ``clusters/`` keeps
+mean ± std over seeds and gets no verdict.
 
 Conventions: std is the sample std over seeds (ddof=1; n/a with one seed); ±inf (a ratio with a
 zero denominator, e.g. TR when the teacher is no better than the baseline) counts as missing; the

@@ -27,7 +27,8 @@ log = logging.getLogger(__name__)
 
 CLUSTERS = RunDir.CLUSTERS
 GEM = "gem"
-KEYS = ("user_id", "domain", "loss", "n", "pos", "tasks", "domains", "base_rate")
+#: The arrays of a clusters/*.npz file (a fit's log loss summed per user and domain)
+CLUSTER_ARRAYS = ("user_id", "domain", "loss", "n", "pos", "tasks", "domains", "base_rate")
 _STUDENT = re.compile(r"^(?P<variant>.+)__seed(?P<seed>-?\d+)$")
 _TEACHER = re.compile(r"^teacher__(?P<source>.+)$")
 
@@ -57,7 +58,7 @@ class EvalSet:
 
 
 def has_clusters(run_dir: str | Path | RunDir) -> bool:
-    """Does the run keep per-user evaluation files (runs before issue 17 do not)?"""
+    """Does the run keep per-user evaluation files (the oldest runs do not)?"""
     return _run(run_dir).has_clusters()
 
 
@@ -110,9 +111,10 @@ def _read(path: Path) -> dict[str, np.ndarray]:
             arrays = {k: f[k] for k in f.files}
     except (OSError, ValueError) as e:
         raise ConfigError(f"{path}: not a readable .npz: {' '.join(str(e).split())}") from None
-    missing = [k for k in KEYS if k not in arrays]
+    missing = [k for k in CLUSTER_ARRAYS if k not in arrays]
     if missing:
-        raise ConfigError(f"{path}: missing array {missing[0]!r}; expected {', '.join(KEYS)}")
+        raise ConfigError(f"{path}: missing array {missing[0]!r}; expected "
+                          f"{', '.join(CLUSTER_ARRAYS)}")
     c, t = len(arrays["user_id"]), len(arrays["tasks"])
     for key in ("loss", "n", "pos"):
         if arrays[key].shape != (c, t):

@@ -57,9 +57,8 @@ from gemkd.experiments.report.clusters import (
     point_frame,
     unique_groups,
 )
-from gemkd.experiments.report.load import WORLD, load_results, load_spec
-from gemkd.experiments.results_schema import BASELINE, KD
-from gemkd.experiments.results_schema import KEYS as CELL_KEYS
+from gemkd.experiments.report.load import WORLD, load_results, load_spec_mapping
+from gemkd.experiments.results_schema import BASELINE, CELL_KEYS, KD
 from gemkd.transfer.errors import ConfigError
 from gemkd.transfer.metrics.bootstrap import (
     interval,
@@ -142,7 +141,7 @@ def run_intervals(run_dir: str | Path, results: pd.DataFrame | None = None,
     efficiency against ``reference`` (plain KD by default)."""
     run_dir = Path(run_dir)
     results = load_results(run_dir) if results is None else results
-    spec = load_spec(run_dir) if spec is None else spec
+    spec = load_spec_mapping(run_dir) if spec is None else spec
     samples, seed = bootstrap_settings(spec)
     sets = load_eval_sets(run_dir) if has_clusters(run_dir) else []
     if not sets:

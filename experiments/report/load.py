@@ -12,7 +12,7 @@ import pandas as pd
 
 from gemkd.experiments.results_schema import (  # noqa: F401 (the report's names for them)
     ALL,
-    KEYS,
+    CELL_KEYS,
     NUMERIC_COLUMNS,
     OPTIONAL_NUMERIC,
     REQUIRED_COLUMNS,
@@ -47,7 +47,9 @@ def load_results(run_dir: str | Path | RunDir) -> pd.DataFrame:
     return _run(run_dir).results()
 
 
-def load_spec(run_dir: str | Path | RunDir) -> dict[str, Any] | None:
+def load_spec_mapping(run_dir: str | Path | RunDir) -> dict[str, Any] | None:
+    """``run_dir/spec.yaml`` as written (a mapping, not a validated ``RunSpec``: a report reads
+    runs of older versions too), or None when the run has none."""
     return _run(run_dir).spec()
 
 

@@ -13,7 +13,7 @@ import pandas as pd
 
 from gemkd.experiments.report.clusters import has_clusters, load_eval_sets
 from gemkd.experiments.report.intervals import bootstrap_settings, lag_intervals
-from gemkd.experiments.report.load import load_spec
+from gemkd.experiments.report.load import load_spec_mapping
 from gemkd.transfer.errors import ConfigError
 
 COLUMNS = ["teacher_lag_days", "domain", "task", "variant", "reference", "diff", "diff_lo",
@@ -29,7 +29,7 @@ def paired_difference(run_dir: str | Path, variant: str, reference: str,
     run_dir = Path(run_dir)
     if not has_clusters(run_dir):
         raise ConfigError(f"{run_dir}: no clusters/ folder (per-user evaluation files): a run "
-                          "before issue 17 has no intervals")
+                          "made before per-user evaluation files has no intervals")
     if variant == reference:
         raise ConfigError(f"--pair {variant} {reference}: a variant against itself is 0 by "
                           "construction; name two different variants")
@@ -39,7 +39,7 @@ def paired_difference(run_dir: str | Path, variant: str, reference: str,
         if name not in names:
             raise ConfigError(f"{run_dir}: no variant {name!r} (variants: "
                               f"{', '.join(sorted(names))})")
-    samples, seed = bootstrap_settings(load_spec(run_dir))
+    samples, seed = bootstrap_settings(load_spec_mapping(run_dir))
     rows = []
     for lag in sorted({es.lag for es in sets}):
         table, by_world = lag_intervals([es for es in sets if es.lag == lag], samples, seed,

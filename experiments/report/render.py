@@ -38,7 +38,22 @@ INTERVALS_CSV = RunDir.INTERVALS
 
 
 def render_report(run_dir: str | Path) -> str:
-    """The Markdown text of ``report.md`` for a run directory (nothing is written)."""
+    """The Markdown text of a run directory's ``report.md``; nothing is written.
+
+    Parameters
+    ----------
+    run_dir
+        A run directory written by ``gemkd run``.
+
+    Returns
+    -------
+    str
+
+    Raises
+    ------
+    ConfigError
+        Naming the file, column and row of a run directory that does not read.
+    """
     return render(RunView(run_dir))
 
 
@@ -285,7 +300,18 @@ def write_plots_for(run: RunView) -> list[Path]:
 
 
 def write_report(run_dir: str | Path) -> Path:
-    """Render and write ``run_dir/report.md`` atomically; return its path."""
+    """Render and write ``run_dir/report.md`` atomically.
+
+    Parameters
+    ----------
+    run_dir
+        A run directory written by ``gemkd run``.
+
+    Returns
+    -------
+    pathlib.Path
+        The report's path.
+    """
     return write_report_for(RunView(run_dir))
 
 
@@ -305,8 +331,18 @@ def write_intervals(run: RunView) -> Path:
 
 
 def report_command(run_dir: str | Path) -> str:
-    """``gemkd report RUN_DIR``: write the plots, report.md and intervals.csv; return the text
-    to print."""
+    """``gemkd report RUN_DIR``: write the plots, ``report.md`` and ``intervals.csv``.
+
+    Parameters
+    ----------
+    run_dir
+        A run directory written by ``gemkd run``.
+
+    Returns
+    -------
+    str
+        The text the command prints.
+    """
     run = RunView(run_dir)
     plots = write_plots_for(run)
     report = write_report_for(run)

@@ -17,13 +17,13 @@ from gemkd.experiments.report.family import CSV_COLUMNS, Family, primary_family,
 from gemkd.experiments.report.intervals import COLUMNS, Intervals, run_intervals
 from gemkd.experiments.report.load import (
     ALL,
+    CELL_KEYS,
     FIRST_TASK,
-    KEYS,
     METRICS,
     OPTIONAL_METRICS,
     VARIANTS,
     load_results,
-    load_spec,
+    load_spec_mapping,
     validate_results,
 )
 from gemkd.experiments.run_dir import RunDir
@@ -32,24 +32,40 @@ from gemkd.experiments.run_dir import RunDir
 def summarize(results: pd.DataFrame, order: Sequence[str] | None = None) -> pd.DataFrame:
     """Mean and std over seeds per (teacher_lag_days, variant, domain, task).
 
-    Columns: the four keys, ``n_seeds``, then ``<m>_mean`` and ``<m>_std`` for every metric in
-    :data:`METRICS` — ``gap_closed = (ne_baseline - ne) / (ne_baseline - ne_oracle)`` per row,
-    NaN where the oracle is unknown. Rows: lag ascending, variants in canonical order, domain
-    ``all`` first, task ``click`` first.
+    Parameters
+    ----------
+    results
+        A ``results.csv`` table (validated here).
+    order
+        The variants' order (a spec's; None: the built-ins' canonical order, others after by
+        name).
+
+    Returns
+    -------
+    pandas.DataFrame
+        The four keys, ``n_seeds``, then ``<m>_mean`` and ``<m>_std`` for every metric in
+        :data:`METRICS`, ``gap_closed = (ne_baseline - ne) / (ne_baseline - ne_oracle)`` per row
+        (NaN where the oracle is unknown). Rows: lag ascending, variants in order, domain ``all``
+        first, task ``click`` first.
+
+    Raises
+    ------
+    ConfigError
+        Naming the column and row of a table that breaks the results schema.
     """
     df = validate_results(results, "results")
     df["gap_closed"] = gap_closed(df)
     for col in OPTIONAL_METRICS:
         if col not in df.columns:
             df[col] = np.nan
-    vals = df[[*KEYS, "seed", *METRICS]].copy()
+    vals = df[[*CELL_KEYS, "seed", *METRICS]].copy()
     vals[list(METRICS)] = vals[list(METRICS)].replace([np.inf, -np.inf], np.nan)
-    groups = vals.groupby(list(KEYS), sort=False)
+    groups = vals.groupby(list(CELL_KEYS), sort=False)
     agg = groups[list(METRICS)].agg(["mean", "std"])
     agg.columns = [f"{m}_{s}" for m, s in agg.columns]
     # efficiency is undefined on a seed where plain KD did not gain: then for the whole cell,
     # rather than a mean over the seeds that happen to be defined
-    undefined = vals["efficiency_vs_kd"].isna().groupby([vals[k] for k in KEYS],
+    undefined = vals["efficiency_vs_kd"].isna().groupby([vals[k] for k in CELL_KEYS],
                                                          sort=False).any()
     agg.loc[undefined[undefined].index, ["efficiency_vs_kd_mean", "efficiency_vs_kd_std"]] = \
         np.nan
@@ -148,7 +164,7 @@ class RunView:
         self.run_dir = run_dir if isinstance(run_dir, RunDir) else RunDir(run_dir)
         self.dir = self.run_dir.path
         self.raw = load_results(self.run_dir)
-        self.spec = load_spec(self.run_dir)
+        self.spec = load_spec_mapping(self.run_dir)
         variants = (self.spec or {}).get("variants")
         self.order = list(variants) if isinstance(variants, dict | list) else None
         self.summary = summarize(self.raw, self.order)

@@ -295,11 +295,33 @@ def default_workers(threads: int) -> int:
 def make_executor(workers: int | None = None, threads: int | None = None,
                   executor: str = "local", verbose: bool = False,
                   pack_size: int | None = None) -> Executor:
-    """``workers`` 1: the serial path; None: :func:`default_workers`. ``executor`` ``ray``
-    sends runs to a Ray cluster instead (``workers`` is then the cluster's business). Every
-    student run uses ``threads`` torch threads (default 1) wherever it runs. ``pack_size``:
-    compatible runs trained together, up to this many per pass (default
-    :data:`~gemkd.experiments.run.packs.DEFAULT_PACK_SIZE`; 1: each alone)."""
+    """The executor of a run's student runs (``gemkd run --workers/--executor``).
+
+    Parameters
+    ----------
+    workers
+        Worker processes; 1: the serial path in this process; None: :func:`default_workers`.
+    threads
+        Torch threads of every student run, wherever it runs (None: 1).
+    executor
+        ``local`` (process pools on this machine) or ``ray`` (tasks on a Ray cluster; ``workers``
+        is then the cluster's business).
+    verbose
+        Log each run as it starts and ends.
+    pack_size
+        Compatible runs trained together, up to this many per pass (None:
+        :data:`~gemkd.experiments.run.packs.DEFAULT_PACK_SIZE`; 1: each alone).
+
+    Returns
+    -------
+    Executor
+        What :func:`gemkd.experiments.run.runner.run_experiment` takes as ``executor``.
+
+    Raises
+    ------
+    ConfigError
+        If ``pack_size`` < 1 or ``executor`` is not one of ``local``, ``ray``.
+    """
     threads = threads or 1
     pack_size = DEFAULT_PACK_SIZE if pack_size is None else pack_size
     if pack_size < 1:

@@ -64,13 +64,34 @@ PHASES = "phases.json"
 
 def run_experiment(spec: RunSpec, out: str | Path, sync: Callable[[], None] | None = None,
                    executor: Executor | None = None) -> pd.DataFrame:
-    """Run ``spec`` into the run directory ``out`` (created; a rerun resumes) and return the
-    results table (also written to ``out/results.csv``). Every check of the spec runs before
-    any work; where the data's days, domains and tasks are known only once it is built (real
-    data), a mismatch found then removes the run directory this call created, as does any error
-    before a step or student run finished. ``sync`` is called after every finished step and
-    student run (a remote run directory's mirror). ``executor`` runs the student runs (default:
-    one after another in this process; :func:`gemkd.experiments.run.executors.make_executor`)."""
+    """Run an experiment into its run directory (``gemkd run``).
+
+    Every check of the spec runs before any work. Where the data's days, domains and tasks are
+    known only once it is built (real data), a mismatch found then removes the run directory this
+    call created, as does any error before a step or student run finished.
+
+    Parameters
+    ----------
+    spec
+        The experiment (:func:`gemkd.experiments.spec.load_spec`).
+    out
+        The run directory: created, or resumed when a run of the same spec is there.
+    sync
+        Called after every finished step and student run (e.g. a remote directory's mirror).
+    executor
+        Runs the student runs (None: one after another in this process;
+        :func:`gemkd.experiments.run.executors.make_executor`).
+
+    Returns
+    -------
+    pandas.DataFrame
+        The results table, also written to ``out/results.csv``.
+
+    Raises
+    ------
+    GemkdError
+        A ConfigError or DataError naming the key, file or column at fault.
+    """
     out = Path(out)
     check_spec(spec)
     tracker = run_tracker(spec, out)

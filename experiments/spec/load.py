@@ -56,10 +56,31 @@ def spec_from_mapping(values: dict[str, Any], source: str = "spec") -> RunSpec:
 
 
 def load_spec(path: str | Path | None = None, sets: list[str] | None = None) -> RunSpec:
-    """The spec at ``path`` (default: the quickstart) with ``sets`` applied, validated for
-    keys and types (the deeper checks are :func:`gemkd.experiments.run.validate.check_spec`).
-    Relative paths in the file are resolved against its folder, those of ``sets`` against the
-    working directory (:mod:`gemkd.experiments.spec.paths`)."""
+    """Read a spec file, apply ``--set``-style overrides and validate keys and types.
+
+    The deeper checks (against the data and the configs) are
+    :func:`gemkd.experiments.run.validate.check_spec`'s, run by ``run_experiment``.
+
+    Parameters
+    ----------
+    path
+        The spec YAML (None: the quickstart, experiments/quickstart.yaml). Relative paths in it
+        resolve against its folder (:mod:`gemkd.experiments.spec.paths`).
+    sets
+        ``key=value`` overrides (dotted keys reach into sections, e.g. ``tuning.trials=4``); their
+        relative paths resolve against the working directory.
+
+    Returns
+    -------
+    RunSpec
+        The typed spec; ``source_dir`` is the file's folder.
+
+    Raises
+    ------
+    ConfigError
+        Naming the file and key: a missing or empty file, bad YAML, an unknown key, a wrong type
+        or a broken rule.
+    """
     path = Path(path) if path else DEFAULT_SPEC
     values = load_yaml(path)
     if not values:  # an empty file is a mistake, not a request for every default

@@ -437,6 +437,14 @@ _EMA = Rule(lambda v: 0 < v < 1, "'ema_decay' must be in (0, 1) or null, got {va
 
 @dataclass
 class RunSpec:
+    """An experiment: its data, teacher, students, variants, days and statistics.
+
+    Built from YAML by :func:`gemkd.experiments.spec.load_spec`; every key is a field below,
+    with its default and its rule beside it (docs/reference/spec.md lists them). Construction
+    checks each field's rules and the rules relating several (the days' order, the teacher's
+    windows, the twins and the primary family); a broken one is a ValueError naming the key.
+    """
+
     #: the run's name (the run directory defaults to runs/<name>)
     name: str = "experiment"
     #: the students' training seeds: every number is a mean ± std over them

@@ -4,7 +4,7 @@ from gemkd.teachers.gem.config import GEMConfig
 from gemkd.teachers.gem.embeddings import FeatureEmbeddings, HashedEmbedding
 from gemkd.teachers.gem.heads import DomainGatedHeads, DomainTaskHeads
 from gemkd.teachers.gem.interformer import InterFormerLayer, SequenceSummary
-from gemkd.teachers.gem.model import GEM, set_reference_paths
+from gemkd.teachers.gem.model import GEM
 from gemkd.teachers.gem.pyramid import PyramidCompressor, pyramid_token_count
 from gemkd.teachers.gem.wukong import FactorizationMachineBlock, WukongLayer
 
@@ -21,5 +21,4 @@ __all__ = [
     "SequenceSummary",
     "WukongLayer",
     "pyramid_token_count",
-    "set_reference_paths",
 ]

@@ -41,17 +41,12 @@ class MultiHeadAttention(nn.Module):
 
     The projections are one matmul per distinct input: ``kv(keys)`` split into k and v, and for
     self-attention (``keys is queries``) q, k and v from one matmul over the ``q`` and ``kv``
-    weights concatenated (issue 41: each matmul is ~45 aten ops with its backward, so a step
-    launches fewer). The splits are views of the ``[B, L, h, d/h]`` layout SDPA reads, so
-    neither pass copies a permuted ``[B, L, 2, h, d/h]`` tensor (on the CPU those copies,
-    mostly the backward's, were ~10 % of a GEM training step; issue 29). ``packed_kv = True`` is
-    the path before issue 29 (one kv matmul, permuted): the same weights and numbers up to
-    summation order, kept as the reference (tests/teachers/test_gem_fast_paths.py, the streaming
-    benchmark's ``before``).
+    weights concatenated (each matmul is ~45 aten ops with its backward, so a step launches
+    fewer). The splits are views of the ``[B, L, h, d/h]`` layout SDPA reads, so neither pass
+    copies a permuted ``[B, L, 2, h, d/h]`` tensor (on the CPU those copies, mostly the
+    backward's, were ~10 % of a GEM training step). The packed, permuted path is
+    benchmarks/gem_reference.py's.
     """
-
-    #: one kv matmul, permuted (the path before issue 29); an attribute, not a weight
-    packed_kv: bool = False
 
     def __init__(self, d: int, n_heads: int, dropout: float = 0.0):
         super().__init__()
@@ -67,20 +62,16 @@ class MultiHeadAttention(nn.Module):
         b, lq, d = queries.shape
         lk = keys.shape[1]
         h = self.n_heads
-        if self.packed_kv:
-            q = self.q(queries).view(b, lq, h, d // h).transpose(1, 2)
-            k, v = self.kv(keys).view(b, lk, 2, h, d // h).permute(2, 0, 3, 1, 4)
+        if keys is queries:  # self-attention: one matmul for q, k and v
+            w = torch.cat([self.q.weight, self.kv.weight])
+            q_, k_, v_ = F.linear(queries, w, torch.cat([self.q.bias, self.kv.bias])
+                                  ).split(d, dim=-1)
         else:
-            if keys is queries:  # self-attention: one matmul for q, k and v
-                w = torch.cat([self.q.weight, self.kv.weight])
-                q_, k_, v_ = F.linear(queries, w, torch.cat([self.q.bias, self.kv.bias])
-                                      ).split(d, dim=-1)
-            else:
-                q_ = self.q(queries)
-                k_, v_ = self.kv(keys).split(d, dim=-1)
-            q = q_.view(b, lq, h, d // h).transpose(1, 2)
-            k = k_.view(b, lk, h, d // h).transpose(1, 2)
-            v = v_.view(b, lk, h, d // h).transpose(1, 2)
+            q_ = self.q(queries)
+            k_, v_ = self.kv(keys).split(d, dim=-1)
+        q = q_.view(b, lq, h, d // h).transpose(1, 2)
+        k = k_.view(b, lk, h, d // h).transpose(1, 2)
+        v = v_.view(b, lk, h, d // h).transpose(1, 2)
         o = F.scaled_dot_product_attention(
             q,
             k,

@@ -1,4 +1,4 @@
-"""Traps a first real log found in the report (issue 31 item 7): a one-domain student labelled
+"""Traps a first real log found in the report: a one-domain student labelled
 "domain all" and shown twice (f), a conversion NE above 1 left unexplained (g), and ΔNE against
 sampled negatives beside ΔNE against logged impressions without a marker (i)."""
 

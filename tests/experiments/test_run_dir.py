@@ -9,7 +9,7 @@ import pytest
 
 from gemkd.experiments.report import render_report
 from gemkd.experiments.results_schema import (
-    KEYS,
+    CELL_KEYS,
     REQUIRED_COLUMNS,
     RESULT_COLUMNS,
     ROW_KEYS,
@@ -91,7 +91,7 @@ def test_one_schema_for_writer_and_reader():
     from gemkd.experiments.run import results
 
     assert results.RESULT_COLUMNS is RESULT_COLUMNS and load.REQUIRED_COLUMNS is REQUIRED_COLUMNS
-    assert set(REQUIRED_COLUMNS) <= set(RESULT_COLUMNS) and load.KEYS is KEYS
-    assert set(KEYS) < set(ROW_KEYS)
+    assert set(REQUIRED_COLUMNS) <= set(RESULT_COLUMNS) and load.CELL_KEYS is CELL_KEYS
+    assert set(CELL_KEYS) < set(ROW_KEYS)
     frame = make_results()
     assert one_domain(frame) is frame  # several domains keep their pooled "all"

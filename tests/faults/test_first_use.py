@@ -1,4 +1,4 @@
-"""The traps a new user's first trial hit (issue 20), each reproduced: a single-domain log run
+"""The traps a new user's first trial hit, each reproduced: a single-domain log run
 end to end, a bad fixed method value and every command-line or spec value caught before any
 work, the ``error:`` line in log.txt, a plug-in edit that invalidates its steps, spec paths
 relative to the spec, no traceback when a pipe closes, no empty step folders after a failure."""

@@ -105,7 +105,7 @@ def test_shipped_yaml_configs_build_and_round_trip(schema, name):
 
 
 def test_small_lean_is_small_with_a_cheaper_sequence_arm():
-    """small_lean (issue 29) must follow small's recipe: only its sequence arm's two keys (and
+    """small_lean must follow small's recipe: only its sequence arm's two keys (and
     its name) differ, so its NE check against small stays the evidence."""
     small, lean = (yaml.safe_load((CONFIGS / f"{n}.yaml").read_text())
                    for n in ("small", "small_lean"))

@@ -1,15 +1,15 @@
-"""GEM's speed-only code paths (issues 29 and 41) against its reference paths: the trimmed
-pyramid layout, k and v as two matmuls (q, k and v as one in self-attention), Wukong's token
-mixes in one bmm. Each must give the reference path's outputs and gradients up
-to float summation order, and training on them the same weights."""
+"""GEM's speed-only code paths against its reference paths (benchmarks/gem_reference.py): the
+trimmed pyramid layout, k and v as two matmuls (q, k and v as one in self-attention), Wukong's
+token mixes in one bmm. Each must give the reference path's outputs and gradients up to float
+summation order, and training on them the same weights."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
+from benchmarks.gem_reference import on_reference_paths, set_reference_paths
 from gemkd.teachers import GEM, DomainFM
-from gemkd.teachers.gem import set_reference_paths
 from gemkd.teachers.gem.common import MultiHeadAttention
 from gemkd.teachers.gem.pyramid import (
     PyramidCompressor,
@@ -76,7 +76,8 @@ def test_split_kv_attention_equals_packed_kv():
     mask[:, 0] = True
     grads = []
     for packed in (True, False):
-        attn.packed_kv = packed
+        set_reference_paths(attn, on=packed)
+        assert on_reference_paths(attn) == packed
         attn.zero_grad()
         q.grad = kv.grad = None
         out = attn(q, kv, mask)
@@ -163,13 +164,13 @@ def test_fast_paths_are_on_by_default_and_switch_back():
     wukong = [m for m in model.modules()
               if isinstance(m, WukongLayer | FactorizationMachineBlock)]
     assert wukong and attns
-    assert model.pyramid.trim and not any(a.packed_kv for a in attns)
+    assert model.pyramid.trim and not any(on_reference_paths(a) for a in attns)
     assert not any(w.reference for w in wukong)
     set_reference_paths(model)
-    assert not model.pyramid.trim and all(a.packed_kv for a in attns)
+    assert not model.pyramid.trim and all(on_reference_paths(a) for a in attns)
     assert all(w.reference for w in wukong)
     set_reference_paths(model, on=False)
-    assert model.pyramid.trim and not any(a.packed_kv for a in attns)
+    assert model.pyramid.trim and not any(on_reference_paths(a) for a in attns)
     assert not any(w.reference for w in wukong)
 
 

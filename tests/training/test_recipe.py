@@ -1,4 +1,4 @@
-"""The teacher recipe in the library (issue 9): output biases at the base rate's logit for
+"""The teacher recipe in the library: output biases at the base rate's logit for
 every fresh fit, and the best validation epoch kept and used."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""A teacher fit's ``prefetch`` key (issue 29): training batches read ahead in a thread change
+"""A teacher fit's ``prefetch`` key: training batches read ahead in a thread change
 nothing that is trained — the same batches in the same order, so the same daily weights — so a
 cached teacher stays valid when it changes; and the key is validated."""
 

@@ -26,7 +26,37 @@ DEFAULT_TASKS = ("click", "long_view", "like")
 def convert_kuairand(src: str | Path, out: str | Path, mapping: Mapping,
                      tasks: list[str] | None = None, min_domain_share: float = 0.01,
                      max_history: int = 1024, overwrite: bool = False) -> ImportResult:
-    """Write the KuaiRand log(s) at ``src`` (a directory or one log CSV) as a gemkd dataset."""
+    """Write KuaiRand log(s) as a gemkd dataset, through the importer and its shipped mapping.
+
+    Parameters
+    ----------
+    src
+        A directory of KuaiRand logs, or one log CSV.
+    out
+        The dataset directory.
+    mapping
+        The KuaiRand mapping (:func:`gemkd.transfer.data.importer.load_mapping`).
+    tasks
+        The feedback columns kept as tasks (None: the mapping's).
+    min_domain_share
+        Tabs with a smaller share of the rows are left out, in [0, 1).
+    max_history
+        The most recent events kept in each history.
+    overwrite
+        Replace a dataset already at ``out``.
+
+    Returns
+    -------
+    ImportResult
+        The schema written and notes on what was left out.
+
+    Raises
+    ------
+    ConfigError
+        A bad option.
+    DataError
+        Naming the file and column of a bad log.
+    """
     m, notes = kuairand_mapping(Path(src), mapping, tasks, min_domain_share, max_history)
     return import_logs(src, m, out, overwrite=overwrite, notes=notes)
 

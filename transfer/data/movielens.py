@@ -120,7 +120,30 @@ def _read_movies(path: Path) -> pd.DataFrame:
 
 def convert_movielens(src: str | Path, out: str | Path, n_days: int = 20,
                       max_history: int = 1024, overwrite: bool = False) -> DatasetSchema:
-    """Write ``src``'s ratings as a gemkd dataset at ``out`` (atomically)."""
+    """Write a MovieLens ratings folder as a gemkd dataset, atomically.
+
+    Parameters
+    ----------
+    src
+        The folder with ``ratings.csv`` or ``ratings.parquet`` (``movies.*`` optional: genres).
+    out
+        The dataset directory.
+    n_days
+        Equal-count time buckets that become the dataset's days.
+    max_history
+        The most recent events kept in each history.
+    overwrite
+        Replace a dataset already at ``out``.
+
+    Returns
+    -------
+    DatasetSchema
+
+    Raises
+    ------
+    DataError
+        Naming the file and column of a bad input.
+    """
     src = Path(src)
     if n_days < 1:
         raise DataError(f"n_days must be >= 1, got {n_days}")

@@ -83,15 +83,39 @@ def _pick(kind: str, wanted: list[str] | None, available: list[str]) -> list[str
 
 
 class DatasetReader(IterableDataset):
-    """Iterate a gemkd dataset as ``Batch`` objects.
+    """Iterate a gemkd dataset as ``Batch`` objects, one row group at a time.
 
-    ``days`` is a half-open range ``(first, end)``; ``max_seq_len`` keeps the most recent events
-    of longer histories; ``domains`` (names) keeps only those domains' rows — a vertical model's
-    own traffic. ``rank``/``world_size`` default to the initialised process group. ``cache``:
-    keep the decoded row groups in the process (:mod:`gemkd.transfer.data.unit_cache`) so that the
-    next pass over them — the next student of a sweep — reads from memory. ``stream``: with
-    ``shuffle``, the days still come in time order (row groups and rows shuffled within each
-    day only): one time-ordered pass, as a recurring production model trains.
+    Parameters
+    ----------
+    root
+        The dataset (a directory or an s3:// URI).
+    days
+        The half-open day range ``(first, end)`` (None: every day).
+    batch_size
+        Rows per batch; a batch never spans two row groups.
+    shuffle, seed
+        Permute row groups and rows by ``seed`` and the epoch.
+    max_seq_len
+        Keep the most recent events of longer histories (None: all).
+    categorical, dense, sequence, tasks
+        The columns read (None: the schema's); an unknown name is a DataError.
+    oracle
+        Also read the true probabilities where the data has them.
+    domains
+        Keep only these domains' rows (names; None: all): a vertical model's own traffic.
+    rank, world_size
+        This process's share of the row groups (None: the initialised process group's).
+    cache
+        Keep the decoded row groups in the process (:mod:`gemkd.transfer.data.unit_cache`) so the
+        next pass over them (the next student of a sweep) reads from memory.
+    stream
+        With ``shuffle``, keep the days in time order (row groups and rows shuffled within each
+        day only): one time-ordered pass, as a recurring production model trains.
+
+    Raises
+    ------
+    DataError
+        A bad option, or a file, column or row that breaks the schema, named.
     """
 
     def __init__(self, root: str | Path, days: tuple[int, int] | None = None,

@@ -35,8 +35,22 @@ def day_tables(root: str | Path, columns: list[str]) -> Iterator[tuple[int, list
 
 
 def summarize(root: str | Path) -> pd.DataFrame:
-    """One row per day plus ``all``; oracle NE uses the base rate of all days, as DESIGN §6.
+    """A dataset's rates and histories per day (``gemkd data summary``).
 
+    Parameters
+    ----------
+    root
+        The dataset.
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per day plus ``all``: examples, each task's rate, the oracle's NE (against the
+        base rate of all days, as DESIGN §6) where the data has one, history length statistics
+        where it has histories.
+
+    Notes
+    -----
     One day in memory at a time: a day's row is computed from its rows; ``all`` from the days'
     sums (labels, log losses, domain counts) and a histogram of history lengths, which gives
     the same mean, median and p99 as the rows themselves (the oracle NE of ``all`` may differ

@@ -12,7 +12,7 @@ calling (``Precision.backward`` calls ``LightningModule.backward``, which calls
 only runs those hooks; ``SingleDeviceStrategy`` has no ``pre_backward``/``post_backward``; the
 gradient-norm clip, when asked for, is Lightning's public ``clip_gradients`` on either path).
 
-Measured (issue 21; a tiny labels-only CPU student, mlp hidden [8] on the tiny world, one
+Measured (a tiny labels-only CPU student, mlp hidden [8] on the tiny world, one
 thread; steps/s over the steps after the tenth, the two paths interleaved, medians of 9 runs
 each): batch 16, 255 steps: 972 vs 916 and 955 vs 895 steps/s (+6.2 %, +6.8 %); batch 64:
 886 vs 840 (+5.4 %), i.e. ~0.07 ms of a ~1.1 ms step. On a loaded machine (two jobs on two

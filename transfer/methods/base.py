@@ -46,6 +46,8 @@ from gemkd.transfer.data.batch import Batch
 from gemkd.transfer.data.schema import DatasetSchema
 from gemkd.transfer.methods.space import Range
 from gemkd.transfer.models import StudentOutput
+from gemkd.transfer.repr_features.asof import AsOfCodes
+from gemkd.transfer.solaris.pairs import PairStore
 
 NEEDS = ("teacher", "teacher_emb", "codes", "teacher_weights", "pairs")
 
@@ -83,8 +85,8 @@ class MethodContext:
     lr: float
     student: nn.Module | None = None
     teacher: TeacherFn | None = None
-    codes: Any = None
-    pairs: Any = None
+    codes: AsOfCodes | None = None
+    pairs: PairStore | None = None
     trained_until_day: int | None = None
     teacher_weights: Callable[[], dict[str, Tensor]] | None = None
     sample_batch: Callable[[], Batch] | None = None

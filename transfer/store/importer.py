@@ -26,7 +26,9 @@ from gemkd.transfer.io import fs
 from gemkd.transfer.store.manifest import Manifest
 from gemkd.transfer.store.writer import StoreWriter
 
-KEYS = ("day", "domain", "user_id", "ts")
+#: The per-example columns a store keeps beside the logits: the source's own, or the
+#: dataset's found by example_id
+EXAMPLE_COLUMNS = ("day", "domain", "user_id", "ts")
 NO_LAYER = "none"
 
 
@@ -67,10 +69,10 @@ def _dataset_keys(data: str | Path) -> tuple[np.ndarray, dict[str, np.ndarray]]:
     filesystem, _ = fs.resolve(data)
     paths = [fs.resolve(day_path(data, d))[1] for d in schema.days]
     table = ds.dataset(paths, format="parquet", filesystem=filesystem).to_table(
-        columns=["example_id", *KEYS])
+        columns=["example_id", *EXAMPLE_COLUMNS])
     ids = table.column("example_id").to_numpy()
     order = np.argsort(ids, kind="stable")
-    return ids[order], {k: table.column(k).to_numpy()[order] for k in KEYS}
+    return ids[order], {k: table.column(k).to_numpy()[order] for k in EXAMPLE_COLUMNS}
 
 
 def import_store(src: str | Path, out: str | Path, tasks: list[str], *,
@@ -78,8 +80,46 @@ def import_store(src: str | Path, out: str | Path, tasks: list[str], *,
                  logit_columns: Mapping[str, str] | None = None, emb_column: str | None = "emb",
                  teacher_name: str = "external", emb_dtype: str = "float16",
                  overwrite: bool = False, batch_rows: int = 1 << 16) -> Manifest:
-    """Write the store ``out`` from the Parquet ``src``; returns its manifest. Every problem is
-    one DataError/StoreError naming the file, column or example_id, with nothing written."""
+    """Write a teacher-output store from another system's Parquet predictions (``gemkd store
+    import``). Every problem is one DataError or StoreError naming the file, column or
+    example_id, with nothing written.
+
+    Parameters
+    ----------
+    src
+        A Parquet file or directory with ``example_id`` and one logit column per task.
+    out
+        The store to write.
+    tasks
+        The tasks, in the store's column order.
+    trained_until_day
+        The last day the predicting model trained on (the store's age).
+    data
+        The dataset the predictions are for: where day, domain, user_id and ts come from when
+        ``src`` lacks them (by example_id).
+    logit_columns
+        Task → column of ``src`` (default ``logit_<task>``).
+    emb_column
+        The representation column, kept when present (None: none).
+    teacher_name
+        The name the manifest records.
+    emb_dtype
+        How the representation is stored: ``float16`` or ``int8``.
+    overwrite
+        Replace a store already at ``out``.
+    batch_rows
+        Rows written per shard batch.
+
+    Returns
+    -------
+    Manifest
+        The store's manifest.
+
+    Raises
+    ------
+    DataError, StoreError
+        Naming the file, column or example_id at fault.
+    """
     src, out = Path(src), fs.as_where(out)
     if not tasks or len(set(tasks)) != len(tasks):
         raise DataError(f"--tasks must name distinct tasks, got {tasks!r}")
@@ -92,12 +132,12 @@ def import_store(src: str | Path, out: str | Path, tasks: list[str], *,
         raise DataError(f"{src}: column {missing[0]!r} missing (columns: "
                         f"{', '.join(sorted(names))})")
     has_emb = emb_column is not None and emb_column in names
-    own_keys = all(k in names for k in KEYS)
+    own_keys = all(k in names for k in EXAMPLE_COLUMNS)
     if not own_keys and data is None:
-        absent = [k for k in KEYS if k not in names]
+        absent = [k for k in EXAMPLE_COLUMNS if k not in names]
         raise DataError(f"{src}: no {absent[0]!r} column; pass --data DATASET to take day, "
                         "domain, user_id and ts from the dataset by example_id")
-    cols = need + ([emb_column] if has_emb else []) + (list(KEYS) if own_keys else [])
+    cols = need + ([emb_column] if has_emb else []) + (list(EXAMPLE_COLUMNS) if own_keys else [])
     table = dataset.to_table(columns=cols)
     ids = table.column("example_id")
     if not pa.types.is_integer(ids.type) or ids.null_count:
@@ -109,7 +149,7 @@ def import_store(src: str | Path, out: str | Path, tasks: list[str], *,
                         f"{int(counts.max())} times; one prediction per example")
     logits = np.stack([_float_column(table, logit_cols[t], src) for t in tasks], axis=1)
     if own_keys:
-        keys = {k: table.column(k).to_numpy(zero_copy_only=False) for k in KEYS}
+        keys = {k: table.column(k).to_numpy(zero_copy_only=False) for k in EXAMPLE_COLUMNS}
     else:
         known, all_keys = _dataset_keys(fs.as_where(data))
         pos = np.minimum(np.searchsorted(known, ids), max(len(known) - 1, 0))

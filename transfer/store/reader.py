@@ -27,10 +27,20 @@ from gemkd.transfer.store.manifest import Manifest, ShardInfo
 
 
 class TeacherStore:
-    """A verified, read-only view of a store directory.
+    """A verified, read-only view of a teacher-output store.
 
-    ``verify_sha=False`` skips hashing the shards (row counts and schemas are still checked); use
-    it only where the same store was verified moments ago, e.g. in every DDP rank after rank 0.
+    Parameters
+    ----------
+    path
+        The store (a directory or an s3:// URI).
+    verify_sha
+        Hash every shard against the manifest. False still checks row counts and schemas; use it
+        only where the same store was verified moments ago (e.g. every DDP rank after rank 0).
+
+    Raises
+    ------
+    StoreError
+        A missing store, or a manifest, shard or hash that does not match, named.
     """
 
     def __init__(self, path: str | Path, verify_sha: bool = True) -> None:

@@ -40,8 +40,32 @@ class ImportResult:
 
 def import_logs(src: str | Path, mapping: Mapping, out: str | Path,
                 overwrite: bool = False, notes: list[str] | None = None) -> ImportResult:
-    """Write the log(s) at ``src`` (a file, or a directory searched with ``mapping.files``) as a
-    gemkd dataset at ``out``, atomically. Side-table paths are relative to that directory."""
+    """Write time-stamped log(s) as a gemkd dataset, atomically (``gemkd data import``).
+
+    Parameters
+    ----------
+    src
+        A log file, or a directory searched with ``mapping.files``; side-table paths are
+        relative to that directory.
+    mapping
+        How the log's columns become the dataset's (:func:`load_mapping`).
+    out
+        The dataset directory.
+    overwrite
+        Replace a dataset already at ``out``.
+    notes
+        Notes to carry into the result (e.g. a preset's adaptations).
+
+    Returns
+    -------
+    ImportResult
+        The schema written and notes on what was left out (missing optional inputs).
+
+    Raises
+    ------
+    DataError
+        Naming the file, column and row of a bad log.
+    """
     src = Path(src)
     notes = list(notes or [])
     base = src if src.is_dir() else src.parent

@@ -39,7 +39,22 @@ from gemkd.transfer.errors import ConfigError
 
 
 def load_mapping(path: str | Path) -> Mapping:
-    """Read and check a mapping YAML file."""
+    """Read and check a mapping YAML file (docs/guides/your_data.md).
+
+    Parameters
+    ----------
+    path
+        The mapping file.
+
+    Returns
+    -------
+    Mapping
+
+    Raises
+    ------
+    ConfigError
+        Naming the file and key of a bad entry.
+    """
     return parse_mapping(load_yaml(path), str(path))
 
 

@@ -50,6 +50,10 @@ Share = Annotated[float, Rule(lambda v: 0.0 <= v <= 1.0, "key {key!r} must be in
 
 @dataclass
 class SynthConfig:
+    """The synthetic ads world's knobs, each with its default and rule (docs/guides/data.md; the
+    module docstring says why each default); a broken rule is a ValueError naming the key.
+    """
+
     seed: int = 0
     # size and time
     n_days: Count = 14

@@ -58,7 +58,25 @@ def synth_schema(cfg: SynthConfig, n_ads_total: int) -> DatasetSchema:
 
 
 def generate(cfg: SynthConfig, out: str | Path, overwrite: bool = False) -> DatasetSchema:
-    """Generate day by day (memory bounded by one day) into a temp dir renamed at the end."""
+    """Write the synthetic world of ``cfg`` as a gemkd dataset.
+
+    Days are generated one at a time (memory bounded by one day) into a temporary directory,
+    renamed to ``out`` at the end; the same config and seed give byte-identical Parquet.
+
+    Parameters
+    ----------
+    cfg
+        The world's knobs (docs/guides/data.md).
+    out
+        The dataset directory (or s3:// URI).
+    overwrite
+        Replace a dataset already at ``out``.
+
+    Returns
+    -------
+    DatasetSchema
+        The schema written as ``schema.json``.
+    """
     rng = np.random.default_rng(cfg.seed)
     world = build_world(cfg, rng)
     timeline = build_timeline(world, rng)
