@@ -8,6 +8,7 @@ from typing import Any
 from gemkd.experiments.report.family_text import family_section
 from gemkd.experiments.report.forest import PREFIX, forest_name
 from gemkd.experiments.report.load import ALL, PLOT_NAMES, load_tuning, threads_text
+from gemkd.experiments.report.missing import missing_note, missing_runs
 from gemkd.experiments.report.plots import write_run_plots
 from gemkd.experiments.report.summary import (
     RunView,
@@ -62,6 +63,7 @@ def render(run: RunView) -> str:
                 f"std); {definitions} TR is left empty (—) where the teacher's own advantage is "
                 "within 2 std of the baseline's seed noise, efficiency vs KD where plain KD does "
                 "not gain: ratios to noise mean nothing.", ""]
+    out += _note(missing_note(run.spec, run.raw))
     threads = threads_text(run.run_dir)
     if threads:
         out += [threads, ""]
@@ -267,6 +269,9 @@ def _setup_section(run: RunView) -> list[str]:
                        ("teacher_lag_days", "teacher lags (days)"), ("variants", "variants")):
         if key in run.spec:
             out.append(f"- {label}: `{_knob(run.spec[key])}`")
+    absent, _ = missing_runs(run.spec, run.raw)
+    if absent:
+        out.append(f"- without results (missing runs): {', '.join(absent)}")
     return out + [""]
 
 
