@@ -9,7 +9,7 @@ from gemkd.experiments.report.family_text import family_section
 from gemkd.experiments.report.forest import PREFIX, forest_name
 from gemkd.experiments.report.load import ALL, PLOT_NAMES, load_tuning, threads_text
 from gemkd.experiments.report.missing import missing_note, missing_runs
-from gemkd.experiments.report.plots import write_run_plots
+from gemkd.experiments.report.plots import no_ratio_reason, write_run_plots
 from gemkd.experiments.report.summary import (
     RunView,
     lag_str,
@@ -117,8 +117,10 @@ def render(run: RunView) -> str:
 
     forests = sorted(p.name for p in (run.dir / RunDir.PLOTS).glob(f"{PREFIX}*.png"))
     present = forests + [n for n in PLOT_NAMES if (run.dir / RunDir.PLOTS / n).is_file()]
-    if present:
+    no_ratio = no_ratio_reason(run)
+    if present or no_ratio:
         out += ["## Plots", ""] + [f"![{n[:-4]}](plots/{n})" for n in present] + [""]
+        out += _note(f"`transfer_ratio.png` is not drawn: {no_ratio}." if no_ratio else "")
     return "\n".join(out).rstrip() + "\n"
 
 

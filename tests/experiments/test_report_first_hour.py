@@ -4,9 +4,10 @@ teacher's diagnostics (item 2) and a first paragraph that answers for every task
 
 from __future__ import annotations
 
+import pandas as pd
 import yaml
 
-from gemkd.experiments.report import render_report
+from gemkd.experiments.report import plots, render_report, write_plots
 from gemkd.experiments.report.missing import missing_note, missing_runs
 from gemkd.experiments.report.results_md import render_results
 from tests.experiments.test_report import EFFECTS, make_results, make_run
@@ -58,3 +59,56 @@ def test_an_interrupted_run_names_its_missing_runs(tmp_path):
                                        .read_text()), full) == ""
     assert missing_note(None, full) == "" and missing_note({"seeds": 3}, full) == ""
     assert "**Missing runs:**" in render_results([run])
+
+
+def _teacher_worse(results: pd.DataFrame) -> pd.DataFrame:
+    """The teacher worse than the baseline on every row: no transfer ratio anywhere."""
+    out = results.copy()
+    out["ne_teacher"] = out["ne_baseline"] + 0.05
+    out["transfer_ratio"] = float("nan")
+    return out
+
+
+def test_no_transfer_ratio_plot_without_a_ratio_and_the_report_says_why(tmp_path):
+    """Item 10: a run whose teacher is worse than the baseline has no transfer ratio: no empty
+    transfer_ratio.png (a stale one from an earlier report is removed), and the report says
+    why under Plots."""
+    run = make_run(tmp_path / "r", _teacher_worse(make_results()))
+    (run / "plots").mkdir()
+    (run / "plots" / "transfer_ratio.png").write_bytes(b"stale")
+    names = sorted(p.name for p in write_plots(run))
+    assert "transfer_ratio.png" not in names and "ne_by_variant.png" in names
+    assert not (run / "plots" / "transfer_ratio.png").exists()
+    text = render_report(run)
+    plots = text.split("## Plots")[1]
+    assert "`transfer_ratio.png` is not drawn: no transfer ratio on any task" in plots
+    assert "teacher's advantage NE(baseline) − NE(teacher)" in plots
+    assert "transfer_ratio.png)" not in text
+
+
+def test_training_curves_put_each_variant_s_loss_on_its_own_axes(tmp_path, monkeypatch):
+    """Item 10: a variant's training loss is its own objective (labels only, labels + KD):
+    each loss gets an axis per variant, validation NE (comparable) one axis for all."""
+    run = make_run(tmp_path / "r", make_results())
+    for v in ("baseline", "kd"):
+        for s in (0, 1, 2):
+            path = run / "curves" / f"{v}_seed{s}_lag0.csv"
+            frame = pd.read_csv(path)
+            frame["val_ne"] = 0.9 - 0.001 * frame["step"]
+            frame.to_csv(path, index=False)
+    figures = {}
+
+    def keep(fig, path):
+        figures[path.name] = fig
+        return path
+
+    monkeypatch.setattr(plots, "_save", keep)
+    write_plots(run)
+    axes = [ax for ax in figures["training_curves.png"].axes if ax.axison]
+    titles = sorted(ax.get_title() for ax in axes)
+    assert titles == ["baseline: kd_loss (its own objective)",
+                      "baseline: train_loss (its own objective)",
+                      "kd: kd_loss (its own objective)", "kd: train_loss (its own objective)",
+                      "validation NE, every variant (mean over seeds)"]
+    for ax in axes:
+        assert len(ax.lines) == (2 if ax.get_title().startswith("validation") else 1)
