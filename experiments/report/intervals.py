@@ -6,7 +6,9 @@ interval that holds all three noises: training seeds, evaluation users, worlds �
 degrees of freedom of the level that has few units (:mod:`gemkd.transfer.metrics.contrasts`):
 
 * several worlds: a t interval over the worlds' paired, seed-averaged values (W − 1 df; each
-  world's own users and seeds are inside its value's spread);
+  world's own users and seeds are inside its value's spread), never narrower than the
+  fixed-effect interval from each world's own per-seed noise (issue 42 item 12: three worlds
+  whose means agree by chance);
 * one world: the users' variance from a paired user-level bootstrap
   (:mod:`gemkd.transfer.metrics.bootstrap`, one user draw for every arm and seed) plus the
   between-seed variance over S, the latter with its S − 1 df through a generalized pivot
@@ -95,7 +97,10 @@ METHODS = ("t", "percentile")
 #: What :attr:`Intervals.interval_method` names, in words (the report's rule paragraph).
 METHOD_TEXT = {
     "t-worlds": "t intervals over the worlds' paired, seed-averaged values (W − 1 degrees of "
-                "freedom; each world's users and seeds are inside their spread)",
+                "freedom; each world's users and seeds are inside their spread), never "
+                "narrower than the fixed-effect interval of each world's own seed-to-seed "
+                "noise (a random-effects interval with the Hartung–Knapp variance and its ad "
+                "hoc floor)",
     "pivot-seeds": "intervals on one world from the evaluation users' variance (a paired, "
                    "user-level bootstrap) plus the training seeds' variance over their "
                    "number, the latter with its S − 1 degrees of freedom (a generalized pivot: "
@@ -355,8 +360,11 @@ def _t_intervals(per: list[_WorldArrays], ib: int | None, ir: int | None, level:
     """Bounds and p-values per statistic from t intervals (worlds, or one world's seeds);
     fills ``point``'s ratios (nan unless the denominator's interval lies above 0)."""
     if len(per) >= 2:
-        arms = Units(np.stack([p.ne for p in per]))
-        teacher = Units(np.stack([p.teacher for p in per]))
+        seeds = _per_seed(per)  # [W, S, V, G, T]: each world's own noise, the interval's floor
+        teachers = np.stack([p.teacher for p in per])
+        arms = Units(np.stack([p.ne for p in per]), seeds=seeds)
+        teacher = Units(teachers, seeds=np.broadcast_to(
+            teachers[:, None], (seeds.shape[0], seeds.shape[1], *teachers.shape[1:])))
     else:
         p = per[0]
         s = p.seed_ne.shape[0]
@@ -381,13 +389,24 @@ def _t_intervals(per: list[_WorldArrays], ib: int | None, ir: int | None, level:
     return bounds, {"delta": est["delta"].p, "vs_kd": est["vs_kd"].p, "fm": est["fm"].p}
 
 
+def _per_seed(per: list[_WorldArrays]) -> np.ndarray:
+    """Every world's per-seed NE ``[W, S, V, G, T]``, S the most seeds of any world (nan
+    beyond a world's own); seeds are paired across arms by position, as in each world."""
+    most = max(p.seed_ne.shape[0] for p in per)
+    out = np.full((len(per), most, *per[0].seed_ne.shape[1:]), np.nan)
+    for w, p in enumerate(per):
+        out[w, : p.seed_ne.shape[0]] = p.seed_ne
+    return out
+
+
 def _arm(arms: Units, i: int | None) -> Units:
     """Arm ``i``'s units, or nan ones of the same shape where the arm is missing."""
     if i is not None:
         return arms.take(i)
     one = arms.take(0)
     reps = None if one.replicates is None else np.full(one.replicates.shape, np.nan)
-    return Units(np.full(one.values.shape, np.nan), reps, one.n_users)
+    seeds = None if one.seeds is None else np.full(one.seeds.shape, np.nan)
+    return Units(np.full(one.values.shape, np.nan), reps, one.n_users, seeds)
 
 
 def _percentile(per: list[_WorldArrays], ib: int | None, ir: int | None, samples: int,

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import io
 import math
+import textwrap
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -50,7 +51,8 @@ def _colors(variants: Sequence[str]) -> dict[str, Any]:
 def write_run_plots(run: RunView) -> list[Path]:
     """Write the run's PNGs under ``run.dir/plots/`` (atomically); return the paths written.
 
-    ``forest_<task>_lag<L>.png`` only with intervals, ``ne_vs_lag.png`` only with more than
+    ``forest_<task>_lag<L>.png`` only with intervals, ``transfer_ratio.png`` only where some
+    task has a transfer ratio (:func:`no_ratio_reason`), ``ne_vs_lag.png`` only with more than
     one lag, ``training_curves.png`` only with ``curves/*.csv``; a stale one of those from an
     earlier report is removed.
     """
@@ -60,9 +62,12 @@ def write_run_plots(run: RunView) -> list[Path]:
     pdir.mkdir(parents=True, exist_ok=True)
     colors = _colors(run.variants)
     written = [*write_forest_plots(run),
-               _plot_ne_by_variant(run, Figure, colors, pdir / "ne_by_variant.png"),
-               _plot_transfer_ratio(run, Figure, colors, pdir / "transfer_ratio.png")]
-    optional: dict[str, Path | None] = {"ne_vs_lag.png": None, "training_curves.png": None}
+               _plot_ne_by_variant(run, Figure, colors, pdir / "ne_by_variant.png")]
+    optional: dict[str, Path | None] = {"transfer_ratio.png": None, "ne_vs_lag.png": None,
+                                        "training_curves.png": None}
+    if not no_ratio_reason(run):
+        optional["transfer_ratio.png"] = _plot_transfer_ratio(run, Figure, colors,
+                                                              pdir / "transfer_ratio.png")
     if len(run.lags) > 1:
         optional["ne_vs_lag.png"] = _plot_ne_vs_lag(run, Figure, colors, pdir / "ne_vs_lag.png")
     curves = load_curves(run.run_dir)
@@ -110,15 +115,55 @@ def _plot_ne_by_variant(run: RunView, Figure: Any, colors: dict, path: Path) -> 
     return _save(fig, path)
 
 
+def _ratios(run: RunView, task: str) -> pd.DataFrame:
+    """Per variant (the baseline left out) of a task's main slice: the transfer ratio and the
+    half-lengths of its bar's error (with intervals: the interval's ends, nan where TR is not
+    defined; else mean ± std over seeds)."""
+    if run.has_intervals:
+        iv = run.interval_rows(task=task)
+        iv = iv[iv["variant"] != BASELINE]
+        tr = iv["transfer_ratio"].to_numpy(dtype=float)
+        return pd.DataFrame({"variant": iv["variant"].to_numpy(), "tr": tr,
+                             "minus": tr - iv["tr_lo"].to_numpy(dtype=float),
+                             "plus": iv["tr_hi"].to_numpy(dtype=float) - tr})
+    rows = run.rows(task=task)
+    rows = rows[rows["variant"] != BASELINE]
+    std = rows["transfer_ratio_std"].to_numpy(dtype=float)
+    return pd.DataFrame({"variant": rows["variant"].to_numpy(),
+                         "tr": rows["transfer_ratio_mean"].to_numpy(dtype=float),
+                         "minus": std, "plus": std})
+
+
+def no_ratio_reason(run: RunView, task: str | None = None) -> str:
+    """Why no transfer ratio is drawn for ``task`` (None: for any task), or "" when one is:
+    TR = ΔNE / (NE(baseline) − NE(teacher)) is a share of the teacher's advantage, and a
+    teacher that is not better than the baseline has none to share."""
+    tasks = [task] if task is not None else run.tasks
+    if any(np.isfinite(_ratios(run, t)["tr"]).any() for t in tasks):
+        return ""
+    which = f"on {task}" if task is not None else "on any task"
+    rule = ("its interval does not lie above 0" if run.has_intervals
+            else "it is not above 0 on every seed")
+    return (f"no transfer ratio {which}: TR divides by the teacher's advantage NE(baseline) − "
+            f"NE(teacher), and {rule} (domain {run.domain}, teacher lag {lag_str(run.lag)} "
+            "days), so there is no share of it to draw")
+
+
 def _plot_transfer_ratio(run: RunView, Figure: Any, colors: dict, path: Path) -> Path:
     fig = Figure(figsize=(4.8 * len(run.tasks), 4.2), layout="constrained")
     for ax, task in zip(_task_axes(fig, len(run.tasks)), run.tasks, strict=True):
-        rows = run.rows(task=task)
-        rows = rows[rows["variant"] != BASELINE]
-        names = rows["variant"].tolist()
-        means = np.array([_finite(x) for x in rows["transfer_ratio_mean"]])
-        stds = np.nan_to_num(rows["transfer_ratio_std"].to_numpy(), posinf=0.0, neginf=0.0)
-        ax.bar(range(len(names)), means, yerr=stds, capsize=3,
+        r = _ratios(run, task)
+        names = r["variant"].tolist()
+        if not np.isfinite(r["tr"]).any():
+            ax.text(0.5, 0.5, "\n".join(textwrap.wrap(no_ratio_reason(run, task), 40)),
+                    ha="center", va="center", transform=ax.transAxes, fontsize=8)
+            ax.set_axis_off()
+            ax.set_title(f"{task}: domain {run.domain}, lag {lag_str(run.lag)}")
+            continue
+        means = np.array([_finite(x) for x in r["tr"]])
+        err = np.nan_to_num(np.stack([r["minus"], r["plus"]]), nan=0.0, posinf=0.0,
+                            neginf=0.0)
+        ax.bar(range(len(names)), means, yerr=err, capsize=3,
                color=[colors[v] for v in names])
         ax.axhline(1.0, color="black", linestyle="-.", linewidth=1, label="all of the teacher's "
                    "advantage")
@@ -127,7 +172,9 @@ def _plot_transfer_ratio(run: RunView, Figure: Any, colors: dict, path: Path) ->
         ax.set_ylabel("transfer ratio ΔNE_VM / ΔNE_FM")
         ax.set_title(f"{task}: domain {run.domain}, lag {lag_str(run.lag)}")
         ax.legend(fontsize=8)
-    fig.suptitle(f"{run.name}: transfer ratio (mean ± std over seeds)")
+    spread = ("95 % interval (Fieller); a variant without a bar has no defined ratio"
+              if run.has_intervals else "mean ± std over seeds")
+    fig.suptitle(f"{run.name}: transfer ratio ({spread})")
     return _save(fig, path)
 
 
@@ -153,20 +200,47 @@ def _plot_ne_vs_lag(run: RunView, Figure: Any, colors: dict, path: Path) -> Path
 
 def _plot_curves(run: RunView, curves: pd.DataFrame, Figure: Any, colors: dict,
                  path: Path) -> Path:
+    """Validation NE, the one measure every variant shares, on one axis; each loss on an axis
+    per variant: a variant's training loss is its own objective (labels only, labels + KD,
+    + the auxiliary head's term ...), so two variants' losses on one axis compare different
+    sums (issue 42 item 10)."""
     lag = run.lag if (curves["teacher_lag_days"] == run.lag).any() else \
         sorted(curves["teacher_lag_days"].unique())[0]
     c = curves[curves["teacher_lag_days"] == lag]
     metrics = [m for m in CURVE_METRICS if m in c.columns and c[m].notna().any()]
-    fig = Figure(figsize=(4.8 * len(metrics), 4.0), layout="constrained")
+    shared = [m for m in metrics if m == "val_ne"]
+    losses = [m for m in metrics if m != "val_ne"]
     variants = variant_order(c["variant"], run.order)
-    for ax, metric in zip(_task_axes(fig, len(metrics)), metrics, strict=True):
+    with_loss = [v for v in variants if losses and c.loc[c["variant"] == v, losses]
+                 .notna().any().any()]
+    ncols = max(1, len(with_loss))
+    nrows = max(1, len(shared) + len(losses))
+    fig = Figure(figsize=(3.6 * ncols, 3.2 * nrows), layout="constrained")
+    grid = fig.subplots(nrows, ncols, squeeze=False)
+    for ax in grid.flat:
+        ax.set_axis_off()
+    if shared:
+        ax = grid[0][0]
+        ax.set_axis_on()
         for v in variants:
-            mean = c[c["variant"] == v].groupby("step")[metric].mean().dropna()
+            mean = c[c["variant"] == v].groupby("step")["val_ne"].mean().dropna()
             if not mean.empty:
                 ax.plot(mean.index, mean.to_numpy(), color=colors.get(v), label=v)
         ax.set_xlabel("step")
-        ax.set_ylabel(metric)
-        ax.set_title(f"{metric} (mean over seeds)")
+        ax.set_ylabel("val_ne")
+        ax.set_title("validation NE, every variant (mean over seeds)", fontsize=9)
         ax.legend(fontsize=7)
-    fig.suptitle(f"{run.name}: training curves, teacher lag {lag_str(lag)}")
+    for row, metric in enumerate(losses, start=len(shared)):
+        for col, v in enumerate(with_loss):
+            mean = c[c["variant"] == v].groupby("step")[metric].mean().dropna()
+            if mean.empty:
+                continue
+            ax = grid[row][col]
+            ax.set_axis_on()
+            ax.plot(mean.index, mean.to_numpy(), color=colors.get(v))
+            ax.set_xlabel("step")
+            ax.set_ylabel(metric)
+            ax.set_title(f"{v}: {metric} (its own objective)", fontsize=9)
+    fig.suptitle(f"{run.name}: training curves, teacher lag {lag_str(lag)} (mean over seeds; "
+                 "each variant's losses on their own axes)")
     return _save(fig, path)

@@ -8,7 +8,8 @@ from typing import Any
 from gemkd.experiments.report.family_text import family_section
 from gemkd.experiments.report.forest import PREFIX, forest_name
 from gemkd.experiments.report.load import ALL, PLOT_NAMES, load_tuning, threads_text
-from gemkd.experiments.report.plots import write_run_plots
+from gemkd.experiments.report.missing import missing_note, missing_runs
+from gemkd.experiments.report.plots import no_ratio_reason, write_run_plots
 from gemkd.experiments.report.summary import (
     RunView,
     lag_str,
@@ -77,6 +78,7 @@ def render(run: RunView) -> str:
                 f"std); {definitions} TR is left empty (—) where the teacher's own advantage is "
                 "within 2 std of the baseline's seed noise, efficiency vs KD where plain KD does "
                 "not gain: ratios to noise mean nothing.", ""]
+    out += _note(missing_note(run.spec, run.raw))
     threads = threads_text(run.run_dir)
     if threads:
         out += [threads, ""]
@@ -130,8 +132,10 @@ def render(run: RunView) -> str:
 
     forests = sorted(p.name for p in (run.dir / RunDir.PLOTS).glob(f"{PREFIX}*.png"))
     present = forests + [n for n in PLOT_NAMES if (run.dir / RunDir.PLOTS / n).is_file()]
-    if present:
+    no_ratio = no_ratio_reason(run)
+    if present or no_ratio:
         out += ["## Plots", ""] + [f"![{n[:-4]}](plots/{n})" for n in present] + [""]
+        out += _note(f"`transfer_ratio.png` is not drawn: {no_ratio}." if no_ratio else "")
     return "\n".join(out).rstrip() + "\n"
 
 
@@ -282,6 +286,9 @@ def _setup_section(run: RunView) -> list[str]:
                        ("teacher_lag_days", "teacher lags (days)"), ("variants", "variants")):
         if key in run.spec:
             out.append(f"- {label}: `{_knob(run.spec[key])}`")
+    absent, _ = missing_runs(run.spec, run.raw)
+    if absent:
+        out.append(f"- without results (missing runs): {', '.join(absent)}")
     return out + [""]
 
 

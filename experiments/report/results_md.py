@@ -11,17 +11,26 @@ probe's summary where ``studies/adapter_probe.py`` wrote one into the run direct
 from __future__ import annotations
 
 import json
+from collections import Counter
 from pathlib import Path
 
 from gemkd.experiments.report.family import PRIMARY
 from gemkd.experiments.report.family_text import DAGGER
 from gemkd.experiments.report.intervals import UNRESOLVED
 from gemkd.experiments.report.load import load_tuning, threads_text
+from gemkd.experiments.report.missing import missing_note
 from gemkd.experiments.report.render import lag_section
 from gemkd.experiments.report.summary import RunView, lag_str, md_table, pm
-from gemkd.experiments.report.text import main_table, ne_above_one, reference_line, sentences
+from gemkd.experiments.report.text import (
+    main_table,
+    metric_header,
+    metric_row,
+    ne_above_one,
+    reference_line,
+    sentences,
+)
 from gemkd.experiments.report.tuning_table import tuned_line
-from gemkd.experiments.report.verdicts import delta_cell, rule_paragraph
+from gemkd.experiments.report.verdicts import delta_cell, interval_table, rule_paragraph
 from gemkd.experiments.run_dir import RunDir
 from gemkd.transfer.io.atomic import atomic_write_bytes
 
@@ -41,17 +50,38 @@ def _sampled(run: RunView) -> dict | None:
     return run.run_dir.sampled_negatives()
 
 
-def _summary(runs: list[RunView]) -> str:
-    """ΔNE per variant and run; a run whose negatives were sampled has its column marked and
-    a footnote, since its ΔNE is against those, not logged impressions."""
+def run_labels(runs: list[RunView]) -> list[str]:
+    """Each run's name on the page: its spec's name, with its run directory's name where
+    several runs share that name (several runs of one spec, issue 42 item 5), and the
+    directory's parent too where those collide as well."""
+    names = Counter(r.name for r in runs)
+    dirs = Counter(r.dir.resolve().name for r in runs)
+
+    def label(run: RunView) -> str:
+        if names[run.name] == 1:
+            return run.name
+        where = run.dir.resolve()
+        tail = where.name if dirs[where.name] == 1 else f"{where.parent.name}/{where.name}"
+        return run.name if tail == run.name else f"{run.name} [{tail}]"
+
+    return [label(r) for r in runs]
+
+
+def _summary(runs: list[RunView], labels: list[str]) -> str:
+    """ΔNE per variant and run, a column per task of the run; a run whose negatives were
+    sampled has its columns marked and a footnote, since its ΔNE is against those, not logged
+    impressions."""
     variants: list[str] = []
     for run in runs:
         variants += [v for v in run.variants if v not in variants]
-    header = ["variant", *(f"{r.name}: ΔNE {r.task}" + (f" ({SAMPLED}†)" if _sampled(r) else "")
-                           for r in runs)]
-    cells = [_deltas(run) for run in runs]
+    header, cells = ["variant"], []
+    for run, label in zip(runs, labels, strict=True):
+        for task in run.tasks:
+            header.append(f"{label}: ΔNE {task}" + (f" ({SAMPLED}†)" if _sampled(run) else ""))
+            cells.append(_deltas(run, task))
     rows = [[v, *(c.get(v, "—") for c in cells)] for v in variants]
-    notes = [_footnote(r.name, n) for r in runs if (n := _sampled(r))]
+    notes = [_footnote(label, n) for r, label in zip(runs, labels, strict=True)
+             if (n := _sampled(r))]
     return "\n\n".join([md_table(header, rows), *notes])
 
 
@@ -62,14 +92,15 @@ def _footnote(name: str, negatives: dict) -> str:
             "another column's.")
 
 
-def _deltas(run: RunView) -> dict[str, str]:
-    """ΔNE per variant of the run's main slice, with the verdict where it has intervals."""
+def _deltas(run: RunView, task: str | None = None) -> dict[str, str]:
+    """ΔNE per variant of the run's main slice (or ``task`` of it), with the verdict where it
+    has intervals."""
     if not run.has_intervals:
         return {r["variant"]: pm(r["delta_ne_mean"], r["delta_ne_std"])
-                for _, r in run.rows().iterrows()}
-    rows = run.interval_rows().set_index("variant")
+                for _, r in run.rows(task=task).iterrows()}
+    rows = run.interval_rows(task=task).set_index("variant")
     return {v: cell + (f" ({_verdict(rows.loc[v])})" if rows.at[v, "gain_verdict"] else "")
-            for v, cell in delta_cell(run).items()}
+            for v, cell in delta_cell(run, task=task).items()}
 
 
 def _verdict(r) -> str:
@@ -81,8 +112,24 @@ def _verdict(r) -> str:
     return f"{text}, exploratory" if text != UNRESOLVED else text
 
 
+def _other_tasks(run: RunView) -> list[str]:
+    """Every task's table, when the run has more than the main one (the main table shows the
+    first task only; a loss on the second is as much a result)."""
+    if len(run.tasks) < 2:
+        return []
+    if run.has_intervals:
+        table = interval_table(run, run.tasks)
+    else:
+        rows = [[task, r["variant"], *metric_row(r, run.has_oracle)]
+                for task in run.tasks for _, r in run.rows(task=task).iterrows()]
+        table = md_table(("task", "variant", *metric_header(run.has_oracle)), rows, left=2)
+    return [f"Every task (domain {run.domain}, teacher lag {lag_str(run.lag)} days):", "",
+            table, ""]
+
+
 def render_results(run_dirs: list[str | Path], title: str = "gemkd results") -> str:
     runs = [RunView(d) for d in run_dirs]
+    labels = run_labels(runs)
     out = [f"# {title}", "",
            "Generated by `gemkd report --markdown` from the run directories below. A run with "
            "per-user evaluation files shows 95 % intervals (`point [lo, hi]`) over its users, "
@@ -96,15 +143,17 @@ def render_results(run_dirs: list[str | Path], title: str = "gemkd results") -> 
            "better). TR = ΔNE / (NE(baseline) − NE(teacher)); efficiency vs KD = ΔNE / "
            "ΔNE(tuned plain KD); both are left empty (—) where their denominator is noise or "
            "not a gain.", "",
-           "## ΔNE vs the labels-only student, side by side", "", _summary(runs), ""]
-    for run in runs:
+           "## ΔNE vs the labels-only student, side by side", "", _summary(runs, labels), ""]
+    for run, label in zip(runs, labels, strict=True):
         where = (f"domain {run.domain}, task {run.task}, teacher lag {lag_str(run.lag)} days, "
                  f"{int(run.rows()['n_seeds'].max())} seeds")
         marked = f" ({SAMPLED})" if _sampled(run) else ""
-        out += [f"## {run.name} — {_dataset(run)}{marked}", "",
+        out += [f"## {label} — {_dataset(run)}{marked}", "",
                 f"Run directory `{run.dir}`; {where}. {threads_text(run.run_dir)}".rstrip(), "",
+                *([note, ""] if (note := missing_note(run.spec, run.raw)) else []),
                 rule_paragraph(run), "",
                 main_table(run), "",
+                *_other_tasks(run),
                 *([note, ""] if (note := ne_above_one(run)) else []),
                 f"Same evaluation data: {reference_line(run, run.task)}.", "",
                 "Tuned knobs (validation day): "

@@ -84,8 +84,8 @@ def test_i_sampled_negative_columns_are_marked_in_markdown(tmp_path):
     page = render_results([logged, sampled])
     header = next(line for line in page.splitlines() if line.startswith("| variant |"))
     cells = [c.strip() for c in header.strip("|").split("|")]
-    assert cells[1] == "logged: ΔNE click"
-    assert cells[2] == "sampled: ΔNE click (sampled negatives†)"
+    assert cells[1:3] == ["logged: ΔNE click", "logged: ΔNE conversion"]  # every task
+    assert cells[3] == "sampled: ΔNE click (sampled negatives†)"
     assert "† sampled: against sampled negatives (4 per positive, items seen before" in page
     assert "## sampled — " in page and "(sampled negatives)" in page.split("## sampled — ")[1]
     assert "(sampled negatives)" not in page.split("## logged — ")[1].split("\n")[0]

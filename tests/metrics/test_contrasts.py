@@ -177,3 +177,71 @@ def test_zero_variance_and_missing_values():
     assert np.isnan(none.lo).all() and np.isnan(none.p).all()
     with pytest.raises(ValueError, match="per-world or both per-seed"):
         covariance(Units(np.zeros((3, 1))), Units(np.zeros((3, 1)), np.zeros((5, 3, 1)), 10))
+
+
+def test_worlds_whose_means_agree_by_chance_do_not_resolve():
+    """Issue 42 item 12: a twin of KD on 3 worlds, per-world differences +0.00147, +0.00120,
+    +0.00116 that agree by chance while one world's own paired per-seed differences are
+    −0.0033, −0.0106, +0.0175 (a standard error of 0.0084 for its mean). The t interval over
+    the 3 world means alone is ±0.0004 and resolves; the interval never narrower than the
+    fixed-effect one of the worlds' own noise holds 0."""
+    spread = np.array([-0.0033, -0.0106, 0.0175]) - 0.0012  # world 1's deviations from its mean
+    means = np.array([0.00147, 0.00120, 0.00116])
+    seeds = (means[:, None] + spread[None])[:, :, None]  # [W, S, 1]
+    np.testing.assert_allclose(seeds[:, :, 0].mean(axis=1), means)
+    world_se = seeds[1, :, 0].std(ddof=1) / math.sqrt(3)
+    assert world_se == pytest.approx(0.0084, abs=5e-5)
+    alone = difference(means.mean()[None], Units(means[:, None]))
+    assert alone.lo[0] > 0 and alone.hi[0] - alone.lo[0] < 0.001  # the false verdict
+    est = difference(means.mean()[None], Units(means[:, None], seeds=seeds))
+    assert est.lo[0] < 0 < est.hi[0] and est.p[0] > 0.05
+    fixed_se = math.sqrt(3 * world_se ** 2) / 3
+    # the worlds' variances alike: Welch–Satterthwaite gives their 3 × 2 df
+    assert float(est.se[0]) == pytest.approx(fixed_se) and float(est.df[0]) == pytest.approx(6)
+    assert (est.hi[0] - est.lo[0]) / 2 == pytest.approx(2.446911851 * fixed_se)
+    assert (est.hi[0] - est.lo[0]) / 2 >= world_se  # never below the within-world noise
+
+
+def test_the_floor_only_widens_and_keeps_p_and_interval_agreeing():
+    """Worlds that differ more than their seeds do keep the t interval exactly; where the floor
+    is wider it decides; either way p < 5 % exactly when the interval excludes 0, and Fieller's
+    ratio interval holds 1 exactly when the difference's holds 0."""
+    rng = np.random.default_rng(4)
+    w, s, cells = 3, 3, 2000
+    world_sd = np.where(np.arange(cells) % 2 == 0, 0.0, 3.0)  # even cells: no world effect
+    a = (0.8 + world_sd * rng.standard_normal((w, 1, cells))
+         + rng.standard_normal((w, s, cells)))
+    b = 1.0 + 0.2 * rng.standard_normal((w, s, cells))
+    d = a - b
+    plain = difference(d.mean(axis=(0, 1)), Units(d.mean(axis=1)))
+    est = difference(d.mean(axis=(0, 1)), Units(d.mean(axis=1), seeds=d))
+    assert ((est.hi - est.lo) >= (plain.hi - plain.lo) - 1e-12).all()
+    floored = est.df != 2
+    assert floored[::2].mean() > 0.2 and floored[1::2].mean() < 0.03
+    np.testing.assert_allclose(est.lo[~floored], plain.lo[~floored])
+    resolved = (est.lo > 0) | (est.hi < 0)
+    assert ((est.p < 0.05) == resolved).all()
+    pa, pb = a.mean(axis=(0, 1)), b.mean(axis=(0, 1))
+    lo, hi = fieller(pa, pb, Units(a.mean(axis=1), seeds=a), Units(b.mean(axis=1), seeds=b))
+    ok = np.isfinite(lo)
+    assert ok.mean() > 0.9
+    assert (((lo <= 1) & (1 <= hi))[ok] == ((est.lo <= 0) & (0 <= est.hi))[ok]).all()
+
+
+def test_the_floor_keeps_false_verdicts_at_most_5_percent_where_worlds_agree():
+    """3 worlds × 3 seeds with no world effect (the worlds' means agree up to their seeds'
+    noise): the t interval alone is exact (5 %) but resolves over 20 % of the runs whose world
+    means happen to sit within a fifth of their within-world standard error of each other;
+    with the floor the rate is ≤ 5 % overall and in those runs (with the normal's critical
+    value on the floor instead of Welch–Satterthwaite's t: 5.5 % in those runs)."""
+    rng = np.random.default_rng(5)
+    w, s, cells = 3, 3, 20000
+    d = rng.standard_normal((w, s, cells))
+    plain = difference(d.mean(axis=(0, 1)), Units(d.mean(axis=1)))
+    est = difference(d.mean(axis=(0, 1)), Units(d.mean(axis=1), seeds=d))
+    within = np.sqrt((d.var(axis=1, ddof=1) / s).sum(axis=0)) / w
+    agree = d.mean(axis=1).std(axis=0, ddof=1) / math.sqrt(w) < within / 5
+    false_plain, false_new = (plain.lo > 0) | (plain.hi < 0), (est.lo > 0) | (est.hi < 0)
+    assert abs(false_plain.mean() - 0.05) < 0.006 and false_plain[agree].mean() > 0.2
+    assert false_new.mean() <= 0.05 and false_new[agree].mean() <= 0.05
+    assert ((est.hi - est.lo) / 2 >= within).all()
