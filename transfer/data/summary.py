@@ -8,9 +8,8 @@ import numpy as np
 import pandas as pd
 import pyarrow.compute as pc
 
-from gemkd.transfer.data import validate
 from gemkd.transfer.data.schema import DatasetSchema
-from gemkd.transfer.data.writer import day_path
+from gemkd.transfer.data.writer import read_day
 from gemkd.transfer.metrics.numerics import normalized_entropy
 
 
@@ -21,8 +20,7 @@ def summarize(root: str | Path) -> pd.DataFrame:
     cols = ["domain", *schema.tasks, *schema.oracle.values()] + ([seq] if seq else [])
     frames = []
     for day in schema.days:
-        path = day_path(root, day)
-        table = validate.open_parquet(path).read(columns=cols)
+        table = read_day(root, day, cols)
         frame = pd.DataFrame({c: table.column(c).to_numpy() for c in cols if c != seq})
         if seq:
             frame["history"] = pc.list_value_length(table.column(seq)).to_numpy()
@@ -66,7 +64,7 @@ def impressions_per_user(root: str | Path, first_days: int = 9) -> pd.DataFrame:
     schema = DatasetSchema.load(root)
     users, days = [], []
     for d in schema.days:
-        col = validate.open_parquet(day_path(root, d)).read(columns=["user_id"]).column(0)
+        col = read_day(root, d, ["user_id"]).column(0)
         users.append(col.to_numpy())
         days.append(np.full(len(users[-1]), d))
     user, day = np.concatenate(users), np.concatenate(days)
