@@ -27,7 +27,7 @@ from __future__ import annotations
 import logging
 import pickle
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -38,12 +38,7 @@ import pyarrow.parquet as pq
 
 from gemkd.transfer.data.importer import day_checks, encode, sides, source
 from gemkd.transfer.data.importer.mapping import Ids, Mapping, SideTable
-from gemkd.transfer.data.ranges import (
-    N_AGE_BUCKETS,
-    age_buckets,
-    gather_ranges,
-    history_ranges,
-)
+from gemkd.transfer.data.ranges import N_AGE_BUCKETS, age_buckets, gather_ranges
 from gemkd.transfer.data.schema import DatasetSchema, Feature
 from gemkd.transfer.data.writer import ROW_GROUP_SIZE, part_path
 from gemkd.transfer.errors import DataError
@@ -54,6 +49,10 @@ BATCH_ROWS = 262_144             # rows read and converted at a time
 PART_ROWS = 64 * ROW_GROUP_SIZE  # rows of a day's part file (1,048,576)
 DAY_NS = 86_400 * 10**9
 _COMPACT = 4_000_000             # distinct values gathered before they are deduplicated
+# a partition's histories: each row's range [start, end) in the merged events, their times
+# (ns) and field values
+_Hist = tuple[np.ndarray, np.ndarray, np.ndarray, dict[str, np.ndarray]]
+Extract = Callable[[pd.DataFrame, Path, Mapping], dict]
 
 
 @dataclass
@@ -112,7 +111,8 @@ class _Scan:
 
 
 def import_streaming(files: list[Path], m: Mapping, side: list[tuple[SideTable, Path]],
-                     notes: list[str], out: Path, extract, check_header,
+                     notes: list[str], out: Path, extract: Extract,
+                     check_header: Callable[[Path], list[str]],
                      batch_rows: int = BATCH_ROWS, part_rows: int = PART_ROWS
                      ) -> DatasetSchema:
     """Write the dataset of ``files`` under ``out`` (an output directory's staging folder) and
@@ -133,8 +133,8 @@ def import_streaming(files: list[Path], m: Mapping, side: list[tuple[SideTable, 
 
 
 # ---- pass 1: scan ---------------------------------------------------------------------------
-def _scan(files: list[Path], m: Mapping, spill: Path, extract, check_header, batch_rows: int
-          ) -> _Scan:
+def _scan(files: list[Path], m: Mapping, spill: Path, extract: Extract,
+          check_header: Callable[[Path], list[str]], batch_rows: int) -> _Scan:
     scan = _Scan()
     for path in files:
         columns = check_header(path)
@@ -334,36 +334,73 @@ def _id_table(role: str, ids: Ids, scan: _Scan, uniq_by: dict[str, pd.Index],
 
 # ---- pass 2: write --------------------------------------------------------------------------
 class _Carry:
-    """Each user's most recent events (at most ``max_events``), carried between partitions."""
+    """Each user's most recent events (at most ``max_events``), carried between partitions and
+    kept in (user, time, example id) order, so a partition joins them by a merge, not a sort."""
 
     def __init__(self, names: list[str], max_events: int) -> None:
         self.max_events = max_events
         empty = np.zeros(0, dtype=np.int64)
-        self.user, self.t, self.eid = empty, empty, empty
+        self.user, self.t = empty, empty
         self.values: dict[str, np.ndarray] = {n: np.zeros(0) for n in names}
 
     def join(self, user: np.ndarray, t: np.ndarray, eid: np.ndarray,
-             values: dict[str, np.ndarray]) -> tuple[np.ndarray, ...]:
-        """The carried events and the partition's rows in (user, time, example id) order: that
-        order (``perm`` into the joined arrays), each partition row's history range in it, and
-        the joined times; the carry keeps each user's last ``max_events`` for the next one."""
-        k = len(self.user)
-        u, tt, e = (np.concatenate([self.user, user]), np.concatenate([self.t, t]),
-                    np.concatenate([self.eid, eid]))
-        vals = {n: np.concatenate([self.values[n].astype(v.dtype, copy=False), v])
-                for n, v in values.items()}
-        perm = np.lexsort((e, tt, u))
-        start, end = history_ranges(u[perm], tt[perm], self.max_events)
-        pos_of = np.empty(len(perm), dtype=np.int64)
-        pos_of[perm] = np.arange(len(perm))
-        pos = pos_of[k:]
-        su = u[perm]
-        last = np.r_[su[1:] != su[:-1], True]
-        user_end = np.minimum.accumulate(np.where(last, np.arange(len(su)), len(su))[::-1])[::-1]
-        keep = perm[np.arange(len(su)) > user_end - self.max_events]
-        self.user, self.t, self.eid = u[keep], tt[keep], e[keep]
-        self.values = {n: v[keep] for n, v in vals.items()}
-        return perm, start[pos], end[pos], tt, vals
+             values: dict[str, np.ndarray]) -> _Hist:
+        """The carried events and a partition's rows merged in (user, time, example id) order
+        (every carried event is earlier than the partition's rows of its user); each row's
+        history range in that order, the merged times and field values. The carry then keeps
+        each user's last ``max_events`` of them for the next partition."""
+        k, n = len(self.user), len(user)
+        order = np.lexsort((eid, t, user))
+        pu = user[order]
+        at_carry = np.arange(k) + np.searchsorted(pu, self.user, side="left")
+        at_rows = np.arange(n) + np.searchsorted(self.user, pu, side="right")
+        del pu
+
+        where = (at_carry, at_rows, order)
+        mu, mt = _merge(self.user, user, where), _merge(self.t, t, where)
+        vals = {name: _merge(self.values[name], v, where) for name, v in values.items()}
+        del where
+        pos = np.empty(n, dtype=np.int64)
+        pos[order] = at_rows  # each row's place in the merged order, in the partition's order
+        del at_carry, at_rows, order
+        self.user = self.t = np.zeros(0, dtype=np.int64)  # the merged arrays hold them now
+        self.values = {}
+        start, end = _ranges_at(mu, mt, pos, self.max_events)
+        keep = _last_per_user(mu, self.max_events)
+        self.user, self.t = mu[keep], mt[keep]
+        self.values = {name: v[keep] for name, v in vals.items()}
+        return start, end, mt, vals
+
+
+def _merge(carried: np.ndarray, rows: np.ndarray,
+           where: tuple[np.ndarray, np.ndarray, np.ndarray]) -> np.ndarray:
+    """Carried values and a partition's values (in its ``order``) at their merged places."""
+    at_carry, at_rows, order = where
+    out = np.empty(len(carried) + len(rows), dtype=rows.dtype)
+    out[at_carry] = carried
+    out[at_rows] = rows[order]
+    return out
+
+
+def _ranges_at(user: np.ndarray, t: np.ndarray, at: np.ndarray, max_history: int
+               ) -> tuple[np.ndarray, np.ndarray]:
+    """``ranges.history_ranges`` of the rows ``at`` only (arrays sorted by user and time),
+    without the two full-length range arrays."""
+    idx = np.arange(len(user))
+    new_user = np.r_[True, user[1:] != user[:-1]]
+    first = np.maximum.accumulate(np.where(new_user, idx, 0))[at]  # each row's user's first
+    new_t = new_user
+    new_t[1:] |= t[1:] != t[:-1]
+    end = np.maximum.accumulate(np.where(new_t, idx, 0))[at]  # first row of its (user, time)
+    return np.maximum(first, end - max_history), end
+
+
+def _last_per_user(user: np.ndarray, keep: int) -> np.ndarray:
+    """A mask of each user's last ``keep`` positions (``user`` sorted)."""
+    n = len(user)
+    last = np.r_[user[1:] != user[:-1], True]
+    user_end = np.minimum.accumulate(np.where(last, np.arange(n), n)[::-1])[::-1]
+    return np.arange(n) > user_end - keep
 
 
 class _DayWriter:
@@ -505,16 +542,15 @@ def _slices(day: np.ndarray) -> Iterator[tuple[int, int, int]]:
 
 
 def _table(cols: dict[str, np.ndarray], lo: int, hi: int, arrow: pa.Schema,
-           hist: tuple[np.ndarray, ...] | None, fields: list[tuple[str, str]]) -> pa.Table:
+           hist: _Hist | None, fields: list[tuple[str, str]]) -> pa.Table:
     """Rows ``[lo, hi)`` of a partition as a table of the dataset's schema, histories
     gathered for these rows only."""
     arrays = {f.name: pa.array(cols[f.name][lo:hi], type=f.type)
               for f in arrow if f.name in cols}
     if hist is not None:
-        perm, start, end, t, vals = hist
+        start, end, t, vals = hist
         lengths = end[lo:hi] - start[lo:hi]
-        offsets, idx = gather_ranges(start[lo:hi], lengths)
-        ev = perm[idx]
+        offsets, ev = gather_ranges(start[lo:hi], lengths)
         o = pa.array(offsets.astype(np.int32))
         ts = cols["ts"][lo:hi]
         for name, kind in fields:
