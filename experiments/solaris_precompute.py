@@ -16,13 +16,11 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-import pyarrow.parquet as pq
 import torch
 
 from gemkd.transfer.data.schema import DatasetSchema
-from gemkd.transfer.data.writer import day_path, write_day
+from gemkd.transfer.data.writer import read_day, write_day
 from gemkd.transfer.errors import ConfigError
-from gemkd.transfer.io import fs
 from gemkd.transfer.io.atomic import atomic_write_bytes
 from gemkd.transfer.solaris import (
     PastLog,
@@ -90,7 +88,7 @@ def precompute_pairs(data: str | Path, days: Sequence[int], checkpoints: dict[in
     next_day = first
     for d in days:
         while next_day < d:  # the rows as of the end of d - 1, a day at a time
-            table = pq.read_table(fs.open_input(day_path(data, next_day)))
+            table = read_day(data, next_day)
             latest.add_day(next_day, table)
             if columns is None and next_day == d - 1:
                 columns = item_columns(schema, table, item)

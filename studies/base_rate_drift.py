@@ -112,15 +112,14 @@ def movielens(datasets: Path, n_buckets: int = 20) -> pd.DataFrame | None:
 
 
 def synthetic(root: Path) -> pd.DataFrame:
-    import pyarrow.parquet as pq
 
     from gemkd.transfer.data.schema import DatasetSchema
-    from gemkd.transfer.data.writer import day_path
+    from gemkd.transfer.data.writer import read_day
 
     schema = DatasetSchema.load(root)
     frames = []
     for day in schema.days:
-        t = pq.read_table(day_path(root, day), columns=["domain", "click", "engage"])
+        t = read_day(root, day, ["domain", "click", "engage"])
         f = t.to_pandas()
         f["day"] = day
         frames.append(f)

@@ -148,13 +148,12 @@ def day_spans(data: Path, days: Iterable[int]) -> dict[int, tuple[str, str]]:
     import datetime
 
     import pyarrow.compute as pc
-    import pyarrow.parquet as pq
 
-    from gemkd.transfer.data.writer import day_path
+    from gemkd.transfer.data.writer import read_day
 
     out = {}
     for d in days:
-        ts = pq.read_table(day_path(data, d), columns=["ts"]).column("ts")
+        ts = read_day(data, d, ["ts"]).column("ts")
         lo, hi = pc.min(ts).as_py(), pc.max(ts).as_py()
         first, last = (datetime.datetime.fromtimestamp(v, datetime.UTC).strftime("%Y-%m-%d %H:%M")
                        for v in (lo, hi))

@@ -44,13 +44,12 @@ def kuairand_src() -> Path:
 def dataset_table(root: Path):
     """Every row of a gemkd dataset as one Arrow table, days in numeric order."""
     import pyarrow as pa
-    import pyarrow.parquet as pq
 
     from gemkd.transfer.data.schema import DatasetSchema
-    from gemkd.transfer.data.writer import day_path
+    from gemkd.transfer.data.writer import read_day
 
     schema = DatasetSchema.load(root)
-    return pa.concat_tables([pq.read_table(day_path(root, d)) for d in schema.days])
+    return pa.concat_tables([read_day(root, d) for d in schema.days])
 
 
 @pytest.fixture(scope="module")

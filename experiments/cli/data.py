@@ -100,6 +100,10 @@ def print_table(frame) -> None:
         print(frame.to_string(index=False))
 
 
+def _not(flag: bool) -> bool:
+    return not flag
+
+
 def _task_list(text: str | None) -> list[str] | None:
     return None if text is None else [t.strip() for t in text.split(",")]
 
@@ -189,6 +193,11 @@ COMMANDS = (
                     param="mapping", convert=_load_mapping),
                 OUT,
                 OVERWRITE,
+                Opt("--in-memory", "read the whole log at once instead of streaming it day by "
+                    "day (same dataset; memory grows with the log)", flag=True,
+                    param="streaming", convert=_not),
+                Opt("--batch-rows", "rows read at a time when streaming", type=int,
+                    default=262_144, positive=True, param="batch_rows"),
             )),
     Command(("data", "summary"), "per-day table: rates, oracle NE, history lengths",
             run=_summary, options=(

@@ -13,9 +13,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from gemkd.transfer.data import validate
 from gemkd.transfer.data.schema import DatasetSchema
-from gemkd.transfer.data.writer import day_path
+from gemkd.transfer.data.writer import read_day
 from gemkd.transfer.metrics.numerics import logit as log_odds
 
 
@@ -32,7 +31,7 @@ def base_rate_drift(data_dir: str | Path) -> pd.DataFrame:
     schema = DatasetSchema.load(data_dir)
     frames = []
     for day in schema.days:
-        table = validate.open_parquet(day_path(data_dir, day)).read(
+        table = read_day(data_dir, day,
             columns=["domain", *schema.tasks])
         frame = pd.DataFrame({c: table.column(c).to_numpy() for c in table.column_names})
         frame["day"] = day

@@ -33,7 +33,7 @@ from gemkd.transfer.data.schema import (
     seq_type,
 )
 from gemkd.transfer.data.unit_cache import UNITS, UnitCache
-from gemkd.transfer.data.writer import day_path
+from gemkd.transfer.data.writer import day_paths
 from gemkd.transfer.errors import DataError
 from gemkd.transfer.io import fs
 
@@ -169,21 +169,24 @@ class DatasetReader(IterableDataset):
         expected = self.projection.expected_types(self.schema)
         units = []
         for day in self.days:
-            path = day_path(self.root, day)
-            pf = validate.open_parquet(path)
-            validate.check_columns(path, pf.schema_arrow, expected)
-            meta = pf.metadata
-            if meta.num_rows == 0:
-                raise DataError(f"{path}: no rows")
+            paths = day_paths(self.root, day)
+            row = 0  # a day's row numbers run on over its part files
+            for path in paths:
+                pf = validate.open_parquet(path)
+                validate.check_columns(path, pf.schema_arrow, expected)
+                meta = pf.metadata
+                if meta.num_rows == 0:
+                    raise DataError(f"{path}: no rows")
+                for rg in range(meta.num_row_groups):
+                    n = meta.row_group(rg).num_rows
+                    units.append(Unit(path, rg, row, n, day))
+                    row += n
             listed = self.schema.rows_per_day.get(str(day))
-            if listed is not None and listed != meta.num_rows:
-                raise DataError(f"{path}: has {meta.num_rows} rows, schema.json says {listed} "
+            if listed is not None and listed != row:
+                where = (paths[0] if len(paths) == 1 else
+                         f"{fs.parent(paths[0])} ({len(paths)} part files)")
+                raise DataError(f"{where}: has {row} rows, schema.json says {listed} "
                                 f"(file replaced or partly written after the dataset was made)")
-            row = 0
-            for rg in range(meta.num_row_groups):
-                n = meta.row_group(rg).num_rows
-                units.append(Unit(path, rg, row, n, day))
-                row += n
         return units
 
     @property

@@ -1,7 +1,12 @@
-"""Parquet layout shared by every dataset source: ``DIR/day=N/part-0.parquet``."""
+"""Parquet layout shared by every dataset source: ``DIR/day=N/part-K.parquet``.
+
+A day is one or more part files, read as one day in part order (``day_paths``): the streaming
+importer closes a part after a fixed number of rows instead of holding a day in memory.
+"""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pyarrow as pa
@@ -9,12 +14,37 @@ import pyarrow.parquet as pq
 
 from gemkd.transfer.io import fs
 
+_PART = re.compile(r"part-(\d+)\.parquet")
 ROW_GROUP_SIZE = 16_384  # the unit of parallel reading: workers split the row groups
 
 
 def day_path(root: str | Path, day: int) -> str | Path:
     """The day's file (a ``Path``, or a URI for a dataset on an object store)."""
     return fs.join(root, f"day={day}", "part-0.parquet")
+
+
+def part_path(root: str | Path, day: int, part: int) -> str | Path:
+    """Part ``part`` of the day's files."""
+    return fs.join(root, f"day={day}", f"part-{part}.parquet")
+
+
+def day_paths(root: str | Path, day: int) -> list[str | Path]:
+    """The day's part files in part order; ``[day_path]`` (part 0, whether it exists or not, so
+    an error names it) when the folder holds none."""
+    parts = []
+    for name in fs.list_names(fs.join(root, f"day={day}")):
+        match = _PART.fullmatch(name)
+        if match:
+            parts.append(int(match.group(1)))
+    return [part_path(root, day, k) for k in sorted(parts)] or [day_path(root, day)]
+
+
+def read_day(root: str | Path, day: int, columns: list[str] | None = None) -> pa.Table:
+    """The day's rows (every part, in order) with the named columns."""
+    from gemkd.transfer.data import validate  # validate reads files this module names
+
+    return pa.concat_tables([validate.open_parquet(p).read(columns=columns)
+                             for p in day_paths(root, day)])
 
 
 def write_day(table: pa.Table, root: Path, day: int) -> Path:

@@ -8,12 +8,10 @@ from collections.abc import Iterable
 from pathlib import Path
 
 import pandas as pd
-import pyarrow.parquet as pq
 
 from gemkd.transfer.data.schema import DatasetSchema
-from gemkd.transfer.data.writer import day_path
+from gemkd.transfer.data.writer import read_day
 from gemkd.transfer.errors import ConfigError
-from gemkd.transfer.io import fs
 
 #: The item-id feature of the known sources, looked for in this order.
 ITEM_FEATURES = ("ad_id", "item_id", "video_id", "movie_id")
@@ -33,8 +31,7 @@ def read_log(data: str | Path, days: Iterable[int], item: str) -> pd.DataFrame:
     """``day, ts, user_id, item, domain`` of ``days`` (each day's file read alone, in order)."""
     parts = []
     for d in days:
-        t = pq.read_table(fs.open_input(day_path(data, d)),
-                          columns=["ts", "user_id", item, "domain"])
+        t = read_day(data, d, ["ts", "user_id", item, "domain"])
         f = t.to_pandas().rename(columns={item: "item"})
         f.insert(0, "day", d)
         parts.append(f)

@@ -63,11 +63,11 @@ def _float_column(table: pa.Table, name: str, src: Path) -> np.ndarray:
 def _dataset_keys(data: str | Path) -> tuple[np.ndarray, dict[str, np.ndarray]]:
     """example_id (sorted) and the key columns of every row of a gemkd dataset."""
     from gemkd.transfer.data.schema import DatasetSchema
-    from gemkd.transfer.data.writer import day_path
+    from gemkd.transfer.data.writer import day_paths
 
     schema = DatasetSchema.load(data)
     filesystem, _ = fs.resolve(data)
-    paths = [fs.resolve(day_path(data, d))[1] for d in schema.days]
+    paths = [fs.resolve(p)[1] for d in schema.days for p in day_paths(data, d)]
     table = ds.dataset(paths, format="parquet", filesystem=filesystem).to_table(
         columns=["example_id", *EXAMPLE_COLUMNS])
     ids = table.column("example_id").to_numpy()

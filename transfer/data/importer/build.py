@@ -18,7 +18,15 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from gemkd.transfer.data.importer import day_checks, encode, negatives, sides, source, times
+from gemkd.transfer.data.importer import (
+    day_checks,
+    encode,
+    negatives,
+    sides,
+    source,
+    stream,
+    times,
+)
 from gemkd.transfer.data.importer.item_age import item_age_caveat
 from gemkd.transfer.data.importer.mapping import Ids, Mapping
 from gemkd.transfer.data.importer.write import Events, write_dataset
@@ -39,7 +47,9 @@ class ImportResult:
 
 
 def import_logs(src: str | Path, mapping: Mapping, out: str | Path,
-                overwrite: bool = False, notes: list[str] | None = None) -> ImportResult:
+                overwrite: bool = False, notes: list[str] | None = None,
+                streaming: bool = True, batch_rows: int = stream.BATCH_ROWS,
+                part_rows: int = stream.PART_ROWS) -> ImportResult:
     """Write time-stamped log(s) as a gemkd dataset, atomically (``gemkd data import``).
 
     Parameters
@@ -55,6 +65,13 @@ def import_logs(src: str | Path, mapping: Mapping, out: str | Path,
         Replace a dataset already at ``out``.
     notes
         Notes to carry into the result (e.g. a preset's adaptations).
+    streaming
+        True (default): two passes of ``batch_rows`` rows at a time, memory bounded by the
+        largest day, days written in part files of ``part_rows`` rows (``stream.py``); a
+        mapping with ``negatives`` is always imported in memory. False: the whole log at once.
+        Both write the same dataset.
+    batch_rows, part_rows
+        The streaming passes' batch and a day's part-file size, in rows.
 
     Returns
     -------
@@ -73,20 +90,26 @@ def import_logs(src: str | Path, mapping: Mapping, out: str | Path,
     with output_directory(out, overwrite=overwrite, last=(SCHEMA_FILE,)) as tmp:
         side = sides.resolve(mapping, base, notes)
         files = source.find_files(src, mapping.files, {p.resolve() for _, p in side})
-        raw = _in_range(_read_logs(files, mapping), mapping, notes)
-        n = len(raw["t"])
-        order = np.argsort(raw["t"], kind="stable")
-        rows = _take(raw, order)
-        age = None
-        if mapping.negatives is not None:
-            rows, age = _add_negatives(rows, mapping, notes)
-        schema, columns, events = _assemble(rows, mapping, side, notes)
-        if age is not None:
-            assert schema.negatives is not None  # _assemble records the mapping's negatives
-            schema.negatives["item_age"] = age
+        if streaming and mapping.negatives is None:
+            schema = stream.import_streaming(
+                files, mapping, side, notes, tmp, _extract, lambda p: _check_header(p, mapping),
+                batch_rows=batch_rows, part_rows=part_rows)
+            n = schema.n_rows
+        else:
+            raw = _in_range(_read_logs(files, mapping), mapping, notes)
+            n = len(raw["t"])
+            order = np.argsort(raw["t"], kind="stable")
+            rows = _take(raw, order)
+            age = None
+            if mapping.negatives is not None:
+                rows, age = _add_negatives(rows, mapping, notes)
+            schema, columns, events = _assemble(rows, mapping, side, notes)
+            if age is not None:
+                assert schema.negatives is not None  # _assemble records the mapping's negatives
+                schema.negatives["item_age"] = age
+            write_dataset(schema, columns, events, tmp)
         schema.generator = {"mapping": mapping.to_dict(), "files": [str(f) for f in files],
                             "side_tables": [str(p) for _, p in side], "notes": notes}
-        write_dataset(schema, columns, events, tmp)
         schema.save(tmp)
     log.info("imported %d rows from %d file(s) in %.1f s", n, len(files),
              time.perf_counter() - started)
@@ -112,16 +135,21 @@ def log_columns(m: Mapping) -> dict[str, str]:
     return cols
 
 
-def _read_logs(files: list[Path], m: Mapping) -> dict[str, np.ndarray | pd.Series]:
+def _check_header(path: Path, m: Mapping) -> list[str]:
+    """The log columns the mapping reads, each checked to be in file ``path``."""
     wanted = log_columns(m)
+    have = source.header(path)
+    for col, key in wanted.items():
+        if col not in have:
+            raise ConfigError(f"{m.path}: key {key!r}: column {col!r} is not in {path} "
+                              f"(its columns: {', '.join(have[:30])})")
+    return list(wanted)
+
+
+def _read_logs(files: list[Path], m: Mapping) -> dict[str, np.ndarray | pd.Series]:
     parts = []
     for path in files:
-        have = source.header(path)
-        for col, key in wanted.items():
-            if col not in have:
-                raise ConfigError(f"{m.path}: key {key!r}: column {col!r} is not in {path} "
-                                  f"(its columns: {', '.join(have[:30])})")
-        df = source.read(path, list(wanted))
+        df = source.read(path, _check_header(path, m))
         if len(df):
             parts.append(_extract(df, path, m))
         log.info("%s: %d rows", path, len(df))

@@ -19,6 +19,12 @@ def day_warnings(day: np.ndarray, day0: np.datetime64) -> list[str]:
     """Sentences about straggler days and runs of missing days among ``day`` (the calendar day
     of every logged row, 0 = the date ``day0``)."""
     present, counts = np.unique(day, return_counts=True)
+    return day_count_warnings(present, counts, day0)
+
+
+def day_count_warnings(present: np.ndarray, counts: np.ndarray, day0: np.datetime64
+                       ) -> list[str]:
+    """:func:`day_warnings` from the days present (ascending) and their row counts."""
     out = []
     median = float(np.median(counts))
     few = counts < STRAGGLER_SHARE * median

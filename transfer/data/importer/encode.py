@@ -87,11 +87,20 @@ def group_domains(values: pd.Series, min_share: float, prefix: str, where: str
     named ``prefix + value`` and ordered by descending share (ties: value order); the rarer
     values and missing ones form ``other``, always last."""
     raw, uniq = _factorize(values)  # 0 = missing
-    counts = np.bincount(raw, minlength=len(uniq) + 1)
+    table, domains = domain_table(uniq, np.bincount(raw, minlength=len(uniq) + 1), min_share,
+                                  prefix, where)
+    return table[raw], domains
+
+
+def domain_table(uniq: pd.Index, counts: np.ndarray, min_share: float, prefix: str, where: str
+                 ) -> tuple[np.ndarray, list[str]]:
+    """:func:`group_domains` from the sorted values ``uniq`` and the rows of each code
+    (``counts[0]``: missing values): the domain id of each code, and the domain names."""
+    n = int(counts.sum())
     order = np.lexsort((np.arange(len(uniq)), -counts[1:])) + 1  # codes, by descending count
     names = [prefix + value_name(uniq[c - 1]) for c in order]
     kept = [(c, nm) for c, nm in zip(order, names, strict=True)
-            if counts[c] / max(len(values), 1) >= min_share and nm != OTHER]
+            if counts[c] / max(n, 1) >= min_share and nm != OTHER]
     if len(kept) >= MAX_DOMAINS:
         raise DataError(f"{where}: {len(kept)} domains, more than the int16 domain column "
                         "holds; raise min_share")
@@ -101,7 +110,27 @@ def group_domains(values: pd.Series, min_share: float, prefix: str, where: str
     domains = [nm for _, nm in kept]
     if len(kept) < len(order) or counts[0]:
         domains.append(OTHER)
-    return table[raw], domains
+    return table, domains
+
+
+def factorize(values: pd.Series) -> tuple[np.ndarray, pd.Index]:
+    """Codes ``1..K`` (0: missing) and the sorted distinct values, compared as text when the
+    values mix numbers and text (as :func:`codes` and :func:`group_domains` number them)."""
+    return _factorize(values)
+
+
+def as_compared(values: pd.Series, uniq: pd.Index) -> pd.Series:
+    """``values`` as :func:`factorize` compared them to give ``uniq`` (text if it fell back)."""
+    if pd.api.types.is_string_dtype(uniq.dtype) and not pd.api.types.is_string_dtype(values):
+        return values.astype("string")
+    return values
+
+
+def codes_in(values: pd.Series, uniq: pd.Index) -> np.ndarray:
+    """The codes ``1..K`` of ``values`` in the sorted distinct values ``uniq`` of every batch
+    (what :func:`codes` gives on all rows at once); 0 for a missing value."""
+    idx = uniq.get_indexer(as_compared(values, uniq))
+    return (idx + 1).astype(np.int64)
 
 
 def calendar_days(t_ns: np.ndarray, timezone: str, first: int | None = None) -> np.ndarray:

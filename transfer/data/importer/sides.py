@@ -47,6 +47,32 @@ def resolve(m: Mapping, base: Path, notes: list[str]) -> list[tuple[SideTable, P
 
 def join(m: Mapping, s: SideTable, path: Path, on: pd.Series) -> Joined:
     """Read side table ``path`` and align its features with the log's key column ``on``."""
+    return load(m, s, path).align(on)
+
+
+@dataclass
+class Loaded:
+    """A side table read and checked once, to align with any number of batches of the log."""
+
+    keys: pd.Series
+    categorical: dict[str, tuple[np.ndarray, int]]  # name → (codes per side row, cardinality)
+    dense: dict[str, np.ndarray]                    # name → float32 per side row
+
+    def align(self, on: pd.Series) -> Joined:
+        keys = self.keys
+        numeric = pd.api.types.is_numeric_dtype(keys) and pd.api.types.is_numeric_dtype(on)
+        index = pd.Index(keys if numeric else keys.astype("string"))
+        idx = index.get_indexer(on if numeric else on.astype("string"))
+        hit = idx >= 0
+        categorical = {name: (np.where(hit, codes[idx], 0), card)
+                       for name, (codes, card) in self.categorical.items()}
+        dense = {name: np.where(hit, v[idx], 0.0).astype(np.float32)
+                 for name, v in self.dense.items()}
+        return Joined(categorical, dense, float(hit.mean()) if len(hit) else 0.0)
+
+
+def load(m: Mapping, s: SideTable, path: Path) -> Loaded:
+    """Read side table ``path`` and check its keys and feature columns."""
     cols = source.header(path)
     wanted = {s.key: f"{s.where}.key"}
     wanted.update({c.column: c.key for c in (*s.categorical, *s.dense)})
@@ -66,17 +92,9 @@ def join(m: Mapping, s: SideTable, path: Path, on: pd.Series) -> Joined:
         raise DataError(f"{path}: column {s.key!r} {source.place(path, i)}: key "
                         f"{source.show(keys.iloc[i])} repeats an earlier row (a side table "
                         f"has one row per key; mapping key '{s.where}.key')")
-    numeric = pd.api.types.is_numeric_dtype(keys) and pd.api.types.is_numeric_dtype(on)
-    index = pd.Index(keys if numeric else keys.astype("string"))
-    idx = index.get_indexer(on if numeric else on.astype("string"))
-    hit = idx >= 0
-    categorical = {}
-    for c in s.categorical:
-        codes, card = categorical_codes(df[c.column], path, c)
-        categorical[c.name] = (np.where(hit, codes[idx], 0), card)
-    dense = {c.name: np.where(hit, dense_values(df[c.column], path, c)[idx], 0.0
-                              ).astype(np.float32) for c in s.dense}
-    return Joined(categorical, dense, float(hit.mean()) if len(hit) else 0.0)
+    categorical = {c.name: categorical_codes(df[c.column], path, c) for c in s.categorical}
+    dense = {c.name: dense_values(df[c.column], path, c) for c in s.dense}
+    return Loaded(keys, categorical, dense)
 
 
 def categorical_codes(values: pd.Series, path: Path, c: Column) -> tuple[np.ndarray, int]:

@@ -7,6 +7,9 @@ the place (``line N`` of a CSV, counting the header as line 1; ``row N`` of a Pa
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from pathlib import Path
 
 import numpy as np
@@ -25,8 +28,23 @@ def is_csv(path: Path) -> bool:
     return path.name.lower().endswith(CSV_SUFFIXES)
 
 
+_FIRST_ROW: ContextVar[int] = ContextVar("first_row", default=0)
+
+
+@contextmanager
+def rows_from(first: int) -> Iterator[None]:
+    """Within this block, row ``i`` of the columns being checked is row ``first + i`` of its
+    file (a batch of a file read in batches), so every error names the file's own row."""
+    token = _FIRST_ROW.set(first)
+    try:
+        yield
+    finally:
+        _FIRST_ROW.reset(token)
+
+
 def place(path: Path, i: int) -> str:
     """Where row ``i`` (0-based, in file order) is, in words a user can look up."""
+    i += _FIRST_ROW.get()
     return f"line {i + 2}" if is_csv(path) else f"row {i}"
 
 
@@ -95,6 +113,28 @@ def read(path: Path, columns: list[str]) -> pd.DataFrame:
         if is_csv(path):
             return pd.read_csv(path, usecols=columns, low_memory=False)
         return pq.read_table(path, columns=columns).to_pandas()
+    except (OSError, UnicodeDecodeError, pd.errors.ParserError, pa.ArrowException,
+            ValueError) as e:
+        raise _unreadable(path, e) from None
+
+
+def batches(path: Path, columns: list[str], rows: int) -> Iterator[tuple[int, pd.DataFrame]]:
+    """The named columns of a file, ``rows`` rows at a time, with each batch's first row: a
+    CSV through pandas' chunked reader (the types ``read`` infers, per batch), a Parquet file
+    a record batch at a time with column projection."""
+    try:
+        if is_csv(path):
+            first = 0
+            with pd.read_csv(path, usecols=columns, low_memory=False, chunksize=rows) as chunks:
+                for df in chunks:
+                    yield first, df.reset_index(drop=True)
+                    first += len(df)
+            return
+        first = 0
+        for batch in pq.ParquetFile(path).iter_batches(batch_size=rows, columns=columns):
+            df = batch.to_pandas()
+            yield first, df
+            first += len(df)
     except (OSError, UnicodeDecodeError, pd.errors.ParserError, pa.ArrowException,
             ValueError) as e:
         raise _unreadable(path, e) from None

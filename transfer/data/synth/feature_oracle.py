@@ -41,14 +41,13 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from gemkd.transfer.data import validate
 from gemkd.transfer.data.ranges import N_AGE_BUCKETS
 from gemkd.transfer.data.schema import DatasetSchema
 from gemkd.transfer.data.synth.config import SynthConfig
 from gemkd.transfer.data.synth.impressions import LabelLogits, label_logits
 from gemkd.transfer.data.synth.timeline import ACTION_LIKE, ACTION_VIEW
 from gemkd.transfer.data.synth.world import World, build_world
-from gemkd.transfer.data.writer import day_path
+from gemkd.transfer.data.writer import read_day
 from gemkd.transfer.errors import DataError
 from gemkd.transfer.metrics.numerics import normalized_entropy
 
@@ -110,7 +109,7 @@ def _read_rows(data_dir: str | Path, schema: DatasetSchema, days, domains) -> _R
     for day in days:
         if day not in schema.days:
             raise DataError(f"{data_dir}: no day {day} (days {schema.days[0]}..{schema.days[-1]})")
-        t = validate.open_parquet(day_path(data_dir, day)).read(columns=cols)
+        t = read_day(data_dir, day, cols)
         if wanted is not None:
             t = t.filter(pa.array(np.isin(t["domain"].to_numpy(), wanted)))
         tables.append(t.append_column("day", pa.array(np.full(t.num_rows, day, np.int32))))

@@ -1,0 +1,581 @@
+"""The streaming import: a log of any length in memory bounded by its largest day (DESIGN §2.4).
+
+Two passes over the log, each a batch of rows at a time (``source.batches``: pandas' chunked CSV
+reader, Parquet record batches with column projection):
+
+1. **scan**: every batch is checked and converted as the in-memory import does (``_extract``,
+   errors naming the file's own row), cut to the mapping's date range, and its vocabularies
+   gathered: the distinct ids and categorical values (dense codes are their sorted order),
+   the rows of each domain value, log2 buckets' largest, the first time or date (day 0) and
+   the rows of each date (the straggler and gap checks). The converted batch is spilled to a
+   local folder, split by date (calendar days: the local date; buckets: the UTC date).
+2. **write**: date by date, in time order: the date's rows are sorted by (time, file order),
+   numbered, encoded with the vocabularies, and written a row group at a time, each user's
+   most recent ``max_events`` events carried from one date to the next for the histories. A
+   day is one or more part files (``part-K.parquet``, at most ``part_rows`` rows each): the
+   writer never holds a day, only a row group.
+
+It writes the same dataset as the in-memory import (``build.import_logs(streaming=False)``),
+the same bytes for a day of at most ``part_rows`` rows. Sampled negatives need the whole log
+(every row's pool looks at every item's first time and every user's pairs), so a mapping with
+``negatives`` is imported in memory. With ``days: {buckets: N}`` the scan keeps every row's
+time (8 bytes a row) for the equal-count edges.
+"""
+
+from __future__ import annotations
+
+import logging
+import pickle
+import shutil
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from gemkd.transfer.data.importer import day_checks, encode, sides, source
+from gemkd.transfer.data.importer.mapping import Ids, Mapping, SideTable
+from gemkd.transfer.data.ranges import N_AGE_BUCKETS, age_buckets, gather_ranges
+from gemkd.transfer.data.schema import DatasetSchema, Feature
+from gemkd.transfer.data.writer import ROW_GROUP_SIZE, part_path
+from gemkd.transfer.errors import DataError
+
+log = logging.getLogger(__name__)
+
+BATCH_ROWS = 262_144             # rows read and converted at a time
+PART_ROWS = 64 * ROW_GROUP_SIZE  # rows of a day's part file (1,048,576)
+DAY_NS = 86_400 * 10**9
+_COMPACT = 4_000_000             # distinct values gathered before they are deduplicated
+# a partition's histories: each row's range [start, end) in the merged events, their times
+# (ns) and field values
+_Hist = tuple[np.ndarray, np.ndarray, np.ndarray, dict[str, np.ndarray]]
+Extract = Callable[[pd.DataFrame, Path, Mapping], dict]
+
+
+@dataclass
+class _Distinct:
+    """The distinct values of a column over every batch (in :func:`encode.factorize`'s sense)."""
+
+    parts: list[pd.Series] = field(default_factory=list)
+    size: int = 0
+
+    def add(self, s: pd.Series) -> None:
+        u = s.drop_duplicates()
+        self.parts.append(u)
+        self.size += len(u)
+        if self.size > _COMPACT:
+            self.parts = [pd.concat(self.parts, ignore_index=True).drop_duplicates()]
+            self.size = len(self.parts[0])
+
+    def values(self) -> pd.Series:
+        return pd.concat(self.parts, ignore_index=True) if self.parts else pd.Series([])
+
+
+@dataclass
+class _Counts:
+    """Rows per value of a column over every batch (missing values included)."""
+
+    values: list[pd.Series] = field(default_factory=list)
+    counts: list[np.ndarray] = field(default_factory=list)
+
+    def add(self, s: pd.Series) -> None:
+        vc = s.value_counts(dropna=False, sort=False)
+        self.values.append(pd.Series(vc.index, dtype=s.dtype if len(vc) else object))
+        self.counts.append(vc.to_numpy())
+
+    def table(self) -> tuple[pd.Index, np.ndarray]:
+        code, uniq = encode.factorize(pd.concat(self.values, ignore_index=True))
+        return uniq, np.bincount(code, weights=np.concatenate(self.counts),
+                                 minlength=len(uniq) + 1).astype(np.int64)
+
+
+@dataclass
+class _Scan:
+    """What the first pass gathers: vocabularies, day 0, and where each date's rows went."""
+
+    read: int = 0
+    kept: int = 0
+    before: int = 0
+    after: int = 0
+    date_min: int | None = None            # the date column's first date (days since 1970)
+    extent: tuple[int, int] | None = None  # the first and last local date of every row read
+    distinct: dict[str, _Distinct] = field(default_factory=dict)
+    maxima: dict[str, int] = field(default_factory=dict)
+    domain: _Counts = field(default_factory=_Counts)
+    dates: dict[int, int] = field(default_factory=dict)  # partition → rows
+    ts: list[np.ndarray] = field(default_factory=list)   # buckets only
+    chunks: int = 0
+
+
+def import_streaming(files: list[Path], m: Mapping, side: list[tuple[SideTable, Path]],
+                     notes: list[str], out: Path, extract: Extract,
+                     check_header: Callable[[Path], list[str]],
+                     batch_rows: int = BATCH_ROWS, part_rows: int = PART_ROWS
+                     ) -> DatasetSchema:
+    """Write the dataset of ``files`` under ``out`` (an output directory's staging folder) and
+    return its schema (``rows_per_day`` filled). ``extract`` and ``check_header`` are the
+    in-memory import's per-file conversion and column check (build.py), applied per batch."""
+    if part_rows % ROW_GROUP_SIZE:
+        raise ValueError(f"part_rows must be a multiple of {ROW_GROUP_SIZE}, got {part_rows}")
+    spill = out / ".spill"
+    try:
+        scan = _scan(files, m, spill, extract, check_header, batch_rows)
+        _range_note(scan, m, notes)
+        plan = _Plan.of(scan, m, side, notes)
+        schema = plan.schema(m)
+        _write(scan, plan, m, spill, out, schema, part_rows, notes)
+    finally:
+        shutil.rmtree(spill, ignore_errors=True)
+    return schema
+
+
+# ---- pass 1: scan ---------------------------------------------------------------------------
+def _scan(files: list[Path], m: Mapping, spill: Path, extract: Extract,
+          check_header: Callable[[Path], list[str]], batch_rows: int) -> _Scan:
+    scan = _Scan()
+    for path in files:
+        columns = check_header(path)
+        n = 0
+        for first, df in source.batches(path, columns, batch_rows):
+            n += len(df)
+            if not len(df):
+                continue
+            with source.rows_from(first):
+                rows = extract(df, path, m)
+            _gather(scan, rows, m, spill)
+        log.info("%s: %d rows", path, n)
+    if scan.read == 0:
+        raise DataError(f"{', '.join(str(f) for f in files)}: no rows")
+    return scan
+
+
+def _gather(scan: _Scan, rows: dict, m: Mapping, spill: Path) -> None:
+    """Cut a converted batch to the date range, add it to the vocabularies, spill it by date."""
+    n = len(rows["t"])
+    order = np.arange(scan.read, scan.read + n, dtype=np.int64)  # file order, over every file
+    scan.read += n
+    tz = m.days.calendar or "UTC"
+    date = encode.local_dates(rows["t"], tz)
+    lo_hi = (int(date.min()), int(date.max()))
+    scan.extent = lo_hi if scan.extent is None else (min(scan.extent[0], lo_hi[0]),
+                                                     max(scan.extent[1], lo_hi[1]))
+    keep = np.ones(n, dtype=bool)
+    if m.days.first:
+        lo = date < _epoch_day(m.days.first)
+        scan.before += int(lo.sum())
+        keep &= ~lo
+    if m.days.last:
+        hi = date > _epoch_day(m.days.last)
+        scan.after += int(hi.sum())
+        keep &= ~hi
+    if not keep.all():
+        idx = np.flatnonzero(keep)
+        rows, order, date = _take(rows, idx), order[idx], date[idx]
+    if not len(order):
+        return
+    scan.kept += len(order)
+    t = rows["t"]
+    if "date" in rows:
+        d = int(rows["date"].min())
+        scan.date_min = d if scan.date_min is None else min(scan.date_min, d)
+    if m.days.buckets is not None:
+        scan.ts.append(t // 10**9)
+    for role, ids in (("user", m.user), ("item", m.item)):
+        if ids is None:
+            continue
+        if ids.ids == "raw":
+            scan.maxima[role] = max(scan.maxima.get(role, 0), int(rows[role].max()))
+        else:
+            scan.distinct.setdefault(role, _Distinct()).add(rows[role])
+    for c in m.categorical:
+        v = rows[f"cat:{c.name}"]
+        if c.bucket:
+            card = encode.log2_buckets(v)[1]
+            scan.maxima[c.name] = max(scan.maxima.get(c.name, 1), card)
+        else:
+            scan.distinct.setdefault(c.name, _Distinct()).add(v)
+    if m.domain is not None:
+        scan.domain.add(rows["domain"])
+    rows["order"] = order
+    for d in np.unique(date):
+        at = np.flatnonzero(date == d)
+        folder = spill / f"date={int(d)}"
+        folder.mkdir(parents=True, exist_ok=True)
+        with open(folder / f"{scan.chunks:08d}.pkl", "wb") as f:
+            pickle.dump(_take(rows, at), f, protocol=pickle.HIGHEST_PROTOCOL)
+        scan.chunks += 1
+        scan.dates[int(d)] = scan.dates.get(int(d), 0) + len(at)
+
+
+def _range_note(scan: _Scan, m: Mapping, notes: list[str]) -> None:
+    """The in-memory import's note on the rows a date range left out (build._in_range)."""
+    first, last = m.days.first, m.days.last
+    if first is None and last is None:
+        return
+    span = f"{first or 'the first date'} to {last or 'the last date'} ({m.days.calendar})"
+    if scan.kept == 0:
+        assert scan.extent is not None  # _scan: some rows were read
+        lo, hi = (str(np.datetime64(d, "D")) for d in scan.extent)
+        raise DataError(f"{m.path}: key 'days': no row of the log is dated {span}: its rows "
+                        f"run from {lo} to {hi}")
+    if scan.before or scan.after:
+        note = (f"days: kept the {scan.kept:,} rows dated {span}; left out {scan.before:,} "
+                f"rows before it and {scan.after:,} after it")
+        notes.append(note)
+        log.info(note)
+
+
+# ---- the vocabularies, days and schema ------------------------------------------------------
+@dataclass
+class _Plan:
+    """How every partition's rows are encoded: the code tables of pass 1 and the day rule."""
+
+    uniq: dict[str, pd.Index]
+    cards: dict[str, int]
+    domain: tuple[pd.Index, np.ndarray] | None
+    domains: list[str]
+    first: int | None          # calendar: day 0's date (days since 1970-01-01)
+    edges: np.ndarray | None   # buckets: the equal-count edges (seconds)
+    days: list[int]
+    side: list[tuple[SideTable, Path, sides.Loaded]]
+
+    @classmethod
+    def of(cls, scan: _Scan, m: Mapping, side: list[tuple[SideTable, Path]],
+           notes: list[str]) -> _Plan:
+        first, edges = None, None
+        if m.days.calendar is not None:
+            first = (scan.date_min if scan.date_min is not None else
+                     _epoch_day(m.days.first) if m.days.first else min(scan.dates))
+            dates = np.array(sorted(scan.dates))
+            day = np.maximum(dates - first, 0)
+            present, at = np.unique(day, return_inverse=True)
+            counts = np.bincount(at, weights=[scan.dates[int(d)] for d in dates]).astype(int)
+            for warning in day_checks.day_count_warnings(present, counts,
+                                                         np.datetime64(first, "D")):
+                notes.append(f"days: {warning}")
+                log.warning("days: %s", warning)
+            days = [int(d) for d in present]
+        else:
+            assert m.days.buckets is not None  # parse_mapping: calendar or buckets
+            ts = np.concatenate(scan.ts)
+            edges = np.quantile(ts, np.linspace(0, 1, m.days.buckets + 1)[1:-1])
+            days = sorted(int(d) for d in np.unique(np.searchsorted(edges, ts, side="right")))
+            del ts
+        domain, domains = None, ["all"]
+        if m.domain is not None:
+            where = f"{m.path}: key 'domain' (column {m.domain.column!r})"
+            uniq, counts = scan.domain.table()
+            table, domains = encode.domain_table(uniq, counts, m.domain.min_share,
+                                                 m.domain.prefix, where)
+            domain = (uniq, table)
+        uniq_by: dict[str, pd.Index] = {}
+        cards: dict[str, int] = {}
+        for role, ids in (("user", m.user), ("item", m.item)):
+            if ids is not None:
+                cards[role] = _id_table(role, ids, scan, uniq_by, notes)
+        for c in m.categorical:
+            if c.bucket:
+                cards[c.name] = scan.maxima.get(c.name, 1)
+            else:
+                uniq_by[c.name] = encode.factorize(scan.distinct[c.name].values())[1]
+                cards[c.name] = len(uniq_by[c.name]) + 1
+        loaded = [(s, path, sides.load(m, s, path)) for s, path in side]
+        return cls(uniq_by, cards, domain, domains, first, edges, days, loaded)
+
+    def schema(self, m: Mapping) -> DatasetSchema:
+        """The schema the in-memory import builds (build._assemble), from the vocabularies."""
+        categorical: list[Feature] = []
+        if m.user is not None:
+            categorical.append(Feature("user_id", self.cards["user"]))
+        if m.item is not None:
+            categorical.append(Feature("item_id", self.cards["item"]))
+        categorical += [Feature(c.name, self.cards[c.name]) for c in m.categorical]
+        dense = [c.name for c in m.dense]
+        for _, _, loaded in self.side:
+            categorical += [Feature(n, card) for n, (_, card) in loaded.categorical.items()]
+            dense += list(loaded.dense)
+        cards = {f.name: f.cardinality for f in categorical}
+        sequence = []
+        for f in m.history.fields if m.history else ():
+            if f.kind == "feature":
+                assert f.ref is not None  # parse_mapping: a feature field names its feature
+                card = cards[f.ref]
+            else:
+                card = {"age": N_AGE_BUCKETS, "item": cards.get("item_id", 0), "label": 2,
+                        "domain": len(self.domains), "levels": len(f.levels) + 1}[f.kind]
+            sequence.append(Feature(f"hist_{f.name}", card))
+        return DatasetSchema(
+            source=m.source, categorical=categorical, dense=dense, sequence=sequence,
+            tasks=[lab.name for lab in m.labels], domains=self.domains, days=self.days,
+            max_history=m.history.max_events if m.history else 0)
+
+
+def _id_table(role: str, ids: Ids, scan: _Scan, uniq_by: dict[str, pd.Index],
+              notes: list[str]) -> int:
+    """An id column's table rows (build._ids), noting a hash's collision rate."""
+    if ids.ids == "raw":
+        return scan.maxima[role] + 1
+    values = scan.distinct[role].values()
+    if ids.ids == "dense":
+        uniq_by[role] = encode.factorize(values)[1]
+        return len(uniq_by[role]) + 1
+    assert ids.buckets is not None  # parse_mapping: hash comes with buckets
+    h = encode.hashed(values, ids.buckets)
+    note = (f"ids: {ids.key} ids hashed into {ids.buckets:,} buckets: {h.shared:,} of "
+            f"{h.distinct:,} distinct ids ({100 * h.collision_rate:.2f} %) share a bucket with "
+            "another id (ids: dense gives each its own row)")
+    notes.append(note)
+    log.info(note)
+    return h.cardinality
+
+
+# ---- pass 2: write --------------------------------------------------------------------------
+class _Carry:
+    """Each user's most recent events (at most ``max_events``), carried between partitions and
+    kept in (user, time, example id) order, so a partition joins them by a merge, not a sort."""
+
+    def __init__(self, names: list[str], max_events: int) -> None:
+        self.max_events = max_events
+        empty = np.zeros(0, dtype=np.int64)
+        self.user, self.t = empty, empty
+        self.values: dict[str, np.ndarray] = {n: np.zeros(0) for n in names}
+
+    def join(self, user: np.ndarray, t: np.ndarray, eid: np.ndarray,
+             values: dict[str, np.ndarray]) -> _Hist:
+        """The carried events and a partition's rows merged in (user, time, example id) order
+        (every carried event is earlier than the partition's rows of its user); each row's
+        history range in that order, the merged times and field values. The carry then keeps
+        each user's last ``max_events`` of them for the next partition."""
+        k, n = len(self.user), len(user)
+        order = np.lexsort((eid, t, user))
+        pu = user[order]
+        at_carry = np.arange(k) + np.searchsorted(pu, self.user, side="left")
+        at_rows = np.arange(n) + np.searchsorted(self.user, pu, side="right")
+        del pu
+
+        where = (at_carry, at_rows, order)
+        mu, mt = _merge(self.user, user, where), _merge(self.t, t, where)
+        vals = {name: _merge(self.values[name], v, where) for name, v in values.items()}
+        del where
+        pos = np.empty(n, dtype=np.int64)
+        pos[order] = at_rows  # each row's place in the merged order, in the partition's order
+        del at_carry, at_rows, order
+        self.user = self.t = np.zeros(0, dtype=np.int64)  # the merged arrays hold them now
+        self.values = {}
+        start, end = _ranges_at(mu, mt, pos, self.max_events)
+        keep = _last_per_user(mu, self.max_events)
+        self.user, self.t = mu[keep], mt[keep]
+        self.values = {name: v[keep] for name, v in vals.items()}
+        return start, end, mt, vals
+
+
+def _merge(carried: np.ndarray, rows: np.ndarray,
+           where: tuple[np.ndarray, np.ndarray, np.ndarray]) -> np.ndarray:
+    """Carried values and a partition's values (in its ``order``) at their merged places."""
+    at_carry, at_rows, order = where
+    out = np.empty(len(carried) + len(rows), dtype=rows.dtype)
+    out[at_carry] = carried
+    out[at_rows] = rows[order]
+    return out
+
+
+def _ranges_at(user: np.ndarray, t: np.ndarray, at: np.ndarray, max_history: int
+               ) -> tuple[np.ndarray, np.ndarray]:
+    """``ranges.history_ranges`` of the rows ``at`` only (arrays sorted by user and time),
+    without the two full-length range arrays."""
+    idx = np.arange(len(user))
+    new_user = np.r_[True, user[1:] != user[:-1]]
+    first = np.maximum.accumulate(np.where(new_user, idx, 0))[at]  # each row's user's first
+    new_t = new_user
+    new_t[1:] |= t[1:] != t[:-1]
+    end = np.maximum.accumulate(np.where(new_t, idx, 0))[at]  # first row of its (user, time)
+    return np.maximum(first, end - max_history), end
+
+
+def _last_per_user(user: np.ndarray, keep: int) -> np.ndarray:
+    """A mask of each user's last ``keep`` positions (``user`` sorted)."""
+    n = len(user)
+    last = np.r_[user[1:] != user[:-1], True]
+    user_end = np.minimum.accumulate(np.where(last, np.arange(n), n)[::-1])[::-1]
+    return np.arange(n) > user_end - keep
+
+
+class _DayWriter:
+    """A day's part files, written a row group at a time: rows are buffered only up to a row
+    group, and a part file is closed after ``part_rows`` rows."""
+
+    def __init__(self, root: Path, day: int, schema: pa.Schema, part_rows: int) -> None:
+        self.root, self.day, self.schema, self.part_rows = root, day, schema, part_rows
+        self.buffer: list[pa.Table] = []
+        self.buffered = self.rows = self.in_part = self.parts = 0
+        self.writer: pq.ParquetWriter | None = None
+
+    def add(self, table: pa.Table) -> None:
+        self.buffer.append(table)
+        self.buffered += table.num_rows
+        while self.buffered >= ROW_GROUP_SIZE:
+            self._flush(ROW_GROUP_SIZE)
+
+    def close(self) -> int:
+        if self.buffered:
+            self._flush(self.buffered)
+        if self.writer is not None:
+            self.writer.close()
+        return self.rows
+
+    def _flush(self, n: int) -> None:
+        table = pa.concat_tables(self.buffer)
+        group, rest = table.slice(0, n), table.slice(n)
+        self.buffer, self.buffered = ([rest] if rest.num_rows else []), rest.num_rows
+        if self.writer is None or self.in_part >= self.part_rows:
+            if self.writer is not None:
+                self.writer.close()
+            path = Path(part_path(self.root, self.day, self.parts))
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self.writer = pq.ParquetWriter(path, self.schema, compression="snappy")
+            self.parts += 1
+            self.in_part = 0
+        self.writer.write_table(group.combine_chunks(), row_group_size=ROW_GROUP_SIZE)
+        self.in_part += n
+        self.rows += n
+
+
+def _write(scan: _Scan, plan: _Plan, m: Mapping, spill: Path, out: Path, schema: DatasetSchema,
+           part_rows: int, notes: list[str]) -> None:
+    arrow = schema.arrow_schema()
+    fields = [(f"hist_{f.name}", f.kind) for f in (m.history.fields if m.history else ())]
+    carry = _Carry([n for n, kind in fields if kind != "age"], schema.max_history)
+    writers: dict[int, _DayWriter] = {}
+    matched = {str(path): 0 for _, path, _ in plan.side}
+    next_id = 0
+    for date in sorted(scan.dates):
+        rows = _load(spill / f"date={date}")
+        rows = _take(rows, np.lexsort((rows["order"], rows["t"])))
+        cols, events = _encode(rows, plan, m, next_id, matched)
+        next_id += len(rows["t"])
+        del rows
+        hist = None
+        if fields:
+            hist = carry.join(cols["user_id"], events["t"], cols["example_id"],
+                              {n: v for n, v in events.items() if n != "t"})
+        for lo, hi, day in _slices(cols["day"]):
+            table = _table(cols, lo, hi, arrow, hist, fields)
+            if day not in writers:
+                for d in [d for d in writers if d < day]:  # days only move forward
+                    schema.rows_per_day[str(d)] = writers.pop(d).close()
+                writers[day] = _DayWriter(out, day, arrow, part_rows)
+            writers[day].add(table)
+    for d, w in writers.items():
+        schema.rows_per_day[str(d)] = w.close()
+    for s, path, _ in plan.side:
+        if matched[str(path)] == 0:
+            notes.append(f"side table {path}: no log row matched its key {s.key!r} "
+                         f"(log column {s.on!r}); its features are all 0")
+
+
+def _encode(rows: dict, plan: _Plan, m: Mapping, next_id: int, matched: dict[str, int]
+            ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """A partition's rows in time order → the flat columns (build._assemble's) and each history
+    field's per-row event values (``t``: the times in ns)."""
+    t = rows["t"]
+    n = len(t)
+    cols: dict[str, np.ndarray] = {"example_id": np.arange(next_id, next_id + n, dtype=np.int64),
+                                   "ts": t // 10**9}
+    if plan.edges is None:
+        assert m.days.calendar is not None and plan.first is not None
+        cols["day"] = encode.calendar_days(t, m.days.calendar, plan.first)
+    else:
+        cols["day"] = np.searchsorted(plan.edges, cols["ts"], side="right").astype(np.int32)
+    if plan.domain is not None:
+        uniq, table = plan.domain
+        cols["domain"] = table[encode.codes_in(rows["domain"], uniq)]
+    else:
+        cols["domain"] = np.zeros(n, dtype=np.int16)
+    cols["user_id"] = (_id_codes(rows["user"], m.user, plan.uniq.get("user"))
+                       if m.user is not None else np.zeros(n, dtype=np.int64))
+    if m.item is not None:
+        cols["item_id"] = _id_codes(rows["item"], m.item, plan.uniq.get("item"))
+    for c in m.categorical:
+        v = rows[f"cat:{c.name}"]
+        cols[c.name] = encode.log2_buckets(v)[0] if c.bucket else encode.codes_in(
+            v, plan.uniq[c.name])
+    cols.update({c.name: rows[f"dense:{c.name}"] for c in m.dense})
+    for s, path, loaded in plan.side:
+        joined = loaded.align(rows[f"on:{s.on}"])
+        matched[str(path)] += int(round(joined.matched * n))
+        cols.update({name: codes for name, (codes, _) in joined.categorical.items()})
+        cols.update(joined.dense)
+    cols.update({lab.name: rows[f"label:{lab.name}"] for lab in m.labels})
+    events: dict[str, np.ndarray] = {"t": t}
+    for f in m.history.fields if m.history else ():
+        name = f"hist_{f.name}"
+        if f.kind == "age":
+            continue
+        events[name] = (cols["item_id"] if f.kind == "item" else
+                        cols["domain"] if f.kind == "domain" else
+                        rows[f"level:{f.name}"] if f.kind == "levels" else
+                        cols[f.ref or ""])
+    return cols, events
+
+
+def _id_codes(values: np.ndarray | pd.Series, ids: Ids, uniq: pd.Index | None) -> np.ndarray:
+    if ids.ids == "raw":
+        assert isinstance(values, np.ndarray)
+        return values
+    assert isinstance(values, pd.Series)
+    if ids.ids == "dense":
+        assert uniq is not None
+        return encode.codes_in(values, uniq)
+    assert ids.buckets is not None
+    return encode.hashed(values, ids.buckets).codes
+
+
+def _slices(day: np.ndarray) -> Iterator[tuple[int, int, int]]:
+    """Row ranges of at most a row group, each within one day (days never decrease)."""
+    bounds = np.flatnonzero(np.r_[True, day[1:] != day[:-1], True])
+    for a, b in zip(bounds[:-1], bounds[1:], strict=True):
+        for lo in range(int(a), int(b), ROW_GROUP_SIZE):
+            yield lo, min(lo + ROW_GROUP_SIZE, int(b)), int(day[a])
+
+
+def _table(cols: dict[str, np.ndarray], lo: int, hi: int, arrow: pa.Schema,
+           hist: _Hist | None, fields: list[tuple[str, str]]) -> pa.Table:
+    """Rows ``[lo, hi)`` of a partition as a table of the dataset's schema, histories
+    gathered for these rows only."""
+    arrays = {f.name: pa.array(cols[f.name][lo:hi], type=f.type)
+              for f in arrow if f.name in cols}
+    if hist is not None:
+        start, end, t, vals = hist
+        lengths = end[lo:hi] - start[lo:hi]
+        offsets, ev = gather_ranges(start[lo:hi], lengths)
+        o = pa.array(offsets.astype(np.int32))
+        ts = cols["ts"][lo:hi]
+        for name, kind in fields:
+            v = age_buckets(ts, lengths, t[ev] // 10**9) if kind == "age" else vals[name][ev]
+            typ = arrow.field(name).type
+            arrays[name] = pa.ListArray.from_arrays(o, pa.array(v, type=typ.value_type))
+    return pa.Table.from_arrays([arrays[f.name] for f in arrow], schema=arrow)
+
+
+def _load(folder: Path) -> dict:
+    """A partition's spilled chunks, in the order they were read, as one set of columns."""
+    parts = []
+    for p in sorted(folder.glob("*.pkl")):
+        with open(p, "rb") as f:
+            parts.append(pickle.load(f))
+        p.unlink()
+    return {k: (pd.concat([p[k] for p in parts], ignore_index=True)
+                if isinstance(parts[0][k], pd.Series) else np.concatenate([p[k] for p in parts]))
+            for k in parts[0]}
+
+
+def _take(rows: dict, idx: np.ndarray) -> dict:
+    return {k: (v.iloc[idx].reset_index(drop=True) if isinstance(v, pd.Series) else v[idx])
+            for k, v in rows.items()}
+
+
+def _epoch_day(iso: str) -> int:
+    return int(np.datetime64(iso, "D").astype(np.int64))
