@@ -64,11 +64,12 @@ def cached_fit(cfg: TeacherTrainConfig, data: Path, data_key: dict, cache: Path,
                 name: str = "teacher", tracker=None, run_name: str = "teacher") -> Path:
     """Train (resuming a killed fit from its checkpoint); returns the run dir. ``tracker``
     (a ``gemkd.transfer.training.loggers.Tracker``) also logs the fit, as ``run_name``."""
+    from gemkd.experiments.run.progress import FitProgress
     from gemkd.experiments.teacher_fit import fit_teacher as fit
 
     def run(step: Path) -> None:
         fit(cfg, data, step / "run", resume=True, progress=False, tracker=tracker,
-            run_name=run_name)
+            run_name=run_name, callbacks=[FitProgress(log, name)])
 
     key = {"data": data_key, "teacher": cache_key(cfg), **plugin_key([cfg.class_path])}
     step = cached_step(cache, name, key, run, log)
