@@ -61,6 +61,7 @@ def fit_entry(run: Path, checkpoint: Path) -> dict[str, Any]:
             for epoch, row in rounds.groupby("epoch").last().iterrows():
                 curve.append({"epoch": int(epoch) + 1, "loss": float(row["val/loss"]),
                               **_metrics(row, tasks, "val/")})
+    chosen: int | None
     if summary.get("best_epoch") is not None:
         chosen = int(summary["best_epoch"])
     else:
