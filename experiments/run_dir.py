@@ -87,6 +87,7 @@ class RunDir:
     RESULTS = "results.csv"
     TUNING = "tuning.csv"
     TEACHER_DATA = "teacher_data.json"
+    TEACHER_FIT = "teacher_fit.json"
     NEGATIVES = "sampled_negatives.json"
     CURVES = "curves"
     CLUSTERS = "clusters"
@@ -164,6 +165,13 @@ class RunDir:
         """``teacher_data.json``: world → lag → the teacher's and the student's rows (empty for
         a run before it or with an imported store)."""
         return self._json(self.TEACHER_DATA) or {}
+
+    def teacher_fit(self) -> dict[str, dict[str, dict[str, Any]]]:
+        """``teacher_fit.json``: world → lag → the teacher fit's days, epochs trained, the
+        epoch kept, its validation curve (per epoch: loss, and NE, AUC, calibration per task)
+        and the kept teacher's validation metrics (empty for a run before it or with an
+        imported store; :mod:`gemkd.experiments.run.teacher_curve`)."""
+        return self._json(self.TEACHER_FIT) or {}
 
     def sampled_negatives(self) -> dict[str, Any] | None:
         """How the data's negatives were sampled (a positive-only log), or None: logged

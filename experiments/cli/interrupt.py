@@ -53,8 +53,8 @@ def handled() -> Iterator[None]:
     try:
         yield
     finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)  # type: ignore[arg-type]
+        for number, handler in previous.items():
+            signal.signal(number, handler)  # type: ignore[arg-type]
 
 
 def is_interrupt(exc: BaseException) -> bool:

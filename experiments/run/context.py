@@ -34,7 +34,11 @@ class RunContext:
 
     @contextmanager
     def phase(self, name: str) -> Iterator[None]:
-        """Count the wall time of the block towards ``name`` (phases.json, log.txt)."""
+        """Count the wall time of the block towards ``name`` (phases.json, log.txt); entering
+        the tuning or the final runs says so in the log with their student runs' progress
+        (piped output has no bar: a line per phase tells where a long run is)."""
+        if name != "steps" and hasattr(self.log, "status"):
+            self.log(f"-- {name}: {self.log.status()}")
         t0 = time.perf_counter()
         try:
             yield

@@ -4,7 +4,9 @@ elsewhere (CI, a log file), and every message in ``RUN_DIR/log.txt`` either way.
 The bar counts student runs (tuning candidates and final runs of every variant, seed and lag,
 counted before the first one starts) and shows the cached steps done, the time elapsed and an
 ETA from the student runs trained so far (a run reused from ``runs.jsonl`` takes no time and is
-not part of the estimate).
+not part of the estimate). Off a terminal the same status is a ``progress:`` line after every
+cached step, and during the student runs every :data:`EVERY` seconds or tenth of the runs (not
+one per run: a sweep has hundreds); a teacher fit adds its own lines (:class:`FitProgress`).
 """
 
 from __future__ import annotations
@@ -16,7 +18,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Protocol, runtime_checkable
 
+from lightning.pytorch.callbacks import Callback
 from tqdm import tqdm
+
+#: seconds between two progress lines off a terminal (student runs, a teacher fit)
+EVERY = 30.0
 
 
 def clock(seconds: float) -> str:
@@ -73,8 +79,10 @@ class Progress:
 
     def __init__(self, log_path: Path, total_runs: int, total_steps: int,
                  stream: IO[str] | None = None, tty: bool | None = None,
-                 on_change: Callable[[], None] | None = None) -> None:
+                 on_change: Callable[[], None] | None = None, every: float = EVERY) -> None:
         self.on_change = on_change
+        self.every = every
+        self._printed, self._tenth = -float("inf"), 0
         self.stream = stream if stream is not None else sys.stdout
         self.tty = self.stream.isatty() if tty is None else tty
         self.file = open(log_path, "a")  # noqa: SIM115 - kept open for the run, closed by close()
@@ -119,7 +127,7 @@ class Progress:
 
     def step_done(self, name: str) -> None:
         self.steps += 1
-        self._report()
+        self._report(force=True)
 
     def run_done(self, seconds: float | None) -> None:
         """One student run finished; ``seconds`` None: reused from the ledger, not trained."""
@@ -131,12 +139,20 @@ class Progress:
             self.bar.update(1)
         self._report()
 
-    def _report(self) -> None:
+    def _report(self, force: bool = False) -> None:
+        """The bar, or (off a terminal) a ``progress:`` line when ``force``d, when the runs
+        reach a new tenth of the total or the last one, or :attr:`every` seconds after the
+        previous line."""
         if self.on_change is not None:
             self.on_change()
         if self.bar is not None:
             self._refresh(self.bar)
-        else:
+            return
+        now = time.monotonic()
+        tenth = 10 * self.runs // max(1, self.total_runs)
+        if (force or tenth > self._tenth or self.runs == self.total_runs
+                or now - self._printed >= self.every):
+            self._printed, self._tenth = now, tenth
             self(f"progress: {self.status()}")
 
     def _refresh(self, bar: tqdm) -> None:
@@ -149,3 +165,52 @@ class Progress:
             self.bar.close()
             self.bar = None
         self.file.close()
+
+
+class FitProgress(Callback):
+    """A line to ``log`` every ``every`` seconds of a fit, and one at each epoch's end: where a
+    teacher fit of minutes is, which a piped ``gemkd run`` otherwise shows nothing of (e.g.
+    ``teacher fit: epoch 1/2, batch 120/252 (48 %), 1:05 elapsed``)."""
+
+    def __init__(self, log: Callable[[str], None], name: str = "teacher fit",
+                 every: float = EVERY) -> None:
+        # not ``self.log``: Lightning gives a callback's ``log`` the module's (metric) log
+        self.write, self.name, self.every = log, name, every
+        self._t0 = self._last = 0.0
+
+    def on_train_start(self, trainer, pl_module) -> None:
+        self._t0 = self._last = time.monotonic()
+
+    def _where(self, trainer, batch: int | None) -> str:
+        epochs = trainer.max_epochs if trainer.max_epochs and trainer.max_epochs > 0 else None
+        text = f"{self.name}: epoch {trainer.current_epoch + 1}{f'/{epochs}' if epochs else ''}"
+        total = _batches(trainer)
+        if batch is not None:
+            text += f", batch {batch}" + (f"/{total} ({100 * batch // total} %)" if total
+                                           else "")
+        return f"{text}, {clock(time.monotonic() - self._t0)} elapsed"
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx: int) -> None:
+        now = time.monotonic()
+        if now - self._last >= self.every:
+            self._last = now
+            self.write(self._where(trainer, batch_idx + 1))
+
+    def on_train_epoch_end(self, trainer, pl_module) -> None:
+        loss = trainer.callback_metrics.get("val/loss")
+        tail = f", validation loss {float(loss):.4f}" if loss is not None else ""
+        self.write(f"{self._where(trainer, None)}: epoch done{tail}")
+        self._last = time.monotonic()
+
+
+def _batches(trainer) -> int | None:
+    """Training batches per pass: Lightning's count when the loader has a length, else the
+    gemkd reader's (its row groups in batches: what ``even_batch_limit`` counts), else None."""
+    n = trainer.num_training_batches
+    if isinstance(n, int) and n > 0:
+        return n
+    reader = getattr(getattr(trainer, "train_dataloader", None), "dataset", None)
+    units, size = getattr(reader, "units", None), getattr(reader, "batch_size", None)
+    if not units or not size:
+        return None
+    return sum(-(-u.n_rows // size) for u in units)

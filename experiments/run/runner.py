@@ -24,6 +24,7 @@ from typing import Any
 import pandas as pd
 import yaml
 
+from gemkd.experiments.run import teacher_curve
 from gemkd.experiments.run.context import LagCell, RunContext
 from gemkd.experiments.run.data_ratio import record as record_ratio
 from gemkd.experiments.run.data_ratio import rows_in, teacher_student_rows
@@ -222,6 +223,10 @@ def _world(ctx: RunContext, world: int | None, tuning_rows: list[dict]) -> list[
             log(f"== teacher lag {lag}: the imported store's teacher")
         with ctx.phase("steps"):
             inputs = lag_inputs(ctx, lag, data, data_key, fm_domains(spec, domains))
+        if inputs.ckpt is not None:  # a trained teacher: its validation curve, epoch kept
+            fit = teacher_curve.fit_entry(inputs.ckpt.parent.parent, inputs.ckpt)
+            teacher_curve.record(ctx.out, label, lag, fit)
+            log(teacher_curve.summary_line(fit))
         tag = inputs_tag(spec, inputs, ctx.executor.threads)
         cell = LagCell(label, lag, data, train_end, inputs, tag, base_rates,
                        "" if world is None else f"w{world}|")

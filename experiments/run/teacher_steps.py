@@ -14,17 +14,23 @@ from gemkd.transfer.errors import GemkdError
 
 def teacher_config(spec: RunSpec, lag: int, which: TeacherSpec) -> TeacherTrainConfig:
     """The teacher config ``which`` names, with its overrides, on the lag's window
-    (:meth:`RunSpec.teacher_window`): training days, then ``teacher_val_days`` validation days."""
+    (:meth:`RunSpec.teacher_window`): training days, then the validation days
+    (:meth:`RunSpec.val_days`)."""
     base = load_yaml(find_config(which.config, "teachers", spec.source_dir))
     base.update(which.overrides)
     if spec.teacher_protocol == "streaming" and which is spec.teacher:
         return streaming_config(spec, base, which)
     first, end = spec.teacher_window(lag)
-    v = spec.teacher_val_days
+    v = spec.val_days()
     base.update(train_days=[first, end - v], val_days=[end - v, end] if v else None,
                 test_days=None)
     if not v:  # no validation days: no epoch to choose; the config's max_epochs are trained
         base.update(select="last", patience=None)
+    elif spec.teacher_val_days is None and which is spec.teacher and "select" not in \
+            which.overrides:
+        # the day held out by default chooses the epoch: the best is kept, and training stops
+        # at the first worse one
+        base.update(select="best", patience=base.get("patience") or 1)
     return build_dataclass(TeacherTrainConfig, base, source=f"spec teacher (config "
                                                              f"{which.config})")
 
@@ -58,11 +64,12 @@ def cached_fit(cfg: TeacherTrainConfig, data: Path, data_key: dict, cache: Path,
                 name: str = "teacher", tracker=None, run_name: str = "teacher") -> Path:
     """Train (resuming a killed fit from its checkpoint); returns the run dir. ``tracker``
     (a ``gemkd.transfer.training.loggers.Tracker``) also logs the fit, as ``run_name``."""
+    from gemkd.experiments.run.progress import FitProgress
     from gemkd.experiments.teacher_fit import fit_teacher as fit
 
     def run(step: Path) -> None:
         fit(cfg, data, step / "run", resume=True, progress=False, tracker=tracker,
-            run_name=run_name)
+            run_name=run_name, callbacks=[FitProgress(log, name)])
 
     key = {"data": data_key, "teacher": cache_key(cfg), **plugin_key([cfg.class_path])}
     step = cached_step(cache, name, key, run, log)

@@ -463,9 +463,12 @@ class RunSpec:
     #: W: every lag's window is [T - L - W, T - L), one length for all, so a lag sweep measures
     #: age alone (streaming: the days the domain FMs and codes learn from); null: all before
     teacher_window_days: int | None = None
-    #: the window's last days, held out to choose the teacher's epoch (its config's select:
-    #: best); 0: no validation, the config's max_epochs are trained
-    teacher_val_days: Annotated[int, _VAL_DAYS] = 0
+    #: the window's last days, held out to choose the teacher's epoch (the best validation loss
+    #: is kept; training stops at the first epoch that is worse); null: 1 when the teacher's
+    #: config trains several epochs (max_epochs > 1, e.g. small's 2: without a validation day
+    #: the second memorises ids), else 0 (one pass has no epoch to choose; streaming: 0); 0: no
+    #: validation, the config's max_epochs are all trained
+    teacher_val_days: Annotated[int | None, _VAL_DAYS] = None
     #: half-open [first, end): the student's one pass in time order (its last day validates
     #: the tuning)
     student_days: Annotated[list[int], _DAYS] = field(default_factory=lambda: [9, 12])
@@ -546,7 +549,7 @@ class RunSpec:
             if not 0 <= lag < self.teacher_days:
                 raise ValueError(f"teacher_lag_days {lag} must be in [0, teacher_days)")
             first, end = self.teacher_window(lag)
-            if first < 0 or end - self.teacher_val_days <= first:
+            if first < 0 or end - (self.teacher_val_days or 0) <= first:
                 raise ValueError(
                     f"teacher_lag_days {lag}: the teacher's window [{first}, {end}) with "
                     f"teacher_window_days {self.teacher_window_days} and teacher_val_days "
@@ -569,7 +572,31 @@ class RunSpec:
         first, end = self.teacher_window(lag)
         if self.teacher_protocol == "streaming":
             return self.teacher_stream_start, end
-        return first, end - self.teacher_val_days
+        return first, end - self.val_days()
+
+    def val_days(self) -> int:
+        """The validation days each lag's window holds out: ``teacher_val_days``, or where it
+        is null 1 when the teacher's config (with the spec's overrides) trains more than one
+        epoch and every lag's window has a day to spare, else 0 (a streaming or imported
+        teacher: 0)."""
+        if self.teacher_val_days is not None:
+            return self.teacher_val_days
+        if self.teacher_protocol == "streaming" or self.teacher.store is not None:
+            return 0
+        if self.teacher_epochs() <= 1:
+            return 0
+        windows = [self.teacher_window(lag) for lag in self.lags]
+        return 1 if all(end - first >= 2 for first, end in windows) else 0
+
+    def teacher_epochs(self) -> int:
+        """``max_epochs`` of the teacher's config as the spec overrides it."""
+        from gemkd.experiments.teacher_config import find_config
+        from gemkd.transfer.config import load_yaml
+
+        if "max_epochs" in self.teacher.overrides:
+            return int(self.teacher.overrides["max_epochs"])
+        path = find_config(self.teacher.config, "teachers", self.source_dir)
+        return int(load_yaml(path).get("max_epochs", 1))
 
     @property
     def worlds(self) -> list[int | None]:

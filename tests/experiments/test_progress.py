@@ -83,3 +83,59 @@ def test_a_terminal_without_a_size_still_gets_the_bar(tmp_path):
 
 def test_clock():
     assert [clock(s) for s in (0, 59.6, 61, 3725)] == ["0:00", "1:00", "1:01", "1:02:05"]
+
+
+def test_piped_progress_is_a_line_per_tenth_of_the_runs_not_per_run(tmp_path):
+    """Trap 10: a piped run of 135 student runs printed 135 progress lines."""
+    screen = io.StringIO()
+    p = Progress(tmp_path / "log.txt", total_runs=135, total_steps=2, stream=screen, tty=False,
+                 every=3600.0)
+    p.step_done("teacher")  # a finished step always says so
+    for _ in range(135):
+        p.run_done(0.1)
+    p.close()
+    lines = [line for line in screen.getvalue().splitlines() if " progress: " in line]
+    assert len(lines) == 1 + 10, lines  # the step, then each tenth (the last run is one)
+    assert "0/135 student runs, 1/2 steps" in lines[0]
+    assert "14/135 student runs" in lines[1] and "135/135 student runs" in lines[-1]
+
+
+def test_piped_progress_also_comes_every_few_seconds(tmp_path):
+    screen = io.StringIO()
+    p = Progress(tmp_path / "log.txt", total_runs=1000, total_steps=1, stream=screen,
+                 tty=False, every=0.0)
+    for _ in range(3):
+        p.run_done(0.1)
+    p.close()
+    assert screen.getvalue().count(" progress: ") == 3
+
+
+def test_a_teacher_fit_reports_where_it_is(tiny_data, tmp_path):
+    """Trap 10: nothing was printed during a 7-minute teacher fit when piped."""
+    import yaml
+
+    from gemkd.experiments.run.progress import FitProgress
+    from gemkd.experiments.teacher_fit import fit_teacher
+    from tests.faults.conftest import ROOT
+
+    values = yaml.safe_load((ROOT / "experiments/teachers/tiny.yaml").read_text())
+    values.update(max_seq_len=16, max_steps=-1, batch_size=1024, train_days=[0, 1],
+                  val_days=[1, 2])
+    lines: list[str] = []
+    fit_teacher(values_config(tmp_path, values), tiny_data, tmp_path / "fit", progress=False,
+                callbacks=[FitProgress(lines.append, "teacher", every=0.0)])
+    batches = [line for line in lines if ", batch " in line]
+    n = len(batches)  # a line after every batch here (every=0)
+    assert n > 1 and batches[0].startswith(f"teacher: epoch 1/1, batch 1/{n} (")
+    assert batches[-1].startswith(f"teacher: epoch 1/1, batch {n}/{n} (100 %), ")
+    assert batches[0].endswith(" elapsed")
+    (done,) = [line for line in lines if "epoch done" in line]
+    assert done.startswith("teacher: epoch 1/1, ") and ", validation loss " in done
+
+
+def values_config(tmp_path: Path, values: dict) -> Path:
+    import yaml
+
+    path = tmp_path / "teacher.yaml"
+    path.write_text(yaml.safe_dump(values))
+    return path

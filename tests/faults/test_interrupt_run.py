@@ -1,10 +1,12 @@
-"""Ctrl-C (SIGINT) during ``gemkd run``: one line on stderr saying what is kept and how to go on,
-the same line at the end of the run's log.txt, exit code 130; the rerun resumes. Trap (d): an
+"""Ctrl-C (SIGINT) or SIGTERM during ``gemkd run``: one line on stderr saying what is kept and how
+to go on, the same line at the end of the run's log.txt, exit code 130 (143); the rerun resumes,
+a teacher interrupted mid-fit from the batch after the signal. Trap (d): an
 interrupt ended the command silently, inside a teacher fit as a plain exit 1 (Lightning turns a
 KeyboardInterrupt into ``sys.exit(1)``)."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import time
@@ -35,9 +37,12 @@ def _pause_teacher_at_step(monkeypatch, sentinel, step: int) -> None:
     monkeypatch.setattr(RankingModule, "training_step", paused)
 
 
-@pytest.mark.parametrize("where", ["student", "teacher_fit"])
+@pytest.mark.parametrize("where, signum", [("student", signal.SIGINT),
+                                           ("teacher_fit", signal.SIGINT),
+                                           ("teacher_fit", signal.SIGTERM)],
+                         ids=["student", "teacher_fit", "teacher_fit-sigterm"])
 def test_sigint_says_so_on_stderr_and_in_log_then_the_rerun_resumes(tiny_run, tmp_path, capsys,
-                                                                    monkeypatch, where):
+                                                                    monkeypatch, where, signum):
     out, work = tmp_path / "run", tmp_path / "child"
     pause = None
     if where == "teacher_fit":
@@ -49,8 +54,9 @@ def test_sigint_says_so_on_stderr_and_in_log_then_the_rerun_resumes(tiny_run, tm
                        pause=pause)
     monkeypatch.undo()  # this process's teacher trains as before
     child.wait_paused()
-    os.kill(child.pid, signal.SIGINT)
-    assert child.wait() == EXIT_CODE == 130, child.output()[-3000:]
+    os.kill(child.pid, signum)
+    assert child.wait() == 128 + signum, child.output()[-3000:]  # 130, or 143 for SIGTERM
+    assert EXIT_CODE == 130
 
     output = child.output()
     assert output.rstrip().splitlines()[-1] == RUN_MESSAGE, output[-3000:]
@@ -65,6 +71,11 @@ def test_sigint_says_so_on_stderr_and_in_log_then_the_rerun_resumes(tiny_run, tm
     assert "[cached] data (" in rerun
     if where == "student":
         assert "[cached] baseline seed 0 (runs.jsonl)" in rerun
+    else:  # the teacher goes on from the batch after the signal, not from zero
+        assert "[run] teacher (" in rerun
+        (step,) = out.glob("cache/teacher-*")
+        summary = json.loads((step / "run" / "val_metrics.json").read_text())
+        assert summary["resumed_from"] is not None
     assert (out / "results.csv").is_file()
 
 

@@ -77,3 +77,13 @@ def test_handlers_are_put_back_after_a_fit_and_a_command(tiny_data, tmp_path):
     before = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
     assert main(_argv(_config(tmp_path), tiny_data, tmp_path / "run")) == 0
     assert {s: signal.getsignal(s) for s in before} == before
+
+
+def test_a_run_leaves_the_handlers_as_it_found_them(tiny_run, tmp_path):
+    """Issue 44: a handler installed during the suite outlived its test, and a CI time limit's
+    SIGTERM surfaced as ``SystemExit: 15`` inside a later test."""
+    from tests.faults.conftest import gemkd_run
+
+    before = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    assert gemkd_run(tiny_run.spec, tmp_path / "run") == 0  # teacher, store and student fits
+    assert {s: signal.getsignal(s) for s in before} == before
