@@ -20,9 +20,10 @@ from pathlib import Path
 from benchmarks.common import command as this_command
 from benchmarks.common import fmt
 
-ORDER = ["data", "jagged", "store", "teacher", "teacher_stream", "transfer", "packs",
+ORDER = ["data", "loader", "jagged", "store", "teacher", "teacher_stream", "transfer", "packs",
          "student_phase", "serving", "sweep"]
-TITLES = {"data": "Data layer", "jagged": "Jagged ops", "store": "Teacher-output store",
+TITLES = {"data": "Data layer", "loader": "Training loader (DataLoader workers)",
+          "jagged": "Jagged ops", "store": "Teacher-output store",
           "teacher": "GEM teacher", "teacher_stream": "Streaming teacher (one day)",
           "transfer": "KD overhead (student epoch)", "packs": "Student packs (K runs, one pass)",
           "student_phase": "Quickstart student phase (packs vs one run per pass)",

@@ -49,11 +49,13 @@ class Batch:
     def to(self, device: torch.device | str, non_blocking: bool = False) -> Batch:
         """Move every tensor (Lightning calls this through ``transfer_batch_to_device``, every
         step). Like ``Tensor.to``, a batch already on ``device`` is returned as it is: a CPU
-        step would otherwise pay a dozen no-op ``to`` calls and a new ``Batch``."""
+        step would otherwise pay a dozen no-op ``to`` calls and a new ``Batch``. A pinned tensor
+        (a loader's ``pin_memory``) is copied asynchronously: Lightning passes no
+        ``non_blocking`` to a batch type's ``to``."""
         device = torch.device(device)
         if all(t.device == device for t in self._tensors()):
             return self
-        return self._map(lambda x: x.to(device, non_blocking=non_blocking))
+        return self._map(lambda x: x.to(device, non_blocking=non_blocking or x.is_pinned()))
 
     def copy(self) -> Batch:
         """A new Batch holding the same tensors, with its own ``seq_values`` and ``meta`` dicts:
