@@ -37,6 +37,38 @@ def test_pack_round_trip_keeps_every_field(tiny_data):
     assert pack_in_worker(7) == 7 and unpack("x") == "x"
 
 
+def test_a_packed_batch_moves_in_one_copy(tiny_data):
+    batch = next(iter(DatasetReader(tiny_data, days=(0, 1), batch_size=200)))
+    p = pack(batch)
+    got = p.unpack()
+    assert got.__dict__["_packed"] is p and "_packed" not in pickle.loads(pickle.dumps(got)
+                                                                          ).__dict__
+    moved = p.move(got, torch.device("cpu"))  # (the same buffer: the mechanics, with values)
+    assert moved is not None and _one_storage(moved)
+    _same([batch], [moved])
+    on_meta = got.to("meta")  # another device: one buffer moved, the views rebuilt there
+    assert on_meta.dense.device.type == "meta" and on_meta.__dict__["_packed"].buffer.is_meta
+    for x, y in zip(batch._tensors(), on_meta._tensors(), strict=True):
+        assert x.dtype == y.dtype and x.shape == y.shape
+    assert on_meta.seq_max_len == batch.seq_max_len
+    # a consumer replaced a field: no longer the buffer's views, moved tensor by tensor
+    got.labels = got.labels.clone()
+    assert p.move(got, torch.device("meta")) is None
+    tensor_by_tensor = got.to("meta")
+    assert "_packed" not in tensor_by_tensor.__dict__ and tensor_by_tensor.labels.is_meta
+
+
+@pytest.mark.gpu
+def test_a_pinned_packed_batch_on_cuda_equals_its_tensor_by_tensor_move(tiny_data):
+    batch = next(iter(DatasetReader(tiny_data, days=(0, 1), batch_size=200)))
+    got = pack(batch).pin_memory().unpack()
+    assert got.dense.is_pinned()
+    one, each = got.to("cuda"), batch.to("cuda")
+    torch.cuda.synchronize()
+    assert _one_storage(one)
+    _same([each.to("cpu")], [one.to("cpu")])
+
+
 def test_pack_without_histories_or_oracle(tiny_data):
     reader = DatasetReader(tiny_data, days=(0, 1), batch_size=128, sequence=[], oracle=False)
     batch = next(iter(reader))

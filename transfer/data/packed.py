@@ -49,7 +49,8 @@ class PackedBatch:
         return PackedBatch(self.buffer.pin_memory(), self.slots, self.rest)
 
     def unpack(self) -> Batch:
-        """The batch, its tensors views of the buffer."""
+        """The batch, its tensors views of the buffer. The batch remembers the buffer, so that
+        its move to a device is one copy (:meth:`move`, called by ``Batch.to``)."""
         fields: dict[str, Any] = {**self.rest, "seq_values": {}}
         for name, key, dtype, shape, offset in self.slots:
             size = dtype.itemsize * _numel(shape)
@@ -58,7 +59,26 @@ class PackedBatch:
                 fields[name] = view
             else:
                 fields.setdefault(name, {})[key] = view
-        return Batch(**fields)
+        batch = Batch(**fields)
+        batch._packed = self  # type: ignore[attr-defined]  # (read by Batch.to)
+        return batch
+
+    def move(self, batch: Batch, device: torch.device, non_blocking: bool = False
+             ) -> Batch | None:
+        """``batch`` (unpacked from this) on ``device`` in one copy of the buffer, its tensors
+        views there; None when the batch no longer is this buffer's views (a consumer replaced
+        or added a tensor), for the caller to move it tensor by tensor."""
+        base = self.buffer.data_ptr()
+        if sum(1 for _ in batch._tensors()) != len(self.slots):
+            return None
+        for name, key, dtype, shape, offset in self.slots:
+            t = getattr(batch, name) if key is None else batch.seq_values.get(key)
+            if (t is None or t.dtype != dtype or tuple(t.shape) != shape
+                    or not t.is_contiguous() or (t.numel() and t.data_ptr() != base + offset)):
+                return None
+        buffer = self.buffer.to(device, non_blocking=non_blocking or self.buffer.is_pinned())
+        rest = {name: getattr(batch, name) for name in self.rest}  # (as the batch has them now)
+        return PackedBatch(buffer, self.slots, rest).unpack()
 
 
 def pack(batch: Batch) -> PackedBatch:
