@@ -20,9 +20,10 @@ from pathlib import Path
 from benchmarks.common import command as this_command
 from benchmarks.common import fmt
 
-ORDER = ["data", "jagged", "store", "teacher", "step_ops", "teacher_stream", "transfer", "packs",
-         "student_phase", "serving", "sweep"]
-TITLES = {"data": "Data layer", "jagged": "Jagged ops", "store": "Teacher-output store",
+ORDER = ["data", "loader", "jagged", "store", "teacher", "step_ops", "teacher_stream", "transfer",
+         "packs", "student_phase", "serving", "sweep"]
+TITLES = {"data": "Data layer", "loader": "Training loader (DataLoader workers)",
+          "jagged": "Jagged ops", "store": "Teacher-output store",
           "teacher": "GEM teacher",
           "step_ops": "GEM training step: ops, kernels, copies, MFU (B=512)",
           "teacher_stream": "Streaming teacher (one day)",

@@ -97,6 +97,9 @@ class TeacherTrainConfig:
     devices: AtLeast1 = 1
     num_nodes: AtLeast1 = 1
     accelerator: Accelerator = "auto"
+    # DataLoader worker processes reading row groups side by side, each batch handed over as one
+    # shared buffer and pinned when CUDA is present (a GPU fit: 4); row groups are dealt to the
+    # workers, so the batches' order depends on it
     num_workers: Annotated[int, _READERS] = 0
     # training batches read ahead in a background thread (num_workers 0), overlapping the
     # Parquet read with the step: same batches, same order (0: read on demand)

@@ -49,11 +49,22 @@ class Batch:
     def to(self, device: torch.device | str, non_blocking: bool = False) -> Batch:
         """Move every tensor (Lightning calls this through ``transfer_batch_to_device``, every
         step). Like ``Tensor.to``, a batch already on ``device`` is returned as it is: a CPU
-        step would otherwise pay a dozen no-op ``to`` calls and a new ``Batch``."""
+        step would otherwise pay a dozen no-op ``to`` calls and a new ``Batch``. A pinned tensor
+        (a loader's ``pin_memory``) is copied asynchronously: Lightning passes no
+        ``non_blocking`` to a batch type's ``to``. A batch a DataLoader worker handed over as
+        one buffer (:mod:`~gemkd.transfer.data.packed`) moves in one copy of that buffer."""
         device = torch.device(device)
         if all(t.device == device for t in self._tensors()):
             return self
-        return self._map(lambda x: x.to(device, non_blocking=non_blocking))
+        packed = self.__dict__.get("_packed")
+        moved = None if packed is None else packed.move(self, device, non_blocking)
+        if moved is not None:
+            return moved
+        return self._map(lambda x: x.to(device, non_blocking=non_blocking or x.is_pinned()))
+
+    def __getstate__(self) -> dict:
+        # a worker's buffer (packed.py) is how this batch arrived, not part of it: not pickled
+        return {k: v for k, v in self.__dict__.items() if k != "_packed"}
 
     def copy(self) -> Batch:
         """A new Batch holding the same tensors, with its own ``seq_values`` and ``meta`` dicts:

@@ -6,8 +6,10 @@ from pathlib import Path
 from typing import Any
 
 import lightning.pytorch as pl
+import torch
 from torch.utils.data import DataLoader, default_convert
 
+from gemkd.transfer.data.packed import pack_in_worker, unpack
 from gemkd.transfer.data.prefetch import ThreadPrefetcher
 from gemkd.transfer.data.reader import DatasetReader
 from gemkd.transfer.io import fs
@@ -20,11 +22,16 @@ class EpochLoader(DataLoader):
     > 0 (single-process loading only) reads that many batches ahead in a background thread
     (:class:`~gemkd.transfer.data.prefetch.ThreadPrefetcher`): same batches, same order. A pass
     the reader serves from memory (``DatasetReader.in_memory``) is the reader's own iterator.
+    With worker processes, each batch crosses to this process as one shared buffer
+    (:mod:`~gemkd.transfer.data.packed`; ``pack=False``: tensor by tensor, as torch does) and is
+    pinned as one buffer when ``pin_memory`` is set: the same batches either way.
     """
 
     dataset: DatasetReader  # the only dataset it is built over (AdsDataModule._loader)
 
-    def __init__(self, *args: Any, prefetch: int = 0, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, prefetch: int = 0, pack: bool = True, **kwargs: Any) -> None:
+        if pack and kwargs.get("num_workers", 0) > 0 and kwargs.get("collate_fn") is None:
+            kwargs["collate_fn"] = pack_in_worker  # runs in the worker, on each batch
         super().__init__(*args, **kwargs)
         self.prefetch = prefetch
 
@@ -39,6 +46,8 @@ class EpochLoader(DataLoader):
                     and getattr(self.dataset, "in_memory", lambda: False)())
         it = iter(self.dataset) if resident else super().__iter__()
         self.dataset.set_epoch(self.dataset.epoch + 1)
+        if self.collate_fn is pack_in_worker:
+            return map(unpack, it)
         if self.prefetch and self.num_workers == 0 and not resident:
             # the producer starts after set_epoch: the reader reads its epoch when first asked
             return iter(ThreadPrefetcher(it, self.prefetch))
@@ -48,14 +57,17 @@ class EpochLoader(DataLoader):
 class AdsDataModule(pl.LightningDataModule):
     """Day ranges are half-open ``[first, end)``; ``reader_args`` go to every DatasetReader.
     ``prefetch``: batches the training loader reads ahead in a background thread when
-    ``num_workers`` is 0 (0: none, read on demand)."""
+    ``num_workers`` is 0 (0: none, read on demand). ``num_workers`` > 0: that many DataLoader
+    worker processes read row groups side by side, each ``prefetch_factor`` (4) batches ahead;
+    ``pin_memory`` (None: when CUDA is available) pins each batch for an asynchronous copy to
+    the GPU."""
 
     def __init__(self, data_dir: str | Path, train_days: tuple[int, int] | None = None,
                  val_days: tuple[int, int] | None = None,
                  test_days: tuple[int, int] | None = None,
                  predict_days: tuple[int, int] | None = None, batch_size: int = 4096,
                  num_workers: int = 0, shuffle: bool = True, seed: int = 0, prefetch: int = 0,
-                 **reader_args: Any) -> None:
+                 pin_memory: bool | None = None, **reader_args: Any) -> None:
         super().__init__()
         if prefetch < 0:
             raise ValueError(f"prefetch must be >= 0, got {prefetch}")
@@ -64,6 +76,7 @@ class AdsDataModule(pl.LightningDataModule):
                      "predict": predict_days}
         self.batch_size, self.num_workers, self.prefetch = batch_size, num_workers, prefetch
         self.shuffle, self.seed = shuffle, seed
+        self.pin_memory = torch.cuda.is_available() if pin_memory is None else pin_memory
         self.reader_args = reader_args
 
     def reader(self, split: str, shuffle: bool = False) -> DatasetReader:
@@ -72,7 +85,7 @@ class AdsDataModule(pl.LightningDataModule):
 
     def _loader(self, split: str, shuffle: bool = False, prefetch: int = 0) -> DataLoader:
         return EpochLoader(self.reader(split, shuffle), batch_size=None,
-                           num_workers=self.num_workers,
+                           num_workers=self.num_workers, pin_memory=self.pin_memory,
                            prefetch_factor=4 if self.num_workers else None, prefetch=prefetch)
 
     def train_dataloader(self) -> DataLoader:
