@@ -76,7 +76,6 @@ def _make_store(data: Path, out: Path) -> None:
 
 
 def _join(data: Path, store: Path) -> None:
-    import numpy as np
     import pyarrow.parquet as pq
 
     from gemkd.transfer.data.reader import DatasetReader

@@ -1,10 +1,11 @@
 """The LoopFM codes step of a run: a compressor fitted on the teacher's embeddings, every stored
 row's code quantised into a code store (cached).
 
-Bounded memory: the compressor fits on at most ``FIT_ROWS`` (262,144) embeddings of its window (all of them,
-as before, when the window is smaller: every shipped spec), and rows are encoded one store row
-group at a time; what stays is each row's keys and code (~36 B a row at ``code_dim`` 8, which the
-code store's one sorted file and the students' as-of index need), never the float embeddings.
+Bounded memory: the compressor fits on at most ``FIT_ROWS`` (262,144) embeddings of its window
+(all of them, as before, when the window is smaller: every shipped spec), and rows are encoded
+one store row group at a time; what stays is each row's keys and code (~36 B a row at
+``code_dim`` 8, which the code store's one sorted file and the students' as-of index need), never
+the float embeddings.
 """
 
 from __future__ import annotations
