@@ -96,7 +96,8 @@ def _duplicates(root: Path, shards: list[ShardInfo], groups: list[_Group],
     """Rows (within their file) to drop, by shard index: every copy of an id after its first in
     shard order. The windows are cut at row groups' range starts, ~``window_rows`` ids apart."""
     by_lo = sorted(groups, key=lambda g: g.lo)
-    cuts, acc = [], 0
+    cuts: list[int] = []
+    acc = 0
     for g in by_lo:
         if acc >= window_rows and (not cuts or g.lo > cuts[-1]):
             cuts.append(g.lo)
