@@ -143,6 +143,12 @@ class StreamJoin:
         other.requested = other.found = other.loads = 0
         return other
 
+    def release(self) -> None:
+        """Drop the cached row groups and open files (of every copy: they share them); the next
+        call reads what it needs again."""
+        self._cache.clear()
+        self._open.clear()
+
     @property
     def coverage(self) -> float:
         """Share of requested rows that found a teacher row so far (1.0 before any request)."""
