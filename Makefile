@@ -89,6 +89,7 @@ bench: install
 	$(BIN)/python -m benchmarks.bench_transfer --json $(RESULTS)/transfer.json --device $(BENCH_DEVICE) $(BENCH_ARGS)
 	$(BIN)/python -m benchmarks.bench_serving --json $(RESULTS)/serving.json --device $(BENCH_DEVICE) $(BENCH_ARGS)
 	$(BIN)/python -m benchmarks.bench_packs --json $(RESULTS)/packs.json $(BENCH_ARGS)
+	$(BIN)/python -m benchmarks.bench_scale --json $(RESULTS)/scale.json $(BENCH_ARGS)
 	$(BIN)/python -m benchmarks.bench_student_phase --run runs/quickstart --json $(RESULTS)/student_phase.json
 	$(BIN)/python -m benchmarks.bench_sweep --run runs/benchmark --json $(RESULTS)/sweep.json
 	$(BIN)/python -m benchmarks.render_performance --results $(RESULTS) --out docs/results/PERFORMANCE.md \

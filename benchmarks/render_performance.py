@@ -21,7 +21,7 @@ from benchmarks.common import command as this_command
 from benchmarks.common import fmt
 
 ORDER = ["data", "loader", "jagged", "store", "teacher", "step_ops", "teacher_stream", "transfer",
-         "packs", "student_phase", "serving", "sweep"]
+         "packs", "student_phase", "serving", "sweep", "scale"]
 TITLES = {"data": "Data layer", "loader": "Training loader (DataLoader workers)",
           "jagged": "Jagged ops", "store": "Teacher-output store",
           "teacher": "GEM teacher",
@@ -29,7 +29,8 @@ TITLES = {"data": "Data layer", "loader": "Training loader (DataLoader workers)"
           "teacher_stream": "Streaming teacher (one day)",
           "transfer": "KD overhead (student epoch)", "packs": "Student packs (K runs, one pass)",
           "student_phase": "Quickstart student phase (packs vs one run per pass)",
-          "serving": "Serving latency", "sweep": "Benchmark sweep (from runs/benchmark)"}
+          "serving": "Serving latency", "sweep": "Benchmark sweep (from runs/benchmark)",
+          "scale": "Store side at scale (peak RSS as the log grows)"}
 
 
 def load(results: Path) -> list[dict]:
@@ -104,11 +105,35 @@ def render(runs: list[dict], command: str) -> str:
         lines.append("Missed: " + "; ".join(f"{f['name']} ({fmt(f['value'], f['unit'])}, target "
                                             f"{_target(f['target'])})" for _, f in missed) + ".")
     lines += ["", "## Figures", ""] + figures_table(runs)
+    lines += scale_section(runs)
     lines += ["", "## Machine", ""] + machine_table(runs)
     lines += ["", "## Commands", "", "All of it: `" + command + "`, which runs:", "", "```"]
     lines += [d.get("command", f"(unknown; {d['_file']})") for d in runs]
     lines += [this_command(), "```", ""]
     return "\n".join(lines)
+
+
+def scale_section(runs: list[dict]) -> list[str]:
+    """``bench_scale``'s measurements: each step's seconds and peak RSS at every world size (and
+    the checkout it was compared with, when it ran with ``--before``)."""
+    out: list[str] = []
+    for d in runs:
+        if d["bench"] != "scale" or "table" not in d:
+            continue
+        sizes = d["rows"]
+        out += ["", "## Store side at scale", "",
+                "Seconds / peak RSS (MB) of each step in a fresh process "
+                "(`benchmarks/bench_scale.py`).", "",
+                "| step | code | " + " | ".join(f"{n:,} rows" for n in sizes) + " |",
+                "|---|---|" + "---:|" * len(sizes)]
+        steps = {s for code in d["table"].values() for s in code}
+        for step in [s for s in ("join", "codes", "summary", "validate") if s in steps]:
+            for code, by_step in d["table"].items():
+                cells = [by_step[step].get(str(n)) for n in sizes]
+                out.append(f"| {step} | {code} | " + " | ".join(
+                    "—" if c is None else f"{c['seconds']:.1f} s / {c['peak_mb']:.0f} MB"
+                    for c in cells) + " |")
+    return out
 
 
 def machine_table(runs: list[dict]) -> list[str]:

@@ -1,10 +1,11 @@
 """The LoopFM codes step of a run: a compressor fitted on the teacher's embeddings, every stored
 row's code quantised into a code store (cached).
 
-Bounded memory: the compressor fits on at most ``FIT_ROWS`` embeddings of its window (all of them,
-as before, when the window is smaller: every shipped spec), and rows are encoded one store row
-group at a time; what stays is each row's keys and code (~36 B a row at ``code_dim`` 8, which the
-code store's one sorted file and the students' as-of index need), never the float embeddings.
+Bounded memory: the compressor fits on at most ``FIT_ROWS`` (262,144) embeddings of its window
+(all of them, as before, when the window is smaller: every shipped spec), and rows are encoded
+one store row group at a time; what stays is each row's keys and code (~36 B a row at
+``code_dim`` 8, which the code store's one sorted file and the students' as-of index need), never
+the float embeddings.
 """
 
 from __future__ import annotations
@@ -18,9 +19,10 @@ from gemkd.experiments.run.cache import cached_step
 from gemkd.transfer.data.schema import day_range
 from gemkd.transfer.io import fs
 
-#: the most embeddings the compressor fits on (a uniform, seeded sample above it): 1 GB of
-#: float32 at width 256; every shipped spec's window is smaller, so its codes are unchanged
-FIT_ROWS = 1 << 20
+#: the most embeddings the compressor fits on (a uniform, seeded sample above it): 256 MB of
+#: float32 at width 256, plenty for an 8-wide code's small MLP; every shipped spec's window is
+#: smaller (quickstart 180k rows, benchmark 120k), so its codes are unchanged
+FIT_ROWS = 1 << 18
 _KEYS = ("example_id", "user_id", "ts", "day")
 
 

@@ -63,6 +63,8 @@ class Inputs:
             self._stores[source] = TeacherStore(self.stores[source])
         key = (source, with_emb, days, None if domains is None else tuple(domains))
         if key not in self._joins:
+            for other in self._joins.values():  # one scope's row groups held at a time
+                other.release()
             self._joins[key] = StreamJoin(self._stores[source], days=days, domains=domains,
                                           policy="mask", with_emb=with_emb)
         join = self._joins[key].fresh()

@@ -70,6 +70,9 @@ def test_time_ordered_pass_reads_each_group_once(tmp_path):
     other = join.fresh()
     assert other.requested == 0 and other.coverage == 1.0
     _compare(other(scoped[:40]), join(scoped[:40]))
+    join.release()  # shared: the copy's cache goes too, and refills on demand
+    assert not other._cache
+    _compare(other(scoped[-40:]), TeacherJoin(store, days=(3, 6), with_emb=True)(scoped[-40:]))
 
 
 def test_error_policy_and_bad_values(tmp_path):

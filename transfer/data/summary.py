@@ -17,21 +17,26 @@ from gemkd.transfer.data.schema import DatasetSchema
 from gemkd.transfer.metrics.numerics import EPS, log_loss, ne_from_mean_loss
 
 
-def day_tables(root: str | Path, columns: list[str]) -> Iterator[tuple[int, list[pa.Table]]]:
-    """Each day of the dataset with ``columns`` of its rows, one table per row group (through
-    the reader's units: every file of the day, in order). Memory: one day of those columns."""
+def day_tables(root: str | Path,
+               columns: list[str]) -> Iterator[tuple[int, Iterator[pa.Table]]]:
+    """Each day of the dataset with ``columns`` of its rows, read one row group at a time as the
+    inner iterator is consumed (through the reader's units: every file of the day, in order).
+    Memory: one row group, plus what the caller keeps."""
     reader = DatasetReader(root, batch_size=1)
     by_day: dict[int, list] = {}
     for u in reader.units:
         by_day.setdefault(u.day, []).append(u)
+
+    def groups(units: list) -> Iterator[pa.Table]:
+        path, pf = None, None
+        for u in units:
+            if u.path != path:
+                path, pf = u.path, validate.open_parquet(u.path)
+            assert pf is not None
+            yield pf.read_row_group(u.row_group, columns=columns)
+
     for day in reader.days:
-        files: dict = {}
-        tables = []
-        for u in by_day.get(day, []):
-            if u.path not in files:
-                files[u.path] = validate.open_parquet(u.path)
-            tables.append(files[u.path].read_row_group(u.row_group, columns=columns))
-        yield day, tables
+        yield day, groups(by_day.get(day, []))
 
 
 def summarize(root: str | Path) -> pd.DataFrame:
@@ -61,60 +66,60 @@ def summarize(root: str | Path) -> pd.DataFrame:
     cols = ["domain", *schema.tasks, *schema.oracle.values()] + ([seq] if seq else [])
     n_dom = len(schema.domains)
     days: list[dict] = []
-    total = {"n": 0, "domains": np.zeros(n_dom, np.int64),
-             **{f"y_{t}": 0 for t in schema.tasks}, **{f"l_{t}": 0.0 for t in schema.oracle},
-             "hist": np.zeros(0, np.int64)}
-    for day, tables in day_tables(root, cols):
-        n = sum(t.num_rows for t in tables)
+    n_all = 0
+    positives = {t: 0 for t in schema.tasks}
+    losses = {t: 0.0 for t in schema.oracle}
+    domains = np.zeros(n_dom, np.int64)
+    hist_counts = np.zeros(0, np.int64)  # rows by history length
+    for day, groups in day_tables(root, cols):
+        pieces: dict[str, list[np.ndarray]] = {c: [] for c in cols}
+        for t in groups:  # the history lists are dropped a row group at a time
+            for c in cols:
+                pieces[c].append(pc.list_value_length(t.column(c)).to_numpy() if c == seq
+                                 else t.column(c).to_numpy())
+        part = {c: np.concatenate(v) for c, v in pieces.items() if v}
+        n = len(part["domain"]) if part else 0
         if n == 0:
             continue
-        part = {c: np.concatenate([t.column(c).to_numpy() for t in tables])
-                for c in cols if c != seq}
         row: dict = {"day": day, "examples": n}
         for t in schema.tasks:
             row[f"{t}_rate"] = pd.Series(part[t]).mean()
-            total[f"y_{t}"] += int(part[t].sum(dtype=np.int64))
+            positives[t] += int(part[t].sum(dtype=np.int64))
         for t, p in schema.oracle.items():
             loss = float(np.atleast_1d(log_loss(part[t], part[p], EPS)).mean())
             row[f"_loss_{t}"] = loss
-            total[f"l_{t}"] += loss * n
+            losses[t] += loss * n
         if seq:
-            hist = pd.Series(np.concatenate(
-                [pc.list_value_length(t.column(seq)).to_numpy() for t in tables]))
+            hist = pd.Series(part[seq])
             row["hist_mean"] = hist.mean()
             row["hist_p50"] = hist.median()
             row["hist_p99"] = hist.quantile(0.99)
             row["hist_max"] = hist.max()
             counts = np.bincount(hist.to_numpy())
-            if len(counts) > len(total["hist"]):
-                counts[:len(total["hist"])] += total["hist"]
-                total["hist"] = counts
-            else:
-                total["hist"][:len(counts)] += counts
-        dom = np.bincount(part["domain"], minlength=n_dom)
-        total["domains"] += dom
-        row["_domains"] = dom
-        total["n"] += n
+            if len(counts) < len(hist_counts):
+                counts = np.pad(counts, (0, len(hist_counts) - len(counts)))
+            counts[:len(hist_counts)] += hist_counts
+            hist_counts = counts
+        row["_domains"] = np.bincount(part["domain"], minlength=n_dom)
+        domains += row["_domains"]
+        n_all += n
         days.append(row)
-    n = total["n"]
-    base = {t: total[f"y_{t}"] / n if n else math.nan for t in schema.tasks}
-    rows = []
-    for row in days:
-        rows.append(_finish(row, schema, base))
-    if n:
-        row = {"day": "all", "examples": n}
+    base = {t: positives[t] / n_all if n_all else math.nan for t in schema.tasks}
+    rows = [_finish(row, schema, base) for row in days]
+    if n_all:
+        row = {"day": "all", "examples": n_all}
         for t in schema.tasks:
             row[f"{t}_rate"] = base[t]
         for t in schema.oracle:
-            row[f"_loss_{t}"] = total[f"l_{t}"] / n
+            row[f"_loss_{t}"] = losses[t] / n_all
         if seq:
-            h = total["hist"]
-            values = np.flatnonzero(h)
-            row["hist_mean"] = float(int((values * h[values]).sum())) / n
-            row["hist_p50"] = _quantile_of_counts(values, h[values], 0.5)
-            row["hist_p99"] = _quantile_of_counts(values, h[values], 0.99)
+            values = np.flatnonzero(hist_counts)
+            c = hist_counts[values]
+            row["hist_mean"] = float(int((values * c).sum())) / n_all
+            row["hist_p50"] = _quantile_of_counts(values, c, 0.5)
+            row["hist_p99"] = _quantile_of_counts(values, c, 0.99)
             row["hist_max"] = int(values.max())
-        row["_domains"] = total["domains"]
+        row["_domains"] = domains
         rows.append(_finish(row, schema, base))
     return pd.DataFrame(rows)
 
@@ -163,8 +168,8 @@ def impressions_per_user(root: str | Path, first_days: int = 9) -> pd.DataFrame:
     schema = DatasetSchema.load(root)
     first = schema.days[:first_days]
     counts = {"all": pd.Series(dtype=np.int64), "first": pd.Series(dtype=np.int64)}
-    for d, tables in day_tables(root, ["user_id"]):
-        users = np.concatenate([t.column(0).to_numpy() for t in tables])
+    for d, groups in day_tables(root, ["user_id"]):
+        users = np.concatenate([t.column(0).to_numpy() for t in groups])
         ids, n = np.unique(users, return_counts=True)
         day_counts = pd.Series(n, index=ids)
         keys = ["all", "first"] if first and d <= first[-1] else ["all"]

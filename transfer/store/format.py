@@ -3,13 +3,10 @@ file names, and the value encodings (float16, per-row int8) its writers and read
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 import torch
 
 KEY_COLUMNS: dict[str, pa.DataType] = {
@@ -94,14 +91,3 @@ def to_numpy(x: Any) -> np.ndarray:
             x = x.float()
         return x.cpu().numpy()
     return np.asarray(x)
-
-
-def write_shard_file(table: pa.Table, path: Path, options: dict[str, Any]) -> None:
-    """Write ``table`` to a hidden temporary name next to ``path`` and rename it into place."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    try:
-        pq.write_table(table, tmp, row_group_size=max(table.num_rows, 1), **options)
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise

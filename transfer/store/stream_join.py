@@ -102,13 +102,15 @@ class StreamJoin:
                 rg = meta.row_group(g)
                 if rg.num_rows == 0:
                     continue
-                rng = {c: _stat_range(rg, names.index(c)) for c in ("example_id", "day",
-                                                                      "domain")}
-                if any(r is None for r in rng.values()):  # no statistics: read the keys
-                    t = pq.ParquetFile(fs.open_input(path)).read_row_group(
-                        g, columns=["example_id", "day", "domain"])
+                keys = ("example_id", "day", "domain")
+                stats = [_stat_range(rg, names.index(c)) for c in keys]
+                rng: dict[str, tuple[int, int]] = {}
+                if all(r is not None for r in stats):
+                    rng = {c: r for c, r in zip(keys, stats, strict=True) if r is not None}
+                else:  # no statistics: read the keys
+                    t = pq.ParquetFile(fs.open_input(path)).read_row_group(g, columns=list(keys))
                     rng = {c: (int(pc.min(t[c]).as_py()), int(pc.max(t[c]).as_py()))
-                           for c in ("example_id", "day", "domain")}
+                           for c in keys}
                 d, m = rng["day"], rng["domain"]
                 if self.days is not None and (d[1] < self.days[0] or d[0] >= self.days[1]):
                     continue
@@ -141,6 +143,12 @@ class StreamJoin:
         other = copy.copy(self)
         other.requested = other.found = other.loads = 0
         return other
+
+    def release(self) -> None:
+        """Drop the cached row groups and open files (of every copy: they share them); the next
+        call reads what it needs again."""
+        self._cache.clear()
+        self._open.clear()
 
     @property
     def coverage(self) -> float:
@@ -267,7 +275,7 @@ def _index(ids: np.ndarray, logits: np.ndarray, where: str) -> _Block:
     order = np.argsort(ids, kind="stable")
     s = ids[order]
     if n > 1 and (s[1:] == s[:-1]).any():
-        _refuse_duplicates(ids)
+        _refuse_duplicates(ids, where)
     return _Block(lo, None, order, s, logits, None, None)
 
 
