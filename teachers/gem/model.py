@@ -20,7 +20,7 @@ from gemkd.teachers.configurable import ConfigurableTeacher
 from gemkd.teachers.gem.common import MultiHeadAttention, masked_mean
 from gemkd.teachers.gem.config import GEMConfig
 from gemkd.teachers.gem.embeddings import FeatureEmbeddings, HashedEmbedding
-from gemkd.teachers.gem.heads import build_heads
+from gemkd.teachers.gem.heads import DomainGatedHeads, build_heads
 from gemkd.teachers.gem.interformer import InterFormerLayer, SequenceSummary
 from gemkd.teachers.gem.pyramid import PyramidCompressor, layer_token_budgets
 from gemkd.teachers.gem.wukong import FactorizationMachineBlock, WukongLayer
@@ -235,8 +235,8 @@ class GEM(ConfigurableTeacher):
 def set_reference_paths(model: nn.Module, on: bool = True) -> None:
     """Switch every GEM block in ``model`` to (``on``) or back from its reference code paths:
     the untrimmed pyramid layout, the packed kv projection with q on its own (issue 29) and
-    Wukong's matmuls one by one (issue 41) — the code before those speed-ups, which give the
-    same numbers up to float summation order. For the equivalence
+    Wukong's and the gated heads' matmuls one by one (issue 41) — the code before those
+    speed-ups, which give the same numbers up to float summation order. For the equivalence
     tests (tests/teachers/test_gem_fast_paths.py) and the streaming benchmark's ``before``;
     nothing else needs them."""
     for m in model.modules():
@@ -244,5 +244,5 @@ def set_reference_paths(model: nn.Module, on: bool = True) -> None:
             m.trim = not on
         elif isinstance(m, MultiHeadAttention):
             m.packed_kv = on
-        elif isinstance(m, WukongLayer | FactorizationMachineBlock):
+        elif isinstance(m, WukongLayer | FactorizationMachineBlock | DomainGatedHeads):
             m.reference = on
