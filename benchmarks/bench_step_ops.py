@@ -24,6 +24,7 @@ FX-graph and AOTAutograd caches that ``compile: true`` keeps, transfer/training/
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import subprocess
@@ -183,7 +184,7 @@ def measure(schema: DatasetSchema, batches: list[Batch], device: str, repeats: i
     for name, s in steps.items():
         attach_precision(s)
         with annotate_parts(s.model):
-            counts = count_events(trace(lambda s=s: s(batches[0]), device))
+            counts = count_events(trace(functools.partial(s, batches[0]), device))
         out["steps"][name] = {"params_m": round(sum(p.numel() for p in s.params) / 1e6, 2),
                               "fwd_bwd_gflop": round(step_flops(s, batches[0]) / 1e9, 3),
                               **counts}
