@@ -2,7 +2,7 @@
 syncs, ms per step, examples/s and MFU, for GEM ``small`` and ``base`` at B=512.
 
     python -m benchmarks.bench_step_ops [--json OUT] [--quick] [--threads 1] [--device cpu|cuda]
-        [--compile]
+        [--compile small|base ...]
 
 One step is the fit's (``gemkd teacher fit``): the model's forward, ``RankingModule.loss``,
 backward, gradient clipping at norm 1 as Lightning does it (the configs' ``grad_clip``),
@@ -15,14 +15,20 @@ is the step's matmul FLOP/s (``FlopCounterMode``, forward + backward) over the m
 
 Targets (issue 41, item 3): GEM base at B=512 dispatches ≤ 3,000 aten ops per step on the CPU
 and launches ≤ 300 kernels on a GPU, with no host↔device copy or synchronisation inside the step.
-``--compile`` adds the base step with ``torch.compile`` (forward and backward; the optimizer
-eager) and its first-call seconds.
+``--compile NAME`` adds that config's step under ``torch.compile`` (forward and backward; the
+optimizer eager) with the seconds of its first calls (one per batch shape: compilation and any
+recompiles) in a fresh process twice over one cache folder: cold (an empty cache) and warm (the
+FX-graph and AOTAutograd caches that ``compile: true`` keeps, transfer/training/compile_cache.py).
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
+import json
 import os
+import subprocess
+import sys
 import tempfile
 import time
 import warnings
@@ -46,8 +52,10 @@ from benchmarks.step_ops import annotate as annotate_parts
 from benchmarks.step_ops import count_events, phase, trace
 from gemkd.teachers import GEM
 from gemkd.transfer.data.batch import Batch
+from gemkd.transfer.data.reader import DatasetReader
 from gemkd.transfer.data.schema import DatasetSchema
 from gemkd.transfer.data.synth import SynthConfig, generate
+from gemkd.transfer.training.compile_cache import TORCH_ENV
 from gemkd.transfer.training.ranking_module import RankingModule
 
 BATCH = 512
@@ -56,6 +64,7 @@ CLIP = 1.0
 #: large enough to reach the tensor cores' rate
 MM_SHAPES = {"cpu": (512, 1024, 1024), "cuda": (8192, 8192, 8192)}
 TARGET_OPS, TARGET_KERNELS = 3000, 300
+ROOT = Path(__file__).resolve().parents[1]
 
 
 class TrainStep:
@@ -124,24 +133,58 @@ def cycle(step: TrainStep, batches: list[Batch]) -> Any:
     return run
 
 
+def first_calls(name: str, world: Path, n_batches: int, device: str) -> float:
+    """Seconds of a fresh compiled step's first call on every batch (compilation included)."""
+    batches = teacher_steps.read_batches(world, n_batches)
+    schema = DatasetReader(world, batch_size=1).schema
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        step = TrainStep(schema, model_config(name), device, compile_=True)
+        t0 = time.perf_counter()
+        for b in batches:  # every batch shape once: any recompiles are in the first calls
+            step(b)
+        if device == "cuda":
+            torch.cuda.synchronize()
+    return time.perf_counter() - t0
+
+
+def compile_child(name: str, world: Path, cache: Path, n_batches: int, device: str,
+                  threads: int | None) -> float:
+    """:func:`first_calls` in a fresh interpreter whose inductor caches live in ``cache``."""
+    cmd = [sys.executable, "-m", "benchmarks.bench_step_ops", "--_compile-child", name,
+           "--_world", str(world), "--_batches", str(n_batches), "--device", device]
+    if threads:
+        cmd += ["--threads", str(threads)]
+    env = {**os.environ, TORCH_ENV: str(cache)}
+    out = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=env)
+    if out.returncode != 0:
+        raise RuntimeError(f"compile child for {name} failed: {out.stderr.strip()[-500:]}")
+    return float(json.loads(out.stdout.strip().splitlines()[-1])["first_calls_s"])
+
+
 def measure(schema: DatasetSchema, batches: list[Batch], device: str, repeats: int,
-            names: list[str], compile_: bool) -> dict:
+            names: list[str], compiled: list[str], world: Path, threads: int | None) -> dict:
     steps = {n: TrainStep(schema, model_config(n), device) for n in names}
-    out: dict[str, Any] = {"steps": {}}
-    if compile_:
+    out: dict[str, Any] = {"steps": {}, "compile": {}}
+    for name in compiled:
+        cache = Path(tempfile.mkdtemp(prefix="gemkd_bench_compile_"))
+        cold = compile_child(name, world, cache, len(batches), device, threads)
+        warm = compile_child(name, world, cache, len(batches), device, threads)
+        os.environ[TORCH_ENV] = str(cache)  # this process's compiled step: the warm cache
+        t0 = time.perf_counter()
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            steps["base+compile"] = TrainStep(schema, model_config("base"), device, compile_=True)
-            t0 = time.perf_counter()
-            for b in batches:  # every batch shape once: any recompiles are in the first calls
-                steps["base+compile"](b)
-            if device == "cuda":
-                torch.cuda.synchronize()
-            out["compile_first_calls_s"] = round(time.perf_counter() - t0, 1)
+            steps[f"{name}+compile"] = step = TrainStep(schema, model_config(name), device,
+                                                        compile_=True)
+            for b in batches:
+                step(b)
+        out["compile"][name] = {"cold_first_calls_s": round(cold, 1),
+                                "warm_first_calls_s": round(warm, 1),
+                                "in_process_warm_s": round(time.perf_counter() - t0, 1)}
     for name, s in steps.items():
         attach_precision(s)
         with annotate_parts(s.model):
-            counts = count_events(trace(lambda s=s: s(batches[0]), device))
+            counts = count_events(trace(functools.partial(s, batches[0]), device))
         out["steps"][name] = {"params_m": round(sum(p.numel() for p in s.params) / 1e6, 2),
                               "fwd_bwd_gflop": round(step_flops(s, batches[0]) / 1e9, 3),
                               **counts}
@@ -172,6 +215,13 @@ def figures(r: dict) -> list[dict]:
                           f"{s['top_level']} top-level; embedding lookups {emb}"))
         out.append(figure(f"{tag}: aten ops besides the embedding lookups",
                           s["aten_ops"] - emb, "ops"))
+        emb_k = (s["kernel_like_by_part"].get("embeddings", 0)
+                 + s["kernel_like_by_part"].get("embeddings.backward", 0))
+        clip = s["kernel_like_by_phase"].get("clip", 0)
+        out.append(figure(f"{tag}: kernel-like aten ops (the CPU's estimate of GPU kernels)",
+                          s["kernel_like"], "ops", None,
+                          f"embedding lookups {emb_k}; clipping {clip} (one kernel per tensor "
+                          "on the CPU, foreach on a GPU)"))
         if "kernels" in s:
             out.append(figure(f"{tag}: GPU kernels launched", s["kernels"], "kernels",
                               f"<= {TARGET_KERNELS}" if name == "base" else None))
@@ -182,6 +232,10 @@ def figures(r: dict) -> list[dict]:
         for dt in ("fp32", "bf16"):
             out.append(figure(f"{tag}: MFU against a {dt} matmul of the same run",
                               s[f"mfu_{dt}"] * 100, "%"))
+    for name, c in r["compile"].items():
+        for kind in ("cold", "warm"):
+            out.append(figure(f"GEM {name}: torch.compile's first calls on {r['n_batches']} "
+                              f"batches, {kind} cache ({dev})", c[f"{kind}_first_calls_s"], "s"))
     return out
 
 
@@ -193,37 +247,52 @@ def report(r: dict) -> None:
     for name, s in r["steps"].items():
         gpu = (f", {s['kernels']} kernels, {s['h2d']} h2d / {s['d2h']} d2h copies, "
                f"{s['syncs']} syncs" if "kernels" in s else "")
-        print(f"{name}: {s['aten_ops']:,} aten ops ({s['top_level']} top-level){gpu}; "
+        print(f"{name}: {s['aten_ops']:,} aten ops ({s['top_level']} top-level, "
+              f"{s['kernel_like']} kernel-like){gpu}; "
               f"{s['step_ms']:.1f} ms, {s['examples_per_s']:,} ex/s, MFU {s['mfu_fp32']:.2%} "
               f"(fp32) / {s['mfu_bf16']:.2%} (bf16)")
         print(f"  by phase: {s['by_phase']}")
         print(f"  by part:  {s['by_part']}")
+        print(f"  kernel-like by phase: {s['kernel_like_by_phase']}")
+        print(f"  kernel-like by part:  {s['kernel_like_by_part']}")
         print(f"  top-level ops: {s['top_ops']}")
-    if "compile_first_calls_s" in r:
-        print(f"torch.compile: first calls (compile included) {r['compile_first_calls_s']} s")
+    for name, c in r["compile"].items():
+        print(f"torch.compile ({name}): first calls on {r['n_batches']} batches "
+              f"{c['cold_first_calls_s']} s with an empty cache, {c['warm_first_calls_s']} s "
+              "with the cache a compile: true fit keeps (fresh processes)")
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     add_common_args(p, device=True)
-    p.add_argument("--compile", action="store_true",
-                   help="also the base step under torch.compile (needs a C++ compiler on CPU)")
+    p.add_argument("--compile", action="append", default=[], choices=["small", "base"],
+                   help="also this config's step under torch.compile (needs a C++ compiler on "
+                        "the CPU); repeatable")
+    p.add_argument("--_compile-child", default=None, help=argparse.SUPPRESS)
+    p.add_argument("--_world", default=None, help=argparse.SUPPRESS)
+    p.add_argument("--_batches", type=int, default=4, help=argparse.SUPPRESS)
     args = p.parse_args()
     apply_common_args(p, args)
     teacher_steps.DEVICE = args.device
+    if args._compile_child:
+        seconds = first_calls(args._compile_child, Path(args._world), args._batches, args.device)
+        print(json.dumps({"first_calls_s": seconds}))
+        return
     names = ["small"] if args.quick else ["small", "base"]
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
         world = {**TYPICAL, "examples_per_day": 1024} if args.quick else TYPICAL
-        schema = generate(SynthConfig(**world), Path(tmp) / "typical")
-        batches = teacher_steps.read_batches(Path(tmp) / "typical", 2 if args.quick else 4)
-    lengths = torch.cat([b.seq_lengths for b in batches]).float()
-    r: dict[str, Any] = {"bench": "step_ops", "quick": args.quick, "device": args.device,
-                         "batch_size": BATCH, "repeats": args.repeats,
-                         "threads": torch.get_num_threads(),
-                         "mean_history": round(lengths.mean().item(), 1)}
-    r.update(measure(schema, batches, args.device, args.repeats, names, args.compile))
+        root = Path(tmp) / "typical"
+        schema = generate(SynthConfig(**world), root)
+        batches = teacher_steps.read_batches(root, 2 if args.quick else 4)
+        lengths = torch.cat([b.seq_lengths for b in batches]).float()
+        r: dict[str, Any] = {"bench": "step_ops", "quick": args.quick, "device": args.device,
+                             "batch_size": BATCH, "repeats": args.repeats,
+                             "threads": torch.get_num_threads(), "n_batches": len(batches),
+                             "mean_history": round(lengths.mean().item(), 1)}
+        r.update(measure(schema, batches, args.device, args.repeats, names, args.compile, root,
+                         args.threads))
     r["total_seconds"] = round(time.perf_counter() - t0, 1)
     report(r)
     r["figures"] = figures(r)

@@ -15,6 +15,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from gemkd.teachers.gem.common import MultiHeadAttention
+from gemkd.teachers.gem.heads import DomainGatedHeads
 from gemkd.teachers.gem.pyramid import PyramidCompressor
 from gemkd.teachers.gem.wukong import FactorizationMachineBlock, WukongLayer
 
@@ -49,13 +50,13 @@ def set_reference_paths(model: nn.Module, on: bool = True) -> None:
     model
         A GEM, a domain FM, or any module holding their blocks (a Lightning module).
     on
-        True: the untrimmed pyramid layout, the packed kv projection and Wukong's matmuls one
-        by one; False: the library's paths.
+        True: the untrimmed pyramid layout, the packed kv projection and Wukong's and the
+        gated heads' matmuls one by one; False: the library's paths.
     """
     for m in model.modules():
         if isinstance(m, PyramidCompressor):
             m.trim = not on
-        elif isinstance(m, WukongLayer | FactorizationMachineBlock):
+        elif isinstance(m, WukongLayer | FactorizationMachineBlock | DomainGatedHeads):
             m.reference = on
         elif isinstance(m, MultiHeadAttention):
             if on:

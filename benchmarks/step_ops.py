@@ -77,6 +77,33 @@ def annotate(model: nn.Module) -> Iterator[None]:
             delattr(m, name)
 
 
+#: aten ops that launch no kernel: views, metadata and allocation (``kernel_like`` leaves them out)
+NO_KERNEL = frozenset("aten::" + n for n in (
+    "view", "_unsafe_view", "as_strided", "transpose", "t", "mT", "expand", "slice", "select",
+    "narrow", "unsqueeze", "squeeze", "permute", "reshape", "flatten", "split", "split_with_sizes",
+    "chunk", "unbind", "detach", "alias", "resolve_conj", "resolve_neg", "empty", "empty_like",
+    "empty_strided", "lift_fresh", "to", "contiguous", "numpy_T", "unflatten", "view_as",
+    "expand_as", "new_empty", "new_empty_strided", "result_type", "is_nonzero", "_reshape_alias",
+    "set_", "scalar_tensor"))
+
+
+#: aten ops that run a kernel of their own besides any they dispatch (a GEMM after copying its
+#: bias in, flash attention after preparing its mask)
+OWN_KERNEL = frozenset("aten::" + n for n in (
+    "mm", "addmm", "bmm", "baddbmm", "addbmm", "_scaled_dot_product_flash_attention_for_cpu",
+    "_scaled_dot_product_flash_attention_for_cpu_backward", "linalg_vector_norm",
+    "_embedding_bag", "_embedding_bag_backward", "_embedding_bag_dense_backward",
+    "embedding_dense_backward", "native_layer_norm", "native_layer_norm_backward"))
+
+
+def _kernel_like(aten: list[FunctionEvent]) -> list[FunctionEvent]:
+    """The aten ops that would each be a kernel launch: not a view, metadata or allocation op
+    (:data:`NO_KERNEL`), and either innermost among such ops or one of :data:`OWN_KERNEL`."""
+    computing = [e for e in aten if e.name not in NO_KERNEL]
+    has_inner = {id(q) for e in computing for q in _ancestors(e)}
+    return [e for e in computing if id(e) not in has_inner or e.name in OWN_KERNEL]
+
+
 def _ancestors(e: FunctionEvent) -> Iterator[FunctionEvent]:
     q = e.cpu_parent
     while q is not None:
@@ -95,12 +122,15 @@ def _label(e: FunctionEvent, prefix: str) -> str | None:
 def count_events(events: list[FunctionEvent]) -> dict[str, Any]:
     """Counts of one traced step: ``aten_ops`` (every aten op, nested ones included),
     ``top_level`` (aten ops called from Python, the autograd engine or the optimizer, not from
-    inside another aten op), ``by_phase`` and ``by_part`` (all aten ops; backward ops under their
-    forward part's name + ``.backward``), ``top_ops`` (the most frequent top-level ops), and on a
-    GPU ``kernels``, ``h2d``/``d2h``/``d2d`` copies and ``syncs`` (stream/device/event
-    synchronisations and blocking copies the host waited on)."""
+    inside another aten op), ``kernel_like`` (innermost aten ops that are not views, metadata or
+    allocation: on the CPU, the count a GPU's kernel count follows), ``by_phase`` and
+    ``by_part`` (all aten ops; backward ops under their forward part's name + ``.backward``;
+    ``kernel_like_by_part`` the same for the kernel-like ones), ``top_ops`` (the most frequent
+    top-level ops), and on a GPU ``kernels``, ``h2d``/``d2h``/``d2d`` copies and ``syncs``
+    (stream/device/event synchronisations and blocking copies the host waited on)."""
     aten = [e for e in events if e.name.startswith("aten::")]
     top = [e for e in aten if not any(q.name.startswith("aten::") for q in _ancestors(e))]
+    kernel_like = _kernel_like(aten)
     # forward part of each autograd node (sequence_nr), from the forward ops that recorded it
     node_part: dict[int, str] = {}
     for e in aten:
@@ -109,20 +139,30 @@ def count_events(events: list[FunctionEvent]) -> dict[str, Any]:
             node_part.setdefault(e.sequence_nr, part)
     by_phase: collections.Counter[str] = collections.Counter()
     by_part: collections.Counter[str] = collections.Counter()
+    kernel_like_by_part: collections.Counter[str] = collections.Counter()
+    kernel_ids = {id(e) for e in kernel_like}
     for e in aten:
         phase = _label(e, "gemkd.phase::") or "other"
         by_phase[phase] += 1
         if phase == "forward":
-            by_part[_label(e, PREFIX) or "model (glue)"] += 1
+            part = _label(e, PREFIX) or "model (glue)"
         elif phase == "backward":
             node = next((q for q in (e, *_ancestors(e))
                          if q.name.startswith("autograd::engine::evaluate_function")), None)
-            part = node_part.get(node.sequence_nr) if node is not None else None
-            by_part[(part or "model (glue)") + ".backward"] += 1
+            part = (node_part.get(node.sequence_nr) if node is not None else None) \
+                or "model (glue)"
+            part += ".backward"
+        else:
+            continue
+        by_part[part] += 1
+        kernel_like_by_part[part] += id(e) in kernel_ids
     out: dict[str, Any] = {
-        "aten_ops": len(aten), "top_level": len(top),
+        "aten_ops": len(aten), "top_level": len(top), "kernel_like": len(kernel_like),
+        "kernel_like_by_phase": dict(collections.Counter(
+            _label(e, "gemkd.phase::") or "other" for e in kernel_like)),
         "by_phase": {p: by_phase[p] for p in (*PHASES, "other") if by_phase[p]},
         "by_part": dict(sorted(by_part.items(), key=lambda kv: -kv[1])),
+        "kernel_like_by_part": dict(sorted(kernel_like_by_part.items(), key=lambda kv: -kv[1])),
         "top_ops": dict(collections.Counter(e.name for e in top).most_common(12)),
     }
     kernels = [e for e in events if e.device_type == torch.autograd.DeviceType.CUDA]

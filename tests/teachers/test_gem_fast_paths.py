@@ -139,6 +139,7 @@ def outputs_and_grads(model: torch.nn.Module, batch) -> tuple[dict, dict]:
     (GEM, {"max_history": 256, "pyramid_shrink": 4.0}),
     (GEM, {"use_wukong": False}),
     (GEM, {"fused_lookup": False}),
+    (GEM, {"head_type": "domain_gated", "n_experts": 3}),
     (DomainFM, {}),
 ])
 def test_fast_paths_give_the_reference_outputs_and_gradients(cls, overrides):

@@ -25,6 +25,7 @@ from gemkd.transfer.data.batch import Batch
 from gemkd.transfer.metrics import RankingMetrics
 from gemkd.transfer.metrics.numerics import logit
 from gemkd.transfer.models import TeacherOutput, fsdp_units, start_output_bias
+from gemkd.transfer.training.compile_cache import use_compile_cache
 from gemkd.transfer.training.flat_adamw import FlatAdamW
 from gemkd.transfer.training.table_optim import (
     ROW_RULES,
@@ -99,7 +100,9 @@ class RankingModule(pl.LightningModule):
       (:func:`~gemkd.transfer.training.training_rates` gives both; a domain without one takes
       its task's).
     * ``repr_layer``: the named representation returned as ``emb`` by ``predict_step``.
-    * ``compile``: ``torch.compile`` the model in place in ``configure_model``.
+    * ``compile``: ``torch.compile`` the model in place in ``configure_model``, its compiled
+      graphs cached on disk across processes
+      (:func:`~gemkd.transfer.training.compile_cache.use_compile_cache`).
     * ``init_output_bias``: start a model that has the ``init_output_bias(logit)`` hook
       (:class:`gemkd.transfer.models.OptionalHooks`) at the logit of each task's base rate
       (``base_rates``, when every task has one), as every fresh fit should.
@@ -198,6 +201,7 @@ class RankingModule(pl.LightningModule):
         if trainer is not None and isinstance(trainer.strategy, ModelParallelStrategy):
             shard_model(self.model, self.fsdp_device_mesh())
         if self.compile_model:
+            use_compile_cache()  # compiled graphs outlive the process (compile_cache.py)
             self.model.compile()
 
     def fsdp_device_mesh(self) -> DeviceMesh:
