@@ -48,6 +48,7 @@ class TeacherTrainConfig:
     # how the ID tables are updated: rowwise_adagrad or sparse_adam (only the rows a batch
     # looked up, at embedding_lr) or dense_adamw (every row, every step); one process only
     table_optimizer: TableOptimizer = "dense_adamw"
+    table_min_rows: int = 1024  # smaller tables stay dense under a row-wise table_optimizer
     init_output_bias: bool = True  # output biases start at the training base rate's logit
     # a gemkd teacher checkpoint whose model weights start this model (fine-tuning, recurring
     # training; in a spec's `hierarchical` section `gem` = the lag's GEM checkpoint); a teacher
@@ -116,6 +117,8 @@ class TeacherTrainConfig:
             raise ValueError(f"key 'patience' must be >= 1, got {self.patience}")
         if self.weight_decay < 0 or self.embedding_weight_decay < 0:
             raise ValueError("keys 'weight_decay' and 'embedding_weight_decay' must be >= 0")
+        if self.table_min_rows < 0:
+            raise ValueError(f"key 'table_min_rows' must be >= 0, got {self.table_min_rows}")
         if self.table_optimizer != "dense_adamw" and self.strategy != "auto":
             raise ValueError(f"key 'table_optimizer: {self.table_optimizer}' updates tables "
                              f"from row-sparse gradients, which strategy {self.strategy!r} does "
@@ -273,7 +276,7 @@ def build_run(cfg: TeacherTrainConfig, data: str | Path, *, domains: list[str] |
     args: dict[str, Any] = dict(
         lr=cfg.lr, embedding_lr=cfg.embedding_lr, weight_decay=cfg.weight_decay,
         embedding_weight_decay=cfg.embedding_weight_decay, task_weights=cfg.task_weights,
-        table_optimizer=cfg.table_optimizer,
+        table_optimizer=cfg.table_optimizer, table_min_rows=cfg.table_min_rows,
         base_rates=base_rates, domain_base_rates=domain_base_rates,
         repr_layer=cfg.repr_layer, compile=cfg.compile, fsdp_replicate=cfg.fsdp_replicate)
     try:

@@ -456,6 +456,9 @@ class RunSpec:
     #: how the student's ID tables are updated: rowwise_adagrad or sparse_adam (only the rows
     #: a batch looked up, at 10 x lr; their weight average likewise) or dense_adamw (every row)
     table_optimizer: TableOptimizer = "dense_adamw"
+    #: under a row-wise table_optimizer, tables with fewer rows stay dense (a batch reads most
+    #: of their rows)
+    table_min_rows: int = 1024
     #: the kd method's default loss: bce (with temperature and T²), bce_cal (the same, the
     #: student's mean probability kept at the target's at any temperature) or mse on logits
     kd_loss: str = "bce"
@@ -497,6 +500,8 @@ class RunSpec:
                              f"{self.accelerator!r}")
         if self.ema_decay is not None and not 0 < self.ema_decay < 1:
             raise ValueError(f"'ema_decay' must be in (0, 1) or null, got {self.ema_decay}")
+        if self.table_min_rows < 0:
+            raise ValueError(f"'table_min_rows' must be >= 0, got {self.table_min_rows}")
         if not self.seeds:
             raise ValueError("'seeds' must list at least one seed")
         if not self.student_tasks or len(set(self.student_tasks)) != len(self.student_tasks):
