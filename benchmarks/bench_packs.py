@@ -56,7 +56,8 @@ def _world(preset: str, out: Path) -> Path:
     return out
 
 
-def _runs(data: Path, days: tuple[int, int], eval_days: tuple[int, int], k: int):
+def _runs(data: Path, days: tuple[int, int], eval_days: tuple[int, int], k: int,
+          table_optimizer: str = "dense_adamw"):
     from gemkd.experiments.run.jobs import StudentRun
     from gemkd.experiments.spec.load import spec_from_mapping
     from gemkd.transfer.training import training_base_rates
@@ -67,7 +68,7 @@ def _runs(data: Path, days: tuple[int, int], eval_days: tuple[int, int], k: int)
         "student": {"class_path": "mlp", "init_args": {"embedding_dim": 8, "max_seq_len": 20,
                                                        "hidden": [64, 32]}},
         "student_tasks": TASKS, "variants": ["baseline"], "batch_size": 256, "lr": 0.01,
-        "ema_decay": 0.98})
+        "ema_decay": 0.98, "table_optimizer": table_optimizer})
     rates = training_base_rates(data, days=days, tasks=TASKS)
     return [StudentRun(key=f"b{s}", phase="tune", spec=spec, variant="baseline",
                        params={"lr": 0.01 * (1 + 0.1 * s), "ema_decay": 0.98}, seed=s, lag=0,
@@ -82,6 +83,10 @@ def main(argv: list[str] | None = None) -> int:
                    "(default 1,4,16,64; --quick 1,4)")
     p.add_argument("--adapter-pack", type=int, default=16, help="members of the packs that time "
                    "kd_aux_adapter against labels-only (0: skip; a tiny teacher's store is built)")
+    p.add_argument("--table-optimizers", default="dense_adamw",
+                   help="the students' table optimisers, comma-separated: each other than "
+                        "dense_adamw adds batched packs of each size with it (named "
+                        "batched<K>_<optimiser>), timed in the same rounds")
     args = p.parse_args(argv)
     apply_common_args(p, args)
     quiet_lightning()
@@ -99,6 +104,12 @@ def main(argv: list[str] | None = None) -> int:
             if 1 < k <= EXACT_UP_TO:
                 fns[f"pack{k}"] = functools.partial(execute_pack, base[:k], batched=False)
             fns[f"batched{k}"] = functools.partial(execute_pack, base[:k], batched=True)
+        rules = [r for r in args.table_optimizers.split(",") if r != "dense_adamw"]
+        for rule in rules:
+            runs = _runs(data, days, eval_days, max(sizes), rule)
+            for k in sizes:
+                fns[f"batched{k}_{rule}"] = functools.partial(execute_pack, runs[:k],
+                                                              batched=True)
         t0 = time.perf_counter()
         times = interleaved_times(fns, repeats=args.repeats, warmup=1, rotate=True)
         med = {name: statistics.median(v) for name, v in times.items()}
@@ -117,6 +128,12 @@ def main(argv: list[str] | None = None) -> int:
             figures.append(figure(f"pack {mode}: K={k}, students/s", rate, "students/s"))
             figures.append(figure(f"pack {mode}: K={k} / one run per pass", rate / alone, "x",
                                   target=">= 6" if k == 16 and mode == "batched" else None))
+        for rule in rules:
+            rate = k / med[f"batched{k}_{rule}"]
+            figures.append(figure(f"pack batched {rule}: K={k} / one run per pass",
+                                  rate / alone, "x", note="tables updated row-wise"))
+            figures.append(figure(f"pack batched {rule}: K={k} / dense_adamw",
+                                  med[f"batched{k}"] / med[f"batched{k}_{rule}"], "x"))
     for mode, value in floor.items():
         figures.append(figure(f"pack floor ({mode}): bare loop epoch / K=1 pack epoch", value,
                               "x", target=">= 0.85" if mode == "batched" else None,

@@ -14,7 +14,9 @@ from torch.utils.flop_counter import FlopCounterMode
 from gemkd.teachers import GEM
 from gemkd.transfer.data.batch import Batch
 from gemkd.transfer.data.reader import DatasetReader
+from gemkd.transfer.training.flat_adamw import FlatAdamW
 from gemkd.transfer.training.ranking_module import embedding_parameters
+from gemkd.transfer.training.table_optim import ROW_RULES, id_tables, set_sparse_tables
 
 BATCH = 512
 MM_SHAPE = (512, 1024, 1024)  # [M, K] @ [K, N]: the B x mlp_width x mlp_width of `base`
@@ -22,18 +24,30 @@ DEVICE = "cpu"  # set by bench_teacher's main() from --device
 
 
 class Step:
-    """One training step of a fresh GEM (seeded) with the trainer's AdamW groups."""
+    """One training step of a fresh GEM (seeded) with the trainer's AdamW groups; a row-wise
+    ``table_optimizer`` (``gemkd.transfer.training.table_optim``) moves the ID tables into a
+    group of their own, updated row-wise over row-sparse gradients, as the trainer does."""
 
-    def __init__(self, schema, config: dict, compile_: bool = False, seed: int = 0):
+    def __init__(self, schema, config: dict, compile_: bool = False, seed: int = 0,
+                 table_optimizer: str = "dense_adamw"):
         torch.manual_seed(seed)
         self.model = GEM.from_config(schema, config).to(DEVICE)
         self.model.train()
-        emb = embedding_parameters(self.model)
-        ids = {id(p) for p in emb}
+        row_wise = table_optimizer in ROW_RULES
+        set_sparse_tables(self.model, row_wise)
+        tables = [t.weight for t in id_tables(self.model)] if row_wise else []
+        table_ids = {id(p) for p in tables}
+        emb = [p for p in embedding_parameters(self.model) if id(p) not in table_ids]
+        ids = {id(p) for p in emb} | table_ids
         dense = [p for p in self.model.parameters() if id(p) not in ids]
         groups: list[dict[str, Any]] = [{"params": emb, "lr": 0.01, "weight_decay": 0.0},
                                         {"params": dense}]
-        self.opt = torch.optim.AdamW(groups, lr=1e-3)
+        if row_wise:
+            groups.insert(0, {"params": tables, "lr": 0.01, "weight_decay": 0.0,
+                              "table_rule": table_optimizer})
+            self.opt: torch.optim.Optimizer = FlatAdamW(groups, lr=1e-3)
+        else:
+            self.opt = torch.optim.AdamW(groups, lr=1e-3)
         self.forward = torch.compile(self.model) if compile_ else self.model
 
     def loss(self, batch: Batch) -> torch.Tensor:

@@ -45,6 +45,7 @@ _MAX_STEPS = Rule(lambda v: v == -1 or v >= 1,
 _PATIENCE = at_least(1, "key 'patience' must be >= 1, got {value}")
 _SEQ_LEN = at_least(0, "key 'max_seq_len' must be >= 0, got {value}")
 _EVERY = at_least(1, "key 'checkpoint_every_n_steps' must be >= 1")
+_MIN_ROWS = at_least(0, "key 'table_min_rows' must be >= 0, got {value}")
 _TABLE_OPTIMIZER = one_of(TABLE_OPTIMIZERS, "key 'table_optimizer' must be one of "
                           f"{', '.join(TABLE_OPTIMIZERS)}, got {{value!r}}")
 _SELECT = one_of(SELECTS, f"key 'select' must be one of {', '.join(SELECTS)}, got {{value!r}}")
@@ -71,6 +72,8 @@ class TeacherTrainConfig:
     # how the ID tables are updated: rowwise_adagrad or sparse_adam (only the rows a batch
     # looked up, at embedding_lr) or dense_adamw (every row, every step); one process only
     table_optimizer: Annotated[TableOptimizer, _TABLE_OPTIMIZER] = "dense_adamw"
+    # smaller tables stay dense under a row-wise table_optimizer
+    table_min_rows: Annotated[int, _MIN_ROWS] = 1024
     init_output_bias: bool = True  # output biases start at the training base rate's logit
     # a gemkd teacher checkpoint whose model weights start this model (fine-tuning, recurring
     # training; in a spec's `hierarchical` section `gem` = the lag's GEM checkpoint); a teacher
@@ -294,7 +297,7 @@ def build_run(cfg: TeacherTrainConfig, data: str | Path, *, domains: list[str] |
     args: dict[str, Any] = dict(
         lr=cfg.lr, embedding_lr=cfg.embedding_lr, weight_decay=cfg.weight_decay,
         embedding_weight_decay=cfg.embedding_weight_decay, task_weights=cfg.task_weights,
-        table_optimizer=cfg.table_optimizer,
+        table_optimizer=cfg.table_optimizer, table_min_rows=cfg.table_min_rows,
         base_rates=base_rates, domain_base_rates=domain_base_rates,
         repr_layer=cfg.repr_layer, compile=cfg.compile, fsdp_replicate=cfg.fsdp_replicate)
     try:

@@ -140,7 +140,8 @@ def build_module(spec: RunSpec, job: StudentJob, data: fs.Where, inputs: Inputs,
         m.setup(ctx)
     module = DistillModule(student, tasks, schema.domains, methods=methods, teacher=teacher,
                            trained_until_day=job.trained_until_day, lr=spec.lr,
-                           base_rates=base_rates, table_optimizer=spec.table_optimizer)
+                           base_rates=base_rates, table_optimizer=spec.table_optimizer,
+                           table_min_rows=spec.table_min_rows)
     return module, teacher
 
 

@@ -495,6 +495,9 @@ class RunSpec:
     table_optimizer: Annotated[TableOptimizer, one_of(
         TABLE_OPTIMIZERS, "'table_optimizer' must be one of "
         f"{', '.join(TABLE_OPTIMIZERS)}, got {{value!r}}")] = "dense_adamw"
+    #: under a row-wise table_optimizer, tables with fewer rows stay dense (a batch reads most
+    #: of their rows)
+    table_min_rows: Annotated[int, at_least(0, "'table_min_rows' must be >= 0, got {value}")] = 1024
     #: the kd method's default loss: bce (with temperature and T²), bce_cal (the same, the
     #: student's mean probability kept at the target's at any temperature) or mse on logits
     kd_loss: str = "bce"

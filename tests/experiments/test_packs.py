@@ -86,7 +86,7 @@ def _same_records(alone: list[dict], packed: list[dict], alone_runs: list[Studen
 def test_each_member_of_a_batched_pack_is_its_run_alone(tiny_data, tmp_path, table_optimizer):
     """Under every table optimiser (row-wise tables and their lazy average included)."""
     spec = _spec({"class_path": "mlp", "init_args": {"hidden": [8]}},
-                 table_optimizer=table_optimizer)
+                 table_optimizer=table_optimizer, table_min_rows=0)
     alone_runs = _members(spec, tiny_data, tmp_path, "alone")[:2]
     packed_runs = _members(spec, tiny_data, tmp_path, "pack")[:2]
     alone: list[dict] = []  # each alone as a sweep at pack size 1 runs it: a pack of one

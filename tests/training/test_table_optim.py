@@ -56,7 +56,7 @@ TOUCHED = [1, 3, 7, 10, 12]
 
 def _grad(sparse: bool) -> torch.Tensor:
     model = _Model()
-    set_sparse_tables(model, sparse)
+    set_sparse_tables(model, sparse, min_rows=0)
     model(IDS, *BAGS).backward()
     assert model.table.weight.grad is not None
     return model.table.weight.grad
@@ -75,7 +75,7 @@ def test_sparse_table_gradients_are_the_dense_ones_rows():
 @pytest.mark.parametrize("rule", ["rowwise_adagrad", "sparse_adam"])
 def test_only_touched_rows_and_their_state_change(rule):
     model = _Model()
-    set_sparse_tables(model, True)
+    set_sparse_tables(model, True, min_rows=0)
     opt = FlatAdamW([{"params": [model.table.weight], "lr": 0.1, "table_rule": rule,
                       "weight_decay": 0.01},
                      {"params": list(model.linear.parameters()), "lr": 0.01}])
@@ -133,7 +133,7 @@ def test_rowwise_adagrad_is_its_formula():
 
 def test_clip_over_sparse_gradients_is_torchs_on_the_dense_ones():
     sparse, dense = _Model(), _Model()
-    set_sparse_tables(sparse, True)
+    set_sparse_tables(sparse, True, min_rows=0)
     for m in (sparse, dense):
         m(IDS, *BAGS).backward()
     n_sparse = clip_grad_norm_(list(sparse.parameters()), 0.05)
@@ -236,7 +236,7 @@ class _Lit(pl.LightningModule):
         self.seen.append(self.model.table.weight.detach().clone())
 
     def configure_optimizers(self):
-        set_sparse_tables(self.model, True)
+        set_sparse_tables(self.model, True, min_rows=0)
         return FlatAdamW([{"params": [self.model.table.weight], "lr": 0.1,
                            "table_rule": "sparse_adam"},
                           {"params": list(self.model.linear.parameters()), "lr": 0.01}])

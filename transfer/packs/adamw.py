@@ -93,11 +93,10 @@ class PackAdamW:
         self.exp_avg_sq = [torch.zeros_like(p) for p in self.params]
         self.step_count = 0
         self._step_t = torch.zeros((), dtype=torch.float32, device=self.params[0].device)
-        #: row-wise tables: per-member lr and decay (one per row at a step), Adagrad's sums
-        self._table_lr = {i: torch.tensor(self.groups[i].lr, dtype=self.params[i].dtype)
-                          for i in self.tables}
-        self._table_wd = {i: torch.tensor(self.groups[i].weight_decay,
-                                          dtype=self.params[i].dtype) for i in self.tables
+        #: row-wise tables: each flat row's member's lr and decay (a step gathers its rows'),
+        #: Adagrad's sums
+        self._table_lr = {i: self._per_row(i, self.groups[i].lr) for i in self.tables}
+        self._table_wd = {i: self._per_row(i, self.groups[i].weight_decay) for i in self.tables
                           if any(self.groups[i].weight_decay)}
         self.row_sums = {i: self.params[i].new_zeros(k * self.params[i].shape[1])
                          for i, r in self.tables.items() if r == "rowwise_adagrad"}
@@ -118,6 +117,11 @@ class PackAdamW:
         self._call_state = {key: ([self._data[s] for s in slots], [self._m[s] for s in slots],
                                   [self._v[s] for s in slots], [self._step_t] * len(slots))
                             for key, slots in self._calls.items()}
+
+    def _per_row(self, i: int, values: list[float]) -> Tensor:
+        """``[K·R, 1]``: member k's value on each of its R rows of stacked table ``i``."""
+        t = torch.tensor(values, dtype=self.params[i].dtype, device=self.params[i].device)
+        return t.repeat_interleave(self.params[i].shape[1]).unsqueeze(1)
 
     def _holders(self) -> list[Tensor]:
         """The tensors whose gradients a step reads: the stacked parameters (the dense ones),
@@ -179,10 +183,9 @@ class PackAdamW:
         beta1, beta2 = self.betas
         for i, rule in self.tables.items():
             rows, g = self._rows[i]
-            member = torch.div(rows, self.params[i].shape[1], rounding_mode="floor")
-            lr = self._table_lr[i].index_select(0, member).unsqueeze(1)
+            lr = self._table_lr[i].index_select(0, rows)
             wd = self._table_wd.get(i)
-            decay = 0.0 if wd is None else wd.index_select(0, member).unsqueeze(1)
+            decay = 0.0 if wd is None else wd.index_select(0, rows)
             if rule == "rowwise_adagrad":
                 rowwise_adagrad_(self.params[i].data, rows, g, self.row_sums[i], lr, self.eps,
                                  decay)

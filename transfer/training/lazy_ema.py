@@ -36,6 +36,8 @@ class LazyRowAverage:
             raise ValueError(f"LazyRowAverage: average {tuple(avg.shape)} and weights "
                              f"{tuple(current.shape)} must be one [K·R, d] table, K = {members}")
         self.k, self.rows_per_member = members, self.avg.shape[0] // members
+        #: each row's member
+        self._member_of = torch.arange(members).repeat_interleave(self.rows_per_member)
         #: updates done; each row is up to date with the first ``last[row]`` of them
         self.n = done
         self.last = torch.full((self.avg.shape[0],), max(done, 1), dtype=torch.long)
@@ -44,13 +46,15 @@ class LazyRowAverage:
         self._log_keep = torch.zeros(members, 64, dtype=torch.float64)
 
     def _member(self, rows: Tensor) -> Tensor:
-        return torch.div(rows, self.rows_per_member, rounding_mode="floor")
+        return self._member_of.index_select(0, rows)
 
     def _missed(self, rows: Tensor) -> Tensor:
         """``[U, 1]``: ``1 − Π(1 − a_i)`` over the updates each of ``rows`` missed."""
-        member = self._member(rows)
-        now = self._log_keep[member, self.n - self._base]
-        then = self._log_keep[member, self.last.index_select(0, rows) - self._base]
+        cols = self._log_keep.shape[1]
+        flat = self._log_keep.view(-1)
+        start = self._member(rows) * cols - self._base
+        now = flat.index_select(0, start + self.n)
+        then = flat.index_select(0, start + self.last.index_select(0, rows))
         return (-torch.expm1(now - then)).to(self.avg.dtype).unsqueeze(1)
 
     def catch_up(self, rows: Tensor) -> None:

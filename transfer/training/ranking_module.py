@@ -29,6 +29,7 @@ from gemkd.transfer.training.compile_cache import use_compile_cache
 from gemkd.transfer.training.flat_adamw import FlatAdamW
 from gemkd.transfer.training.table_optim import (
     ROW_RULES,
+    ROW_WISE_MIN_ROWS,
     check_table_optimizer,
     clip_grad_norm_,
     id_tables,
@@ -92,7 +93,8 @@ class RankingModule(pl.LightningModule):
       one buffer (:class:`~gemkd.transfer.training.flat_adamw.FlatAdamW`, the same updates).
       ``table_optimizer`` ``rowwise_adagrad`` or ``sparse_adam`` moves the ID tables
       (:func:`~gemkd.transfer.training.table_optim.id_tables`) into a ``table`` group updated
-      row-wise over row-sparse gradients (at ``embedding_lr``, ``embedding_weight_decay``);
+      row-wise over row-sparse gradients (at ``embedding_lr``, ``embedding_weight_decay``;
+      tables of fewer than ``table_min_rows`` rows stay dense);
       ``dense_adamw`` (the default) keeps them in the dense AdamW ``embedding`` group.
     * ``base_rates``: ``{task: training positive rate}`` for NE (computed once by the caller, e.g.
       :func:`gemkd.transfer.training.training_base_rates`); ``domain_base_rates``: ``{task:
@@ -136,9 +138,13 @@ class RankingModule(pl.LightningModule):
         fsdp_replicate: int = 1,
         init_output_bias: bool = True,
         table_optimizer: str = "dense_adamw",
+        table_min_rows: int = ROW_WISE_MIN_ROWS,
     ) -> None:
         super().__init__()
         self.table_optimizer = check_table_optimizer(table_optimizer)
+        if table_min_rows < 0:
+            raise ValueError(f"table_min_rows must be >= 0, got {table_min_rows}")
+        self.table_min_rows = table_min_rows
         tasks, domains = list(tasks), list(domains)
         task_weights = dict(task_weights or {})
         unknown = sorted(set(task_weights) - set(tasks))
@@ -231,8 +237,9 @@ class RankingModule(pl.LightningModule):
         ID tables in a third group of their own, updated row-wise (their gradients made
         row-sparse here)."""
         row_wise = self.table_optimizer in ROW_RULES
-        set_sparse_tables(self.model, row_wise)
-        tables = [t.weight for t in id_tables(self.model)] if row_wise else []
+        set_sparse_tables(self.model, row_wise, self.table_min_rows)
+        tables = [t.weight for t in id_tables(self.model, self.table_min_rows)] \
+            if row_wise else []
         table_ids = {id(p) for p in tables}
         emb = [p for p in embedding_parameters(self.model) if id(p) not in table_ids]
         emb_ids = {id(p) for p in emb} | table_ids

@@ -48,38 +48,59 @@ def check_table_optimizer(value: str) -> str:
     return value
 
 
-def id_tables(model: nn.Module) -> list[HashedEmbedding]:
-    """The ID tables of ``model`` (its :class:`~gemkd.transfer.layers.HashedEmbedding` tables, each
-    once): what a row-wise rule updates. Other ``nn.Embedding`` modules (a head's per-domain bias,
-    a position's slot, read whole) stay with the dense weights."""
+#: A table with fewer rows is updated densely under every rule: a batch reads most of its rows,
+#: and the row-wise bookkeeping (the touched rows' sort, gathers and scatters) costs more than
+#: the rows it skips. Measured on a pack of 16 quickstart students (mlp, batch 256, 20-event
+#: histories) on the small world: its 7 tables of 3-200 rows row-wise made the step 2x slower;
+#: only the 5,300-row ad table can gain (docs/notes/2026-12-04-row-wise-tables.md).
+ROW_WISE_MIN_ROWS = 1024
+
+
+def id_tables(model: nn.Module, min_rows: int = ROW_WISE_MIN_ROWS) -> list[HashedEmbedding]:
+    """The ID tables of ``model`` with at least ``min_rows`` rows (its
+    :class:`~gemkd.transfer.layers.HashedEmbedding` tables, each once): what a row-wise rule
+    updates. Smaller tables and other ``nn.Embedding`` modules (a head's per-domain bias, a
+    position's slot, read whole) stay with the dense weights."""
     out: dict[int, HashedEmbedding] = {}
     for m in model.modules():
-        if isinstance(m, HashedEmbedding):
+        if isinstance(m, HashedEmbedding) and m.num_embeddings >= min_rows:
             out.setdefault(id(m), m)
     return list(out.values())
 
 
-def set_sparse_tables(model: nn.Module, sparse: bool) -> None:
-    """Every ID table of ``model`` (:func:`id_tables`) gives a row-sparse gradient, lookups and
-    bags alike (``sparse``), or a dense one."""
-    for m in id_tables(model):
-        m.sparse = sparse
+def set_sparse_tables(model: nn.Module, sparse: bool, min_rows: int = ROW_WISE_MIN_ROWS
+                      ) -> None:
+    """The ID tables of ``model`` that :func:`id_tables` picks give row-sparse gradients,
+    lookups and bags alike (``sparse``), or dense ones; every other table dense ones."""
+    chosen = {id(m) for m in id_tables(model, min_rows)}
+    for m in id_tables(model, 0):
+        m.sparse = sparse and id(m) in chosen
 
 
 def touched_rows(grad: Tensor) -> tuple[Tensor, Tensor]:
     """``(rows [U], values [U, d])``: the rows of ``grad`` (viewed ``[-1, d]``) a step touches,
     ascending and each once, with their summed gradients. A sparse gradient (over the leading
-    dimensions, dense over the last) is coalesced; a dense one touches every row."""
+    dimensions, dense over the last) is coalesced unless its rows already ascend (the layers'
+    backward writes them so, but autograd's accumulation drops the coalesced flag: a sort
+    saved); a dense one touches every row."""
     d = grad.shape[-1]
     if not grad.is_sparse:
         flat = grad.reshape(-1, d)
         return torch.arange(flat.shape[0], device=grad.device), flat
-    g = grad if grad.is_coalesced() else grad.coalesce()
-    idx = g.indices()
-    rows = idx[0]
-    for dim in range(1, idx.shape[0]):  # a stacked [K, R, d]: member k's row r is k·R + r
-        rows = rows * grad.shape[dim] + idx[dim]
-    return rows, g.values().reshape(-1, d)
+    rows = _flat_rows(grad._indices(), grad.shape)
+    if grad.is_coalesced() or bool((rows[1:] > rows[:-1]).all()):
+        return rows, grad._values().reshape(-1, d)
+    g = grad.coalesce()
+    return _flat_rows(g._indices(), grad.shape), g._values().reshape(-1, d)
+
+
+def _flat_rows(index: Tensor, shape: torch.Size) -> Tensor:
+    """Rows of the ``[-1, d]`` view from a sparse gradient's indices (a stacked ``[K, R, d]``:
+    member k's row r is ``k·R + r``)."""
+    rows = index[0]
+    for dim in range(1, index.shape[0]):
+        rows = rows * shape[dim] + index[dim]
+    return rows
 
 
 def rowwise_adagrad_(weight: Tensor, rows: Tensor, grad: Tensor, state_sum: Tensor,
