@@ -222,6 +222,8 @@ def figures(r: dict) -> list[dict]:
                           s["kernel_like"], "ops", None,
                           f"embedding lookups {emb_k}; clipping {clip} (one kernel per tensor "
                           "on the CPU, foreach on a GPU)"))
+        out.append(figure(f"{tag}: tensor values read on the host (.item(), int(t), ...)",
+                          s["host_reads"], "", "<= 0"))
         if "kernels" in s:
             out.append(figure(f"{tag}: GPU kernels launched", s["kernels"], "kernels",
                               f"<= {TARGET_KERNELS}" if name == "base" else None))

@@ -22,6 +22,8 @@ log() { echo "== $(date +%T) $*"; }
   echo "gpu tests exit $?"
   log "bench_jagged (torch and triton kernels)"
   timeout 90 $PY -m benchmarks.bench_jagged --device cuda --json "$OUT/r/jagged.json"
+  log "bench_step_ops (kernels, copies, syncs and MFU of a GEM small/base step at B=512)"
+  timeout 150 $PY -m benchmarks.bench_step_ops --device cuda --json "$OUT/r/step_ops.json"
   log "bench_transfer"
   timeout 120 $PY -m benchmarks.bench_transfer --device cuda --json "$OUT/r/transfer.json"
   if [ "${1:-}" = "--ablation" ]; then

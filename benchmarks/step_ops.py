@@ -126,8 +126,10 @@ def count_events(events: list[FunctionEvent]) -> dict[str, Any]:
     allocation: on the CPU, the count a GPU's kernel count follows), ``by_phase`` and
     ``by_part`` (all aten ops; backward ops under their forward part's name + ``.backward``;
     ``kernel_like_by_part`` the same for the kernel-like ones), ``top_ops`` (the most frequent
-    top-level ops), and on a GPU ``kernels``, ``h2d``/``d2h``/``d2d`` copies and ``syncs``
-    (stream/device/event synchronisations and blocking copies the host waited on)."""
+    top-level ops), ``host_reads`` (values read on the host outside the optimizer: ``.item()``,
+    ``int(t)``, ...; each a synchronisation on a GPU), and on a GPU ``kernels``,
+    ``h2d``/``d2h``/``d2d`` copies and ``syncs`` (stream/device/event synchronisations and
+    blocking copies the host waited on)."""
     aten = [e for e in events if e.name.startswith("aten::")]
     top = [e for e in aten if not any(q.name.startswith("aten::") for q in _ancestors(e))]
     kernel_like = _kernel_like(aten)
@@ -164,6 +166,11 @@ def count_events(events: list[FunctionEvent]) -> dict[str, Any]:
         "by_part": dict(sorted(by_part.items(), key=lambda kv: -kv[1])),
         "kernel_like_by_part": dict(sorted(kernel_like_by_part.items(), key=lambda kv: -kv[1])),
         "top_ops": dict(collections.Counter(e.name for e in top).most_common(12)),
+        # a tensor's value read on the host (.item(), int(t), float(t), bool(t)): a sync on a
+        # GPU. Not the optimizer's: torch's (non-capturable) Adam keeps its step count on the
+        # host and reads it there, no sync
+        "host_reads": sum(1 for e in aten if e.name == "aten::_local_scalar_dense"
+                          and _label(e, "gemkd.phase::") not in (None, "optimizer")),
     }
     kernels = [e for e in events if e.device_type == torch.autograd.DeviceType.CUDA]
     if kernels:

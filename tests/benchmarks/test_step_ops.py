@@ -11,7 +11,7 @@ import torch
 import yaml
 
 from benchmarks.bench_step_ops import TrainStep, attach_precision
-from benchmarks.step_ops import annotate, count_events, trace
+from benchmarks.step_ops import annotate, count_events, phase, trace
 from gemkd.transfer.data.reader import DatasetReader
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -34,13 +34,27 @@ def test_counts_add_up_by_phase_and_part(traced):
     assert c["aten_ops"] == sum(c["by_phase"].values())
     assert 0 < c["top_level"] < c["aten_ops"]
     assert set(c["by_phase"]) <= {"forward", "loss", "backward", "clip", "optimizer", "other"}
-    for phase in ("forward", "loss", "backward", "clip", "optimizer"):
-        assert c["by_phase"][phase] > 0, phase
+    for name in ("forward", "loss", "backward", "clip", "optimizer"):
+        assert c["by_phase"][name] > 0, name
     # the model's parts cover the forward and backward phases exactly
     assert sum(c["by_part"].values()) == c["by_phase"]["forward"] + c["by_phase"]["backward"]
     for part in ("embeddings", "cross", "wukong", "heads"):
         assert c["by_part"][part] > 0 and c["by_part"][part + ".backward"] > 0, part
     assert "kernels" not in c  # no GPU activity on a CPU trace
+    assert 0 < c["kernel_like"] < c["aten_ops"]
+    # no tensor value is read on the host inside the step (each would be a GPU sync)
+    assert c["host_reads"] == 0
+
+
+def test_a_host_read_inside_the_step_is_counted(traced):
+    step, batch, _ = traced
+
+    def with_item() -> None:
+        loss = step(batch)
+        with phase("loss"):
+            float(loss)
+
+    assert count_events(trace(with_item, "cpu", warmup=0))["host_reads"] == 1
 
 
 def test_annotation_is_removed_and_changes_no_output(traced):
