@@ -3,6 +3,7 @@ repository ships in datasets/."""
 
 from __future__ import annotations
 
+import random
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,35 @@ ROOT = Path(__file__).resolve().parents[1]
 MOVIELENS = ROOT / "datasets" / "movielens_latest_small"
 KUAIRAND = ROOT / "datasets" / "kuairand_pure_slice"
 KUAIRAND_MAPPING = ROOT / "experiments" / "data" / "mappings" / "kuairand.yaml"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--shuffle-seed", type=int, default=None, metavar="N",
+                     help="run the tests in an order drawn from seed N (test files shuffled, "
+                          "and the tests within each): finds tests that depend on the order "
+                          "they run in. Off by default.")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """``--shuffle-seed N``: the files in a random order and each file's tests in a random
+    order (a file's tests stay together, so its module fixtures are built once)."""
+    seed = config.getoption("--shuffle-seed")
+    if seed is None:
+        return
+    rng = random.Random(seed)
+    by_file: dict[str, list[pytest.Item]] = {}
+    for item in items:
+        by_file.setdefault(item.nodeid.split("::")[0], []).append(item)
+    files = list(by_file)
+    rng.shuffle(files)
+    for name in files:
+        rng.shuffle(by_file[name])
+    items[:] = [item for name in files for item in by_file[name]]
+
+
+def pytest_report_header(config: pytest.Config) -> str | None:
+    seed = config.getoption("--shuffle-seed")
+    return None if seed is None else f"shuffle-seed: {seed} (rerun with the same seed)"
 
 
 def tiny_config(**overrides) -> SynthConfig:

@@ -98,7 +98,8 @@ def field_problems(obj: Any) -> list[str]:
     """The message of every broken rule of ``obj``'s fields (the first broken rule per field,
     each message once), in declaration order; empty when all hold."""
     problems: list[str] = []
-    for name, rules in field_rules(type(obj)):
+    cls: type = type(obj)
+    for name, rules in field_rules(cls):
         value = getattr(obj, name)
         if value is None:
             continue

@@ -37,13 +37,16 @@ class Repr(TransferMethod):
         self.query: HashedEmbedding | None = None
         self.pool: CodeAttentionPool | None = None
 
-    def feature_dim(self, ctx: MethodContext) -> int:
+    def _codes(self, ctx: MethodContext) -> AsOfCodes:
         if not isinstance(ctx.codes, AsOfCodes):
             raise ConfigError(f"method {self.name} needs the LoopFM codes of the teacher")
-        return ctx.codes.code_dim
+        return ctx.codes
+
+    def feature_dim(self, ctx: MethodContext) -> int:
+        return self._codes(ctx).code_dim
 
     def setup(self, ctx: MethodContext) -> None:
-        self.asof = ctx.codes
+        self.asof = self._codes(ctx)
         if self.pooling == "mean":
             return
         names = [f.name for f in ctx.schema.categorical]
