@@ -121,7 +121,7 @@ teacher-curves: install
 		--markdown $(RESULTS)/teacher_days_grid.md --plot $(RESULTS)/teacher_days_grid.png
 
 # docs/reference/{cli,spec,teacher}.md, generated from the parser and the config dataclasses
-# (tests/experiments/test_reference.py fails while the committed pages differ)
+# (tests/experiments/cli/test_reference.py fails while the committed pages differ)
 reference: install
 	$(BIN)/python -m gemkd.experiments.cli.reference
 

@@ -98,7 +98,7 @@ def one_torch_thread():
 def _serial_sweeps(monkeypatch):
     """``gemkd run`` without ``--workers`` trains its student runs side by side on every core;
     the tests' tiny sweeps would spend more on starting workers than on training, so they run
-    serially unless a test asks for workers (tests/experiments/test_fanout.py)."""
+    serially unless a test asks for workers (tests/experiments/run/test_fanout.py)."""
     from gemkd.experiments.run import executors
 
     monkeypatch.setattr(executors, "default_workers", lambda threads: 1)

@@ -8,7 +8,7 @@ from the sources they describe, so they cannot drift from them:
   (:class:`~gemkd.experiments.teacher_config.TeacherTrainConfig`).
 
 ``--check`` writes nothing and exits 1 naming the pages that differ from what the sources give
-(tests/experiments/test_reference.py does the same check).
+(tests/experiments/cli/test_reference.py does the same check).
 """
 
 from __future__ import annotations

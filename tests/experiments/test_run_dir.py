@@ -17,7 +17,7 @@ from gemkd.experiments.results_schema import (
 )
 from gemkd.experiments.run_dir import LAYOUT_VERSION, RunDir, write_layout
 from gemkd.transfer.errors import ConfigError
-from tests.experiments.test_report import make_results, make_run
+from tests.experiments.report.test_report import make_results, make_run
 
 
 def test_an_old_run_without_run_json_reads_as_layout_1(tmp_path):

@@ -1,7 +1,7 @@
 """A bad ``gemkd run`` spec, in any section: one ``error:`` line naming the key or the class,
 exit code 2, and no run directory — checked before any data or teacher work starts.
 
-Top-level unknown keys and variants are covered in tests/experiments/test_run.py; these are the
+Top-level unknown keys and variants are covered in tests/experiments/run/test_run.py; these are the
 nested sections, which used to fail only once their step ran (after data generation, teacher
 training and export for the student), leaving a half-made run directory behind.
 """

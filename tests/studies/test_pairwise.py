@@ -9,7 +9,7 @@ import pytest
 from gemkd.experiments.report.clusters import load_eval_sets
 from gemkd.experiments.report.intervals import lag_intervals
 from studies.pairwise import compare, main
-from tests.experiments.cluster_run import make_cluster_run
+from tests.experiments.report.cluster_run import make_cluster_run
 
 
 @pytest.fixture(scope="module")

@@ -26,7 +26,7 @@ Two ways to run the members' steps (``batched``):
   and average calls, index ops that accumulate a member's column in its own row order), so a
   member's numbers do not depend on K or on the other members: a member of a pack of K equals
   the same run in a pack of one bit for bit (losses, weights, evaluation; every built-in
-  variant, ``tests/experiments/test_packs.py``). They differ from the exact mode's in the last
+  variant, ``tests/experiments/run/test_packs.py``). They differ from the exact mode's in the last
   bits (another kernel per op, and training grows those bits), so the experiments define a run
   alone as a batched pack of one (:func:`gemkd.experiments.run.packs.run_alone`).
 

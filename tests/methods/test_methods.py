@@ -221,14 +221,14 @@ class _WantsUnknownSpecKey(KD):
 
 
 def test_spec_defaults_are_declared_by_the_method_not_its_name():
-    spec = load_spec(None, ["kd_loss=mse", "variants={a: [kd], b: [tests.distill.test_methods."
+    spec = load_spec(None, ["kd_loss=mse", "variants={a: [kd], b: [tests.methods.test_methods."
                             "_MseKD], c: [{class_path: kd, init_args: {loss: bce}}], d: [aux_head"
                             ", kd]}"])
     built = {v.name: build_methods(spec, v, {}) for v in spec.variants}
     assert built["a"][0].kd_loss == built["b"][0].kd_loss == "mse"
     assert built["c"][0].kd_loss == "bce"  # the variant's own init_args win
     assert not AuxHead.spec_defaults and built["d"][1].kd_loss == "mse"
-    bad = load_spec(None, ["variants={x: [tests.distill.test_methods._WantsUnknownSpecKey]}"])
+    bad = load_spec(None, ["variants={x: [tests.methods.test_methods._WantsUnknownSpecKey]}"])
     with pytest.raises(ConfigError, match="spec_defaults names 'no_such_key'"):
         check_variant(bad, bad.variants[0])
 

@@ -10,7 +10,7 @@ import pandas as pd
 import yaml
 
 from gemkd.experiments.cli import main
-from tests.experiments.test_worlds import WORLDS
+from tests.experiments.spec.test_worlds import WORLDS
 
 NUMBERS = ["ne", "auc"]
 

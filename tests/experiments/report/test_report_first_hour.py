@@ -10,7 +10,7 @@ import yaml
 from gemkd.experiments.report import plots, render_report, write_plots
 from gemkd.experiments.report.missing import missing_note, missing_runs
 from gemkd.experiments.report.results_md import render_results
-from tests.experiments.test_report import EFFECTS, make_results, make_run
+from tests.experiments.report.test_report import EFFECTS, make_results, make_run
 
 
 def test_several_runs_of_one_spec_are_told_apart_by_their_directory(tmp_path):

@@ -14,7 +14,7 @@ from gemkd.experiments.cli.config_reference import cell, field_docs, undocumente
 from gemkd.experiments.spec import model
 from gemkd.transfer.options import PROTOCOLS
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 SPEC_CLASSES = (model.RunSpec, model.DataSpec, model.TeacherSpec, model.PluginSpec,
                 model.VariantSpec, model.TuningSpec, model.BootstrapSpec, model.ReprSpec,
                 model.SolarisSpec)

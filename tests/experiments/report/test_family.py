@@ -19,7 +19,7 @@ from gemkd.experiments.report.summary import RunView
 from gemkd.experiments.report.twins import twin_table
 from gemkd.transfer.errors import ConfigError
 from gemkd.transfer.metrics.holm import holm
-from tests.experiments.cluster_run import make_cluster_run
+from tests.experiments.report.cluster_run import make_cluster_run
 
 PNG = b"\x89PNG\r\n\x1a\n"
 

@@ -11,7 +11,7 @@ import pandas as pd
 from gemkd.experiments.report import render_report, report_command
 from gemkd.experiments.report.results_md import render_results
 from gemkd.experiments.run.results import References, rows_of
-from tests.experiments.test_report import make_results, make_run
+from tests.experiments.report.test_report import make_results, make_run
 
 
 def _refs(domains: list[str]) -> tuple[References, dict]:

@@ -62,7 +62,7 @@ def test_the_users_read_the_one_list():
 
 def test_no_literal_type_is_defined_outside_options():
     """DESIGN §1: ``X = Literal[...]`` appears in transfer/options.py only."""
-    root = Path(__file__).resolve().parents[2]
+    root = Path(__file__).resolve().parents[3]
     found = []
     for package in ("transfer", "teachers", "students", "adapters", "experiments", "gemkd"):
         for path in sorted((root / package).rglob("*.py")):

@@ -27,8 +27,8 @@ from gemkd.experiments.report.intervals import (
 )
 from gemkd.experiments.report.load import load_results
 from gemkd.transfer.errors import ConfigError
-from tests.experiments.cluster_run import make_cluster_run
-from tests.experiments.test_report import make_results, make_run
+from tests.experiments.report.cluster_run import make_cluster_run
+from tests.experiments.report.test_report import make_results, make_run
 
 LAGS = (0, 3)
 

@@ -265,7 +265,7 @@ def test_results_page_puts_runs_side_by_side(run_dir, tmp_path):
 
 @pytest.fixture(scope="module")
 def cluster_run_dir(tmp_path_factory) -> Path:
-    from tests.experiments.cluster_run import make_cluster_run
+    from tests.experiments.report.cluster_run import make_cluster_run
 
     return make_cluster_run(tmp_path_factory.mktemp("clusters"), worlds=(0, 1, 2), lags=(0, 3))
 
@@ -323,7 +323,7 @@ def test_report_states_the_rule_and_shows_intervals(cluster_run_dir):
 
 
 def test_report_of_one_world_says_its_verdicts_are_that_worlds(tmp_path):
-    from tests.experiments.cluster_run import make_cluster_run
+    from tests.experiments.report.cluster_run import make_cluster_run
 
     run = make_cluster_run(tmp_path / "r", worlds=(4,), noise={"baseline": 1.6, "kd": 0.9,
                                                                "kd_repr": 0.95})

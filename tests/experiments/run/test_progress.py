@@ -64,7 +64,7 @@ def test_a_terminal_without_a_size_still_gets_the_bar(tmp_path):
     master, slave = pty.openpty()
     child = subprocess.Popen([sys.executable, "-c", code], stdin=slave, stdout=slave,
                              stderr=slave, close_fds=True, start_new_session=True,
-                             cwd=str(Path(__file__).resolve().parents[2]))
+                             cwd=str(Path(__file__).resolve().parents[3]))
     os.close(slave)
     screen = b""
     while True:  # drain until the child has closed its end
