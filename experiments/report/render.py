@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from gemkd.experiments.report.answer import answer_paragraph
+from gemkd.experiments.report.cost import cost_section
 from gemkd.experiments.report.family_text import family_section
 from gemkd.experiments.report.forest import PREFIX, forest_name
 from gemkd.experiments.report.load import ALL, PLOT_NAMES, load_tuning, threads_text
@@ -86,6 +87,7 @@ def render(run: RunView) -> str:
     out += [f"Same evaluation data: {reference_line(run, run.task)}.", ""]
     out += teacher_data_sentence(run.run_dir, run.lag)
     out += _sources(run)
+    out += cost_section(run)
     out += teacher_section(run)
 
     out += ["## What it means", "", " ".join(sentences(run)), ""]

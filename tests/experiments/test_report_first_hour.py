@@ -17,6 +17,7 @@ import yaml
 from gemkd.experiments.report import plots, render_report, report_command, write_plots
 from gemkd.experiments.report.answer import MAX_WORDS, words
 from gemkd.experiments.report.clusters import load_eval_sets
+from gemkd.experiments.report.cost import serving_inputs
 from gemkd.experiments.report.missing import missing_note, missing_runs
 from gemkd.experiments.report.results_md import render_results
 from gemkd.experiments.report.summary import RunView
@@ -231,3 +232,29 @@ def test_a_sound_teacher_gets_no_hint_and_the_constant_arm_is_computed(tmp_path)
     ne, _ = constant_arm(view, "click")
     assert ne == pytest.approx(float(np.mean(want)), rel=1e-9)
     assert f"| click | constant (training base rate) | {ne:.4f} | 0.5000 |" in section
+
+
+# ---- item 11: what each gain costs -------------------------------------------------------------
+
+def test_each_gain_has_its_training_speed_and_serving_inputs_beside_it(tmp_path):
+    results = make_results()
+    speed = {"baseline": 1e5, "kd": 8e4, "kd_repr": 5e4}
+    results["examples_per_second"] = results["variant"].map(speed).fillna(1e5)
+    results.loc[(results["variant"] == "kd_repr") & (results["seed"] == 1),
+                "examples_per_second"] = 2.5e4
+    run = make_run(tmp_path / "r", results)
+    text = render_report(run)
+    section = text.split("## What each gain costs")[1].split("\n## ")[0]
+    assert "labels-only baseline's (its 100,000 examples/s)" in section
+    rows = {ln.split(" | ")[0][2:]: ln for ln in section.splitlines() if ln.startswith("| ")}
+    assert "baseline" not in rows
+    assert rows["kd"] == "| kd | 0.0100 | 0.80× (80,000 /s) | none |"
+    # seeds 0 and 2 at 0.5×, seed 1 at 0.25×: the mean of the ratios
+    assert rows["kd_repr"].startswith("| kd_repr | 0.0110 | 0.42× (41,667 /s) | the user's "
+                                      "LoopFM codes")
+    assert "LoopFM codes" in rows["full"] and rows["kd_aux_adapter"].endswith("| none |")
+    assert text.index("## What each gain costs") < text.index("## What it means")
+    # a variant that cannot be resolved here: its serving inputs are unknown, not "none"
+    spec = yaml.safe_load((run / "spec.yaml").read_text())
+    spec["variants"] = {"mine": [{"class_path": "nowhere.Method"}]}
+    assert serving_inputs(spec) is None and serving_inputs(None) is None
