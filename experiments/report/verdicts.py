@@ -241,13 +241,15 @@ def interval_sentences(run: RunView) -> list[str]:
             verb = f"raises NE by {ci(-r['delta_ne'], -r['delta_ne_hi'], -r['delta_ne_lo'])}"
         tr = ratio_ci(r["transfer_ratio"], r["tr_lo"], r["tr_hi"])
         second = (f"Plain KD {verb} against the labels-only baseline (TR {tr}), "
-                  f"{_gain(r, 'KD', better)}.")
+                  f"{_gain(r, 'KD', better, auc_better)}.")
     return [first, second]
 
 
-def _gain(r: pd.Series, who: str, teacher_better: bool | None = None) -> str:
+def _gain(r: pd.Series, who: str, teacher_better: bool | None = None,
+          auc_better: bool | None = None) -> str:
     """The clause on ``r``'s ΔNE verdict; a KD gain reads as the teacher's knowledge reaching
-    the student only when the teacher is better than the baseline (``teacher_better``)."""
+    the student only when the teacher is better than the baseline (``teacher_better``); a
+    teacher worse on NE but better on AUC (``auc_better``) may still pass on its ranking."""
     agree = _agree(r, "worlds_agree_delta_ne")
     family = r.get("gain_family", "")
     tag = (" after Holm's adjustment" if family == PRIMARY else
@@ -256,6 +258,10 @@ def _gain(r: pd.Series, who: str, teacher_better: bool | None = None) -> str:
         tail = ""
         if who == "KD" and teacher_better:
             tail = ", so the teacher's knowledge reaches the student"
+        elif who == "KD" and teacher_better is False and auc_better:
+            tail = (", though the teacher is no better than the labels-only student on NE (it "
+                    "is on AUC): the gain may be its ranking reaching the student, or the soft "
+                    "targets regularizing")
         elif who == "KD" and teacher_better is False:
             tail = (", but the teacher is no better than the labels-only student, so the gain "
                     "is not its knowledge reaching the student (the soft targets may "
