@@ -80,6 +80,9 @@ def derive(df: pd.DataFrame) -> pd.DataFrame:
     df = df.merge(kd, on=keys, how="left")
     # a ratio to a KD gain that is not a gain means nothing: left empty (the report says so)
     df["efficiency_vs_kd"] = (df["delta_ne"] / df["delta_kd"]).where(df["delta_kd"] > 0)
+    for col in ("auc_teacher", "calibration_teacher"):  # rows made before these were recorded
+        if col not in df.columns:
+            df[col] = float("nan")
     return df[RESULT_COLUMNS]
 
 
