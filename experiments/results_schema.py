@@ -29,16 +29,19 @@ COLUMN_TYPES: dict[str, ColumnType] = {
     "ne_baseline": "float", "ne_teacher": "float", "ne_source": "float", "ne_oracle": "float",
     "ne_feature_oracle": "float", "delta_ne": "float", "transfer_ratio": "float",
     "efficiency_vs_kd": "float", "train_seconds": "float", "examples_per_second": "float",
+    "auc_teacher": "float", "calibration_teacher": "float",
 }
 RESULT_COLUMNS: list[str] = list(COLUMN_TYPES)
 #: Columns a results.csv of an older gemkd may lack: ``world`` (one world, 0), the timings and
 #: the source/feature-oracle NE (NaN).
 OPTIONAL_COLUMNS: tuple[str, ...] = ("ne_source", "ne_feature_oracle", WORLD, "train_seconds",
-                                     "examples_per_second")
+                                     "examples_per_second", "auc_teacher",
+                                     "calibration_teacher")
 REQUIRED_COLUMNS: tuple[str, ...] = tuple(c for c in RESULT_COLUMNS if c not in OPTIONAL_COLUMNS)
 #: Required columns parsed as numbers; optional numeric ones are parsed when present.
 NUMERIC_COLUMNS: tuple[str, ...] = tuple(c for c in REQUIRED_COLUMNS if COLUMN_TYPES[c] != "str")
-OPTIONAL_NUMERIC: tuple[str, ...] = ("ne_source", "ne_feature_oracle", WORLD)
+OPTIONAL_NUMERIC: tuple[str, ...] = ("ne_source", "ne_feature_oracle", WORLD, "auc_teacher",
+                                     "calibration_teacher")
 #: Columns no row may leave empty.
 NON_EMPTY: tuple[str, ...] = ("variant", "seed", "domain", "task", "teacher_lag_days")
 #: One summary cell (a variant's seeds pooled), in the order tables sort by.

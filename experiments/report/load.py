@@ -29,9 +29,11 @@ VARIANTS: tuple[str, ...] = tuple(BUILTIN_VARIANTS)
 METRICS: tuple[str, ...] = (
     "ne", "delta_ne", "transfer_ratio", "efficiency_vs_kd", "gap_closed", "auc", "calibration",
     "ne_baseline", "ne_teacher", "ne_oracle", "ne_source", "ne_feature_oracle",
+    "auc_teacher", "calibration_teacher", "examples_per_second",
 )
 #: Columns of newer runs; an older results.csv without them reads as NaN.
-OPTIONAL_METRICS: tuple[str, ...] = ("ne_source", "ne_feature_oracle")
+OPTIONAL_METRICS: tuple[str, ...] = ("ne_source", "ne_feature_oracle", "auc_teacher",
+                                     "calibration_teacher", "examples_per_second")
 PLOT_NAMES: tuple[str, ...] = (
     "ne_by_variant.png", "transfer_ratio.png", "ne_vs_lag.png", "training_curves.png",
 )

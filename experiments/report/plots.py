@@ -241,6 +241,7 @@ def _plot_curves(run: RunView, curves: pd.DataFrame, Figure: Any, colors: dict,
             ax.set_xlabel("step")
             ax.set_ylabel(metric)
             ax.set_title(f"{v}: {metric} (its own objective)", fontsize=9)
-    fig.suptitle(f"{run.name}: training curves, teacher lag {lag_str(lag)} (mean over seeds; "
-                 "each variant's losses on their own axes)")
+    title = (f"{run.name}: training curves, teacher lag {lag_str(lag)} (mean over seeds; each "
+             "variant's losses on their own axes)")
+    fig.suptitle("\n".join(textwrap.wrap(title, 60 * ncols)), fontsize=10)
     return _save(fig, path)

@@ -5,6 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from gemkd.experiments.report.answer import answer_paragraph
+from gemkd.experiments.report.cost import cost_section
 from gemkd.experiments.report.family_text import family_section
 from gemkd.experiments.report.forest import PREFIX, forest_name
 from gemkd.experiments.report.load import ALL, PLOT_NAMES, load_tuning, threads_text
@@ -18,6 +20,7 @@ from gemkd.experiments.report.summary import (
     seed_stats,
     variant_order,
 )
+from gemkd.experiments.report.teacher_diag import teacher_section
 from gemkd.experiments.report.text import (
     main_table,
     metric_header,
@@ -59,7 +62,8 @@ def render_report(run_dir: str | Path) -> str:
 
 
 def render(run: RunView) -> str:
-    out: list[str] = [f"# gemkd report: {run.name}", "", rule_paragraph(run), ""]
+    out: list[str] = [f"# gemkd report: {run.name}", "", answer_paragraph(run), "",
+                      rule_paragraph(run), ""]
     where = f"domain {run.domain}, task {run.task}, teacher lag {lag_str(run.lag)} days"
     definitions = (
         "ΔNE = NE(baseline) − NE(variant), TR = ΔNE / (NE(baseline) − NE(teacher)), "
@@ -98,6 +102,8 @@ def render(run: RunView) -> str:
     out += [f"Same evaluation data: {reference_line(run, run.task)}.", ""]
     out += teacher_data_sentence(run.run_dir, run.lag)
     out += _sources(run)
+    out += cost_section(run)
+    out += teacher_section(run)
 
     out += ["## What it means", "", " ".join(sentences(run)), ""]
     out += _efficiency_note(run)
@@ -355,7 +361,8 @@ def report_command(run_dir: str | Path) -> str:
     report = write_report_for(run)
     intervals = write_intervals(run)
     where = (f"domain {run.domain}, task {run.task}, teacher lag {lag_str(run.lag)} days")
-    lines = [f"{run.name}: {where}", main_table(run), "", *_note(ne_above_one(run)),
+    lines = [answer_paragraph(run), "", f"{run.name}: {where}", main_table(run), "",
+             *_note(ne_above_one(run)),
              " ".join(sentences(run)), "",
              f"wrote {report}", f"wrote {intervals}"] + [f"wrote {p}" for p in plots]
     return "\n".join(lines)

@@ -14,6 +14,7 @@ import json
 from collections import Counter
 from pathlib import Path
 
+from gemkd.experiments.report.answer import answer_paragraph
 from gemkd.experiments.report.family import PRIMARY
 from gemkd.experiments.report.family_text import DAGGER
 from gemkd.experiments.report.intervals import UNRESOLVED
@@ -149,6 +150,7 @@ def render_results(run_dirs: list[str | Path], title: str = "gemkd results") -> 
                  f"{int(run.rows()['n_seeds'].max())} seeds")
         marked = f" ({SAMPLED})" if _sampled(run) else ""
         out += [f"## {label} — {_dataset(run)}{marked}", "",
+                answer_paragraph(run), "",
                 f"Run directory `{run.dir}`; {where}. {threads_text(run.run_dir)}".rstrip(), "",
                 *([note, ""] if (note := missing_note(run.spec, run.raw)) else []),
                 rule_paragraph(run), "",

@@ -15,7 +15,8 @@ from gemkd.experiments.report.family import EXPLORATORY, PRIMARY
 from gemkd.experiments.report.family_text import DAGGER, family_sentence, headline
 from gemkd.experiments.report.intervals import GAIN, LOSS, METHOD_TEXT, UNRESOLVED
 from gemkd.experiments.report.summary import RunView, ci, f4, lag_str, md_table, pm
-from gemkd.experiments.report.teacher_first import teacher_better, teacher_sentence
+from gemkd.experiments.report.teacher_diag import teacher_auc_better
+from gemkd.experiments.report.teacher_first import teacher_better
 from gemkd.experiments.report.twins import twins_sentence
 
 
@@ -167,8 +168,7 @@ def rule_paragraph(run: RunView) -> str:
                 "verdict (DESIGN §6)." + sampled)
     n = len(iv.worlds)
     how = "; ".join(METHOD_TEXT.get(m, m) for m in iv.interval_method.split(","))
-    first = teacher_sentence(run)
-    text = (first + " " if first else "") + family_sentence(run)
+    text = family_sentence(run)  # the teacher's sentence opens the answer paragraph before it
     text += (f"Intervals are {round(100 * iv.level)} % intervals of paired differences "
             f"({iv.samples} resamples of the evaluation users, seed {iv.seed}, the same draws "
             f"for every variant): {how}. A verdict holds only when the interval excludes 0 — "
@@ -221,7 +221,12 @@ def interval_sentences(run: RunView) -> list[str]:
         return _cell(rows.loc[v], "delta_ne", "delta_ne_lo", "delta_ne_hi")
 
     first = headline(run)
-    if better is False:
+    auc_better = teacher_auc_better(run) if better is False else None
+    if better is False and auc_better:
+        first = (first[:-1] + " — with a teacher no better than the labels-only student on NE "
+                 "but better on AUC, a gain may come from its ranking or representations, "
+                 "not from better probabilities.")
+    elif better is False:
         first = (first[:-1] + " — with a teacher no better than the labels-only student, none "
                  "of it is the teacher's knowledge reaching the student.")
 
@@ -236,13 +241,15 @@ def interval_sentences(run: RunView) -> list[str]:
             verb = f"raises NE by {ci(-r['delta_ne'], -r['delta_ne_hi'], -r['delta_ne_lo'])}"
         tr = ratio_ci(r["transfer_ratio"], r["tr_lo"], r["tr_hi"])
         second = (f"Plain KD {verb} against the labels-only baseline (TR {tr}), "
-                  f"{_gain(r, 'KD', better)}.")
+                  f"{_gain(r, 'KD', better, auc_better)}.")
     return [first, second]
 
 
-def _gain(r: pd.Series, who: str, teacher_better: bool | None = None) -> str:
+def _gain(r: pd.Series, who: str, teacher_better: bool | None = None,
+          auc_better: bool | None = None) -> str:
     """The clause on ``r``'s ΔNE verdict; a KD gain reads as the teacher's knowledge reaching
-    the student only when the teacher is better than the baseline (``teacher_better``)."""
+    the student only when the teacher is better than the baseline (``teacher_better``); a
+    teacher worse on NE but better on AUC (``auc_better``) may still pass on its ranking."""
     agree = _agree(r, "worlds_agree_delta_ne")
     family = r.get("gain_family", "")
     tag = (" after Holm's adjustment" if family == PRIMARY else
@@ -251,6 +258,10 @@ def _gain(r: pd.Series, who: str, teacher_better: bool | None = None) -> str:
         tail = ""
         if who == "KD" and teacher_better:
             tail = ", so the teacher's knowledge reaches the student"
+        elif who == "KD" and teacher_better is False and auc_better:
+            tail = (", though the teacher is no better than the labels-only student on NE (it "
+                    "is on AUC): the gain may be its ranking reaching the student, or the soft "
+                    "targets regularizing")
         elif who == "KD" and teacher_better is False:
             tail = (", but the teacher is no better than the labels-only student, so the gain "
                     "is not its knowledge reaching the student (the soft targets may "

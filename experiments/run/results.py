@@ -54,6 +54,10 @@ def rows_of(variant: str, seed: int, res: dict, refs: References, source: dict) 
             "ne_feature_oracle": feature.get(f"ne/{task}/{domain}", float("nan")),
             "train_seconds": res["train_seconds"],
             "examples_per_second": res["examples_per_second"],
+            # the GEM teacher's AUC and calibration on the same rows (the report's teacher
+            # diagnostics: an NE worse than the baseline's with a better AUC is miscalibration)
+            "auc_teacher": teacher.get(f"auc/{task}/{domain}", float("nan")),
+            "calibration_teacher": teacher.get(f"calibration/{task}/{domain}", float("nan")),
         })
     return rows
 
@@ -76,6 +80,9 @@ def derive(df: pd.DataFrame) -> pd.DataFrame:
     df = df.merge(kd, on=keys, how="left")
     # a ratio to a KD gain that is not a gain means nothing: left empty (the report says so)
     df["efficiency_vs_kd"] = (df["delta_ne"] / df["delta_kd"]).where(df["delta_kd"] > 0)
+    for col in ("auc_teacher", "calibration_teacher"):  # rows made before these were recorded
+        if col not in df.columns:
+            df[col] = float("nan")
     return df[RESULT_COLUMNS]
 
 

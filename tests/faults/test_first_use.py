@@ -268,6 +268,6 @@ def test_positive_only_log_runs_and_the_report_says_negatives_were_sampled(log_d
     assert gemkd_run(spec, out) == 0
     assert json.loads((out / "sampled_negatives.json").read_text())["per_positive"] == 2
     report = (out / "report.md").read_text()
-    assert "against sampled negatives, not logged impressions" in report.split("\n\n")[1]
+    assert "against sampled negatives, not logged impressions" in report.split("\n\n")[2]
     df = pd.read_csv(out / "results.csv")
     assert np.isfinite(df["ne"]).all() and sorted(set(df.variant)) == ["baseline", "kd"]

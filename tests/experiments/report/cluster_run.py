@@ -119,6 +119,8 @@ def make_cluster_run(root: Path, worlds=(0,), lags=(0,), seeds=(0, 1, 2),
                                 "task": task, "teacher_lag_days": lag, "ne": m[f"ne/{key}"],
                                 "auc": m[f"auc/{key}"], "calibration": m[f"calibration/{key}"],
                                 "ne_teacher": teacher[f"ne/{key}"],
+                                "auc_teacher": teacher[f"auc/{key}"],
+                                "calibration_teacher": teacher[f"calibration/{key}"],
                                 "ne_source": teacher[f"ne/{key}"],
                                 "ne_oracle": oracle[f"ne/{key}"], "ne_feature_oracle": np.nan,
                                 "train_seconds": 1.0, "examples_per_second": 1e5})

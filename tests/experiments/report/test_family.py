@@ -155,7 +155,7 @@ def test_twins_are_counted_and_kept_out_of_the_family(tmp_path):
                                                 - cell.at["kd_aux", "delta_ne"])
     resolved = int((tw["verdict"] != UNRESOLVED).sum())
     text = render_report(run)
-    first = text.split("\n\n")[1]
+    first = text.split("\n\n")[2]
     assert f"A/A twins: 12 comparisons of a twin with its original (per task, lag and " \
            f"domain), {resolved} resolved" in first
     section = text.split("## A/A twins")[1].split("\n## ")[0]

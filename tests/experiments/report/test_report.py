@@ -276,7 +276,7 @@ CI = r"-?\d\.\d{4} \[-?\d\.\d{4}, -?\d\.\d{4}\]"
 def test_report_states_the_rule_and_shows_intervals(cluster_run_dir):
     out = report_command(cluster_run_dir)
     text = (cluster_run_dir / "report.md").read_text()
-    first = text.split("\n\n")[1]
+    first = text.split("\n\n")[2]  # [1]: the answer paragraph
     assert first.startswith("The primary family is 3 comparisons (each variant against plain KD "
                             "and plain KD against the labels-only baseline) on click at domain "
                             "all (teacher lag 0 days), adjusted together by Holm's step-down at "
@@ -328,7 +328,7 @@ def test_report_of_one_world_says_its_verdicts_are_that_worlds(tmp_path):
     run = make_cluster_run(tmp_path / "r", worlds=(4,), noise={"baseline": 1.6, "kd": 0.9,
                                                                "kd_repr": 0.95})
     text = render_report(run)
-    first = text.split("\n\n")[1]
+    first = text.split("\n\n")[2]
     assert "This run has one world (world 4), so every verdict here is that one world's" in first
     assert "world 4: ΔNE" not in text  # per-world columns only with several worlds
     sents = _sentences(run)
@@ -340,7 +340,7 @@ def test_report_of_one_world_says_its_verdicts_are_that_worlds(tmp_path):
 
 def test_report_of_a_run_without_clusters_says_it_has_no_verdicts(run_dir):
     text = render_report(run_dir)
-    assert text.split("\n\n")[1].startswith("This run predates per-user evaluation files")
+    assert text.split("\n\n")[2].startswith("This run predates per-user evaluation files")
     sents = what_it_means(run_dir)
     assert "not a verdict" in sents[0] and "not a verdict" in sents[1]
     assert "real" not in " ".join(sents)

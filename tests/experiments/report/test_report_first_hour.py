@@ -4,13 +4,26 @@ teacher's diagnostics (item 2) and a first paragraph that answers for every task
 
 from __future__ import annotations
 
+import json
+import math
+import re
+from pathlib import Path
+
+import numpy as np
 import pandas as pd
+import pytest
 import yaml
 
-from gemkd.experiments.report import plots, render_report, write_plots
+from gemkd.experiments.report import plots, render_report, report_command, write_plots
+from gemkd.experiments.report.answer import MAX_WORDS, words
+from gemkd.experiments.report.clusters import load_eval_sets
+from gemkd.experiments.report.cost import serving_inputs
 from gemkd.experiments.report.missing import missing_note, missing_runs
 from gemkd.experiments.report.results_md import render_results
-from tests.experiments.report.test_report import EFFECTS, make_results, make_run
+from gemkd.experiments.report.summary import RunView
+from gemkd.experiments.report.teacher_diag import constant_arm
+from tests.experiments.report.cluster_run import make_cluster_run
+from tests.experiments.report.test_report import CI, EFFECTS, make_results, make_run
 
 
 def test_several_runs_of_one_spec_are_told_apart_by_their_directory(tmp_path):
@@ -112,3 +125,136 @@ def test_training_curves_put_each_variant_s_loss_on_its_own_axes(tmp_path, monke
                       "validation NE, every variant (mean over seeds)"]
     for ax in axes:
         assert len(ax.lines) == (2 if ax.get_title().startswith("validation") else 1)
+
+
+# ---- item 4: the first paragraph answers for every task ------------------------------------------
+
+def test_the_first_paragraph_answers_for_every_task_before_the_method(tmp_path):
+    run = make_cluster_run(tmp_path / "c", worlds=(0, 1, 2), users=150)
+    text = render_report(run)
+    first = text.split("\n\n")[1]
+    assert first.startswith("**In short** (domain all, teacher lag 0 days; 95 % intervals")
+    assert words(first) <= MAX_WORDS
+    click, conversion = first.split(" click: ")[1].split(" conversion: ")
+    for part in (click, conversion):
+        assert part.startswith("teacher better than labels only (NE ")
+        assert re.search(rf"; KD ΔNE {CI}, real gain;", part)
+    assert "Holm resolves 2 of 3 primary comparisons (kd_aux beats KD; kd a real gain)" in click
+    assert "exploratory: kd_aux beats KD" in conversion  # the second task's verdicts too
+    assert text.index("**In short**") < text.index("Intervals are 95 % intervals")
+    assert first in report_command(run)  # the command's text too
+
+
+def test_the_first_paragraph_stays_within_120_words_with_many_tasks(tmp_path):
+    results = make_results()
+    many = pd.concat([results.assign(task=results["task"] + f"_{i}") for i in range(8)],
+                     ignore_index=True)
+    run = make_run(tmp_path / "many", many, extras=False)
+    first = render_report(run).split("\n\n")[1]
+    assert words(first) <= MAX_WORDS
+    assert first.startswith("**In short**") and "no intervals: no verdicts" in first
+    assert "click_0: teacher NE 0.7800 vs labels-only 0.8020; KD ΔNE 0.0100" in first
+    assert re.search(r"Also [a-z_0-9, ]+conversion_7: see Every task\.$", first)
+
+
+# ---- item 2: the teacher's diagnostics ---------------------------------------------------------
+
+def _fake_fit(run: Path, world: int, curve: list[float], select: str = "last") -> None:
+    """A cached GEM fit of 2 epochs as teacher_fit writes it: config.yaml, val_metrics.json,
+    metrics.csv (a validation row per epoch, then the final validation of the kept one)."""
+    step = run / "cache" / f"teacher-{world:04d}"
+    (step / "run").mkdir(parents=True)
+    (step / "DONE").write_text("")
+    (step / "config.json").write_text(json.dumps({"config": {"data": {"seed": world}}}))
+    (step / "run" / "config.yaml").write_text(yaml.safe_dump(
+        {"train_days": [0, 4], "val_days": [4, 5], "select": select, "max_epochs": 2}))
+    (step / "run" / "val_metrics.json").write_text(json.dumps(
+        {"epochs": 2, "best_epoch": 0 if select == "best" else None}))
+    rows = [{"epoch": e, "step": 10 * (e + 1), "val/ne/click/all": v}
+            for e, v in enumerate(curve)] + [{"epoch": 2, "step": 21, "val/ne/click/all": 9.0}]
+    pd.DataFrame(rows).to_csv(step / "run" / "metrics.csv", index=False)
+    data = json.loads((run / "teacher_data.json").read_text()) \
+        if (run / "teacher_data.json").is_file() else {}
+    data[str(world)] = {"0": {"protocol": "window", "teacher_days": [0, 4], "teacher_rows": 1,
+                              "student_days": [5, 7], "student_rows": 1, "ratio": 1.0}}
+    (run / "teacher_data.json").write_text(json.dumps(data))
+
+
+def test_a_teacher_worse_on_ne_but_better_on_auc_is_told_as_such(tmp_path):
+    """The issue's broken teacher: worse than the labels-only student on NE, better on AUC,
+    its second epoch worse on validation. The first paragraph and the teacher section say
+    exactly that, with what to try; no sentence says none of a gain is its knowledge."""
+    run = make_cluster_run(tmp_path / "bad", worlds=(0, 1), teacher_noise=2.6, users=150,
+                           noise={"baseline": 1.6, "kd": 0.9})
+    results = pd.read_csv(run / "results.csv")
+    results["auc_teacher"] = results["auc"].max() + 0.05  # ranks better than every student
+    results.to_csv(run / "results.csv", index=False)
+    for world in (0, 1):
+        _fake_fit(run, world, [0.98, 1.20])
+    text = render_report(run)
+    first = text.split("\n\n")[1]
+    assert first.startswith("The teacher is not better than the labels-only student on the "
+                            "evaluation data: NE ")
+    assert "though its AUC is better: it ranks better with worse probabilities" in first
+    assert "none of it is the teacher's knowledge" not in text
+    section = text.split("## The teacher")[1].split("\n## ")[0]
+    table = [ln for ln in section.splitlines() if ln.startswith("| click |")]
+    assert [ln.split(" | ")[1] for ln in table] == [
+        "teacher (GEM)", "labels-only student", "constant (training base rate)"]
+    assert "| 0.5000 |" in table[2]
+    assert re.search(r"- click: the teacher is worse than the labels-only student on NE "
+                     r"\(\d\.\d{4} vs \d\.\d{4}\) but better on AUC \(\d\.\d{4} vs \d\.\d{4}\): "
+                     r"it ranks better and predicts worse probabilities", section)
+    for world in (0, 1):
+        assert (f"- world {world}: 2 epoch(s) on days [0, 4), validated on [4, 5) (select: "
+                "last); validation NE (click, every domain) by epoch: 1: 0.9800, 2: 1.2000; "
+                "kept epoch 2, though epoch 1 validated better (0.9800): `select: best` would "
+                "keep it.") in section
+    assert "What to try: a validation day with early stopping (`teacher_val_days: 1`" in section
+    assert "one epoch (`teacher: {max_epochs: 1}`" in section
+
+
+def test_a_sound_teacher_gets_no_hint_and_the_constant_arm_is_computed(tmp_path):
+    run = make_cluster_run(tmp_path / "good", worlds=(0, 1), users=150)
+    text = render_report(run)
+    section = text.split("## The teacher")[1].split("\n## ")[0]
+    assert "What to try" not in section and "not in this run's cache" in section
+    assert "- click: the teacher is better than the labels-only student on NE" in section
+    # the constant arm: CE(q, p̄) / H(p̄) on the evaluation rows, mean over worlds
+    view = RunView(run)
+    want = []
+    for es in load_eval_sets(run):
+        t = es.tasks.index("click")
+        q = es.sums.pos[:, t].sum() / es.sums.n[:, t].sum()
+        p = float(es.sums.base_rate[t])
+        want.append((-q * math.log(p) - (1 - q) * math.log(1 - p))
+                    / (-p * math.log(p) - (1 - p) * math.log(1 - p)))
+    ne, _ = constant_arm(view, "click")
+    assert ne == pytest.approx(float(np.mean(want)), rel=1e-9)
+    assert f"| click | constant (training base rate) | {ne:.4f} | 0.5000 |" in section
+
+
+# ---- item 11: what each gain costs -------------------------------------------------------------
+
+def test_each_gain_has_its_training_speed_and_serving_inputs_beside_it(tmp_path):
+    results = make_results()
+    speed = {"baseline": 1e5, "kd": 8e4, "kd_repr": 5e4}
+    results["examples_per_second"] = results["variant"].map(speed).fillna(1e5)
+    results.loc[(results["variant"] == "kd_repr") & (results["seed"] == 1),
+                "examples_per_second"] = 2.5e4
+    run = make_run(tmp_path / "r", results)
+    text = render_report(run)
+    section = text.split("## What each gain costs")[1].split("\n## ")[0]
+    assert "labels-only baseline's (its 100,000 examples/s)" in section
+    rows = {ln.split(" | ")[0][2:]: ln for ln in section.splitlines() if ln.startswith("| ")}
+    assert "baseline" not in rows
+    assert rows["kd"] == "| kd | 0.0100 | 0.80× (80,000 /s) | none |"
+    # seeds 0 and 2 at 0.5×, seed 1 at 0.25×: the mean of the ratios
+    assert rows["kd_repr"].startswith("| kd_repr | 0.0110 | 0.42× (41,667 /s) | the user's "
+                                      "LoopFM codes")
+    assert "LoopFM codes" in rows["full"] and rows["kd_aux_adapter"].endswith("| none |")
+    assert text.index("## What each gain costs") < text.index("## What it means")
+    # a variant that cannot be resolved here: its serving inputs are unknown, not "none"
+    spec = yaml.safe_load((run / "spec.yaml").read_text())
+    spec["variants"] = {"mine": [{"class_path": "nowhere.Method"}]}
+    assert serving_inputs(spec) is None and serving_inputs(None) is None

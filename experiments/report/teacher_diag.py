@@ -1,0 +1,224 @@
+"""``## The teacher``: is the GEM teacher sound, and what to try when it is not (issue 42 item 2).
+
+A new user's run trained a teacher that memorised ids in its second epoch (validation NE 0.98
+→ 1.20); the report said only that no difference "is the teacher's knowledge reaching the
+student", though that teacher's AUC (0.618) beat the labels-only student's (0.574) and its
+representations helped a method. So the section shows, on the evaluation days of the main slice,
+the teacher's NE, AUC and calibration Σp/Σy against the labels-only student's and a constant
+predictor's (the training days' base rate for every row: AUC 0.5, NE 1 when the evaluation
+days' rate equals the training days'), then the teacher fit's validation curve and kept epoch
+where the run's cache holds the fit (``cache/teacher-*/run``: ``config.yaml``,
+``val_metrics.json``, ``metrics.csv``), and words the check as exactly as the numbers allow: a
+teacher worse on NE but better on AUC ranks better and predicts worse probabilities."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import yaml
+
+from gemkd.experiments.report.clusters import has_clusters, load_eval_sets
+from gemkd.experiments.report.summary import RunView, f4, md_table, pm, seed_stats
+from gemkd.experiments.results_schema import ALL, BASELINE
+from gemkd.transfer.metrics.numerics import binary_entropy
+
+#: What to try when the teacher is not better than the labels-only student (or a constant).
+TRY = ("What to try: a validation day with early stopping (`teacher_val_days: 1` in the spec, "
+       "with `select: best` and `patience: 1` in `teacher:`), one epoch (`teacher: "
+       "{max_epochs: 1}`: a second pass over the same days can memorise ids), or a smaller "
+       "teacher config; then rerun (the students are retrained against the new teacher).")
+
+
+@dataclass(frozen=True)
+class TeacherFit:
+    """One cached GEM fit: its world (the data's seed; 0 without one), days, epochs trained and
+    kept, and its validation NE per epoch (``curve``: epoch → value, the first task over all
+    domains; empty without validation days)."""
+
+    world: int
+    train_days: list[int]
+    val_days: list[int] | None
+    select: str
+    epochs: int
+    best_epoch: int | None
+    curve: dict[int, float]
+    task: str
+
+
+def teacher_fits(run: RunView) -> list[TeacherFit]:
+    """Every finished GEM fit in the run's cache (none for an imported store or a cache that
+    was cleaned), for the main task."""
+    out = []
+    for step in run.run_dir.steps("teacher"):
+        fit = _read_fit(step, run.task)
+        if fit is not None:
+            out.append(fit)
+    return out
+
+
+def _read_fit(step: Path, task: str) -> TeacherFit | None:
+    d = step / "run"
+    try:
+        cfg = yaml.safe_load((d / "config.yaml").read_text()) or {}
+        summary = json.loads((d / "val_metrics.json").read_text())
+        key = json.loads((step / "config.json").read_text())
+    except (OSError, ValueError, yaml.YAMLError):
+        return None
+    data = (key.get("config") or {}).get("data") or {}
+    seed = data.get("seed") if isinstance(data, dict) else None
+    epochs = int(summary.get("epochs") or 0)
+    curve: dict[int, float] = {}
+    col = f"val/ne/{task}/{ALL}"
+    metrics = d / "metrics.csv"
+    if cfg.get("val_days") and metrics.is_file():
+        frame = pd.read_csv(metrics)
+        if col in frame.columns:
+            val = frame.dropna(subset=[col])
+            val = val[val["epoch"] < max(epochs, 1)].drop_duplicates("epoch", keep="last")
+            curve = {int(e) + 1: float(v) for e, v in zip(val["epoch"], val[col], strict=True)}
+    best = summary.get("best_epoch")
+    return TeacherFit(int(seed) if isinstance(seed, int) else 0, list(cfg.get("train_days") or []),
+                      cfg.get("val_days"), str(cfg.get("select", "last")), epochs,
+                      int(best) + 1 if isinstance(best, int) else None, curve, task)
+
+
+def _fits_of_lag(run: RunView) -> list[TeacherFit]:
+    """The fits of the main lag: those whose training days are the lag's teacher days
+    (``teacher_data.json``), else every fit (an older run without the file)."""
+    fits = teacher_fits(run)
+    days = {int(w): e[str(run.lag)]["teacher_days"] for w, e in run.run_dir.teacher_data().items()
+            if str(run.lag) in e}
+    if not days:
+        return fits
+    return [f for f in fits if days.get(f.world) == f.train_days] or fits
+
+
+def constant_arm(run: RunView, task: str) -> tuple[float, float]:
+    """(NE, calibration Σp/Σy) of predicting the training days' base rate p̄ for every
+    evaluation row of the main slice, mean over worlds: NE = CE(q, p̄) / H(p̄) with q the
+    evaluation days' positive rate (from the per-user files; nan without them)."""
+    if not has_clusters(run.run_dir):
+        return math.nan, math.nan
+    ne, cal = [], []
+    for es in load_eval_sets(run.run_dir):
+        if es.lag != run.lag or task not in es.tasks:
+            continue
+        t = es.tasks.index(task)
+        keep = (np.ones(es.sums.domain.shape, bool) if run.domain == ALL and ALL not in
+                es.domains else es.sums.domain == es.groups.index(run.domain))
+        n, pos = es.sums.n[keep, t].sum(), es.sums.pos[keep, t].sum()
+        p, q = float(es.sums.base_rate[t]), float(pos / n) if n else math.nan
+        if not math.isfinite(p):
+            p = q
+        if not (0 < p < 1 and math.isfinite(q) and q > 0):
+            continue
+        ne.append((-q * math.log(p) - (1 - q) * math.log(1 - p)) / float(binary_entropy(p)))
+        cal.append(p / q)
+    return (float(np.mean(ne)) if ne else math.nan, float(np.mean(cal)) if cal else math.nan)
+
+
+def teacher_section(run: RunView) -> list[str]:
+    """The section's lines (nothing for a run whose results have no teacher NE)."""
+    rows, checks = [], []
+    for task in run.tasks:
+        cell = run.cell(task=task)
+        base = cell[cell["variant"] == BASELINE]
+        if cell["ne_teacher"].isna().all() or base.empty:
+            continue
+        per_run = cell.drop_duplicates(["world", "seed"])
+        t_ne, t_auc, t_cal = (seed_stats(per_run[c]) if c in per_run else (math.nan, math.nan)
+                              for c in ("ne_teacher", "auc_teacher", "calibration_teacher"))
+        b_ne, b_auc, b_cal = (seed_stats(base[c]) for c in ("ne", "auc", "calibration"))
+        c_ne, c_cal = constant_arm(run, task)
+        rows += [[task, "teacher (GEM)", pm(*t_ne), pm(*t_auc), pm(*t_cal)],
+                 [task, "labels-only student", pm(*b_ne), pm(*b_auc), pm(*b_cal)],
+                 [task, "constant (training base rate)",
+                  f4(c_ne) if math.isfinite(c_ne) else "≈ 1", "0.5000", f4(c_cal)]]
+        checks.append(check_sentence(task, t_ne[0], t_auc[0], t_cal[0], b_ne[0], b_auc[0],
+                                     c_ne if math.isfinite(c_ne) else 1.0))
+    if not rows:
+        return []
+    out = [f"## The teacher (domain {run.domain}, teacher lag {run.lag} days, evaluation days)",
+           "", "NE, AUC and calibration Σp/Σy of the GEM teacher on the students' evaluation "
+           "rows (mean ± std over worlds and seeds), against the labels-only student and a "
+           "constant that predicts the training days' base rate for every row. Is the teacher "
+           "sound? NE says whether its probabilities beat the student's, AUC whether its "
+           "ranking does, Σp/Σy whether it is calibrated (1).", "",
+           md_table(("task", "arm", "NE", "AUC", "calibration (Σp/Σy)"), rows, left=2), ""]
+    out += [f"- {c}" for c in checks] + [""]
+    out += fit_lines(run)
+    if any("worse" in c or "no better" in c for c in checks):
+        out += [TRY, ""]
+    return out
+
+
+def check_sentence(task: str, ne: float, auc: float, cal: float, base_ne: float,
+                   base_auc: float, const_ne: float) -> str:
+    """The teacher check of one task, saying exactly what the numbers say (point estimates;
+    the interval of NE(teacher) − NE(baseline) is in the first paragraph and intervals.csv)."""
+    if not math.isfinite(ne) or not math.isfinite(base_ne):
+        return f"{task}: the teacher's or the labels-only student's NE is unknown."
+    ne_word = "better" if ne < base_ne else "worse"
+    text = (f"{task}: the teacher is {ne_word} than the labels-only student on NE "
+            f"({f4(ne)} vs {f4(base_ne)})")
+    if math.isfinite(auc) and math.isfinite(base_auc):
+        auc_word = "better" if auc > base_auc else "no better"
+        joint = "and" if (ne_word == "better") == (auc_word == "better") else "but"
+        text += f" {joint} {auc_word} on AUC ({f4(auc)} vs {f4(base_auc)})"
+        if ne_word == "worse" and auc_word == "better":
+            text += (": it ranks better and predicts worse probabilities (calibration "
+                     f"{f4(cal)}), so its ranking or representations may still help a student "
+                     "while its soft targets carry its miscalibration")
+    else:
+        text += "; its AUC was not recorded by this run"
+    if ne > const_ne:
+        text += (f"; it is also worse than the constant base-rate predictor (NE {f4(const_ne)}): "
+                 "its probabilities are worse than no model's, as a teacher that memorised "
+                 "its training days' ids would be")
+    return text + "."
+
+
+def teacher_auc_better(run: RunView, task: str | None = None) -> bool | None:
+    """Is the teacher's AUC above the labels-only student's on the main slice (point estimates,
+    mean over worlds and seeds)? None when this run did not record the teacher's AUC."""
+    rows = run.rows(task=task).set_index("variant")
+    if BASELINE not in rows.index:
+        return None
+    t, b = rows.at[BASELINE, "auc_teacher_mean"], rows.at[BASELINE, "auc_mean"]
+    if not (math.isfinite(t) and math.isfinite(b)):
+        return None
+    return bool(t > b)
+
+
+def fit_lines(run: RunView) -> list[str]:
+    """The teacher fit's validation curve and kept epoch (per world), when the cache holds it."""
+    fits = _fits_of_lag(run)
+    if not fits:
+        return ["The teacher's fit is not in this run's cache (an imported store, or a cleaned "
+                "cache): no validation curve to show.", ""]
+    lines = []
+    for f in fits:
+        days = (f"days [{f.train_days[0]}, {f.train_days[1]})" if len(f.train_days) == 2
+                else "its days")
+        head = f"world {f.world}: {f.epochs} epoch(s) on {days}"
+        if not f.val_days:
+            lines.append(f"- {head}, no validation days (`teacher_val_days: 0`): the last epoch "
+                         "is kept with nothing to tell whether it overfit.")
+            continue
+        kept = f.best_epoch if f.select == "best" and f.best_epoch else f.epochs
+        curve = ", ".join(f"{e}: {f4(v)}" for e, v in sorted(f.curve.items()))
+        line = (f"- {head}, validated on [{f.val_days[0]}, {f.val_days[1]}) "
+                f"(select: {f.select}); validation NE ({f.task}, every domain) by epoch: "
+                f"{curve or '—'}; kept epoch {kept}")
+        if f.curve:
+            best = min(f.curve, key=lambda e: f.curve[e])
+            if kept in f.curve and f.curve[kept] > f.curve[best] and best != kept:
+                line += (f", though epoch {best} validated better ({f4(f.curve[best])}): "
+                         "`select: best` would keep it")
+        lines.append(line + ".")
+    return ["The teacher's fit:", "", *lines, ""]
