@@ -454,7 +454,7 @@ def _write(scan: _Scan, plan: _Plan, m: Mapping, spill: Path, out: Path, schema:
     for date in sorted(scan.dates):
         rows = _load(spill / f"date={date}")
         rows = _take(rows, np.lexsort((rows["order"], rows["t"])))
-        cols, events = _encode(rows, plan, m, next_id, matched)
+        cols, events = _encode(rows, date, plan, m, next_id, matched)
         next_id += len(rows["t"])
         del rows
         hist = None
@@ -476,17 +476,17 @@ def _write(scan: _Scan, plan: _Plan, m: Mapping, spill: Path, out: Path, schema:
                          f"(log column {s.on!r}); its features are all 0")
 
 
-def _encode(rows: dict, plan: _Plan, m: Mapping, next_id: int, matched: dict[str, int]
-            ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
-    """A partition's rows in time order → the flat columns (build._assemble's) and each history
-    field's per-row event values (``t``: the times in ns)."""
+def _encode(rows: dict, date: int, plan: _Plan, m: Mapping, next_id: int,
+            matched: dict[str, int]) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """A partition's rows (of local date ``date``) in time order → the flat columns
+    (build._assemble's) and each history field's per-row event values (``t``: times in ns)."""
     t = rows["t"]
     n = len(t)
     cols: dict[str, np.ndarray] = {"example_id": np.arange(next_id, next_id + n, dtype=np.int64),
                                    "ts": t // 10**9}
     if plan.edges is None:
-        assert m.days.calendar is not None and plan.first is not None
-        cols["day"] = encode.calendar_days(t, m.days.calendar, plan.first)
+        assert plan.first is not None  # calendar days: the partition is one local date
+        cols["day"] = np.full(n, max(date - plan.first, 0), dtype=np.int32)
     else:
         cols["day"] = np.searchsorted(plan.edges, cols["ts"], side="right").astype(np.int32)
     if plan.domain is not None:
