@@ -16,6 +16,7 @@ from gemkd.transfer.data.importer import import_logs, load_mapping, stream
 from gemkd.transfer.data.kuairand import kuairand_mapping
 from gemkd.transfer.data.reader import DatasetReader
 from gemkd.transfer.data.schema import DatasetSchema
+from gemkd.transfer.errors import DataError
 from tests.conftest import KUAIRAND_MAPPING, ROOT, dataset_table
 from tests.data import test_import, test_import_days, test_import_ids, test_kuairand
 
@@ -161,7 +162,7 @@ def test_errors_name_the_files_own_row(tmp_path, capsys):
     src, path = test_import.setup(tmp_path)
     bad = test_import.LOG.assign(clicked=[1, 0, 1, 0, 1, 2, 0, 1])
     bad.to_csv(src / "log.csv", index=False)
-    with pytest.raises(Exception, match=r"log.csv: column 'clicked' line 7: 2 is not 0 or 1"):
+    with pytest.raises(DataError, match=r"log.csv: column 'clicked' line 7: 2 is not 0 or 1"):
         import_logs(src, load_mapping(path), tmp_path / "out", batch_rows=2)
     assert main(["data", "import", "--src", str(src), "--mapping", str(path), "--out",
                  str(tmp_path / "out")]) == 2
