@@ -146,6 +146,14 @@ def test_a_day_in_part_files_reads_as_one_day(tmp_path, monkeypatch):
     got = [b.example_id.tolist() for b in DatasetReader(tmp_path / "parts", batch_size=3)]
     assert sum(got, []) == list(range(40))
     assert DatasetSchema.load(tmp_path / "parts").n_rows == 40
+    units = DatasetReader(tmp_path / "parts", batch_size=3).units
+    assert [(Path(u.path).name, u.first_row) for u in units if u.day == 0] == [
+        ("part-0.parquet", 0), ("part-0.parquet", 4), ("part-1.parquet", 0),
+        ("part-1.parquet", 4), ("part-2.parquet", 0)]  # errors name a file's own row
+    (tmp_path / "parts" / "day=0" / "part-2.parquet").unlink()
+    with pytest.raises(DataError, match=r"day=0 \(2 part files\): has 16 rows, schema.json "
+                                        "says 20"):
+        DatasetReader(tmp_path / "parts", batch_size=3)
 
 
 def test_part_rows_must_fill_row_groups(tmp_path):
