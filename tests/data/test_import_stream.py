@@ -12,10 +12,11 @@ import pandas as pd
 import pytest
 import yaml
 
-from gemkd.transfer.data.importer import import_logs, load_mapping, stream
+from gemkd.transfer.data.importer import import_logs, load_mapping, stream, stream_write
 from gemkd.transfer.data.kuairand import kuairand_mapping
 from gemkd.transfer.data.reader import DatasetReader
 from gemkd.transfer.data.schema import DatasetSchema
+from gemkd.transfer.errors import DataError
 from tests.conftest import KUAIRAND_MAPPING, ROOT, dataset_table
 from tests.data import test_import, test_import_days, test_import_ids, test_kuairand
 
@@ -132,6 +133,7 @@ def test_many_users_and_dates_carry_histories_across_dates(tmp_path):
 def test_a_day_in_part_files_reads_as_one_day(tmp_path, monkeypatch):
     """Row groups of 4 rows, parts of 8: a day of 20 rows is parts 0..2, read as one day."""
     monkeypatch.setattr(stream, "ROW_GROUP_SIZE", 4)
+    monkeypatch.setattr(stream_write, "ROW_GROUP_SIZE", 4)
     src, path = test_import.setup(tmp_path)
     log = pd.concat([test_import.LOG.assign(event_time=test_import.LOG["event_time"] + 1000 * k)
                      for k in range(5)], ignore_index=True)
@@ -145,11 +147,19 @@ def test_a_day_in_part_files_reads_as_one_day(tmp_path, monkeypatch):
     got = [b.example_id.tolist() for b in DatasetReader(tmp_path / "parts", batch_size=3)]
     assert sum(got, []) == list(range(40))
     assert DatasetSchema.load(tmp_path / "parts").n_rows == 40
+    units = DatasetReader(tmp_path / "parts", batch_size=3).units
+    assert [(Path(u.path).name, u.first_row) for u in units if u.day == 0] == [
+        ("part-0.parquet", 0), ("part-0.parquet", 4), ("part-1.parquet", 0),
+        ("part-1.parquet", 4), ("part-2.parquet", 0)]  # errors name a file's own row
+    (tmp_path / "parts" / "day=0" / "part-2.parquet").unlink()
+    with pytest.raises(DataError, match=r"day=0 \(2 part files\): has 16 rows, schema.json "
+                                        "says 20"):
+        DatasetReader(tmp_path / "parts", batch_size=3)
 
 
 def test_part_rows_must_fill_row_groups(tmp_path):
     src, path = test_import.setup(tmp_path)
-    with pytest.raises(ValueError, match="part_rows must be a multiple of 16384"):
+    with pytest.raises(ValueError, match="part_rows must be a positive multiple of 16384"):
         import_logs(src, load_mapping(path), tmp_path / "out", part_rows=1000)
     assert not (tmp_path / "out").exists()
 
@@ -161,7 +171,7 @@ def test_errors_name_the_files_own_row(tmp_path, capsys):
     src, path = test_import.setup(tmp_path)
     bad = test_import.LOG.assign(clicked=[1, 0, 1, 0, 1, 2, 0, 1])
     bad.to_csv(src / "log.csv", index=False)
-    with pytest.raises(Exception, match=r"log.csv: column 'clicked' line 7: 2 is not 0 or 1"):
+    with pytest.raises(DataError, match=r"log.csv: column 'clicked' line 7: 2 is not 0 or 1"):
         import_logs(src, load_mapping(path), tmp_path / "out", batch_rows=2)
     assert main(["data", "import", "--src", str(src), "--mapping", str(path), "--out",
                  str(tmp_path / "out")]) == 2

@@ -170,22 +170,24 @@ class DatasetReader(IterableDataset):
         units = []
         for day in self.days:
             paths = day_paths(self.root, day)
-            row = 0  # a day's row numbers run on over its part files
+            total = 0
             for path in paths:
                 pf = validate.open_parquet(path)
                 validate.check_columns(path, pf.schema_arrow, expected)
                 meta = pf.metadata
                 if meta.num_rows == 0:
                     raise DataError(f"{path}: no rows")
+                row = 0  # within this file: errors name the file's own row
                 for rg in range(meta.num_row_groups):
                     n = meta.row_group(rg).num_rows
                     units.append(Unit(path, rg, row, n, day))
                     row += n
+                total += row
             listed = self.schema.rows_per_day.get(str(day))
-            if listed is not None and listed != row:
+            if listed is not None and listed != total:
                 where = (paths[0] if len(paths) == 1 else
                          f"{fs.parent(paths[0])} ({len(paths)} part files)")
-                raise DataError(f"{where}: has {row} rows, schema.json says {listed} "
+                raise DataError(f"{where}: has {total} rows, schema.json says {listed} "
                                 f"(file replaced or partly written after the dataset was made)")
         return units
 

@@ -34,13 +34,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from gemkd.transfer.data.importer import day_checks, encode, sides, source
 from gemkd.transfer.data.importer.mapping import Ids, Mapping, SideTable
+from gemkd.transfer.data.importer.stream_write import Carry, DayWriter, Hist
 from gemkd.transfer.data.ranges import N_AGE_BUCKETS, age_buckets, gather_ranges
 from gemkd.transfer.data.schema import DatasetSchema, Feature
-from gemkd.transfer.data.writer import ROW_GROUP_SIZE, part_path
+from gemkd.transfer.data.writer import ROW_GROUP_SIZE
 from gemkd.transfer.errors import DataError
 
 log = logging.getLogger(__name__)
@@ -49,9 +49,6 @@ BATCH_ROWS = 262_144             # rows read and converted at a time
 PART_ROWS = 64 * ROW_GROUP_SIZE  # rows of a day's part file (1,048,576)
 DAY_NS = 86_400 * 10**9
 _COMPACT = 4_000_000             # distinct values gathered before they are deduplicated
-# a partition's histories: each row's range [start, end) in the merged events, their times
-# (ns) and field values
-_Hist = tuple[np.ndarray, np.ndarray, np.ndarray, dict[str, np.ndarray]]
 Extract = Callable[[pd.DataFrame, Path, Mapping], dict]
 
 
@@ -118,8 +115,9 @@ def import_streaming(files: list[Path], m: Mapping, side: list[tuple[SideTable, 
     """Write the dataset of ``files`` under ``out`` (an output directory's staging folder) and
     return its schema (``rows_per_day`` filled). ``extract`` and ``check_header`` are the
     in-memory import's per-file conversion and column check (build.py), applied per batch."""
-    if part_rows % ROW_GROUP_SIZE:
-        raise ValueError(f"part_rows must be a multiple of {ROW_GROUP_SIZE}, got {part_rows}")
+    if part_rows < ROW_GROUP_SIZE or part_rows % ROW_GROUP_SIZE:
+        raise ValueError(f"part_rows must be a positive multiple of {ROW_GROUP_SIZE} (whole "
+                         f"row groups), got {part_rows}")
     spill = out / ".spill"
     try:
         scan = _scan(files, m, spill, extract, check_header, batch_rows)
@@ -333,128 +331,18 @@ def _id_table(role: str, ids: Ids, scan: _Scan, uniq_by: dict[str, pd.Index],
 
 
 # ---- pass 2: write --------------------------------------------------------------------------
-class _Carry:
-    """Each user's most recent events (at most ``max_events``), carried between partitions and
-    kept in (user, time, example id) order, so a partition joins them by a merge, not a sort."""
-
-    def __init__(self, names: list[str], max_events: int) -> None:
-        self.max_events = max_events
-        empty = np.zeros(0, dtype=np.int64)
-        self.user, self.t = empty, empty
-        self.values: dict[str, np.ndarray] = {n: np.zeros(0) for n in names}
-
-    def join(self, user: np.ndarray, t: np.ndarray, eid: np.ndarray,
-             values: dict[str, np.ndarray]) -> _Hist:
-        """The carried events and a partition's rows merged in (user, time, example id) order
-        (every carried event is earlier than the partition's rows of its user); each row's
-        history range in that order, the merged times and field values. The carry then keeps
-        each user's last ``max_events`` of them for the next partition."""
-        k, n = len(self.user), len(user)
-        order = np.lexsort((eid, t, user))
-        pu = user[order]
-        at_carry = np.arange(k) + np.searchsorted(pu, self.user, side="left")
-        at_rows = np.arange(n) + np.searchsorted(self.user, pu, side="right")
-        del pu
-
-        where = (at_carry, at_rows, order)
-        mu, mt = _merge(self.user, user, where), _merge(self.t, t, where)
-        vals = {name: _merge(self.values[name], v, where) for name, v in values.items()}
-        del where
-        pos = np.empty(n, dtype=np.int64)
-        pos[order] = at_rows  # each row's place in the merged order, in the partition's order
-        del at_carry, at_rows, order
-        self.user = self.t = np.zeros(0, dtype=np.int64)  # the merged arrays hold them now
-        self.values = {}
-        start, end = _ranges_at(mu, mt, pos, self.max_events)
-        keep = _last_per_user(mu, self.max_events)
-        self.user, self.t = mu[keep], mt[keep]
-        self.values = {name: v[keep] for name, v in vals.items()}
-        return start, end, mt, vals
-
-
-def _merge(carried: np.ndarray, rows: np.ndarray,
-           where: tuple[np.ndarray, np.ndarray, np.ndarray]) -> np.ndarray:
-    """Carried values and a partition's values (in its ``order``) at their merged places."""
-    at_carry, at_rows, order = where
-    out = np.empty(len(carried) + len(rows), dtype=rows.dtype)
-    out[at_carry] = carried
-    out[at_rows] = rows[order]
-    return out
-
-
-def _ranges_at(user: np.ndarray, t: np.ndarray, at: np.ndarray, max_history: int
-               ) -> tuple[np.ndarray, np.ndarray]:
-    """``ranges.history_ranges`` of the rows ``at`` only (arrays sorted by user and time),
-    without the two full-length range arrays."""
-    idx = np.arange(len(user))
-    new_user = np.r_[True, user[1:] != user[:-1]]
-    first = np.maximum.accumulate(np.where(new_user, idx, 0))[at]  # each row's user's first
-    new_t = new_user
-    new_t[1:] |= t[1:] != t[:-1]
-    end = np.maximum.accumulate(np.where(new_t, idx, 0))[at]  # first row of its (user, time)
-    return np.maximum(first, end - max_history), end
-
-
-def _last_per_user(user: np.ndarray, keep: int) -> np.ndarray:
-    """A mask of each user's last ``keep`` positions (``user`` sorted)."""
-    n = len(user)
-    last = np.r_[user[1:] != user[:-1], True]
-    user_end = np.minimum.accumulate(np.where(last, np.arange(n), n)[::-1])[::-1]
-    return np.arange(n) > user_end - keep
-
-
-class _DayWriter:
-    """A day's part files, written a row group at a time: rows are buffered only up to a row
-    group, and a part file is closed after ``part_rows`` rows."""
-
-    def __init__(self, root: Path, day: int, schema: pa.Schema, part_rows: int) -> None:
-        self.root, self.day, self.schema, self.part_rows = root, day, schema, part_rows
-        self.buffer: list[pa.Table] = []
-        self.buffered = self.rows = self.in_part = self.parts = 0
-        self.writer: pq.ParquetWriter | None = None
-
-    def add(self, table: pa.Table) -> None:
-        self.buffer.append(table)
-        self.buffered += table.num_rows
-        while self.buffered >= ROW_GROUP_SIZE:
-            self._flush(ROW_GROUP_SIZE)
-
-    def close(self) -> int:
-        if self.buffered:
-            self._flush(self.buffered)
-        if self.writer is not None:
-            self.writer.close()
-        return self.rows
-
-    def _flush(self, n: int) -> None:
-        table = pa.concat_tables(self.buffer)
-        group, rest = table.slice(0, n), table.slice(n)
-        self.buffer, self.buffered = ([rest] if rest.num_rows else []), rest.num_rows
-        if self.writer is None or self.in_part >= self.part_rows:
-            if self.writer is not None:
-                self.writer.close()
-            path = Path(part_path(self.root, self.day, self.parts))
-            path.parent.mkdir(parents=True, exist_ok=True)
-            self.writer = pq.ParquetWriter(path, self.schema, compression="snappy")
-            self.parts += 1
-            self.in_part = 0
-        self.writer.write_table(group.combine_chunks(), row_group_size=ROW_GROUP_SIZE)
-        self.in_part += n
-        self.rows += n
-
-
 def _write(scan: _Scan, plan: _Plan, m: Mapping, spill: Path, out: Path, schema: DatasetSchema,
            part_rows: int, notes: list[str]) -> None:
     arrow = schema.arrow_schema()
     fields = [(f"hist_{f.name}", f.kind) for f in (m.history.fields if m.history else ())]
-    carry = _Carry([n for n, kind in fields if kind != "age"], schema.max_history)
-    writers: dict[int, _DayWriter] = {}
+    carry = Carry([n for n, kind in fields if kind != "age"], schema.max_history)
+    writers: dict[int, DayWriter] = {}
     matched = {str(path): 0 for _, path, _ in plan.side}
     next_id = 0
     for date in sorted(scan.dates):
         rows = _load(spill / f"date={date}")
         rows = _take(rows, np.lexsort((rows["order"], rows["t"])))
-        cols, events = _encode(rows, plan, m, next_id, matched)
+        cols, events = _encode(rows, date, plan, m, next_id, matched)
         next_id += len(rows["t"])
         del rows
         hist = None
@@ -466,7 +354,7 @@ def _write(scan: _Scan, plan: _Plan, m: Mapping, spill: Path, out: Path, schema:
             if day not in writers:
                 for d in [d for d in writers if d < day]:  # days only move forward
                     schema.rows_per_day[str(d)] = writers.pop(d).close()
-                writers[day] = _DayWriter(out, day, arrow, part_rows)
+                writers[day] = DayWriter(out, day, arrow, part_rows)
             writers[day].add(table)
     for d, w in writers.items():
         schema.rows_per_day[str(d)] = w.close()
@@ -476,17 +364,17 @@ def _write(scan: _Scan, plan: _Plan, m: Mapping, spill: Path, out: Path, schema:
                          f"(log column {s.on!r}); its features are all 0")
 
 
-def _encode(rows: dict, plan: _Plan, m: Mapping, next_id: int, matched: dict[str, int]
-            ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
-    """A partition's rows in time order → the flat columns (build._assemble's) and each history
-    field's per-row event values (``t``: the times in ns)."""
+def _encode(rows: dict, date: int, plan: _Plan, m: Mapping, next_id: int,
+            matched: dict[str, int]) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """A partition's rows (of local date ``date``) in time order → the flat columns
+    (build._assemble's) and each history field's per-row event values (``t``: times in ns)."""
     t = rows["t"]
     n = len(t)
     cols: dict[str, np.ndarray] = {"example_id": np.arange(next_id, next_id + n, dtype=np.int64),
                                    "ts": t // 10**9}
     if plan.edges is None:
-        assert m.days.calendar is not None and plan.first is not None
-        cols["day"] = encode.calendar_days(t, m.days.calendar, plan.first)
+        assert plan.first is not None  # calendar days: the partition is one local date
+        cols["day"] = np.full(n, max(date - plan.first, 0), dtype=np.int32)
     else:
         cols["day"] = np.searchsorted(plan.edges, cols["ts"], side="right").astype(np.int32)
     if plan.domain is not None:
@@ -542,7 +430,7 @@ def _slices(day: np.ndarray) -> Iterator[tuple[int, int, int]]:
 
 
 def _table(cols: dict[str, np.ndarray], lo: int, hi: int, arrow: pa.Schema,
-           hist: _Hist | None, fields: list[tuple[str, str]]) -> pa.Table:
+           hist: Hist | None, fields: list[tuple[str, str]]) -> pa.Table:
     """Rows ``[lo, hi)`` of a partition as a table of the dataset's schema, histories
     gathered for these rows only."""
     arrays = {f.name: pa.array(cols[f.name][lo:hi], type=f.type)
