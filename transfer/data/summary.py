@@ -114,10 +114,10 @@ def summarize(root: str | Path) -> pd.DataFrame:
             row[f"_loss_{t}"] = losses[t] / n_all
         if seq:
             values = np.flatnonzero(hist_counts)
-            c = hist_counts[values]
-            row["hist_mean"] = float(int((values * c).sum())) / n_all
-            row["hist_p50"] = _quantile_of_counts(values, c, 0.5)
-            row["hist_p99"] = _quantile_of_counts(values, c, 0.99)
+            freq = hist_counts[values]
+            row["hist_mean"] = float(int((values * freq).sum())) / n_all
+            row["hist_p50"] = _quantile_of_counts(values, freq, 0.5)
+            row["hist_p99"] = _quantile_of_counts(values, freq, 0.99)
             row["hist_max"] = int(values.max())
         row["_domains"] = domains
         rows.append(_finish(row, schema, base))
