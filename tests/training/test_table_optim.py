@@ -256,3 +256,27 @@ def test_stream_ema_averages_a_row_wise_table_lazily():
         expected += (w - expected) * _host_weight(0.9, n, torch.float32)
     assert len(lit.seen) == 10
     torch.testing.assert_close(lit.model.table.weight.detach(), expected, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("rule", ["dense_adamw", "rowwise_adagrad"])
+def test_the_module_puts_large_tables_in_a_row_wise_group(rule):
+    from gemkd.transfer.training.ranking_module import RankingModule
+
+    model = nn.ModuleDict({"big": HashedEmbedding(1024, 4), "small": HashedEmbedding(10, 4),
+                           "slot": nn.Embedding(3, 4), "linear": nn.Linear(4, 1)})
+    module = RankingModule(model, ["click"], ["feed"], table_optimizer=rule,
+                           init_output_bias=False)
+    opt = module.student_optimizer()
+    groups = {g["name"]: g for g in opt.param_groups}
+    big, small = model["big"], model["small"]
+    assert isinstance(big, HashedEmbedding) and isinstance(small, HashedEmbedding)
+    if rule == "dense_adamw":  # the reference: every table on dense AdamW, as before
+        assert list(groups) == ["embedding", "dense"] and not big.sparse
+        assert len(groups["embedding"]["params"]) == 3
+        return
+    assert list(groups) == ["table", "embedding", "dense"]
+    assert groups["table"]["params"] == [big.weight] and groups["table"]["table_rule"] == rule
+    assert groups["table"]["lr"] == module.embedding_lr
+    assert big.sparse and not small.sparse  # below table_min_rows: dense
+    with pytest.raises(ValueError, match="table_optimizer must be one of"):
+        RankingModule(model, ["click"], ["feed"], table_optimizer="adam", init_output_bias=False)

@@ -44,6 +44,8 @@ class LazyRowAverage:
         #: column ``j − base``: each member's sum of ``log(1 − a_i)`` over updates base ≤ i < j
         self._base = max(done, 1)
         self._log_keep = torch.zeros(members, 64, dtype=torch.float64)
+        #: (rows, their caught-up average) between catch_up and update
+        self._pending: tuple[Tensor, Tensor] | None = None
 
     def _member(self, rows: Tensor) -> Tensor:
         return self._member_of.index_select(0, rows)
@@ -59,13 +61,13 @@ class LazyRowAverage:
 
     def catch_up(self, rows: Tensor) -> None:
         """Before the optimiser step that changes ``rows`` (each once): their average brought
-        up to date with the updates they missed."""
+        up to date with the updates they missed (kept for :meth:`update` of the same ``rows``,
+        which writes them once)."""
+        self._pending = None
         if self.n == 0:
             return
         a = self.avg.index_select(0, rows)
-        a = a + (self.current.index_select(0, rows) - a) * self._missed(rows)
-        self.avg.index_copy_(0, rows, a)
-        self.last.index_fill_(0, rows, self.n)
+        self._pending = (rows, a + (self.current.index_select(0, rows) - a) * self._missed(rows))
 
     def update(self, rows: Tensor, weights: list[float]) -> None:
         """After that step: ``avg ← avg + (w − avg) · a`` on ``rows`` (the dense average's
@@ -75,7 +77,12 @@ class LazyRowAverage:
             self.avg.copy_(self.current)
             self.n = 1
             return
-        a = self.avg.index_select(0, rows)
+        pending, self._pending = self._pending, None
+        if pending is not None and pending[0] is not rows:
+            self.avg.index_copy_(0, pending[0], pending[1])  # caught up: written as it is
+            self.last.index_fill_(0, pending[0], self.n)
+            pending = None
+        a = self.avg.index_select(0, rows) if pending is None else pending[1]
         if self.k == 1:
             share: Tensor | float = weights[0]
         else:
@@ -89,6 +96,10 @@ class LazyRowAverage:
 
     def flush(self) -> None:
         """Every row up to date (before the average is read)."""
+        pending, self._pending = self._pending, None
+        if pending is not None:  # caught up, its update not done: keep the catch-up
+            self.avg.index_copy_(0, pending[0], pending[1])
+            self.last.index_fill_(0, pending[0], self.n)
         if self.n == 0:
             return
         everything = torch.arange(self.avg.shape[0])

@@ -203,11 +203,18 @@ def final_runs(tmp_path_factory):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("batched", [True, False], ids=["batched", "exact"])
+@pytest.mark.parametrize(("batched", "table_optimizer"),
+                         [(True, "dense_adamw"), (False, "dense_adamw"), (True, "sparse_adam")],
+                         ids=["batched", "exact", "batched_row_wise"])
 @pytest.mark.parametrize("variant", VARIANTS)
-def test_every_variant_packs_to_its_runs_alone(final_runs, variant, batched, caplog):
+def test_every_variant_packs_to_its_runs_alone(final_runs, variant, batched, table_optimizer,
+                                               caplog):
+    """Row-wise: every table of the tiny world updated row-wise (table_min_rows 0)."""
     runs, tmp = final_runs
     base = runs[variant]
+    if table_optimizer != "dense_adamw":
+        base = dataclasses.replace(base, spec=dataclasses.replace(
+            base.spec, table_optimizer=table_optimizer, table_min_rows=0))
     members = []
     for seed, knobs in enumerate(KNOBS):
         params = {**base.params, **{k: v for k, v in knobs.items() if k in base.params}}
@@ -215,7 +222,7 @@ def test_every_variant_packs_to_its_runs_alone(final_runs, variant, batched, cap
                                            key=f"{variant}{seed}"))
     assert len({tuple(sorted(m.params.items())) for m in members}) == 3
     assert len({pack_key(m) for m in members}) == 1
-    mode = "batched" if batched else "exact"
+    mode = ("batched" if batched else "exact") + f"_{table_optimizer}"
 
     def where(name: str) -> list[StudentRun]:
         return [dataclasses.replace(m, curve=str(tmp / mode / name / variant / f"{m.seed}.csv"),
