@@ -5,7 +5,8 @@ the GEM teacher, 5,000 users in 3 domains, 2 tasks, one teacher lag — with a r
 NE matches them, then ``run_intervals`` with 1,000 resamples, timed end to end (reading the
 files, checking them against results.csv, the bootstrap, the table). ``--method t`` (the
 default) needs no resamples with several worlds (a t interval over them) and the
-users' resamples only with one; ``--method percentile`` times the nested bootstrap before it.
+users' resamples only with one; ``--method percentile`` times the nested bootstrap of earlier
+versions (benchmarks/percentile_rule.py) on the same files.
 Accuracy (false verdicts, coverage) is benchmarks/null_calibration.py's. Usage::
 
     python -m benchmarks.bench_intervals [--users 5000] [--worlds 3] [--samples 1000]
@@ -22,8 +23,9 @@ from pathlib import Path
 import numpy as np
 import yaml
 
+from benchmarks.percentile_rule import NAME, run_table
 from gemkd.experiments.report.clusters import load_eval_sets, point_frame
-from gemkd.experiments.report.intervals import METHODS, run_intervals
+from gemkd.experiments.report.intervals import run_intervals
 
 VARIANTS = ("baseline", "kd", "kd_aux", "kd_aux_adapter", "kd_repr", "hierarchical", "full")
 TASKS, DOMAINS = ("click", "conversion"), ("d0", "d1", "d2")
@@ -60,17 +62,21 @@ def main() -> None:
     p.add_argument("--worlds", type=int, default=3)
     p.add_argument("--seeds", type=int, default=3)
     p.add_argument("--samples", type=int, default=1000)
-    p.add_argument("--method", choices=METHODS, default="t")
+    p.add_argument("--method", choices=("t", NAME), default="t")
     args = p.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         write_run(root, args.users, args.worlds, args.seeds, args.samples)
         t0 = time.perf_counter()
-        iv = run_intervals(root, method=args.method)
+        if args.method == NAME:
+            rows, kind = len(run_table(root)), NAME
+        else:
+            iv = run_intervals(root)
+            rows, kind = len(iv.table), iv.interval_method
         seconds = time.perf_counter() - t0
     print(f"{args.worlds} worlds × {len(VARIANTS)} variants × {args.seeds} seeds × "
           f"{args.users} users × {len(TASKS)} tasks × {args.samples} resamples: "
-          f"{seconds:.2f} s ({len(iv.table)} interval rows, {iv.interval_method})")
+          f"{seconds:.2f} s ({rows} interval rows, {kind})")
 
 
 if __name__ == "__main__":

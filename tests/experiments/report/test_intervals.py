@@ -146,8 +146,6 @@ def test_verdict_rule():
     assert verdict(-0.03, -0.01, "up", "down") == "down"
     assert verdict(-0.01, 0.03, "up", "down") == UNRESOLVED  # holds 0
     assert verdict(math.nan, math.nan, "up", "down") == UNRESOLVED
-    # the rule before issue 28 also wanted a majority of worlds
-    assert verdict(0.01, 0.03, "up", "down", majority=False) == UNRESOLVED
 
 
 def test_intervals_over_worlds_are_t_intervals_of_the_world_values(three_worlds):
@@ -193,22 +191,6 @@ def test_intervals_over_worlds_are_t_intervals_of_the_world_values(three_worlds)
     eff = others.dropna(subset=["efficiency_lo"])
     assert len(eff) and ((eff["efficiency_lo"] > 1) == (eff["vs_kd_lo"] > 0)).all()
     assert ((eff["efficiency_hi"] < 1) == (eff["vs_kd_hi"] < 0)).all()
-
-
-def test_the_percentile_rule_before_issue_28_is_kept_for_comparison(three_worlds, tmp_path):
-    old = run_intervals(three_worlds, method="percentile")
-    assert old.interval_method == "percentile" and old.table["vs_kd_p"].isna().all()
-    new = run_intervals(three_worlds)
-    np.testing.assert_allclose(old.table["ne"], new.table["ne"])  # the same points
-    assert not np.allclose(old.table["vs_kd_lo"], new.table["vs_kd_lo"])
-    # with a majority rule: a gain in 1 world of 3 with an interval above 0 stays unresolved
-    run = make_cluster_run(tmp_path / "r", worlds=(0, 1, 2),
-                           noise={"baseline": 1.6, "kd": 0.9, "kd_repr": 1.0},
-                           world_noise={0: {"kd_repr": 0.2}})
-    r = _row(run_intervals(run, method="percentile").table, "kd_repr")
-    assert r["worlds_agree_vs_kd"] == 1 and r["kd_verdict"] == UNRESOLVED
-    with pytest.raises(ConfigError, match="interval method 'bayes'"):
-        run_intervals(run, method="bayes")
 
 
 def test_one_world_holds_users_and_seeds(one_world, tmp_path):
