@@ -203,7 +203,7 @@ def _plot_curves(run: RunView, curves: pd.DataFrame, Figure: Any, colors: dict,
     """Validation NE, the one measure every variant shares, on one axis; each loss on an axis
     per variant: a variant's training loss is its own objective (labels only, labels + KD,
     + the auxiliary head's term ...), so two variants' losses on one axis compare different
-    sums (issue 42 item 10)."""
+    sums."""
     lag = run.lag if (curves["teacher_lag_days"] == run.lag).any() else \
         sorted(curves["teacher_lag_days"].unique())[0]
     c = curves[curves["teacher_lag_days"] == lag]

@@ -53,7 +53,7 @@ def _sampled(run: RunView) -> dict | None:
 
 def run_labels(runs: list[RunView]) -> list[str]:
     """Each run's name on the page: its spec's name, with its run directory's name where
-    several runs share that name (several runs of one spec, issue 42 item 5), and the
+    several runs share that name (several runs of one spec), and the
     directory's parent too where those collide as well."""
     names = Counter(r.name for r in runs)
     dirs = Counter(r.dir.resolve().name for r in runs)

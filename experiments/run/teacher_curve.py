@@ -1,7 +1,7 @@
 """How each lag's teacher fit went: its validation curve (per epoch: loss, and NE, AUC and
 calibration Σp/Σy per task over every domain), the epoch kept, and the kept teacher's
 validation metrics; per world and lag in ``RUN_DIR/teacher_fit.json`` for the report (a
-teacher that memorised ids after its best epoch was invisible: issue 42, trap 1).
+teacher that memorised ids after its best epoch was invisible in a new user's report).
 
 Read from the fit's own files (its run directory in the cache): ``metrics.csv`` (one row per
 validation round, written by Lightning's CSV logger; a resumed fit's rows are appended, so the

@@ -1,6 +1,6 @@
 """Intervals, p-values and verdicts of a run directory (gemkd.experiments.report.intervals) from
 per-user evaluation files built with their results.csv from the same per-example predictions;
-the reference arm as an argument and ``gemkd report --pair`` (issue 31 trap e)."""
+the reference arm as an argument and ``gemkd report --pair``."""
 
 from __future__ import annotations
 
