@@ -60,8 +60,9 @@ from gemkd.experiments.report.clusters import (
     point_frame,
     unique_groups,
 )
-from gemkd.experiments.report.load import WORLD, load_results, load_spec_mapping
+from gemkd.experiments.report.load import WORLD
 from gemkd.experiments.results_schema import BASELINE, CELL_KEYS, KD
+from gemkd.experiments.run_dir import RunDir
 from gemkd.transfer.errors import ConfigError
 from gemkd.transfer.metrics.bootstrap import ne_point, ne_replicates, rng_for, seed_mean
 from gemkd.transfer.metrics.contrasts import Units, difference, fieller
@@ -157,11 +158,11 @@ def run_intervals(run_dir: str | Path, results: pd.DataFrame | None = None,
         A file is missing or unreadable, the per-user files' NE differs from results.csv's
         (they are not this run's evaluation), or the worlds' domains or tasks differ.
     """
-    run_dir = Path(run_dir)
-    results = load_results(run_dir) if results is None else results
-    spec = load_spec_mapping(run_dir) if spec is None else spec
+    run = RunDir(run_dir)
+    results = run.results() if results is None else results
+    spec = run.spec() if spec is None else spec
     samples, seed = bootstrap_settings(spec)
-    sets = load_eval_sets(run_dir) if has_clusters(run_dir) else []
+    sets = load_eval_sets(run) if has_clusters(run) else []
     if not sets:
         table, by_world = from_results(results, reference)
         worlds = sorted(results[WORLD].unique().tolist())
@@ -228,8 +229,10 @@ class IntervalRule(Protocol):
     of earlier versions: benchmarks/percentile_rule.py). It gets every world's arrays with the
     users' resamples drawn."""
 
-    #: What the rule's tables are called (:attr:`Intervals.interval_method`).
-    name: str
+    @property
+    def name(self) -> str:
+        """What the rule's tables are called (:attr:`Intervals.interval_method`)."""
+        ...
 
     def bounds(self, per: list[WorldArrays], baseline: int | None, reference: int | None,
                samples: int, seed: int, level: float, point: dict[str, np.ndarray]

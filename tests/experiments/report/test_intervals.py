@@ -25,7 +25,7 @@ from gemkd.experiments.report.intervals import (
     run_intervals,
     verdict,
 )
-from gemkd.experiments.report.load import load_results
+from gemkd.experiments.run_dir import RunDir
 from gemkd.transfer.errors import ConfigError
 from tests.experiments.report.cluster_run import make_cluster_run
 from tests.experiments.report.test_report import make_results, make_run
@@ -53,7 +53,7 @@ def _row(table: pd.DataFrame, variant: str, lag=0, domain="all", task="click") -
 def test_files_reproduce_results_ne(three_worlds):
     """NE from the cluster sums = RankingMetrics' NE in results.csv, row by row (incl. the
     conversion task, whose NE divides by the evaluation labels' own rate)."""
-    results = load_results(three_worlds)
+    results = RunDir(three_worlds).results()
     points = point_frame(load_eval_sets(three_worlds))
     keys = ["world", "teacher_lag_days", "variant", "seed", "domain", "task"]
     both = points.merge(results[[*keys, "ne"]], on=keys, suffixes=("", "_ref"))
@@ -63,7 +63,7 @@ def test_files_reproduce_results_ne(three_worlds):
 
 def test_point_estimates_are_means_over_worlds_of_seed_means(three_worlds):
     table = run_intervals(three_worlds).table
-    res = load_results(three_worlds)
+    res = RunDir(three_worlds).results()
     res["fm"] = res["ne_baseline"] - res["ne_teacher"]
     keys = ["teacher_lag_days", "domain", "task", "variant"]
     means = res.groupby([*keys, "world"])[["ne", "delta_ne", "fm"]].mean().groupby(keys).mean()
@@ -159,7 +159,7 @@ def test_intervals_over_worlds_are_t_intervals_of_the_world_values(three_worlds)
     assert iv.interval_method == "t-worlds" and iv.reference == "kd"
     assert "W − 1 degrees of freedom" in METHOD_TEXT[iv.interval_method]
     bw, table = iv.by_world, iv.table
-    res = load_results(three_worlds)
+    res = RunDir(three_worlds).results()
     kd_ne = res[res["variant"] == "kd"].set_index(
         ["teacher_lag_days", "domain", "task", "world", "seed"])["ne"]
     res = res.join(kd_ne.rename("ne_kd"), on=kd_ne.index.names)
