@@ -3,7 +3,7 @@
     python -m benchmarks.bench_loader [--config experiments/data/base.yaml] [--days 4]
         [--batch-size 2048] [--json OUT] [--quick]
 
-What a GPU fit needs from its loader (issue 41.4): the loader alone >= 200k rows/s with 4
+What a GPU fit needs from its loader: the loader alone >= 200k rows/s with 4
 DataLoader workers on the base world at batch 2,048 (a CPU figure). The loader is the teacher
 fit's: ``AdsDataModule``'s training loader (shuffled, every column, whole histories), each pass
 drained without a model. ``--days`` days of the base world are generated (a slice: the figure is

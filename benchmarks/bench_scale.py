@@ -1,5 +1,5 @@
 """The store side of the data path as the log grows: peak memory and time of the student's join,
-the LoopFM codes step, ``summary`` and ``validate`` on synthetic worlds of growing size (issue 43).
+the LoopFM codes step, ``summary`` and ``validate`` on synthetic worlds of growing size.
 
 Worlds: experiments/data/small.yaml scaled to ``--rows`` impressions over its 14 days (users
 scaled alike: the preset's density). Store: the world's rows with random logits and width-128

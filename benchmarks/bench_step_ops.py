@@ -13,8 +13,9 @@ phase and per model part, the embedding lookups apart), so they are the same on 
 times are medians of interleaved rounds with a dense matmul (fp32 and bf16, the same run): MFU
 is the step's matmul FLOP/s (``FlopCounterMode``, forward + backward) over the matmul's.
 
-Targets (issue 41, item 3): GEM base at B=512 dispatches ≤ 3,000 aten ops per step on the CPU
-and launches ≤ 300 kernels on a GPU, with no host↔device copy or synchronisation inside the step.
+Targets (the step is launch-bound): GEM base at B=512 dispatches ≤ 3,000 aten ops per step on the
+CPU and launches ≤ 300 kernels on a GPU, with no host↔device copy or synchronisation inside the
+step.
 ``--compile NAME`` adds that config's step under ``torch.compile`` (forward and backward; the
 optimizer eager) with the seconds of its first calls (one per batch shape: compilation and any
 recompiles) in a fresh process twice over one cache folder: cold (an empty cache) and warm (the

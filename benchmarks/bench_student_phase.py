@@ -22,13 +22,13 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
-import json
 import shutil
 import statistics
 import tempfile
 from pathlib import Path
 
 from benchmarks.common import figure, print_figures, quiet_lightning, write_json
+from gemkd.experiments.run_dir import RunDir
 
 ROOT = Path(__file__).resolve().parents[1]
 STUDENT_PHASES = ("tuning", "final runs")
@@ -36,7 +36,7 @@ STUDENT_PHASES = ("tuning", "final runs")
 
 def _link_cache(src: Path, dst: Path) -> None:
     """``dst/cache`` holding hard links to ``src/cache``'s finished steps (no copy)."""
-    shutil.copytree(src / "cache", dst / "cache", copy_function=_link)
+    shutil.copytree(RunDir(src).cache, RunDir(dst).cache, copy_function=_link)
 
 
 def _link(src: str, dst: str) -> None:
@@ -55,13 +55,13 @@ def student_seconds(run: Path, out: Path, pack_size: int, workers: int) -> tuple
 
     _link_cache(run, out)
     with contextlib.redirect_stdout(io.StringIO()):  # the run's table: not a figure
-        code = main(["run", str(run / "spec.yaml"), "--out", str(out), "--threads", "1",
+        code = main(["run", str(run / RunDir.SPEC), "--out", str(out), "--threads", "1",
                      "--workers", str(workers), "--pack-size", str(pack_size)])
     if code != 0:
         raise RuntimeError(f"gemkd run into {out} exited {code}")
-    phases = json.loads((out / "phases.json").read_text())
-    runs = sum(1 for line in (out / "runs.jsonl").read_text().splitlines() if line.strip())
-    return sum(float(phases.get(p, 0.0)) for p in STUDENT_PHASES), runs
+    done = RunDir(out)
+    phases = done.phases() or {}
+    return sum(float(phases.get(p, 0.0)) for p in STUDENT_PHASES), len(done.ledger())
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -72,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--json", type=Path, default=None)
     args = p.parse_args(argv)
-    if not (args.run / "spec.yaml").is_file() or not any((args.run / "cache").glob("*/DONE")):
+    if not (args.run / RunDir.SPEC).is_file() or not RunDir(args.run).has_done_steps():
         print(f"bench_student_phase: no finished run with cached steps at {args.run} (run `make "
               "demo` first); skipped")
         return 0

@@ -14,27 +14,26 @@ does not exist or holds no ``phases.json`` is skipped with a line saying so (not
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
-import yaml
-
 from benchmarks.common import figure, print_figures, write_json
+from gemkd.experiments.run_dir import RunDir
+from gemkd.transfer.errors import ConfigError
 
 TARGET_MINUTES = 60
 
 
 def sweep_figures(run: Path) -> tuple[list[dict], dict]:
     """The figures (minutes per phase, the total against :data:`TARGET_MINUTES`) and what the
-    run was: its command, worlds, lags, variants and student runs."""
-    phases = json.loads((run / "phases.json").read_text())
-    if not isinstance(phases, dict) or not all(isinstance(v, int | float) for v in phases.values()):
-        raise ValueError("phases.json: expected an object of phase name -> seconds")
-    spec = yaml.safe_load((run / "spec.yaml").read_text())
-    ledger = run / "runs.jsonl"
-    lines = ledger.read_text().splitlines() if ledger.is_file() else []
-    runs = sum(1 for line in lines if line.strip())
+    run was: its command, worlds, lags, variants and student runs (read through
+    :class:`~gemkd.experiments.run_dir.RunDir`; a broken file is a ConfigError naming it)."""
+    rd = RunDir(run)
+    phases = rd.phases()
+    if phases is None:
+        raise ConfigError(f"{rd.phases_path}: not found")
+    spec = rd.spec() or {}
+    runs = len(rd.ledger())
     worlds = len(spec.get("data", {}).get("seeds") or [0])
     lags = spec.get("teacher_lag_days")
     lags = lags if isinstance(lags, list) else [lags]
@@ -45,8 +44,7 @@ def sweep_figures(run: Path) -> tuple[list[dict], dict]:
                    f"<= {TARGET_MINUTES}")]
     figs += [figure(f"benchmark sweep: {name}", round(float(sec) / 60, 1), "min")
              for name, sec in phases.items()]
-    command = (run / "command.txt").read_text().strip() if (run / "command.txt").is_file() else ""
-    return figs, {"run": str(run), "run_command": command, "shape": shape}
+    return figs, {"run": str(run), "run_command": rd.command(), "shape": shape}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -55,13 +53,13 @@ def main(argv: list[str] | None = None) -> int:
                    help="a finished `gemkd run experiments/benchmark.yaml` directory")
     p.add_argument("--json", type=Path, default=None, help="also write the figures here")
     args = p.parse_args(argv)
-    if not (args.run / "phases.json").is_file():
-        print(f"bench_sweep: {args.run}/phases.json not found (run `make results` first); "
+    if not (args.run / RunDir.PHASES).is_file():
+        print(f"bench_sweep: {args.run}/{RunDir.PHASES} not found (run `make results` first); "
               "skipped")
         return 0
     try:
         figs, about = sweep_figures(args.run)
-    except (OSError, ValueError, yaml.YAMLError) as e:
+    except (OSError, ValueError, ConfigError) as e:
         print(f"error: bench_sweep: {args.run}: {e}", file=sys.stderr)
         return 1
     print(f"bench_sweep: {about['shape']} ({about['run_command']})")

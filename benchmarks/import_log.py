@@ -1,4 +1,4 @@
-"""A generated event log for measuring ``gemkd data import`` at scale (issue 43).
+"""A generated event log for measuring ``gemkd data import`` at scale.
 
 Writes ``OUT/events.csv`` (8 columns: time, user, item, surface, device, click, buy, dwell),
 ``OUT/items.csv`` (an item side table: brand, price) and ``OUT/mapping.yaml`` (dense ids, 3

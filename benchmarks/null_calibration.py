@@ -3,16 +3,16 @@ versions against today's t / generalized-pivot rule.
 
 Simulated runs (gemkd.transfer.metrics.null_sim: per-user sums drawn like a run's clusters/
 files, with user, seed and per-world noise) go through the report's own interval code
-(gemkd.experiments.report.intervals.lag_intervals), once with the rule of earlier versions
-(``percentile``: the nested percentile bootstrap and a majority of worlds) and once with the
-t / generalized-pivot rule (``t``). For each run shape the project ships (one world × 3 seeds:
-quickstart, MovieLens, KuaiRand; 3 worlds × 3 seeds: today's benchmark; 8 × 3: the planned one)
-and each noise mix it prints, per rule: the false-verdict rate of two null comparisons (a
-placebo against the baseline, a twin of KD against KD; split by side) and the coverage of two
-known effects (KD's ΔNE, 0.01; a variant 0.004 better than KD), with their Monte-Carlo
-standard errors. Usage::
+(gemkd.experiments.report.intervals.lag_tables), once with the rule of earlier versions
+(``percentile``: the nested percentile bootstrap and a majority of worlds,
+benchmarks/percentile_rule.py) and once with the report's t / generalized-pivot rule (``t``).
+For each run shape the project ships (one world × 3 seeds: quickstart, MovieLens, KuaiRand;
+3 worlds × 3 seeds: today's benchmark; 8 × 3: the planned one) and each noise mix it prints,
+per rule: the false-verdict rate of two null comparisons (a placebo against the baseline, a twin
+of KD against KD; split by side) and the coverage of two known effects (KD's ΔNE, 0.01; a
+variant 0.004 better than KD), with their Monte-Carlo standard errors. Usage::
 
-    python benchmarks/null_calibration.py [--replicates 10000] [--old-replicates 2000]
+    python -m benchmarks.null_calibration [--replicates 10000] [--old-replicates 2000]
                                           [--samples 1000] [--shapes 1x3,3x3,8x3]
 """
 
@@ -24,8 +24,9 @@ import time
 
 import pandas as pd
 
+from benchmarks.percentile_rule import PERCENTILE
 from gemkd.experiments.report.clusters import EvalSet
-from gemkd.experiments.report.intervals import lag_intervals
+from gemkd.experiments.report.intervals import lag_tables
 from gemkd.transfer.metrics.null_sim import (
     EFFECTS_KNOWN,
     NOISE_MIXES,
@@ -49,12 +50,14 @@ def eval_sets(worlds: list[SimWorld]) -> list[EvalSet]:
 
 def simulate(scenario: Scenario, replicates: int, method: str, samples: int,
              chunk: int) -> pd.DataFrame:
-    """lag_intervals' table over ``replicates`` runs, drawn and scored ``chunk`` at a time."""
+    """The interval table over ``replicates`` runs, drawn and scored ``chunk`` at a time, under
+    ``method`` ("t": the report's rule; "percentile": the rule of earlier versions)."""
+    rule = PERCENTILE if method == "percentile" else None
     parts = []
     for k, start in enumerate(range(0, replicates, chunk)):
         n = min(chunk, replicates - start)
         sets = eval_sets(draw_run(scenario, n, seed=k))
-        table, _ = lag_intervals(sets, samples, seed=k, method=method)
+        table, _ = lag_tables(sets, samples, k, [(0.95, "kd")], rule)[0]
         parts.append(table)
     return pd.concat(parts, ignore_index=True)
 

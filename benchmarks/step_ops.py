@@ -1,7 +1,7 @@
 """Counting what one training step dispatches: aten ops on the CPU (all, top-level, per phase and
 per model part), GPU kernels, host↔device copies and synchronisations (bench_step_ops' units).
 
-Why counts and not only times: a GEM step at B=512 is launch-bound (issue 41): its time on a GPU
+Why counts and not only times: a GEM step at B=512 is launch-bound: its time on a GPU
 follows the number of kernels, not the FLOPs, and the number of aten ops a step dispatches on the
 CPU is the same figure measured without a GPU. The counts come from one ``torch.profiler`` trace
 of one step (after warm-up steps): they do not depend on the machine's load.

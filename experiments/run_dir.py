@@ -1,6 +1,8 @@
-"""A ``gemkd run`` directory, read through one class: what the runner writes, where, and how it
-reads back (the report, the studies and the CLI go through :class:`RunDir`, never through the
-file names themselves).
+"""A ``gemkd run`` directory, written and read through one class: what the runner writes, where,
+and how it reads back (the runner, the report, the studies, the benchmarks and the CLI go through
+:class:`RunDir`, never through the file names themselves). Whole files are written atomically
+(a temporary name, then a rename: a reader never sees a torn file); the ledger and the log grow
+a line at a time.
 
 Layout (version :data:`LAYOUT_VERSION`, recorded in ``run.json``; a run written before the file
 existed reads as version 1)::
@@ -10,16 +12,21 @@ existed reads as version 1)::
     environment.json          versions and torch thread counts (``threads``, ``run_threads``)
     command.txt               the command line
     log.txt                   the run's progress log
+    phases.json               the run's wall seconds per phase (steps, tuning, final runs)
     runs.jsonl                the ledger: one finished student run a line, {"key": ..., ...}
     results.csv               one row per variant × seed × world × domain × task × lag
                               (gemkd.experiments.results_schema)
     tuning.csv                every search trial, one row per knob (run.tuning_table)
     teacher_data.json         teacher vs student rows per world and lag (run.data_ratio)
+    teacher_fit.json          each teacher fit's validation curve and kept epoch (run.teacher_curve)
     sampled_negatives.json    how a positive-only log's negatives were drawn (when they were)
     curves/<variant>_seed<S>_lag<L>[_w<W>].csv                 a final run's training curve
     clusters/world=<W>/lag=<L>/<variant>__seed<S>.npz           per-user evaluation sums
     clusters/world=<W>/lag=<L>/teacher__<source>.npz            ... of a teacher's store
     cache/<step>-<hash>/{config.json, DONE, ...}              cached steps (run.cache)
+    logs/prepare_world<W>.txt                                 a worker's lines per prepared world
+    logs/...                                                  a tracker's files (the spec's logger)
+    .lock                                                     held by the run that owns it
     report.md, intervals.csv, plots/                          written by ``gemkd report``
 """
 
@@ -29,15 +36,18 @@ import hashlib
 import json
 import logging
 import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
+import yaml
 
 from gemkd.experiments.results_schema import WORLD, one_domain, validate_results
 from gemkd.transfer.errors import ConfigError
+from gemkd.transfer.io.atomic import atomic_write_bytes
 
 if TYPE_CHECKING:
     from gemkd.experiments.spec.model import RunSpec
@@ -76,13 +86,16 @@ class FinalRun:
 
 class RunDir:
     """One run directory. Constructing it checks the layout version (a newer one is a
-    ConfigError saying which gemkd to use); every reader names the file it could not read."""
+    ConfigError saying which gemkd to use); every reader names the file it could not read;
+    every writer replaces its file whole (atomically), except the ledger's and the log's lines,
+    which are appended."""
 
     RUN_JSON = "run.json"
     SPEC = "spec.yaml"
     ENVIRONMENT = "environment.json"
     COMMAND = "command.txt"
     LOG = "log.txt"
+    PHASES = "phases.json"
     LEDGER = "runs.jsonl"
     RESULTS = "results.csv"
     TUNING = "tuning.csv"
@@ -92,6 +105,7 @@ class RunDir:
     CURVES = "curves"
     CLUSTERS = "clusters"
     CACHE = "cache"
+    LOGS = "logs"
     PLOTS = "plots"
     REPORT = "report.md"
     INTERVALS = "intervals.csv"
@@ -119,6 +133,41 @@ class RunDir:
     @property
     def clusters_dir(self) -> Path:
         return self.path / self.CLUSTERS
+
+    @property
+    def logs_dir(self) -> Path:
+        """Where a tracker's files and the workers' per-world lines go."""
+        return self.path / self.LOGS
+
+    @property
+    def lock_path(self) -> Path:
+        """The lock the run that owns the directory holds."""
+        return self.path / self.LOCK
+
+    @property
+    def log_path(self) -> Path:
+        """The run's progress log (appended to by ``run.progress.Progress``)."""
+        return self.path / self.LOG
+
+    @property
+    def ledger_path(self) -> Path:
+        return self.path / self.LEDGER
+
+    @property
+    def results_path(self) -> Path:
+        return self.path / self.RESULTS
+
+    @property
+    def tuning_path(self) -> Path:
+        return self.path / self.TUNING
+
+    @property
+    def phases_path(self) -> Path:
+        return self.path / self.PHASES
+
+    def prepare_log_path(self, world: int | None) -> Path:
+        """A worker's lines while it prepares ``world``'s cached steps."""
+        return self.logs_dir / f"prepare_world{world}.txt"
 
     def curve_path(self, variant: str, seed: int, lag: int | float,
                    world: int | None = None) -> Path:
@@ -271,6 +320,89 @@ class RunDir:
         """The finished cached steps ``cache/<name>-<hash>`` (those with ``DONE``), sorted."""
         return [s for s in sorted(self.cache.glob(f"{name}-*")) if (s / "DONE").is_file()]
 
+    def has_done_steps(self) -> bool:
+        """Any finished cached step (of any name)."""
+        return any(self.cache.glob("*/DONE"))
+
+    def phases(self) -> dict[str, float] | None:
+        """``phases.json``: phase name → wall seconds of the run that did the work, or None
+        when the run has none (not finished, or before the file existed)."""
+        phases = self._json(self.PHASES)
+        if phases is None:
+            return None
+        if not isinstance(phases, dict) or not all(
+                isinstance(v, int | float) and not isinstance(v, bool) for v in phases.values()):
+            raise ConfigError(f"{self.phases_path}: expected an object of phase name -> seconds")
+        return phases
+
+    def command(self) -> str:
+        """``command.txt``: the command line the run was made with ("" without the file)."""
+        path = self.path / self.COMMAND
+        return path.read_text().strip() if path.is_file() else ""
+
+    # ---- writers (the runner) ------------------------------------------------------------
+    def write_layout(self) -> None:
+        """Record :data:`LAYOUT_VERSION` in ``run.json`` (the runner, before any other file);
+        a run directory of a newer layout is refused rather than mixed with this one."""
+        self.layout_version = read_layout_version(self.path)
+        self._write(self.RUN_JSON, json.dumps({"layout_version": LAYOUT_VERSION}) + "\n")
+        self.layout_version = LAYOUT_VERSION
+
+    def write_spec(self, spec: Mapping[str, Any]) -> None:
+        """``spec.yaml``: the spec as run (``RunSpec.to_dict()``), in its own key order."""
+        self._write(self.SPEC, yaml.safe_dump(dict(spec), sort_keys=False))
+
+    def write_environment(self, environment: Mapping[str, Any]) -> None:
+        """``environment.json``: versions and torch thread counts."""
+        self._write(self.ENVIRONMENT, json.dumps(dict(environment), indent=2))
+
+    def write_command(self, argv: Sequence[str]) -> None:
+        """``command.txt``: the command line, one line."""
+        self._write(self.COMMAND, " ".join(argv) + "\n")
+
+    def write_results(self, results: pd.DataFrame) -> None:
+        """``results.csv`` (written last: a reader takes it as the run's end)."""
+        self._write(self.RESULTS, results.to_csv(index=False))
+
+    def write_tuning(self, tuning: pd.DataFrame) -> None:
+        """``tuning.csv``: every search trial, one row per knob."""
+        self._write(self.TUNING, tuning.to_csv(index=False))
+
+    def write_phases(self, phases: Mapping[str, float]) -> None:
+        """``phases.json``: wall seconds per phase, to a tenth."""
+        self._write(self.PHASES, json.dumps({k: round(v, 1) for k, v in phases.items()},
+                                            indent=2) + "\n")
+
+    def write_sampled_negatives(self, negatives: Mapping[str, Any]) -> None:
+        """``sampled_negatives.json``: how a positive-only log's negatives were drawn."""
+        self._write(self.NEGATIVES, json.dumps(negatives, indent=2))
+
+    def record_teacher_data(self, world: int | None, lag: int | float,
+                            entry: dict[str, Any]) -> None:
+        """Add the (world, lag) entry to ``teacher_data.json`` (the file rewritten whole)."""
+        self._record(self.TEACHER_DATA, world, lag, entry)
+
+    def record_teacher_fit(self, world: int | None, lag: int | float,
+                           entry: dict[str, Any]) -> None:
+        """Add the (world, lag) entry to ``teacher_fit.json`` (the file rewritten whole)."""
+        self._record(self.TEACHER_FIT, world, lag, entry)
+
+    def append_ledger(self, key: str, record: dict[str, Any]) -> dict[str, Any]:
+        """Add a finished student run to ``runs.jsonl`` (one line, appended: a line torn by a
+        kill is left out by :meth:`ledger`, and that run redone); returns ``record``."""
+        with open(self.ledger_path, "a") as f:
+            f.write(json.dumps({"key": key, **record}) + "\n")
+        return record
+
+    def _record(self, name: str, world: int | None, lag: int | float,
+                entry: dict[str, Any]) -> None:
+        table = self._json(name) or {}
+        table.setdefault(str(world if world is not None else 0), {})[str(lag)] = entry
+        self._write(name, json.dumps(table, indent=2))
+
+    def _write(self, name: str, text: str) -> None:
+        atomic_write_bytes(self.path / name, text.encode())
+
     def _json(self, name: str) -> Any:
         path = self.path / name
         if not path.is_file():
@@ -300,14 +432,6 @@ def read_layout_version(path: Path) -> int:
                           f"(up to {LAYOUT_VERSION}): the run was written by a newer gemkd; "
                           "read it with that version (pip install -U gemkd)")
     return version
-
-
-def write_layout(path: str | Path) -> None:
-    """Record :data:`LAYOUT_VERSION` in ``path/run.json`` (the runner, before any other file);
-    a run directory of a newer layout is refused rather than mixed with this one."""
-    path = Path(path)
-    read_layout_version(path)
-    (path / RunDir.RUN_JSON).write_text(json.dumps({"layout_version": LAYOUT_VERSION}) + "\n")
 
 
 def read_ledger(path: Path) -> dict[str, dict[str, Any]]:

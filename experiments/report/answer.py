@@ -1,7 +1,7 @@
-"""The report's first paragraph: the answer, for every task, before any method (issue 42 item
-4). A new user's report opened with ~350 words of how intervals are made; the verdicts sat in
-section 4, the teacher's NE was never in the first paragraph, and the headline named the first
-task only (a method hurting the second task was easy to miss).
+"""The report's first paragraph: the answer, for every task, before any method. A new user's
+report opened with ~350 words of how intervals are made; the verdicts sat in section 4, the
+teacher's NE was never in the first paragraph, and the headline named the first task only (a
+method hurting the second task was easy to miss).
 
 Per task of the main slice (domain, teacher lag): the teacher against the labels-only student,
 plain KD against it, and the methods' verdicts — on the primary family's task Holm's, on any

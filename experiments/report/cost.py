@@ -1,4 +1,4 @@
-"""What each gain costs (issue 42 item 11): the student's training speed against the labels-only
+"""What each gain costs: the student's training speed against the labels-only
 baseline's, and the inputs it needs at serving beyond the baseline's.
 
 The speed is ``examples_per_second`` of results.csv (the final run's training pass, the teacher

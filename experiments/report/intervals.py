@@ -7,8 +7,8 @@ degrees of freedom of the level that has few units (:mod:`gemkd.transfer.metrics
 
 * several worlds: a t interval over the worlds' paired, seed-averaged values (W − 1 df; each
   world's own users and seeds are inside its value's spread), never narrower than the
-  fixed-effect interval from each world's own per-seed noise (issue 42 item 12: three worlds
-  whose means agree by chance);
+  fixed-effect interval from each world's own per-seed noise (three worlds whose means agree
+  by chance would otherwise resolve a null: tests/metrics/test_null_calibration.py);
 * one world: the users' variance from a paired user-level bootstrap
   (:mod:`gemkd.transfer.metrics.bootstrap`, one user draw for every arm and seed) plus the
   between-seed variance over S, the latter with its S − 1 df through a generalized pivot
@@ -34,9 +34,10 @@ tables at several levels and references from one set of user resamples: the prim
 Holm-adjusted intervals (:mod:`gemkd.experiments.report.family`) and the twins' comparisons with
 their originals.
 
-``method="percentile"`` keeps the rule before issue 28 (the percentile interval of the
-bootstrap nested over worlds, users and seeds, and a strict majority of worlds agreeing on the
-sign) for comparison: with 3 top-level units it undercovers (benchmarks/null_calibration.py).
+The report has this one rule. :func:`lag_tables` takes another (:class:`IntervalRule`) for
+comparison only: benchmarks/percentile_rule.py holds the rule of earlier versions (the
+percentile interval of a bootstrap nested over worlds, users and seeds, and a majority of worlds),
+which undercovers with 3 top-level units (benchmarks/null_calibration.py).
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import pandas as pd
@@ -59,26 +60,17 @@ from gemkd.experiments.report.clusters import (
     point_frame,
     unique_groups,
 )
-from gemkd.experiments.report.load import WORLD, load_results, load_spec_mapping
+from gemkd.experiments.report.load import WORLD
 from gemkd.experiments.results_schema import BASELINE, CELL_KEYS, KD
+from gemkd.experiments.run_dir import RunDir
 from gemkd.transfer.errors import ConfigError
-from gemkd.transfer.metrics.bootstrap import (
-    interval,
-    ne_point,
-    ne_replicates,
-    pool_worlds,
-    rng_for,
-    seed_mean,
-    seed_weights,
-    world_draws,
-)
+from gemkd.transfer.metrics.bootstrap import ne_point, ne_replicates, rng_for, seed_mean
 from gemkd.transfer.metrics.contrasts import Units, difference, fieller
 
 GAIN, LOSS, UNRESOLVED = "real gain", "real loss", "not resolved"
 BEATS, BELOW = "beats KD", "below KD"
-KEYS = list(CELL_KEYS)  # results_schema.KEYS as a list: frame[KEYS] selects columns
 COLUMNS = [
-    *KEYS, "ne", "ne_lo", "ne_hi", "delta_ne", "delta_ne_lo", "delta_ne_hi",
+    *CELL_KEYS, "ne", "ne_lo", "ne_hi", "delta_ne", "delta_ne_lo", "delta_ne_hi",
     "efficiency_vs_kd", "efficiency_lo", "efficiency_hi", "vs_kd", "vs_kd_lo", "vs_kd_hi",
     "transfer_ratio", "tr_lo", "tr_hi", "n_worlds", "worlds_agree_delta_ne", "worlds_agree_vs_kd",
     "gain_verdict", "kd_verdict", "delta_ne_half_width", "vs_kd_half_width",
@@ -86,14 +78,12 @@ COLUMNS = [
     "teacher_vs_baseline", "teacher_vs_baseline_lo", "teacher_vs_baseline_hi",
     "teacher_vs_baseline_p",
 ]
-WORLD_COLUMNS = [*KEYS, WORLD, "n_seeds", "ne", "delta_ne", "vs_kd", "efficiency_vs_kd"]
-#: Stream keys of :func:`rng_for`: users and seeds per world, worlds per run.
-USERS, SEEDS, WORLDS = 1, 2, 3
+WORLD_COLUMNS = [*CELL_KEYS, WORLD, "n_seeds", "ne", "delta_ne", "vs_kd", "efficiency_vs_kd"]
+#: Stream key of :func:`rng_for` for the users' resamples of a world (2 and 3, seeds and worlds,
+#: are benchmarks/percentile_rule.py's).
+USERS = 1
 #: A warning when the files' NE and results.csv's differ by more than this (same data, sums).
 TOLERANCE = 1e-6
-#: ``lag_intervals``' methods: t intervals with the top level's df (default), or the rule
-#: before issue 28 (nested percentile bootstrap and a majority of worlds), for comparison.
-METHODS = ("t", "percentile")
 #: What :attr:`Intervals.interval_method` names, in words (the report's rule paragraph).
 METHOD_TEXT = {
     "t-worlds": "t intervals over the worlds' paired, seed-averaged values (W − 1 degrees of "
@@ -108,8 +98,6 @@ METHOD_TEXT = {
                    "does)",
     "users-only": "intervals on one world and one training seed from a paired, user-level "
                   "bootstrap: the seed-to-seed noise is not in them",
-    "percentile": "95 % percentile intervals of a paired, user-level bootstrap nested with the "
-                  "training seeds and the worlds, and a majority of worlds agreeing on the sign",
     "none": "no intervals (no per-user evaluation files)",
 }
 
@@ -141,40 +129,62 @@ def bootstrap_settings(spec: dict[str, Any] | None) -> tuple[int, int]:
 
 def run_intervals(run_dir: str | Path, results: pd.DataFrame | None = None,
                   spec: dict[str, Any] | None = None, level: float = 0.95,
-                  reference: str = KD, method: str = "t") -> Intervals:
-    """The intervals of a run directory (results.csv, spec.yaml, clusters/), differences and
-    efficiency against ``reference`` (plain KD by default)."""
-    run_dir = Path(run_dir)
-    results = load_results(run_dir) if results is None else results
-    spec = load_spec_mapping(run_dir) if spec is None else spec
+                  reference: str = KD) -> Intervals:
+    """The intervals, p-values and verdicts of a run directory.
+
+    Parameters
+    ----------
+    run_dir
+        A ``gemkd run`` directory: its ``results.csv``, ``spec.yaml`` (the bootstrap's samples
+        and seed) and, when the run kept them, the per-user evaluation files of ``clusters/``.
+    results, spec
+        The run's results table and spec mapping when the caller has read them already
+        (None: read from ``run_dir``).
+    level
+        The intervals' coverage.
+    reference
+        The arm ``vs_kd`` and ``efficiency_vs_kd`` are against (plain KD by default).
+
+    Returns
+    -------
+    Intervals
+        One row per (lag, domain, task, variant) present in ``results`` and each world's
+        point estimates; without per-user files the point estimates only (``resolved``
+        False, every interval NaN, every verdict not resolved).
+
+    Raises
+    ------
+    ConfigError
+        A file is missing or unreadable, the per-user files' NE differs from results.csv's
+        (they are not this run's evaluation), or the worlds' domains or tasks differ.
+    """
+    run = RunDir(run_dir)
+    results = run.results() if results is None else results
+    spec = run.spec() if spec is None else spec
     samples, seed = bootstrap_settings(spec)
-    sets = load_eval_sets(run_dir) if has_clusters(run_dir) else []
+    sets = load_eval_sets(run) if has_clusters(run) else []
     if not sets:
         table, by_world = from_results(results, reference)
         worlds = sorted(results[WORLD].unique().tolist())
         return Intervals(table, by_world, samples, seed, worlds, False, level, "none", reference)
     check_against_results(sets, results)
     lags = sorted({s.lag for s in sets})
-    parts = [lag_intervals([s for s in sets if s.lag == lag], samples, seed, level, reference,
-                           method) for lag in lags]
+    parts = [lag_intervals([s for s in sets if s.lag == lag], samples, seed, level, reference)
+             for lag in lags]
     table = pd.concat([p[0] for p in parts], ignore_index=True)
     by_world = pd.concat([p[1] for p in parts], ignore_index=True)
-    present = results[KEYS].drop_duplicates()
-    table = table.merge(present, on=KEYS, how="inner")[COLUMNS]
-    by_world = by_world.merge(present, on=KEYS, how="inner")[WORLD_COLUMNS]
+    present = results[list(CELL_KEYS)].drop_duplicates()
+    table = table.merge(present, on=list(CELL_KEYS), how="inner")[COLUMNS]
+    by_world = by_world.merge(present, on=list(CELL_KEYS), how="inner")[WORLD_COLUMNS]
     worlds = sorted({s.world for s in sets})
-    names = dict.fromkeys(interval_method([s for s in sets if s.lag == lag], method)
-                          for lag in lags)
+    names = dict.fromkeys(interval_method([s for s in sets if s.lag == lag]) for lag in lags)
     return Intervals(table, by_world, samples, seed, worlds, True, level, ",".join(names),
                      reference)
 
 
-def interval_method(sets: list[EvalSet], method: str = "t") -> str:
-    """Which interval :func:`lag_intervals` makes for one lag's evaluation sets."""
-    if method not in METHODS:
-        raise ConfigError(f"interval method {method!r}: expected one of {', '.join(METHODS)}")
-    if method == "percentile":
-        return "percentile"
+def interval_method(sets: list[EvalSet]) -> str:
+    """Which interval :func:`lag_intervals` makes for one lag's evaluation sets (a key of
+    :data:`METHOD_TEXT`)."""
     if len(sets) >= 2:
         return "t-worlds"
     seeds = Counter(v for v, _ in sets[0].students) if sets else Counter()
@@ -204,52 +214,103 @@ def labels(reference: str = KD) -> tuple[str, str]:
 
 
 def lag_intervals(sets: list[EvalSet], samples: int, seed: int, level: float = 0.95,
-                  reference: str = KD, method: str = "t"
-                  ) -> tuple[pd.DataFrame, pd.DataFrame]:
+                  reference: str = KD) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Intervals of one teacher lag over its worlds: (table rows, per-world rows); vs_kd and
     efficiency are against ``reference``."""
-    return lag_tables(sets, samples, seed, [(level, reference)], method)[0]
+    return lag_tables(sets, samples, seed, [(level, reference)])[0]
+
+
+#: statistic → (lower bounds, upper bounds), each shaped like the statistic's point estimate
+Bounds = dict[str, tuple[np.ndarray, np.ndarray]]
+
+
+class IntervalRule(Protocol):
+    """Another interval rule for :func:`lag_tables`, for comparison with the report's (the rule
+    of earlier versions: benchmarks/percentile_rule.py). It gets every world's arrays with the
+    users' resamples drawn."""
+
+    @property
+    def name(self) -> str:
+        """What the rule's tables are called (:attr:`Intervals.interval_method`)."""
+        ...
+
+    def bounds(self, per: list[WorldArrays], baseline: int | None, reference: int | None,
+               samples: int, seed: int, level: float, point: dict[str, np.ndarray]
+               ) -> tuple[Bounds, dict[str, np.ndarray]]:
+        """Bounds of every statistic of :func:`arm_stats` (``eff``, ``tr`` included) and the
+        p-values of ``delta``, ``vs_kd`` and ``fm``; fills ``point``'s ratios (``eff``,
+        ``tr``). ``baseline``/``reference``: the arms' indices (None: missing)."""
+        ...
+
+    def resolves(self, agreeing: int, worlds: int) -> bool:
+        """Whether a verdict may be drawn when ``agreeing`` of ``worlds`` worlds' point
+        estimates have the pooled estimate's sign (the interval must exclude 0 as well)."""
+        ...
 
 
 def lag_tables(sets: list[EvalSet], samples: int, seed: int,
-               wanted: Sequence[tuple[float, str]], method: str = "t"
+               wanted: Sequence[tuple[float, str]], rule: IntervalRule | None = None
                ) -> list[tuple[pd.DataFrame, pd.DataFrame]]:
     """:func:`lag_intervals` at each (level, reference) of ``wanted``, the users' resamples
     drawn once: the same draws, so the tables differ only by level and reference (what a
-    family's adjusted intervals and a twin's comparison with its original need)."""
-    kind = interval_method(sets, method)
+    family's adjusted intervals and a twin's comparison with its original need).
+
+    Parameters
+    ----------
+    sets
+        One teacher lag's evaluation sets, a world each, with the same domains and tasks.
+    samples, seed
+        The users' resamples per world and the seed they are drawn from.
+    wanted
+        (level, reference arm) of each table.
+    rule
+        Another interval rule, for comparison only (None: the report's).
+
+    Returns
+    -------
+    list of (table rows, per-world rows)
+        One pair per entry of ``wanted``, columns :data:`COLUMNS` and :data:`WORLD_COLUMNS`.
+
+    Raises
+    ------
+    ConfigError
+        A world's domains or tasks differ from the first world's.
+    """
+    kind = interval_method(sets) if rule is None else rule.name
     groups, tasks = sets[0].groups, sets[0].tasks
     for es in sets[1:]:
         if es.groups != groups or es.tasks != tasks:
             raise ConfigError(f"clusters/world={es.world}/lag={es.lag}: domains {es.domains} "
                               f"and tasks {es.tasks} differ from world {sets[0].world}'s")
     variants = list(dict.fromkeys(v for es in sets for v, _ in es.students))
-    need_reps = kind != "t-worlds"
+    need_reps = rule is not None or kind != "t-worlds"
     per = [_world_arrays(es, variants, samples if need_reps else 0, seed) for es in sets]
-    return [_lag_table(sets, per, variants, kind, samples, seed, level, reference)
+    return [_lag_table(sets, per, variants, rule, samples, seed, level, reference)
             for level, reference in wanted]
 
 
-def _lag_table(sets: list[EvalSet], per: list[_WorldArrays], variants: list[str], kind: str,
-               samples: int, seed: int, level: float, reference: str
+def _lag_table(sets: list[EvalSet], per: list[WorldArrays], variants: list[str],
+               rule: IntervalRule | None, samples: int, seed: int, level: float, reference: str
                ) -> tuple[pd.DataFrame, pd.DataFrame]:
     groups, tasks = sets[0].groups, sets[0].tasks
     ib = variants.index(BASELINE) if BASELINE in variants else None
     ir = variants.index(reference) if reference in variants else None
-    worlds = _stats(np.stack([p.ne for p in per]), np.stack([p.teacher for p in per]), ib, ir)
+    worlds = arm_stats(np.stack([p.ne for p in per]), np.stack([p.teacher for p in per]), ib,
+                       ir)
     point = {k: _mean0(v) for k, v in worlds.items()}
-    if kind == "percentile":
-        bounds, pvals = _percentile(per, ib, ir, samples, seed, level, point)
-    else:
+    if rule is None:
         bounds, pvals = _t_intervals(per, ib, ir, level, point)
+    else:
+        bounds, pvals = rule.bounds(per, ib, ir, samples, seed, level, point)
     agree = {k: _agree(worlds[k], point[k]) for k in ("delta", "vs_kd")}
     n_worlds = np.isfinite(worlds["ne"]).sum(axis=0)
     n_seeds = np.stack([p.count for p in per])
     beats, below = labels(reference)
 
     def decide(lo: float, hi: float, agreeing: int, n: int, above: str, under: str) -> str:
-        return verdict(lo, hi, above, under,
-                       majority=kind != "percentile" or 2 * agreeing > n)
+        if rule is not None and not rule.resolves(agreeing, n):
+            return UNRESOLVED
+        return verdict(lo, hi, above, under)
 
     rows, world_rows = [], []
     lag = sets[0].lag
@@ -302,19 +363,18 @@ _NAMES = {
 }
 
 
-def verdict(lo: float, hi: float, above: str, below: str, majority: bool = True) -> str:
-    """``above``/``below`` when the interval excludes 0 on that side (and, under the
-    percentile rule, ``majority``: a strict majority of worlds agrees on the sign); otherwise
-    not resolved — a nan interval included."""
-    if majority and lo > 0:
+def verdict(lo: float, hi: float, above: str, below: str) -> str:
+    """``above``/``below`` when the interval excludes 0 on that side; otherwise not resolved —
+    a nan interval included."""
+    if lo > 0:
         return above
-    if majority and hi < 0:
+    if hi < 0:
         return below
     return UNRESOLVED
 
 
 @dataclass(frozen=True, eq=False)
-class _WorldArrays:
+class WorldArrays:
     """One world's arms by seed: ``seed_ne [S, V, G, T]`` (nan: no such run), their mean over
     seeds ``ne [V, G, T]``, the GEM teacher's ``teacher [G, T]``, runs per variant ``count``;
     with resamples, ``reps [B, S, V, G, T]`` and ``teacher_reps [B, G, T]``."""
@@ -329,7 +389,7 @@ class _WorldArrays:
     teacher_reps: np.ndarray | None = None
 
 
-def _world_arrays(es: EvalSet, variants: list[str], samples: int, seed: int) -> _WorldArrays:
+def _world_arrays(es: EvalSet, variants: list[str], samples: int, seed: int) -> WorldArrays:
     """One world's arms arranged by (seed, variant); user resamples when ``samples`` > 0."""
     point = ne_point(es.sums)
     seeds = sorted({s for _, s in es.students})
@@ -350,11 +410,11 @@ def _world_arrays(es: EvalSet, variants: list[str], samples: int, seed: int) -> 
     teacher_reps = None
     if reps is not None:
         teacher_reps = reps[:, arm] if arm is not None else np.full(reps[:, 0].shape, np.nan)
-    return _WorldArrays(grid, ne, teacher, count, int(np.unique(es.sums.user).size), es.world,
+    return WorldArrays(grid, ne, teacher, count, int(np.unique(es.sums.user).size), es.world,
                         rgrid, teacher_reps)
 
 
-def _t_intervals(per: list[_WorldArrays], ib: int | None, ir: int | None, level: float,
+def _t_intervals(per: list[WorldArrays], ib: int | None, ir: int | None, level: float,
                  point: dict[str, np.ndarray]
                  ) -> tuple[dict[str, tuple[np.ndarray, np.ndarray]], dict[str, np.ndarray]]:
     """Bounds and p-values per statistic from t intervals (worlds, or one world's seeds);
@@ -389,7 +449,7 @@ def _t_intervals(per: list[_WorldArrays], ib: int | None, ir: int | None, level:
     return bounds, {"delta": est["delta"].p, "vs_kd": est["vs_kd"].p, "fm": est["fm"].p}
 
 
-def _per_seed(per: list[_WorldArrays]) -> np.ndarray:
+def _per_seed(per: list[WorldArrays]) -> np.ndarray:
     """Every world's per-seed NE ``[W, S, V, G, T]``, S the most seeds of any world (nan
     beyond a world's own); seeds are paired across arms by position, as in each world."""
     most = max(p.seed_ne.shape[0] for p in per)
@@ -409,34 +469,13 @@ def _arm(arms: Units, i: int | None) -> Units:
     return Units(np.full(one.values.shape, np.nan), reps, one.n_users, seeds)
 
 
-def _percentile(per: list[_WorldArrays], ib: int | None, ir: int | None, samples: int,
-                seed: int, level: float, point: dict[str, np.ndarray]
-                ) -> tuple[dict[str, tuple[np.ndarray, np.ndarray]], dict[str, np.ndarray]]:
-    """The rule before issue 28: percentile bounds of the bootstrap nested over worlds (with
-    replacement), users and seeds; no p-values."""
-    reps = []
-    for p in per:
-        assert p.reps is not None and p.teacher_reps is not None  # drawn for this rule
-        weights = seed_weights(p.seed_ne.shape[0], samples, rng_for(seed, SEEDS, p.world))
-        reps.append((seed_mean(p.reps, weights), p.teacher_reps))
-    stats = _stats(np.stack([r[0] for r in reps]), np.stack([r[1] for r in reps]), ib, ir)
-    draws = world_draws(len(per), samples, rng_for(seed, WORLDS))
-    pooled = {k: pool_worlds(v, draws) for k, v in stats.items()}
-    for key, den in (("eff", "kd"), ("tr", "fm")):
-        ok = interval(pooled[den], level)[0] > 0  # [G, T]; nan compares False
-        with np.errstate(divide="ignore", invalid="ignore"):
-            pooled[key] = np.where(ok, pooled["delta"] / pooled[den][:, None], np.nan)
-            point[key] = np.where(ok, point["delta"] / point[den][None], np.nan)
-    bounds = {k: interval(v, level) for k, v in pooled.items()}
-    nan = np.full(point["delta"].shape, np.nan)
-    return bounds, {"delta": nan, "vs_kd": nan, "fm": np.full(point["fm"].shape, np.nan)}
-
-
-def _stats(ne: np.ndarray, teacher: np.ndarray, ib: int | None,
+def arm_stats(ne: np.ndarray, teacher: np.ndarray, ib: int | None,
            ir: int | None) -> dict[str, np.ndarray]:
-    """NE, ΔNE, vs_kd ``[..., V, G, T]``, ΔNE(reference), ΔNE_FM and the teacher's NE
-    ``[..., G, T]``, and each world's own efficiency (for the per-world table) from NE and the
-    teacher's NE."""
+    """Every statistic of the tables from the arms' NE ``ne [..., V, G, T]`` and the teacher's
+    ``teacher [..., G, T]`` (``ib``, ``ir``: the baseline's and the reference's arm, None when
+    missing): ``ne``, ``delta`` (ΔNE), ``vs_kd``, ``eff`` (each world's own efficiency, for the
+    per-world table) ``[..., V, G, T]``; ``kd`` (ΔNE of the reference), ``fm`` (ΔNE_FM) and
+    ``tne`` (the teacher's NE) ``[..., G, T]``."""
     nan_v, nan_g = np.full(ne.shape, np.nan), np.full(teacher.shape, np.nan)
     delta = ne[..., [ib], :, :] - ne if ib is not None else nan_v
     kd = delta[..., ir, :, :] if ir is not None else nan_g
@@ -462,9 +501,10 @@ def from_results(results: pd.DataFrame, reference: str = KD
                  ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """A run without per-user files: the same point estimates from results.csv, every interval
     column NaN and every verdict not resolved (seed spread on its own is no verdict)."""
+    keys = list(CELL_KEYS)
     df = results.copy()
     df["fm"] = df["ne_baseline"] - df["ne_teacher"]
-    per = (df.groupby([*KEYS, WORLD], sort=False)
+    per = (df.groupby([*keys, WORLD], sort=False)
            .agg(ne=("ne", "mean"), delta_ne=("delta_ne", "mean"), fm=("fm", "mean"),
                 n_seeds=("seed", "nunique")).reset_index())
     cell = ["teacher_lag_days", "domain", "task", WORLD]
@@ -472,16 +512,16 @@ def from_results(results: pd.DataFrame, reference: str = KD
     per = per.join(kd, on=cell)
     per["vs_kd"] = per["delta_ne"] - per["kd"]
     per["efficiency_vs_kd"] = (per["delta_ne"] / per["kd"]).where(per["kd"] > 0)
-    pooled = per.groupby(KEYS, sort=False)[["ne", "delta_ne", "fm", "kd", "vs_kd"]].mean()
+    pooled = per.groupby(keys, sort=False)[["ne", "delta_ne", "fm", "kd", "vs_kd"]].mean()
     table = pooled.reset_index()
     table["efficiency_vs_kd"] = (table["delta_ne"] / table["kd"]).where(table["kd"] > 0)
     table["transfer_ratio"] = (table["delta_ne"] / table["fm"]).where(table["fm"] > 0)
-    joined = per.merge(pooled[["delta_ne", "vs_kd"]].add_suffix("_pooled"), left_on=KEYS,
+    joined = per.merge(pooled[["delta_ne", "vs_kd"]].add_suffix("_pooled"), left_on=keys,
                        right_index=True, how="left")
     for col, name in (("delta_ne", "worlds_agree_delta_ne"), ("vs_kd", "worlds_agree_vs_kd")):
         same = np.sign(joined[col]) == np.sign(joined[f"{col}_pooled"])
-        table[name] = same.groupby([joined[k] for k in KEYS], sort=False).sum().to_numpy()
-    table["n_worlds"] = per.groupby(KEYS, sort=False)[WORLD].nunique().to_numpy()
+        table[name] = same.groupby([joined[k] for k in keys], sort=False).sum().to_numpy()
+    table["n_worlds"] = per.groupby(keys, sort=False)[WORLD].nunique().to_numpy()
     has_base = (per["variant"] == BASELINE).any()
     has_ref = (per["variant"] == reference).any()
     table["gain_verdict"] = np.where((table["variant"] == BASELINE) | (not has_base), "",

@@ -1,14 +1,11 @@
-"""The report's reading of a run directory, through :class:`~gemkd.experiments.run_dir.RunDir`:
-``results.csv`` (validated by :mod:`gemkd.experiments.results_schema`), ``tuning.csv``,
-``curves/*.csv``, ``spec.yaml`` and ``environment.json``'s thread counts; any problem is a
-one-line ConfigError naming the file, column and row. Also the orders and names tables use."""
+"""The orders and names the report's tables use, and the sentence of a run's thread counts. The
+report reads the run directory through :class:`~gemkd.experiments.run_dir.RunDir` (results.csv
+validated by :mod:`gemkd.experiments.results_schema`, tuning.csv, curves/, spec.yaml,
+environment.json); any problem is a one-line ConfigError naming the file, column and row."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
-
-import pandas as pd
 
 from gemkd.experiments.results_schema import (  # noqa: F401 (the report's names for them)
     ALL,
@@ -40,43 +37,11 @@ PLOT_NAMES: tuple[str, ...] = (
 FIRST_TASK = "click"
 
 
-def _run(run_dir: str | Path | RunDir) -> RunDir:
-    return run_dir if isinstance(run_dir, RunDir) else RunDir(run_dir)
-
-
-def load_results(run_dir: str | Path | RunDir) -> pd.DataFrame:
-    """Read and validate ``run_dir/results.csv``; any problem is a one-line ConfigError."""
-    return _run(run_dir).results()
-
-
-def load_spec_mapping(run_dir: str | Path | RunDir) -> dict[str, Any] | None:
-    """``run_dir/spec.yaml`` as written (a mapping, not a validated ``RunSpec``: a report reads
-    runs of older versions too), or None when the run has none."""
-    return _run(run_dir).spec()
-
-
-def load_tuning(run_dir: str | Path | RunDir) -> pd.DataFrame | None:
-    """``run_dir/tuning.csv`` validated, or None when the run has none."""
-    return _run(run_dir).tuning()
-
-
-def tuning_digest(run_dir: str | Path | RunDir) -> str | None:
-    """sha256 of ``run_dir/tuning.csv`` (None without one): what a study that reuses a run's
-    chosen knobs (``studies/adapter_probe.py``) records, so a report can tell whether those
-    are still the run's choices."""
-    return _run(run_dir).tuning_digest()
-
-
-def load_curves(run_dir: str | Path | RunDir) -> pd.DataFrame | None:
-    """All ``curves/*.csv`` stacked with ``variant, seed, teacher_lag_days`` columns, or None."""
-    return _run(run_dir).curves()
-
-
-def threads_text(run_dir: str | Path | RunDir) -> str:
+def threads_text(run: str | Path | RunDir) -> str:
     """The torch thread counts a run was made at (``environment.json``), as a sentence: its
     numbers reproduce only at the same counts (torch's CPU sums depend on them, and a search
     amplifies the difference). Empty for a run without the file."""
-    env = _run(run_dir).environment()
+    env = (run if isinstance(run, RunDir) else RunDir(run)).environment()
     if "threads" not in env:
         return ""
     steps, runs = env["threads"], env.get("run_threads")

@@ -1,4 +1,4 @@
-"""What spec.yaml asked for that results.csv lacks (issue 42 item 6): an interrupted run (Ctrl-C
+"""What spec.yaml asked for that results.csv lacks: an interrupted run (Ctrl-C
 after a variant was added) lists the variant in spec.yaml and command.txt, and a report
 rendered then would show it under Setup with no row. The report names such variants instead
 of leaving a silent gap, and the ones with fewer runs than the spec's seeds × worlds × lags."""

@@ -13,7 +13,7 @@ import pandas as pd
 
 from gemkd.experiments.report.clusters import has_clusters, load_eval_sets
 from gemkd.experiments.report.intervals import bootstrap_settings, lag_intervals
-from gemkd.experiments.report.load import load_spec_mapping
+from gemkd.experiments.run_dir import RunDir
 from gemkd.transfer.errors import ConfigError
 
 COLUMNS = ["teacher_lag_days", "domain", "task", "variant", "reference", "diff", "diff_lo",
@@ -39,7 +39,7 @@ def paired_difference(run_dir: str | Path, variant: str, reference: str,
         if name not in names:
             raise ConfigError(f"{run_dir}: no variant {name!r} (variants: "
                               f"{', '.join(sorted(names))})")
-    samples, seed = bootstrap_settings(load_spec_mapping(run_dir))
+    samples, seed = bootstrap_settings(RunDir(run_dir).spec())
     rows = []
     for lag in sorted({es.lag for es in sets}):
         table, by_world = lag_intervals([es for es in sets if es.lag == lag], samples, seed,

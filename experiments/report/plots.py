@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from gemkd.experiments.report.forest import write_forest_plots
-from gemkd.experiments.report.load import CURVE_METRICS, load_curves
+from gemkd.experiments.report.load import CURVE_METRICS
 from gemkd.experiments.report.summary import RunView, f4, lag_str, variant_order
 from gemkd.experiments.results_schema import BASELINE
 from gemkd.experiments.run_dir import RunDir
@@ -70,7 +70,7 @@ def write_run_plots(run: RunView) -> list[Path]:
                                                               pdir / "transfer_ratio.png")
     if len(run.lags) > 1:
         optional["ne_vs_lag.png"] = _plot_ne_vs_lag(run, Figure, colors, pdir / "ne_vs_lag.png")
-    curves = load_curves(run.run_dir)
+    curves = run.run_dir.curves()
     if curves is not None:
         optional["training_curves.png"] = _plot_curves(run, curves, Figure, colors,
                                                        pdir / "training_curves.png")
@@ -203,7 +203,7 @@ def _plot_curves(run: RunView, curves: pd.DataFrame, Figure: Any, colors: dict,
     """Validation NE, the one measure every variant shares, on one axis; each loss on an axis
     per variant: a variant's training loss is its own objective (labels only, labels + KD,
     + the auxiliary head's term ...), so two variants' losses on one axis compare different
-    sums (issue 42 item 10)."""
+    sums."""
     lag = run.lag if (curves["teacher_lag_days"] == run.lag).any() else \
         sorted(curves["teacher_lag_days"].unique())[0]
     c = curves[curves["teacher_lag_days"] == lag]

@@ -9,7 +9,7 @@ from gemkd.experiments.report.answer import answer_paragraph
 from gemkd.experiments.report.cost import cost_section
 from gemkd.experiments.report.family_text import family_section
 from gemkd.experiments.report.forest import PREFIX, forest_name
-from gemkd.experiments.report.load import ALL, PLOT_NAMES, load_tuning, threads_text
+from gemkd.experiments.report.load import ALL, PLOT_NAMES, threads_text
 from gemkd.experiments.report.missing import missing_note, missing_runs
 from gemkd.experiments.report.plots import no_ratio_reason, write_run_plots
 from gemkd.experiments.report.summary import (
@@ -258,7 +258,7 @@ def teacher_data_rows(run_dir: RunDir, lags: list) -> list[list[str]]:
 
 def _tuning_section(run: RunView) -> list[str]:
     out = ["## Tuning (validation day)", ""]
-    tuning = load_tuning(run.run_dir)
+    tuning = run.run_dir.tuning()
     if tuning is None:
         return out + ["No `tuning.csv` in this run: every variant used the spec's values.", ""]
     rows = knob_rows(tuning, variant_order(tuning["variant"], run.order))
@@ -306,7 +306,7 @@ def write_plots(run_dir: str | Path) -> list[Path]:
 
 def write_plots_for(run: RunView) -> list[Path]:
     written = write_run_plots(run)
-    tuning = load_tuning(run.run_dir)
+    tuning = run.run_dir.tuning()
     if tuning is not None and "trial" in tuning.columns:
         written += write_tuning_plots(tuning, run.dir / RunDir.PLOTS)
     return written

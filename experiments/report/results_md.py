@@ -18,7 +18,7 @@ from gemkd.experiments.report.answer import answer_paragraph
 from gemkd.experiments.report.family import PRIMARY
 from gemkd.experiments.report.family_text import DAGGER
 from gemkd.experiments.report.intervals import UNRESOLVED
-from gemkd.experiments.report.load import load_tuning, threads_text
+from gemkd.experiments.report.load import threads_text
 from gemkd.experiments.report.missing import missing_note
 from gemkd.experiments.report.render import lag_section
 from gemkd.experiments.report.summary import RunView, lag_str, md_table, pm
@@ -53,7 +53,7 @@ def _sampled(run: RunView) -> dict | None:
 
 def run_labels(runs: list[RunView]) -> list[str]:
     """Each run's name on the page: its spec's name, with its run directory's name where
-    several runs share that name (several runs of one spec, issue 42 item 5), and the
+    several runs share that name (several runs of one spec), and the
     directory's parent too where those collide as well."""
     names = Counter(r.name for r in runs)
     dirs = Counter(r.dir.resolve().name for r in runs)
@@ -159,7 +159,7 @@ def render_results(run_dirs: list[str | Path], title: str = "gemkd results") -> 
                 *([note, ""] if (note := ne_above_one(run)) else []),
                 f"Same evaluation data: {reference_line(run, run.task)}.", "",
                 "Tuned knobs (validation day): "
-                f"{tuned_line(load_tuning(run.run_dir), run.variants, run.lag)}.", "",
+                f"{tuned_line(run.run_dir.tuning(), run.variants, run.lag)}.", "",
                 "What holds and what does not: " + " ".join(sentences(run)), ""]
         if len(run.lags) > 1:  # a lag sweep: the staleness table, one heading level down
             lag = lag_section(run)

@@ -22,8 +22,6 @@ from gemkd.experiments.report.load import (
     METRICS,
     OPTIONAL_METRICS,
     VARIANTS,
-    load_results,
-    load_spec_mapping,
     validate_results,
 )
 from gemkd.experiments.run_dir import RunDir
@@ -163,8 +161,8 @@ class RunView:
     def __init__(self, run_dir: str | Path | RunDir):
         self.run_dir = run_dir if isinstance(run_dir, RunDir) else RunDir(run_dir)
         self.dir = self.run_dir.path
-        self.raw = load_results(self.run_dir)
-        self.spec = load_spec_mapping(self.run_dir)
+        self.raw = self.run_dir.results()
+        self.spec = self.run_dir.spec()
         variants = (self.spec or {}).get("variants")
         self.order = list(variants) if isinstance(variants, dict | list) else None
         self.summary = summarize(self.raw, self.order)

@@ -1,4 +1,4 @@
-"""``## The teacher``: is the GEM teacher sound, and what to try when it is not (issue 42 item 2).
+"""``## The teacher``: is the GEM teacher sound, and what to try when it is not .
 
 A new user's run trained a teacher that memorised ids in its second epoch (validation NE 0.98
 → 1.20); the report said only that no difference "is the teacher's knowledge reaching the

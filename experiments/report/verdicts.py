@@ -5,7 +5,6 @@ could detect, and the two "what it means" sentences — every verdict taken from
 
 from __future__ import annotations
 
-import json
 import math
 
 import numpy as np
@@ -146,10 +145,9 @@ def detectable(run: RunView) -> tuple[float, float, float, float]:
 def _sampled_negatives(run: RunView) -> str:
     """A sentence for a run on a positive-only log whose negatives were sampled (the run's
     ``sampled_negatives.json``): its NE and AUC are against those, not logged impressions."""
-    path = run.dir / "sampled_negatives.json"
-    if not path.is_file():
+    n = run.run_dir.sampled_negatives()
+    if n is None:
         return ""
-    n = json.loads(path.read_text())
     return (f" The data's negatives were sampled ({n.get('per_positive')} per positive, "
             f"{n.get('from')}, seed {n.get('seed')}: a positive-only log), so NE, AUC and "
             "calibration here are against sampled negatives, not logged impressions; compare "

@@ -9,19 +9,22 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 from gemkd.experiments.run.executors import Executor
 from gemkd.experiments.run.jobs import InputPaths, StudentRun
+from gemkd.experiments.run_dir import RunDir
 from gemkd.experiments.spec.model import RunSpec
 from gemkd.transfer.data.schema import day_range
 
 
 @dataclass
 class RunContext:
-    """``log`` is the run's :class:`~gemkd.experiments.run.progress.Progress`; ``done`` the ledger
-    (``runs.jsonl``: key → record)."""
+    """``out`` the run directory (every file in it written through :attr:`run`); ``log`` the
+    run's :class:`~gemkd.experiments.run.progress.Progress`; ``done`` the ledger (``runs.jsonl``:
+    key → record)."""
 
     spec: RunSpec
     out: Path
@@ -45,9 +48,18 @@ class RunContext:
         finally:
             self.phases[name] = self.phases.get(name, 0.0) + time.perf_counter() - t0
 
+    @cached_property
+    def run(self) -> RunDir:
+        """The run directory's files."""
+        return RunDir(self.out)
+
     @property
     def cache(self) -> Path:
-        return self.out / "cache"
+        return self.run.cache
+
+    def record(self, key: str, result: dict[str, Any]) -> None:
+        """A finished student run: into the ledger file and :attr:`done`."""
+        self.done[key] = self.run.append_ledger(key, result)
 
     @property
     def tasks(self) -> list[str]:
@@ -74,9 +86,9 @@ class LagCell:
     base_rates: dict[str, float]
     world_key: str = ""  # "" for a run of one world, "w<seed>|" when it replicates worlds
 
-    def clusters(self, out: Path, name: str) -> Path:
+    def clusters(self, run: RunDir, name: str) -> Path:
         """Where the per-user loss sums of ``name``'s evaluation go (the report reads them)."""
-        return out / "clusters" / f"world={self.world}" / f"lag={self.lag}" / f"{name}.npz"
+        return run.clusters_path(self.world, self.lag, name)
 
     def request(self, ctx: RunContext, phase: str, variant: str, params: dict[str, Any],
                 seed: int, train_days: tuple[int, int], eval_days: tuple[int, int],
@@ -84,8 +96,8 @@ class LagCell:
         """A self-contained student run of this cell (final runs keep their curve and
         per-user evaluation sums)."""
         final = phase == "final"
-        suffix = f"_w{self.world}" if self.world_key else ""
-        curve = ctx.out / "curves" / f"{variant}_seed{seed}_lag{self.lag}{suffix}.csv"
+        curve = ctx.run.curve_path(variant, seed, self.lag,
+                                   self.world if self.world_key else None)
         return StudentRun(
             key=key, phase=phase, spec=ctx.spec, variant=variant, params=dict(params),
             seed=seed, lag=self.lag, world=self.world, train_days=day_range(train_days),
@@ -96,5 +108,5 @@ class LagCell:
             ckpt=None if self.inputs.ckpt is None else str(self.inputs.ckpt),
             pairs=None if self.inputs.pairs is None else str(self.inputs.pairs),
             curve=str(curve) if final else None,
-            clusters=str(self.clusters(ctx.out, f"{variant}__seed{seed}")) if final else None,
+            clusters=str(self.clusters(ctx.run, f"{variant}__seed{seed}")) if final else None,
             tracker=ctx.tracker)

@@ -1,17 +1,14 @@
 """How much more data the teacher learnt from than the student: rows and days of each, per world
-and lag, written to ``RUN_DIR/teacher_data.json`` for the report (GEM's premise is a foundation
-model trained on every surface over a long history, ~100x a vertical model's rows)."""
+and lag, which the runner records in ``RUN_DIR/teacher_data.json`` for the report
+(``RunDir.record_teacher_data``; GEM's premise is a foundation model trained on every surface
+over a long history, ~100x a vertical model's rows)."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 from gemkd.experiments.spec.model import RunSpec
-from gemkd.transfer.io.atomic import atomic_write_bytes
-
-FILE = "teacher_data.json"
 
 
 def rows_in(data: Path, days: tuple[int, int], domains: list[str] | None = None) -> int:
@@ -35,10 +32,3 @@ def teacher_student_rows(spec: RunSpec, data: Path, lag: int, student_rows: int
             "student_rows": student_rows,
             "ratio": teacher / student_rows if student_rows else None}
 
-
-def record(out: Path, world: int | None, lag: int, entry: dict[str, Any]) -> None:
-    """Add the (world, lag) entry to ``out/teacher_data.json`` (rewritten whole, atomically)."""
-    path = out / FILE
-    table = json.loads(path.read_text()) if path.is_file() else {}
-    table.setdefault(str(world if world is not None else 0), {})[str(lag)] = entry
-    atomic_write_bytes(path, json.dumps(table, indent=2).encode())

@@ -18,7 +18,6 @@ fit is logged from the run's own process), more than one world. Each job's lines
 from __future__ import annotations
 
 import time
-from pathlib import Path
 from typing import Any
 
 from gemkd.experiments.run.context import RunContext
@@ -27,6 +26,7 @@ from gemkd.experiments.run.executors import LocalProcesses, Serial
 from gemkd.experiments.run.inputs import lag_inputs
 from gemkd.experiments.run.progress import PlainLog, clock
 from gemkd.experiments.run.validate import check_data, data_name
+from gemkd.experiments.run_dir import RunDir
 from gemkd.experiments.spec.model import RunSpec
 
 
@@ -50,15 +50,15 @@ def prepare_world(spec: RunSpec, out: str, world: int | None) -> dict[str, Any]:
     """Run ``world``'s cached steps (data, then every lag's :func:`lag_inputs`) into ``out``'s
     cache; a worker's job. Returns its wall seconds."""
     t0 = time.perf_counter()
-    run_dir = Path(out)
-    path = log_path(run_dir, world)
+    run = RunDir(out)
+    path = run.prepare_log_path(world)
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "a") as f:
         def write(msg: str) -> None:
             f.write(f"{time.strftime('%H:%M:%S')} {msg}\n")
             f.flush()
 
-        ctx = RunContext(spec, run_dir, PlainLog(write), Serial())
+        ctx = RunContext(spec, run.path, PlainLog(write), Serial())
         data, data_key, schema = world_steps(ctx, world)
         for lag in spec.lags:
             write(f"== teacher lag {lag}")
@@ -66,10 +66,6 @@ def prepare_world(spec: RunSpec, out: str, world: int | None) -> dict[str, Any]:
         seconds = time.perf_counter() - t0
         write(f"world {world}: every step done in {clock(seconds)}")
     return {"world": world, "seconds": seconds}
-
-
-def log_path(run_dir: Path, world: int | None) -> Path:
-    return run_dir / "logs" / f"prepare_world{world}.txt"
 
 
 def side_by_side(ctx: RunContext) -> str | None:
@@ -101,6 +97,6 @@ def prepare_worlds(ctx: RunContext) -> None:
         return
     assert isinstance(ctx.executor, LocalProcesses)
     ctx.log(f"the steps of worlds {worlds} side by side on {ctx.executor.parallel} workers "
-            f"(each world's lines: {log_path(ctx.out, worlds[0]).parent}/prepare_world<W>.txt)")
+            f"(each world's lines: {ctx.run.logs_dir}/prepare_world<W>.txt)")
     for res in ctx.executor.map(prepare_world, [(ctx.spec, str(ctx.out), w) for w in worlds]):
         ctx.log(f"  world {res['world']}: steps done in {clock(res['seconds'])}")

@@ -1,18 +1,16 @@
-"""The rows of ``results.csv`` and the run's ledger ``runs.jsonl`` (finished student runs)."""
+"""The rows of ``results.csv``, from the ledger's finished student runs (``runs.jsonl``, written
+and read by :class:`~gemkd.experiments.run_dir.RunDir`)."""
 
 from __future__ import annotations
 
 import itertools
-import json
 from dataclasses import dataclass
-from pathlib import Path
 
 import pandas as pd
 
 from gemkd.experiments.results_schema import ALL, BASELINE, KD, MATCH_KEYS, RESULT_COLUMNS, WORLD
-from gemkd.experiments.run_dir import read_ledger
 
-__all__ = ["RESULT_COLUMNS", "References", "derive", "load_done", "record", "rows_of"]
+__all__ = ["RESULT_COLUMNS", "References", "derive", "rows_of"]
 
 
 @dataclass(frozen=True)
@@ -94,15 +92,3 @@ def _teacher_gains(df: pd.DataFrame, fm: pd.Series) -> pd.Series:
     noise = grouped["ne_baseline"].transform(lambda s: s.drop_duplicates().std())
     mean_fm = grouped["fm"].transform("mean")
     return (mean_fm > 2 * noise) | noise.isna()
-
-
-def record(path: Path, key: str, res: dict) -> dict:
-    with open(path, "a") as f:
-        f.write(json.dumps({"key": key, **res}) + "\n")
-    return res
-
-
-def load_done(path: Path) -> dict[str, dict]:
-    """The ledger at ``path`` (``RUN_DIR/runs.jsonl``): key → record; a line torn by a kill is
-    left out, so that run is redone."""
-    return read_ledger(path)

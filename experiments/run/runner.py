@@ -3,7 +3,8 @@ variants × seeds.
 
 Every expensive step is cached by its config hash under ``RUN_DIR/cache`` (reruns and resumed
 crashes skip it); each finished student run is appended to ``RUN_DIR/runs.jsonl``, so a killed
-run continues where it stopped and ends with the same ``results.csv``. Student runs go to an
+run continues where it stopped and ends with the same ``results.csv``. Every file of the run
+directory is written through :class:`~gemkd.experiments.run_dir.RunDir`. Student runs go to an
 executor (this process, local workers or Ray) in batches — a tuning round, the final runs of a
 lag — and come back in any order: each is seeded by its own key, so the results do not depend
 on where or in which order they ran. One run at a time owns a run directory (a lock that dies
@@ -12,7 +13,6 @@ with its process); a second is refused, naming the first.
 
 from __future__ import annotations
 
-import json
 import platform
 import shutil
 import sys
@@ -22,11 +22,9 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
-import yaml
 
 from gemkd.experiments.run import teacher_curve
 from gemkd.experiments.run.context import LagCell, RunContext
-from gemkd.experiments.run.data_ratio import record as record_ratio
 from gemkd.experiments.run.data_ratio import rows_in, teacher_student_rows
 from gemkd.experiments.run.data_sources import data_plan
 from gemkd.experiments.run.evaluation import (
@@ -42,25 +40,19 @@ from gemkd.experiments.run.jobs import StudentRun
 from gemkd.experiments.run.methods import variant_needs
 from gemkd.experiments.run.prepare import fm_domains, prepare_worlds, world_steps
 from gemkd.experiments.run.progress import Progress, clock
-from gemkd.experiments.run.results import References, derive, load_done, record, rows_of
+from gemkd.experiments.run.results import References, derive, rows_of
 from gemkd.experiments.run.tracking import log_results, run_tracker
 from gemkd.experiments.run.tuning import planned_runs, tune_variants
 from gemkd.experiments.run.tuning_table import TUNING_COLUMNS
 from gemkd.experiments.run.validate import DataMismatch, check_spec
-from gemkd.experiments.run_dir import write_layout
+from gemkd.experiments.run_dir import RunDir
 from gemkd.experiments.spec.model import RunSpec
 from gemkd.transfer.data.schema import day_range
 from gemkd.transfer.errors import GemkdError
 from gemkd.transfer.io.lock import exclusive
 from gemkd.transfer.training import training_base_rates
 
-LOCK = ".lock"
-#: written when the data's negatives were sampled (a positive-only log): the report reads it
-NEGATIVES = "sampled_negatives.json"
 TEACHER_NEEDS = {"teacher", "teacher_emb"}
-#: the wall seconds of each phase of the run (steps, tuning, final runs), as log.txt's last
-#: lines give them
-PHASES = "phases.json"
 
 
 def run_experiment(spec: RunSpec, out: str | Path, sync: Callable[[], None] | None = None,
@@ -94,19 +86,20 @@ def run_experiment(spec: RunSpec, out: str | Path, sync: Callable[[], None] | No
         A ConfigError or DataError naming the key, file or column at fault.
     """
     out = Path(out)
+    run = RunDir(out)  # a directory of a newer layout is refused here, before any work
     check_spec(spec)
-    tracker = run_tracker(spec, out)
+    tracker = run_tracker(spec, run)
     created = not out.exists()
     out.mkdir(parents=True, exist_ok=True)
     executor = executor or Serial()
     aborted = True  # until _run returns: then the workers' runs in flight are stopped
     try:
-        with exclusive(out / LOCK, str(out)):
+        with exclusive(run.lock_path, str(out)):
             results = _run(spec, out, tracker, sync, executor)
         aborted = False
         return results
     except GemkdError as e:  # bad input found only once the data was read
-        if created and (isinstance(e, DataMismatch) or not _holds_work(out)):
+        if created and (isinstance(e, DataMismatch) or not _holds_work(run)):
             shutil.rmtree(out, ignore_errors=True)
         raise
     finally:
@@ -128,16 +121,17 @@ def count_work(spec: RunSpec, makes_data: bool) -> tuple[int, int]:
             (int(makes_data) + lag_steps * len(spec.lags)) * worlds)
 
 
-def _holds_work(out: Path) -> bool:
+def _holds_work(run: RunDir) -> bool:
     """A finished step or student run: what a rerun would reuse (then the directory stays)."""
-    return any((out / "cache").glob("*/DONE")) or (out / "runs.jsonl").is_file()
+    return run.has_done_steps() or run.ledger_path.is_file()
 
 
 def _run(spec: RunSpec, out: Path, tracker, sync, executor: Executor) -> pd.DataFrame:
     plan = data_plan(spec)
     runs, n_steps = count_work(spec, plan.make is not None)
-    log = Progress(out / "log.txt", runs, n_steps, on_change=sync)
-    ctx = RunContext(spec, out, log, executor, tracker, load_done(out / "runs.jsonl"))
+    run = RunDir(out)
+    log = Progress(run.log_path, runs, n_steps, on_change=sync)
+    ctx = RunContext(spec, out, log, executor, tracker, run.ledger())
     try:
         return _steps(ctx)
     except Exception as e:  # the run's log ends with what stopped it, as stderr does
@@ -149,13 +143,12 @@ def _run(spec: RunSpec, out: Path, tracker, sync, executor: Executor) -> pd.Data
 
 
 def _steps(ctx: RunContext) -> pd.DataFrame:
-    spec, out, log = ctx.spec, ctx.out, ctx.log
+    spec, run, log = ctx.spec, ctx.run, ctx.log
     started = time.time()  # a step's DONE written after it was run by this invocation
-    write_layout(out)  # run.json: the layout a reader (RunDir) checks
-    (out / "spec.yaml").write_text(yaml.safe_dump(spec.to_dict(), sort_keys=False))
-    (out / "environment.json").write_text(json.dumps(_environment(ctx.executor.threads),
-                                                          indent=2))
-    (out / "command.txt").write_text(" ".join(sys.argv) + "\n")
+    run.write_layout()  # run.json: the layout a reader checks
+    run.write_spec(spec.to_dict())
+    run.write_environment(_environment(ctx.executor.threads))
+    run.write_command(sys.argv)
     worlds = spec.worlds
     log(f"experiment {spec.name}: variants {spec.variant_names}, seeds {spec.seeds}, "
         f"lags {spec.lags}" + (f", worlds {worlds}" if worlds != [None] else ""))
@@ -165,11 +158,11 @@ def _steps(ctx: RunContext) -> pd.DataFrame:
         prepare_worlds(ctx)
     for world in worlds:
         rows += _world(ctx, world, tuning_rows)
-    pd.DataFrame(tuning_rows, columns=list(TUNING_COLUMNS)).to_csv(out / "tuning.csv", index=False)
+    run.write_tuning(pd.DataFrame(tuning_rows, columns=list(TUNING_COLUMNS)))
     results = derive(pd.DataFrame(rows))
-    results.to_csv(out / "results.csv", index=False)
-    log_results(ctx.tracker, results, out)
-    log(f"wrote {out / 'results.csv'} ({len(results)} rows)")
+    run.write_results(results)
+    log_results(ctx.tracker, results, run)
+    log(f"wrote {run.results_path} ({len(results)} rows)")
     _write_phases(ctx, started)
     return results
 
@@ -178,16 +171,15 @@ def _write_phases(ctx: RunContext, started: float) -> None:
     """``phases.json``: this invocation's wall time per phase; a rerun that trained nothing
     (every step and student run reused) keeps the file of the run that did the work, which
     ``benchmarks/bench_sweep.py`` reads, instead of overwriting it with seconds of reading."""
-    out, log = ctx.out, ctx.log
+    run, log = ctx.run, ctx.log
     line = ", ".join(f"{k} {clock(v)}" for k, v in ctx.phases.items())
     steps_run = sum(p.stat().st_mtime >= started for p in ctx.cache.glob("*/DONE"))
-    if not log.trained and not steps_run and (out / PHASES).is_file():
-        log(f"wall time per phase: {line}; every step and student run was reused, so {PHASES} "
-            "keeps the times of the run that trained them")
+    if not log.trained and not steps_run and run.phases_path.is_file():
+        log(f"wall time per phase: {line}; every step and student run was reused, so "
+            f"{run.PHASES} keeps the times of the run that trained them")
         return
-    log(f"wall time per phase: {line} ({PHASES})")
-    (out / PHASES).write_text(json.dumps({k: round(v, 1) for k, v in ctx.phases.items()},
-                                         indent=2) + "\n")
+    log(f"wall time per phase: {line} ({run.PHASES})")
+    run.write_phases(ctx.phases)
 
 
 def _world(ctx: RunContext, world: int | None, tuning_rows: list[dict]) -> list[dict]:
@@ -198,7 +190,7 @@ def _world(ctx: RunContext, world: int | None, tuning_rows: list[dict]) -> list[
     with ctx.phase("steps"):
         data, data_key, schema = world_steps(ctx, world)
     if schema.negatives is not None:  # the report says what NE is measured against
-        (ctx.out / NEGATIVES).write_text(json.dumps(schema.negatives, indent=2))
+        ctx.run.write_sampled_negatives(schema.negatives)
     tasks, domains = ctx.tasks, schema.domains
     only = [spec.student_domain] if spec.student_domain else None  # the vertical's own traffic
     eval_days = day_range(spec.eval_days)
@@ -215,7 +207,7 @@ def _world(ctx: RunContext, world: int | None, tuning_rows: list[dict]) -> list[
         train_end = seen[1]
         if spec.teacher.store is None:
             ratio = teacher_student_rows(spec, data, lag, student_rows)
-            record_ratio(ctx.out, label, lag, ratio)
+            ctx.run.record_teacher_data(label, lag, ratio)
             log(f"== teacher lag {lag}: teacher learns from days [{seen[0]}, {seen[1]}) "
                 f"({spec.teacher_protocol}; {ratio['teacher_rows']:,} rows, "
                 f"{ratio['ratio']:.1f}x the student's {student_rows:,})")
@@ -225,14 +217,14 @@ def _world(ctx: RunContext, world: int | None, tuning_rows: list[dict]) -> list[
             inputs = lag_inputs(ctx, lag, data, data_key, fm_domains(spec, domains))
         if inputs.ckpt is not None:  # a trained teacher: its validation curve, epoch kept
             fit = teacher_curve.fit_entry(inputs.ckpt.parent.parent, inputs.ckpt)
-            teacher_curve.record(ctx.out, label, lag, fit)
+            ctx.run.record_teacher_fit(label, lag, fit)
             log(teacher_curve.summary_line(fit))
         tag = inputs_tag(spec, inputs, ctx.executor.threads)
         cell = LagCell(label, lag, data, train_end, inputs, tag, base_rates,
                        "" if world is None else f"w{world}|")
         sources = {name: eval_metrics(data, eval_days, tasks, domains, base_rates,
                                       store_logits(store, tasks), only,
-                                      clusters=cell.clusters(ctx.out, f"teacher__{name}"))
+                                      clusters=cell.clusters(ctx.run, f"teacher__{name}"))
                    for name, store in inputs.stores.items()}
         for name, m in sources.items():
             log(f"  {name} teacher NE on evaluation days: "
@@ -271,7 +263,7 @@ def _final_runs(ctx: RunContext, cell: LagCell, chosen: dict[tuple[str, int], di
     task = ctx.tasks[0]
 
     def done(run: StudentRun, res: dict[str, Any]) -> None:
-        ctx.done[run.key] = record(ctx.out / "runs.jsonl", run.key, res)
+        ctx.record(run.key, res)
         log(f"  {run.variant:15s} seed {run.seed}: NE {task} "
             f"{res['metrics'][f'ne/{task}/all']:.4f} ({res['examples_per_second']:.0f} ex/s)")
         log.run_done(res["run_seconds"] / ctx.executor.parallel)

@@ -1,7 +1,8 @@
 """How each lag's teacher fit went: its validation curve (per epoch: loss, and NE, AUC and
 calibration Σp/Σy per task over every domain), the epoch kept, and the kept teacher's
-validation metrics; per world and lag in ``RUN_DIR/teacher_fit.json`` for the report (a
-teacher that memorised ids after its best epoch was invisible: issue 42, trap 1).
+validation metrics; the runner records them per world and lag in ``RUN_DIR/teacher_fit.json``
+(``RunDir.record_teacher_fit``) for the report (a teacher that memorised ids after its best
+epoch was invisible in a new user's report).
 
 Read from the fit's own files (its run directory in the cache): ``metrics.csv`` (one row per
 validation round, written by Lightning's CSV logger; a resumed fit's rows are appended, so the
@@ -17,10 +18,6 @@ from typing import Any
 import pandas as pd
 import yaml
 
-from gemkd.transfer.io.atomic import atomic_write_bytes
-
-#: the file's name in the run directory (``RunDir.TEACHER_FIT``, its reader)
-FILE = "teacher_fit.json"
 KINDS = ("ne", "auc", "calibration")
 
 
@@ -72,14 +69,6 @@ def fit_entry(run: Path, checkpoint: Path) -> dict[str, Any]:
             "select": cfg.get("select"), "epochs_trained": trained, "chosen_epoch": chosen,
             "checkpoint": checkpoint.name, "val_curve": curve,
             "val": _metrics(val, _tasks(val, ""), "")}
-
-
-def record(out: Path, world: int | None, lag: int, entry: dict[str, Any]) -> None:
-    """Add the (world, lag) entry to ``out/teacher_fit.json`` (rewritten whole, atomically)."""
-    path = out / FILE
-    table = json.loads(path.read_text()) if path.is_file() else {}
-    table.setdefault(str(world if world is not None else 0), {})[str(lag)] = entry
-    atomic_write_bytes(path, json.dumps(table, indent=2).encode())
 
 
 def summary_line(entry: dict[str, Any]) -> str:

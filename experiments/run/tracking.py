@@ -5,22 +5,22 @@ at the end, as per-variant metrics and the ``results.csv`` / ``tuning.csv`` file
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pandas as pd
 from lightning.pytorch.loggers import MLFlowLogger, TensorBoardLogger
 
+from gemkd.experiments.run_dir import RunDir
 from gemkd.experiments.spec.model import RunSpec
 from gemkd.transfer.training.loggers import Tracker, make_logger
 
 
-def run_tracker(spec: RunSpec, out: Path) -> Tracker | None:
+def run_tracker(spec: RunSpec, run: RunDir) -> Tracker | None:
     """The run's tracker under ``RUN_DIR/logs`` (None: the spec logs nothing, the default);
     a tracker whose extra is not installed is a ConfigError now, before any work."""
     if spec.logger is None:
         return None
-    return Tracker(spec.logger, out / "logs", spec.name)
+    return Tracker(spec.logger, run.logs_dir, spec.name)
 
 
 def student_logger(tracker: Tracker | None, phase: str, variant: str, seed: int, lag: int,
@@ -35,7 +35,7 @@ def student_logger(tracker: Tracker | None, phase: str, variant: str, seed: int,
     return make_logger(tracker, name, tags)
 
 
-def log_results(tracker: Tracker | None, results: pd.DataFrame, out: Path) -> None:
+def log_results(tracker: Tracker | None, results: pd.DataFrame, run: RunDir) -> None:
     """The results once: the mean over seeds of NE, ΔNE and transfer ratio per variant, task
     and lag (domain ``all``) as metrics of a run named ``results``, plus the CSV files."""
     if tracker is None or results.empty:
@@ -47,7 +47,7 @@ def log_results(tracker: Tracker | None, results: pd.DataFrame, out: Path) -> No
         logger.log_metrics({f"{m}/{task}/{variant}": float(v)
                             for (_, variant, task), row in rows.iterrows()
                             for m, v in row.items() if pd.notna(v)}, step=int(lag))
-    files = [out / "results.csv", out / "tuning.csv"]
+    files = [run.results_path, run.tuning_path]
     if isinstance(logger, MLFlowLogger):  # the tracker's kind: make_logger's class for it
         for f in files:
             logger.experiment.log_artifact(logger.run_id, str(f))

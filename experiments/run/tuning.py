@@ -26,7 +26,6 @@ from gemkd.experiments.run.context import LagCell, RunContext
 from gemkd.experiments.run.inputs import variant_tag
 from gemkd.experiments.run.jobs import StudentRun
 from gemkd.experiments.run.methods import search_space
-from gemkd.experiments.run.results import record
 from gemkd.experiments.run.search import Search, SearchTuner, single_point, study_name
 from gemkd.experiments.run.tuning_table import tuning_rows as rows_of_search
 from gemkd.experiments.spec.model import RunSpec, VariantSpec
@@ -158,7 +157,7 @@ def tune_variants(ctx: RunContext, cell: LagCell, tuning_rows: list[dict]
 
 def _execute(ctx: RunContext, runs: list[StudentRun]) -> None:
     def done(run: StudentRun, res: dict[str, Any]) -> None:
-        ctx.done[run.key] = record(ctx.out / "runs.jsonl", run.key, res)
+        ctx.record(run.key, res)
         ctx.log.run_done(res["run_seconds"] / ctx.executor.parallel)
 
     ctx.execute(runs, done)

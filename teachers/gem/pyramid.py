@@ -124,7 +124,7 @@ class PyramidCompressor(nn.Module):
 
     def _starts(self, bounds: tuple[int, ...], like: Tensor) -> Tensor:
         """``bounds`` as a tensor on ``like``'s device, made once per layout: a tensor built
-        from a list every step is a host→device copy on a GPU (issue 41)."""
+        from a list every step is a host→device copy on a GPU."""
         key = (bounds, like.dtype, like.device)
         out = self._bounds.get(key)
         if out is None:

@@ -30,7 +30,7 @@ class TokenMix(nn.Module):
 class FactorizationMachineBlock(nn.Module):
     """``FMB(X) = MLP(LN(flatten(X (Xᵀ Y))))`` reshaped to ``[B, n_F, d]``."""
 
-    #: ``matmul`` as before issue 41 (the reference for tests); an attribute, not a weight
+    #: ``matmul`` as before the fused path (the reference for tests); an attribute, not a weight
     reference: bool = False
 
     def __init__(
@@ -67,7 +67,7 @@ class FactorizationMachineBlock(nn.Module):
 class WukongLayer(nn.Module):
     """One Wukong layer: ``[B, n_in, d] → [B, n_F + n_L, d]``."""
 
-    #: LCB and the residual projection as two matmuls, as before issue 41 (the tests'
+    #: LCB and the residual projection as two matmuls, as before they were fused (the tests'
     #: reference); an attribute, not a weight
     reference: bool = False
 

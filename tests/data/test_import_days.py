@@ -76,7 +76,7 @@ def test_equal_count_days_are_not_checked(tmp_path, capsys):
 
 
 def stragglers() -> pd.DataFrame:
-    """Trap 3 of issue 42: 35 stray rows months before the log's real 9 days (2024-06-01..09)."""
+    """A new user's log: 35 stray rows months before the log's real 9 days (2024-06-01..09)."""
     rng = np.random.default_rng(1)
     stray = T0 - 75 * DAY + rng.integers(0, 3 * DAY, 35)  # 2024-03-18..20
     real = log({d: 300 for d in range(9)})

@@ -85,7 +85,7 @@ def derived_tolerances(want: pd.DataFrame) -> pd.DataFrame:
     })
 
 
-#: Columns added after the file was recorded (the teacher's AUC and calibration, issue 42): not
+#: Columns added after the file was recorded (the teacher's AUC and calibration): not
 #: compared, so the recorded numbers stand unchanged.
 LATER = ["auc_teacher", "calibration_teacher"]
 

@@ -1,11 +1,15 @@
-"""RunDir: the one reader of a run directory — its layout version, its files and their errors.
+"""RunDir: the one writer and reader of a run directory — its layout version, its files, what
+the runner writes read back, and their errors.
 (A real tiny run read through it: tests/studies/test_adapter_probe.py, whose run it reuses.)"""
 
 from __future__ import annotations
 
 import json
+import os
 
+import pandas as pd
 import pytest
+import yaml
 
 from gemkd.experiments.report import render_report
 from gemkd.experiments.results_schema import (
@@ -15,7 +19,7 @@ from gemkd.experiments.results_schema import (
     ROW_KEYS,
     one_domain,
 )
-from gemkd.experiments.run_dir import LAYOUT_VERSION, RunDir, write_layout
+from gemkd.experiments.run_dir import LAYOUT_VERSION, RunDir
 from gemkd.transfer.errors import ConfigError
 from tests.experiments.report.test_report import make_results, make_run
 
@@ -34,7 +38,7 @@ def test_an_old_run_without_run_json_reads_as_layout_1(tmp_path):
 
 
 def test_the_layout_version_the_runner_writes_is_read_back(tmp_path):
-    write_layout(tmp_path)
+    RunDir(tmp_path).write_layout()
     assert json.loads((tmp_path / "run.json").read_text()) == {"layout_version": LAYOUT_VERSION}
     assert RunDir(tmp_path).layout_version == LAYOUT_VERSION
 
@@ -48,7 +52,7 @@ def test_a_newer_layout_is_a_clear_error(tmp_path):
     with pytest.raises(ConfigError, match="is newer than this gemkd reads"):
         render_report(run)  # the report goes through RunDir too
     with pytest.raises(ConfigError, match="is newer than this gemkd reads"):
-        write_layout(run)  # the runner never mixes its files into a newer layout
+        RunDir(run).write_layout()  # the runner never mixes its files into a newer layout
     for bad in ({"layout_version": 0}, {"layout_version": "2"}, {"version": 1}, "[1"):
         (run / "run.json").write_text(bad if isinstance(bad, str) else json.dumps(bad))
         with pytest.raises(ConfigError, match=r"run\.json: "):
@@ -95,3 +99,65 @@ def test_one_schema_for_writer_and_reader():
     assert set(CELL_KEYS) < set(ROW_KEYS)
     frame = make_results()
     assert one_domain(frame) is frame  # several domains keep their pooled "all"
+
+
+def test_what_the_runner_writes_is_what_it_wrote_before_and_reads_back(tmp_path):
+    """Each writer's bytes are those of the literal writes it replaced (the same files, names
+    and contents), and each reader gets them back."""
+    run = RunDir(tmp_path)
+    spec = {"name": "x", "seeds": [0, 1], "data": {"train_days": 4}, "a": None}
+    run.write_spec(spec)
+    assert (tmp_path / "spec.yaml").read_text() == yaml.safe_dump(spec, sort_keys=False)
+    assert run.spec() == spec
+    env = {"gemkd": "1", "threads": 2, "run_threads": 1}
+    run.write_environment(env)
+    assert (tmp_path / "environment.json").read_text() == json.dumps(env, indent=2)
+    assert run.environment() == env
+    run.write_command(["gemkd", "run", "a.yaml", "--threads", "1"])
+    assert (tmp_path / "command.txt").read_text() == "gemkd run a.yaml --threads 1\n"
+    assert run.command() == "gemkd run a.yaml --threads 1"
+    run.write_phases({"steps": 12.345, "tuning": 3.0})
+    assert (tmp_path / "phases.json").read_text() == json.dumps(
+        {"steps": 12.3, "tuning": 3.0}, indent=2) + "\n"
+    assert run.phases() == {"steps": 12.3, "tuning": 3.0}
+    run.write_sampled_negatives({"per_positive": 4, "seed": 0})
+    assert run.sampled_negatives() == {"per_positive": 4, "seed": 0}
+    results = make_results()
+    run.write_results(results)
+    results.to_csv(tmp_path / "want.csv", index=False)
+    assert run.results_path.read_bytes() == (tmp_path / "want.csv").read_bytes()
+    assert len(run.results()) == len(results)
+    tuning = pd.DataFrame([dict(variant="kd", param="T", value=2.0, chosen=True, val_ne=0.8)])
+    run.write_tuning(tuning)
+    assert run.tuning()["chosen"].tolist() == [True]
+    assert run.append_ledger("final|kd|0|0|t", {"metrics": {}}) == {"metrics": {}}
+    run.append_ledger("final|kd|1|0|t", {"metrics": {"ne": 1.0}})
+    assert list(run.ledger()) == ["final|kd|0|0|t", "final|kd|1|0|t"]
+    for world, lag in ((3, 0), (3, 2), (None, 0)):
+        run.record_teacher_fit(world, lag, {"chosen_epoch": lag})
+        run.record_teacher_data(world, lag, {"ratio": lag})
+    assert run.teacher_fit() == {"3": {"0": {"chosen_epoch": 0}, "2": {"chosen_epoch": 2}},
+                                 "0": {"0": {"chosen_epoch": 0}}}
+    assert run.teacher_data()["3"]["2"] == {"ratio": 2}
+    assert not [n for n in os.listdir(tmp_path) if ".tmp-" in n]  # atomic: no temporary left
+
+
+def test_the_run_s_paths_are_its_own(tmp_path):
+    run = RunDir(tmp_path)
+    assert (run.log_path, run.ledger_path, run.lock_path) == (
+        tmp_path / "log.txt", tmp_path / "runs.jsonl", tmp_path / ".lock")
+    assert run.prepare_log_path(4) == tmp_path / "logs" / "prepare_world4.txt"
+    assert run.phases() is None and run.command() == "" and not run.has_done_steps()
+    (tmp_path / "cache" / "data-abc").mkdir(parents=True)
+    (tmp_path / "cache" / "data-abc" / "DONE").write_text("")
+    assert run.has_done_steps()
+
+
+def test_a_broken_phases_file_is_named(tmp_path):
+    run = RunDir(tmp_path)
+    run.phases_path.write_text("[1800]")
+    with pytest.raises(ConfigError, match=r"phases\.json: expected an object of phase name"):
+        run.phases()
+    run.phases_path.write_text("{not json")
+    with pytest.raises(ConfigError, match=r"phases\.json: not readable JSON"):
+        run.phases()

@@ -133,7 +133,7 @@ def _after(owner: object, name: str, hook: Callable[..., None]) -> None:
 
 
 def _arm(pause: str | None, sentinel: Path, barrier: tuple[Path, int] | None) -> None:
-    from gemkd.experiments.run import runner
+    from gemkd.experiments.run_dir import RunDir
     from gemkd.transfer.store import writer
 
     stop = lambda *_, **__: _stop(sentinel)  # noqa: E731
@@ -146,8 +146,8 @@ def _arm(pause: str | None, sentinel: Path, barrier: tuple[Path, int] | None) ->
                lambda path, data: Path(path).name == "manifest.json" and _stop(sentinel))
     elif pause == "export.finalized":
         _after(writer.StoreWriter, "finalize", stop)
-    elif pause == "run.first_student":
-        _after(runner, "record", stop)
+    elif pause == "run.first_student":  # once its ledger line is written
+        _after(RunDir, "append_ledger", stop)
     elif pause == "teacher.step10":
         from gemkd.transfer.training.ranking_module import RankingModule
 

@@ -80,7 +80,7 @@ def test_handlers_are_put_back_after_a_fit_and_a_command(tiny_data, tmp_path):
 
 
 def test_a_run_leaves_the_handlers_as_it_found_them(tiny_run, tmp_path):
-    """Issue 44: a handler installed during the suite outlived its test, and a CI time limit's
+    """A handler installed during the suite once outlived its test, and a CI time limit's
     SIGTERM surfaced as ``SystemExit: 15`` inside a later test."""
     from tests.faults.conftest import gemkd_run
 

@@ -1,5 +1,5 @@
 """The paired user-level bootstrap: closed-form standard errors, coverage, pairing, clustering,
-the seed and world levels, and determinism."""
+the seed level, and determinism (the world level: tests/benchmarks/test_percentile_rule.py)."""
 
 from __future__ import annotations
 
@@ -13,12 +13,10 @@ from gemkd.transfer.metrics.bootstrap import (
     interval,
     ne_point,
     ne_replicates,
-    pool_worlds,
     resample_weights,
     rng_for,
     seed_mean,
     seed_weights,
-    world_draws,
 )
 
 P = 0.3
@@ -123,7 +121,7 @@ def test_correlated_users_widen_the_interval():
     assert by_user.std() > 3 * by_example.std()
 
 
-def test_seeds_and_worlds_add_their_spread():
+def test_seeds_add_their_spread():
     rng = np.random.default_rng(6)
     # seed level: per-seed values without user noise; the mean over drawn seeds
     values = np.array([1.0, 2.0, 6.0])[None, :].repeat(4000, axis=0)  # [B, S]
@@ -134,22 +132,6 @@ def test_seeds_and_worlds_add_their_spread():
     gaps = np.array([[1.0, np.nan, 3.0], [np.nan, np.nan, np.nan]])
     assert seed_mean(gaps, np.ones((2, 3))).tolist()[0] == 2.0
     assert np.isnan(seed_mean(gaps, np.ones((2, 3)))[1])
-    # world level: 5 worlds of constant NE; replicates average W drawn worlds
-    per_world = np.array([0.80, 0.81, 0.79, 0.83, 0.82])[:, None].repeat(4000, axis=1)
-    pooled = pool_worlds(per_world, world_draws(5, 4000, rng))
-    assert pooled.std() == pytest.approx(per_world[:, 0].std() / math.sqrt(5), rel=0.05)
-    lo, hi = interval(pooled)
-    assert 0.79 < lo < 0.81 < hi < 0.83
-    # one world: the inner replicates are used as they are
-    inner = rng.standard_normal((1, 50))
-    assert np.array_equal(pool_worlds(inner, world_draws(1, 50, rng)), inner[0])
-
-
-def test_a_world_drawn_twice_gets_independent_inner_draws():
-    draws = world_draws(3, 1000, np.random.default_rng(7))
-    twice = draws.world[:, 0] == draws.world[:, 1]
-    assert twice.any()
-    assert (draws.replicate[twice, 0] != draws.replicate[twice, 1]).mean() > 0.99
 
 
 def test_interval_percentiles_and_undefined_replicates():

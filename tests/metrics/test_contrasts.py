@@ -180,7 +180,7 @@ def test_zero_variance_and_missing_values():
 
 
 def test_worlds_whose_means_agree_by_chance_do_not_resolve():
-    """Issue 42 item 12: a twin of KD on 3 worlds, per-world differences +0.00147, +0.00120,
+    """A twin of KD on 3 worlds, per-world differences +0.00147, +0.00120,
     +0.00116 that agree by chance while one world's own paired per-seed differences are
     −0.0033, −0.0106, +0.0175 (a standard error of 0.0084 for its mean). The t interval over
     the 3 world means alone is ±0.0004 and resolves; the interval never narrower than the

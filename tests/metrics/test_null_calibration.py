@@ -1,4 +1,4 @@
-"""CI's A/A check of the report's verdicts (issue 28 item 1): simulated runs whose truth is
+"""CI's A/A check of the report's verdicts: simulated runs whose truth is
 known, drawn like a run's clusters/ files (gemkd.transfer.metrics.null_sim), pushed through the
 report's own interval and verdict code (lag_intervals), for every run shape the project ships —
 one world × 3 seeds (quickstart, MovieLens, KuaiRand), 3 × 3 (today's benchmark), 8 × 3 (the
@@ -14,12 +14,12 @@ estimate from 1,000 runs), two for the rate pooled over every cell. Why 98 %: on
 is exact when seeds or users dominate and conservative when they are alike (~97.5 % at worst,
 gemkd.transfer.metrics.contrasts) — the price of staying valid at every level
 (Welch–Satterthwaite df misses 7–8 % there); several worlds' intervals are never narrower than
-the fixed-effect one of the worlds' own seed noise (issue 42 item 12), which widens some
+the fixed-effect one of the worlds' own seed noise, which widens some
 intervals in every mix (up to 97.2 % where users dominate) and, where worlds differ by their
 seeds only (the ``seeds``, ``balanced`` and ``agree`` mixes), makes them conservative
 (coverage up to 99.5 %, 0.4 % false verdicts on 3 worlds: no upper bound there) — the price of
-never resolving on world means that agree by chance (its own test below). The rule before
-issue 28 must fail the same check.
+never resolving on world means that agree by chance (its own test below). The rule of earlier
+versions (benchmarks/percentile_rule.py) must fail the same check.
 """
 
 from __future__ import annotations
@@ -28,8 +28,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from benchmarks.percentile_rule import PERCENTILE
 from gemkd.experiments.report.clusters import EvalSet
-from gemkd.experiments.report.intervals import lag_intervals
+from gemkd.experiments.report.intervals import IntervalRule, lag_intervals, lag_tables
 from gemkd.transfer.metrics.contrasts import Units, difference
 from gemkd.transfer.metrics.null_sim import (
     EFFECTS_KNOWN,
@@ -71,10 +72,11 @@ def rates_of(table: pd.DataFrame, scenario: Scenario,
     return out
 
 
-def simulate(worlds: int, seeds: int, mix: str, method: str = "t") -> tuple[Scenario, pd.DataFrame]:
+def simulate(worlds: int, seeds: int, mix: str, rule: IntervalRule | None = None
+             ) -> tuple[Scenario, pd.DataFrame]:
     scenario = Scenario(f"ci-{worlds}x{seeds}-{mix}", worlds, seeds, users=200, **MIXES[mix])
-    table, _ = lag_intervals(eval_sets(draw_run(scenario, RUNS, seed=0)), SAMPLES, seed=0,
-                             method=method)
+    table, _ = lag_tables(eval_sets(draw_run(scenario, RUNS, seed=0)), SAMPLES, 0,
+                          [(0.95, "kd")], rule)[0]
     return scenario, table
 
 
@@ -120,16 +122,16 @@ def test_pooled_false_verdict_rate_is_5_percent(results):
 
 @pytest.mark.parametrize("cell", [(1, 3, "seeds"), (3, 3, "search")], ids=["1x3-seeds",
                                                                           "3x3-search"])
-def test_the_rule_before_issue_28_fails_the_same_check(cell):
+def test_the_rule_of_earlier_versions_fails_the_same_check(cell):
     """The nested percentile bootstrap with a majority of worlds: 15–22 % false verdicts on one
-    world when seeds dominate, ~11 % with 3 worlds and a per-world effect (issue 28)."""
-    scenario, table = simulate(*cell, method="percentile")
+    world when seeds dominate, ~11 % with 3 worlds and a per-world effect."""
+    scenario, table = simulate(*cell, rule=PERCENTILE)
     worst = max(r.miss for r in rates_of(table, scenario, NULLS).values())
     assert worst > 0.08
 
 
 def test_world_means_that_agree_by_chance_give_no_false_verdict():
-    """Issue 42 item 12: 3 worlds × 3 seeds, seeds' noise large, no per-world effect. Among the
+    """3 worlds × 3 seeds, seeds' noise large, no per-world effect. Among the
     runs whose world means happen to agree (their spread's standard error below half the
     within-world one; ~20 % of runs), a t interval over the world means alone resolves a null
     in ~24 % of them; the report's interval stays ≤ 5 % there (2–3 %) and overall (under 1 %),

@@ -120,7 +120,6 @@ def test_a_rerun_retrains_an_arm_whose_knobs_changed(run, probe):
     """records.jsonl keeps each arm's knobs; when the run's search has chosen others since, a
     rerun trains that arm again (a resumed probe must not keep figures of old choices), and
     source.json records which tuning.csv the knobs came from."""
-    from gemkd.experiments.report.load import tuning_digest
 
     out, _ = probe
     path = out / "records.jsonl"
@@ -134,4 +133,4 @@ def test_a_rerun_retrains_an_arm_whose_knobs_changed(run, probe):
     assert len(after) == len(lines) + 1  # only the changed arm, only its one seed and lag
     assert after[-1]["key"] == stale["key"] and after[-1]["params"] == knobs
     assert json.loads((out / "source.json").read_text()) == {"tuning_sha256":
-                                                             tuning_digest(run)}
+                                                             RunDir(run).tuning_digest()}

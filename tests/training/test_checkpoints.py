@@ -1,5 +1,5 @@
-"""A fit's run directory holds one copy of its latest state (issue 41.6): ``last.ckpt`` alone,
-with the optimizer while the fit can be resumed, weights only once it has finished."""
+"""A fit's run directory holds one copy of its latest state, not one per epoch: ``last.ckpt``
+alone, with the optimizer while the fit can be resumed, weights only once it has finished."""
 
 from __future__ import annotations
 

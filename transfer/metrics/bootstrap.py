@@ -1,17 +1,19 @@
-"""Paired, user-level (cluster) bootstrap of NE, nested with training seeds and worlds (DESIGN §6).
+"""Paired, user-level (cluster) bootstrap of NE, and the training seeds' resampling (DESIGN §6).
 
 Why: a user's impressions are correlated, so resampling single examples understates how much an
 evaluation's NE would move on other users; the training seeds and the world that was drawn add
-their own noise, and "2 std over 3 seeds on one world" saw none of the first and last. A
-replicate draws worlds with replacement, and within each drawn world its evaluation users (every
-cluster of a user moves with it) and its training seeds. All arms of a world (each variant × seed,
+their own noise, and "2 std over 3 seeds on one world" saw none of the first and last. Within a
+world, a replicate draws its evaluation users (every cluster of a user moves with it) and its
+training seeds. All arms of a world (each variant × seed,
 the teacher) get the same user draw and all variants the same seed draw, so a difference between
 arms keeps only the noise that does not cancel (paired).
 
-Since issue 28 the report reads only the user level from here (one world's users resampled, every
-arm and seed at once: :mod:`gemkd.transfer.metrics.contrasts` turns it into the users' variance);
-the seed and world resampling and the percentile interval remain for the rule before it
-(``lag_intervals(method="percentile")``), which undercovers with 3 top-level units.
+The report reads only the user level from here (one world's users resampled, every arm and seed
+at once: :mod:`gemkd.transfer.metrics.contrasts` turns it into the users' variance, with the
+degrees of freedom of the level that has few units). The seed resampling and the percentile
+interval serve the teacher-aging study and the rule of earlier versions, kept for comparison in
+benchmarks/percentile_rule.py (with the world level, which nothing else draws): a percentile
+interval over 3 top-level units undercovers.
 
 Everything works on per-cluster sums (log loss, present labels, positives), so NE for every
 replicate of a world is one weighted sum — a matrix product, no Python loop over replicates.
@@ -156,34 +158,6 @@ def seed_mean(values: np.ndarray, weights: np.ndarray) -> np.ndarray:
     count = w.sum(axis=1)
     with np.errstate(divide="ignore", invalid="ignore"):
         return np.where(count > 0, total / count, np.nan)
-
-
-@dataclass(frozen=True)
-class WorldDraws:
-    """Replicate b's j-th world slot is world ``world[b, j]``, with that world's inner
-    (users, seeds) replicate ``replicate[b, j]``."""
-
-    world: np.ndarray
-    replicate: np.ndarray
-
-
-def world_draws(n_worlds: int, samples: int, rng: np.random.Generator) -> WorldDraws:
-    """W worlds drawn with replacement per replicate. Each slot reads its world's inner
-    replicates through its own random permutation, so a world drawn twice in one replicate gets
-    two different inner (users, seeds) replicates, almost always, rather than the same one
-    twice (slot 0 keeps the identity: with one world the inner replicates are used as they
-    are)."""
-    world = rng.integers(0, n_worlds, size=(samples, n_worlds))
-    perms = [np.arange(samples)] + [rng.permutation(samples) for _ in range(n_worlds - 1)]
-    return WorldDraws(world, np.stack(perms, axis=1))
-
-
-def pool_worlds(per_world: np.ndarray, draws: WorldDraws) -> np.ndarray:
-    """Mean over each replicate's drawn worlds: ``per_world [W, B, ...]`` → ``[B, ...]``;
-    worlds where a value is missing (nan) are left out of that mean."""
-    picked = per_world[draws.world, draws.replicate]  # [B, W, ...]
-    ones = np.ones(draws.world.shape)
-    return seed_mean(picked, ones)
 
 
 def interval(replicates: np.ndarray, level: float = 0.95) -> tuple[np.ndarray, np.ndarray]:

@@ -6,22 +6,22 @@ by (W − 1)/W and no allowance for estimating it: ~27 % misses at nominal 5 %. 
 top-level variance enters with its degrees of freedom:
 
 * **Several worlds** (``Units`` of per-world values ``[W, ...]``, and where given each world's
-  per-seed values ``[W, S, ...]``): a random-effects interval with the Hartung–Knapp variance
-  and the ad hoc rule that it is never narrower than the fixed-effect one (issue 42 item 12).
-  Each world has its own users and seeds, so the spread of the worlds' (seed-averaged, paired)
-  values holds the user, seed and world noise: ``mean ± t_{W−1} · sd / √W`` (Hartung–Knapp
-  with equal weights), exact for normal world values whatever their mix of noises. But with 3
-  worlds that spread has 2 df: worlds whose means agree by chance gave ±0.0004 where one
-  world's own seeds alone said ±0.016. So the half-width is at least the fixed-effect
-  interval's ``t_ν · sqrt(Σ_w v_w) / W``, ``v_w`` world w's own variance of its mean from its
-  per-seed paired values (between-seed variance over S_w; a world with one seed adds 0), ν
-  their Welch–Satterthwaite df: the variance the mean over worlds would have if worlds did not
-  differ at all (the users' effect a world's seeds share is not in it; the worlds' spread holds
+  per-seed values ``[W, S, ...]``): a random-effects interval with the Hartung–Knapp variance and
+  the ad hoc rule that it is never narrower than the fixed-effect one (three worlds whose means
+  agree by chance would otherwise resolve a null). Each world has its own users and seeds, so the
+  spread of the worlds' (seed-averaged, paired) values holds the user, seed and world noise:
+  ``mean ± t_{W−1} · sd / √W`` (Hartung–Knapp with equal weights), exact for normal world values
+  whatever their mix of noises. But with 3 worlds that spread has 2 df: worlds whose means agree by
+  chance gave ±0.0004 where one world's own seeds alone said ±0.016. So the half-width is at least
+  the fixed-effect interval's ``t_ν · sqrt(Σ_w v_w) / W``, ``v_w`` world w's own variance of its
+  mean from its per-seed paired values (between-seed variance over S_w; a world with one seed adds
+  0), ν their Welch–Satterthwaite df: the variance the mean over worlds would have if worlds did
+  not differ at all (the users' effect a world's seeds share is not in it; the worlds' spread holds
   it). Why equal weights, not inverse-variance ones: a world's ``v_w`` has S_w − 1 (2) df, and
-  weights ``1 / (v_w + τ²)`` from it let a world whose seeds agree by chance dominate
-  (measured: 7–10 % false verdicts at 5 % over 8 worlds); the point estimate the report gives
-  is the plain mean over worlds, and its fixed-effect variance is ``Σ v_w / W²``. The floor's
-  price: conservative where worlds do not differ (the wider of two intervals;
+  weights ``1 / (v_w + τ²)`` from it let a world whose seeds agree by chance dominate (measured:
+  7–10 % false verdicts at 5 % over 8 worlds); the point estimate the report gives is the plain
+  mean over worlds, and its fixed-effect variance is ``Σ v_w / W²``. The floor's price:
+  conservative where worlds do not differ (the wider of two intervals;
   tests/metrics/test_null_calibration.py holds the rates).
 * **One world, S seeds on the same users** (``Units`` of per-seed values ``[S, ...]`` with their
   user resamples ``[B, S, ...]``): for a per-seed value ``x_s = θ + a + b_s + e_s`` (``a`` the

@@ -1,5 +1,5 @@
 """Simulated per-user evaluation sums, drawn like a run's ``clusters/`` files, for A/A and
-known-effect checks of the report's intervals (issue 28).
+known-effect checks of the report's intervals.
 
 Why: whether a 95 % interval holds its 95 % depends on how many top-level units a run has and
 on which noise dominates; the only way to know is to push many runs whose truth is known through
@@ -38,10 +38,10 @@ EFFECTS = {"baseline": 0.0, "placebo": 0.0, "kd": -0.01, "twin": -0.01, "better"
 NULLS = (("placebo", "baseline"), ("twin", "kd"))
 EFFECTS_KNOWN = (("kd", "baseline"), ("better", "kd"))
 #: Noise mixes (NE sd per arm) the checks run: users dominate; seeds dominate ("seed noise large
-#: next to user noise", issue 28); both alike; users plus a per-world effect the size of a
-#: search draw (0.004 NE; only meaningful with several worlds: one world's own draw is its
-#: truth, not noise); seeds' noise large and nothing per world (``agree``: world means that
-#: agree by chance, several worlds only).
+#: next to user noise", where the percentile rule of earlier versions failed); both alike; users
+#: plus a per-world effect the size of a search draw (0.004 NE; only meaningful with several
+#: worlds: one world's own draw is its truth, not noise); seeds' noise large and nothing per
+#: world (``agree``: world means that agree by chance, several worlds only).
 class NoiseMix(TypedDict, total=False):
     """A mix's noise sds: :class:`Scenario`'s keyword arguments of those names."""
 
@@ -51,7 +51,7 @@ class NoiseMix(TypedDict, total=False):
     world_sd: float
 
 
-#: Issue 42 item 12: large seed noise, no per-world effect, users' effect small, so the worlds'
+#: Large seed noise, no per-world effect, users' effect small, so the worlds'
 #: means differ only by their seeds' noise and sometimes agree by chance (the A/A run's twin:
 #: world means +0.00147, +0.00120, +0.00116 while one world's own standard error was 0.0084).
 AGREE: NoiseMix = {"user_sd": 0.0005, "user_seed_sd": 0.0005, "seed_sd": 0.008}

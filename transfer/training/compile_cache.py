@@ -1,4 +1,4 @@
-"""A persistent home for ``torch.compile``'s on-disk caches (issue 41, item 5).
+"""A persistent home for ``torch.compile``'s on-disk caches.
 
 Why: a compiled GEM costs minutes of compilation on its first steps. Inductor keeps the compiled
 FX graphs and AOTAutograd's forward/backward pairs on disk, so a later process that compiles the

@@ -204,7 +204,7 @@ class FlatAdamW(torch.optim.AdamW):
     def _flat_step(self, group: dict[str, Any], flat: _FlatGroup) -> None:
         # step() hands a group here only when every parameter has a gradient
         # view, not reshape, where it can: reshape dispatches a view inside it, so the gather's
-        # op count halves (issue 41; the same values, a contiguous grad's view is its reshape)
+        # op count halves (the same values: a contiguous grad's view is its reshape)
         torch.cat([g.view(-1) if g.is_contiguous() else g.reshape(-1)
                    for p in flat.params if (g := p.grad) is not None], out=flat.grad)
         if flat.step is None:  # torch's lazy state: step 0, zero moments

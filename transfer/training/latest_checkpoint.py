@@ -2,7 +2,7 @@
 
 Lightning's ``ModelCheckpoint(save_last=True)`` keeps an ``epoch=E-step=S.ckpt`` *and* an
 identical ``last.ckpt``: every save wrote the state twice, and a run directory held it twice
-(issue 41: 780 MB each for a small teacher). This callback writes ``last.ckpt`` alone, whole
+(780 MB each for a small teacher). This callback writes ``last.ckpt`` alone, whole
 (Lightning's atomic save: a temporary file, then a rename, so the older one is replaced only
 once the newer is complete), at each epoch's end and every ``every_n_train_steps``;
 :class:`~gemkd.transfer.training.timed_checkpoint.TimedCheckpoint` and a streaming pass's

@@ -1,6 +1,6 @@
 """Intervals, p-values and verdicts of a run directory (gemkd.experiments.report.intervals) from
 per-user evaluation files built with their results.csv from the same per-example predictions;
-the reference arm as an argument and ``gemkd report --pair`` (issue 31 trap e)."""
+the reference arm as an argument and ``gemkd report --pair``."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ from gemkd.experiments.report.intervals import (
     run_intervals,
     verdict,
 )
-from gemkd.experiments.report.load import load_results
+from gemkd.experiments.run_dir import RunDir
 from gemkd.transfer.errors import ConfigError
 from tests.experiments.report.cluster_run import make_cluster_run
 from tests.experiments.report.test_report import make_results, make_run
@@ -53,7 +53,7 @@ def _row(table: pd.DataFrame, variant: str, lag=0, domain="all", task="click") -
 def test_files_reproduce_results_ne(three_worlds):
     """NE from the cluster sums = RankingMetrics' NE in results.csv, row by row (incl. the
     conversion task, whose NE divides by the evaluation labels' own rate)."""
-    results = load_results(three_worlds)
+    results = RunDir(three_worlds).results()
     points = point_frame(load_eval_sets(three_worlds))
     keys = ["world", "teacher_lag_days", "variant", "seed", "domain", "task"]
     both = points.merge(results[[*keys, "ne"]], on=keys, suffixes=("", "_ref"))
@@ -63,7 +63,7 @@ def test_files_reproduce_results_ne(three_worlds):
 
 def test_point_estimates_are_means_over_worlds_of_seed_means(three_worlds):
     table = run_intervals(three_worlds).table
-    res = load_results(three_worlds)
+    res = RunDir(three_worlds).results()
     res["fm"] = res["ne_baseline"] - res["ne_teacher"]
     keys = ["teacher_lag_days", "domain", "task", "variant"]
     means = res.groupby([*keys, "world"])[["ne", "delta_ne", "fm"]].mean().groupby(keys).mean()
@@ -146,8 +146,6 @@ def test_verdict_rule():
     assert verdict(-0.03, -0.01, "up", "down") == "down"
     assert verdict(-0.01, 0.03, "up", "down") == UNRESOLVED  # holds 0
     assert verdict(math.nan, math.nan, "up", "down") == UNRESOLVED
-    # the rule before issue 28 also wanted a majority of worlds
-    assert verdict(0.01, 0.03, "up", "down", majority=False) == UNRESOLVED
 
 
 def test_intervals_over_worlds_are_t_intervals_of_the_world_values(three_worlds):
@@ -161,7 +159,7 @@ def test_intervals_over_worlds_are_t_intervals_of_the_world_values(three_worlds)
     assert iv.interval_method == "t-worlds" and iv.reference == "kd"
     assert "W − 1 degrees of freedom" in METHOD_TEXT[iv.interval_method]
     bw, table = iv.by_world, iv.table
-    res = load_results(three_worlds)
+    res = RunDir(three_worlds).results()
     kd_ne = res[res["variant"] == "kd"].set_index(
         ["teacher_lag_days", "domain", "task", "world", "seed"])["ne"]
     res = res.join(kd_ne.rename("ne_kd"), on=kd_ne.index.names)
@@ -193,22 +191,6 @@ def test_intervals_over_worlds_are_t_intervals_of_the_world_values(three_worlds)
     eff = others.dropna(subset=["efficiency_lo"])
     assert len(eff) and ((eff["efficiency_lo"] > 1) == (eff["vs_kd_lo"] > 0)).all()
     assert ((eff["efficiency_hi"] < 1) == (eff["vs_kd_hi"] < 0)).all()
-
-
-def test_the_percentile_rule_before_issue_28_is_kept_for_comparison(three_worlds, tmp_path):
-    old = run_intervals(three_worlds, method="percentile")
-    assert old.interval_method == "percentile" and old.table["vs_kd_p"].isna().all()
-    new = run_intervals(three_worlds)
-    np.testing.assert_allclose(old.table["ne"], new.table["ne"])  # the same points
-    assert not np.allclose(old.table["vs_kd_lo"], new.table["vs_kd_lo"])
-    # with a majority rule: a gain in 1 world of 3 with an interval above 0 stays unresolved
-    run = make_cluster_run(tmp_path / "r", worlds=(0, 1, 2),
-                           noise={"baseline": 1.6, "kd": 0.9, "kd_repr": 1.0},
-                           world_noise={0: {"kd_repr": 0.2}})
-    r = _row(run_intervals(run, method="percentile").table, "kd_repr")
-    assert r["worlds_agree_vs_kd"] == 1 and r["kd_verdict"] == UNRESOLVED
-    with pytest.raises(ConfigError, match="interval method 'bayes'"):
-        run_intervals(run, method="bayes")
 
 
 def test_one_world_holds_users_and_seeds(one_world, tmp_path):

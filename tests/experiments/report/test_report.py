@@ -372,8 +372,8 @@ def test_results_page_carries_the_adapter_probe_summary(cluster_run_dir, tmp_pat
     import json
     import shutil
 
-    from gemkd.experiments.report.load import tuning_digest
     from gemkd.experiments.report.results_md import PROBE_SOURCE, PROBE_SUMMARY, write_results
+    from gemkd.experiments.run_dir import RunDir
 
     run = tmp_path / "run"
     shutil.copytree(cluster_run_dir, run)
@@ -391,7 +391,7 @@ def test_results_page_carries_the_adapter_probe_summary(cluster_run_dir, tmp_pat
     assert "| kd_adapter | kd |" in section() and "# Student Adapter probe" not in section()
     assert "**Outdated:**" in section()  # records no source
     (summary.parent / PROBE_SOURCE).write_text(json.dumps({"tuning_sha256":
-                                                           tuning_digest(run)}))
+                                                           RunDir(run).tuning_digest()}))
     assert "**Outdated:**" not in section()
     pd.DataFrame([dict(variant="kd", param="alpha", value=0.7, chosen=True, val_ne=0.9)]
                  ).to_csv(run / "tuning.csv", index=False)  # the run searched again

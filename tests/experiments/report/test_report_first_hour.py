@@ -1,6 +1,6 @@
-"""Issue 42's report side, each trap reproduced: several runs of one spec on one page (item 5),
-an interrupted run's report (item 6), the plots (item 10), the cost column (item 11), the
-teacher's diagnostics (item 2) and a first paragraph that answers for every task (item 4)."""
+"""The report's traps for a new user's first hour, each reproduced: several runs of one spec on
+one page, an interrupted run's report, the plots, the cost column, the teacher's diagnostics
+and a first paragraph that answers for every task."""
 
 from __future__ import annotations
 

@@ -67,8 +67,6 @@ def _fake_fit(run: Path, losses: list[float], best: int) -> None:
 
 
 def test_the_curve_and_the_kept_epoch_are_recorded(tmp_path):
-    from gemkd.experiments.run.teacher_curve import record
-
     run = tmp_path / "fit"
     _fake_fit(run, [0.80, 0.85], best=1)
     entry = fit_entry(run, run / "checkpoints" / "best.ckpt")
@@ -84,8 +82,8 @@ def test_the_curve_and_the_kept_epoch_are_recorded(tmp_path):
                                    "click 1.0000; epoch 2: click 1.0500)")
     out = tmp_path / "run"
     out.mkdir()
-    record(out, 3, 0, entry)
-    record(out, 3, 2, entry)
+    RunDir(out).record_teacher_fit(3, 0, entry)
+    RunDir(out).record_teacher_fit(3, 2, entry)
     assert RunDir(out).teacher_fit()["3"]["0"] == entry
     assert sorted(RunDir(out).teacher_fit()["3"]) == ["0", "2"]
 
