@@ -12,8 +12,11 @@ member's epoch (``PackedDistill`` with K = 1) against ``benchmarks/bare.py``'s b
 
 Exact packs (each member's own ops, as Lightning's run alone; up to K = 16) and batched ones
 (the default: the student stacked, the methods vmapped, a run alone being a batched pack of one)
-are both timed against one Lightning run per pass; ``--adapter-pack`` K times the kd_aux_adapter
-variant against labels-only, each in a batched pack of K, after building a tiny teacher's store.
+are both timed against one Lightning run per pass; ``--vmap`` also times each batched pack with
+the student's hand-stacked ``forward_stacked`` switched off, so ``torch.func.vmap`` runs its
+``forward`` (what a user's student without one gets): whether the hand-stacked forwards pay;
+``--adapter-pack`` K times the kd_aux_adapter variant against labels-only, each in a batched
+pack of K, after building a tiny teacher's store.
 The floor's bare loop keeps the recipe's weight average, as the packs do.
 
 Target (reported, not asserted): >= 6x students/s at K=16 for the quickstart's student phase.
@@ -87,6 +90,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="the students' table optimisers, comma-separated: each other than "
                         "dense_adamw adds batched packs of each size with it (named "
                         "batched<K>_<optimiser>), timed in the same rounds")
+    p.add_argument("--vmap", action="store_true", help="also time every batched pack with the "
+                   "student under torch.func.vmap instead of its forward_stacked (vmap<K>)")
     args = p.parse_args(argv)
     apply_common_args(p, args)
     quiet_lightning()
@@ -104,6 +109,9 @@ def main(argv: list[str] | None = None) -> int:
             if 1 < k <= EXACT_UP_TO:
                 fns[f"pack{k}"] = functools.partial(execute_pack, base[:k], batched=False)
             fns[f"batched{k}"] = functools.partial(execute_pack, base[:k], batched=True)
+            if args.vmap:
+                fns[f"vmap{k}"] = _under_vmap(functools.partial(execute_pack, base[:k],
+                                                                batched=True))
         rules = [r for r in args.table_optimizers.split(",") if r != "dense_adamw"]
         for rule in rules:
             runs = _runs(data, days, eval_days, max(sizes), rule)
@@ -128,6 +136,11 @@ def main(argv: list[str] | None = None) -> int:
             figures.append(figure(f"pack {mode}: K={k}, students/s", rate, "students/s"))
             figures.append(figure(f"pack {mode}: K={k} / one run per pass", rate / alone, "x",
                                   target=">= 6" if k == 16 and mode == "batched" else None))
+        if f"vmap{k}" in med:
+            figures.append(figure(f"pack batched: K={k}, vmap / forward_stacked seconds",
+                                  med[f"vmap{k}"] / med[f"batched{k}"], "x",
+                                  note="the student under torch.func.vmap against its "
+                                       "hand-stacked forward, methods stacked in both"))
         for rule in rules:
             rate = k / med[f"batched{k}_{rule}"]
             figures.append(figure(f"pack batched {rule}: K={k} / one run per pass",
@@ -150,6 +163,16 @@ def main(argv: list[str] | None = None) -> int:
     write_json(args.json, {"quick": args.quick, "figures": figures,
                            "seconds": {k: v for k, v in med.items()}})
     return 0
+
+
+def _under_vmap(fn: Callable[[], object]) -> Callable[[], object]:
+    """``fn`` with every student's ``forward_stacked`` ignored: the pack vmaps its forward."""
+    from unittest import mock
+
+    def call() -> object:
+        with mock.patch("gemkd.transfer.packs.pack.stacked_forward", lambda student: None):
+            return fn()
+    return call
 
 
 def _adapter_cost(preset: str, days: tuple[int, int], eval_days: tuple[int, int], k: int,

@@ -16,7 +16,8 @@ fetched between one batch's end and the next one's start. Hook to hook, that is:
   ``optimizer.step`` and the loop's bookkeeping);
 * ``day_checkpoint``: inside a ``DayCheckpoints`` save (``day=N.ckpt`` and its hard link as
   ``last.ckpt``: once per streamed day), ``checkpoint``: inside any other
-  ``trainer.save_checkpoint`` (the fit's final ``last.ckpt``, the timed saves: once per fit or
+  ``trainer.save_checkpoint`` (the timed saves, and a fit's final ``last.ckpt`` where no day save
+  holds its last step already; a streamed fit's is the last day's, linked: once per fit or
   per 10 minutes), wherever they happen (each taken out of the phase it happened in);
 * ``loop_other``: the rest of ``on_train_start`` → ``on_train_end`` (epoch-end hooks, the
   Throughput log, the first batch's fetch set-up).

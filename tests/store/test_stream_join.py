@@ -91,3 +91,23 @@ def test_error_policy_and_bad_values(tmp_path):
     with pytest.raises(StoreError, match=r"part-r000-\d+\.parquet: column 'logit_conversion' "
                                          r"row \d+ is not finite"):
         join(rows["example_id"][145:155])
+
+
+def test_a_join_in_use_is_deep_copied_and_pickled(tmp_path):
+    """A weight average deep-copies the module holding the join (after it has opened files);
+    a copy shares the cache, a pickle starts without it, and both look up the same rows."""
+    import copy
+    import pickle
+
+    rows = _time_ordered(600)
+    write_store(tmp_path / "s", rows, rows_per_shard=128, row_group_rows=32)
+    join = StreamJoin(TeacherStore(tmp_path / "s"), days=(3, 6), policy="mask", with_emb=True)
+    q = rows["example_id"][(rows["day"] >= 3) & (rows["day"] < 6)][:40]
+    want = join(q)
+    assert join._open and join._cache  # files open, row groups cached
+    twin = copy.deepcopy({"join": join})["join"]
+    assert twin is not join and twin._cache is join._cache
+    back = pickle.loads(pickle.dumps(join))
+    assert not back._cache and not back._open
+    for other in (twin, back):
+        _compare(other(q), want)

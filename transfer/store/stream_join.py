@@ -14,7 +14,6 @@ it (another day or domain) are not found.
 
 from __future__ import annotations
 
-import copy
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -140,9 +139,30 @@ class StreamJoin:
 
     def fresh(self) -> StreamJoin:
         """This join's row-group table and cache (shared) with its own ``coverage`` counts."""
-        other = copy.copy(self)
+        other = self._shared()
         other.requested = other.found = other.loads = 0
         return other
+
+    def _shared(self) -> StreamJoin:
+        """A shallow copy: the same row-group table, cache and open files (``copy.copy`` would
+        go through :meth:`__getstate__`, which drops them)."""
+        other = object.__new__(StreamJoin)
+        other.__dict__.update(self.__dict__)
+        return other
+
+    def __deepcopy__(self, memo: dict) -> StreamJoin:
+        """A copy that shares the row-group table, the cache and the open files (all read-only
+        here), with the counts as they are: a module holding the join is deep-copied whole (a
+        weight average's model), and an open Parquet file cannot be copied."""
+        other = self._shared()
+        memo[id(self)] = other
+        return other
+
+    def __getstate__(self) -> dict:
+        """Pickled without the cache and the open files (another process reads its own)."""
+        state = dict(self.__dict__)
+        state["_cache"], state["_open"] = OrderedDict(), {}
+        return state
 
     def release(self) -> None:
         """Drop the cached row groups and open files (of every copy: they share them); the next
