@@ -5,6 +5,7 @@ with the report's paired bootstrap, and bins what each trained adapter learned."
 from __future__ import annotations
 
 import json
+import shutil
 
 import pandas as pd
 import pytest
@@ -116,12 +117,14 @@ def test_targets_before_and_after_each_adapter(probe):
         assert (out / f"learned_map_{arm}.png").read_bytes()[:4] == b"\x89PNG"
 
 
-def test_a_rerun_retrains_an_arm_whose_knobs_changed(run, probe):
+def test_a_rerun_retrains_an_arm_whose_knobs_changed(run, probe, tmp_path):
     """records.jsonl keeps each arm's knobs; when the run's search has chosen others since, a
     rerun trains that arm again (a resumed probe must not keep figures of old choices), and
-    source.json records which tuning.csv the knobs came from."""
+    source.json records which tuning.csv the knobs came from. (On a copy of the probe's output:
+    the module's other tests read the shared one, in whatever order they run.)"""
 
-    out, _ = probe
+    out = tmp_path / "probe"
+    shutil.copytree(probe[0], out)
     path = out / "records.jsonl"
     lines = [json.loads(line) for line in path.read_text().splitlines()]
     stale = next(r for r in lines if r["arm"] == "kd" and r["lag"] == 0)
