@@ -1,0 +1,153 @@
+"""``gemkd data import --engine ray`` (importer/stream_ray.py) on a local Ray instance writes the
+very dataset of the one-machine streaming import, every file byte for byte, for mappings that
+cover the importer's features; its errors are the one-machine import's."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from gemkd.transfer.data.importer import import_logs, load_mapping
+from gemkd.transfer.data.kuairand import kuairand_mapping
+from gemkd.transfer.errors import ConfigError, DataError
+from gemkd.transfer.ray_cluster import kept_handlers
+from tests.conftest import KUAIRAND_MAPPING, ROOT
+from tests.data import test_import, test_import_days, test_kuairand
+from tests.data.test_import_stream import T0, assert_same_bytes, mapping_file
+
+
+@pytest.fixture(scope="module")
+def ray_local():
+    """One local Ray instance (1 CPU) for the module; Ray's SIGTERM handler does not leak."""
+    ray = pytest.importorskip("ray", reason="Ray is not installed (pip install 'gemkd[ray]')")
+    try:
+        with kept_handlers():
+            ray.init(num_cpus=1, include_dashboard=False, _node_ip_address="127.0.0.1",
+                     log_to_driver=False)
+    except Exception as e:  # noqa: BLE001 - any failure to start is a reason to skip
+        pytest.skip(f"a local Ray instance could not start: {type(e).__name__}: {e}")
+    yield ray
+    ray.shutdown()
+
+
+def both(tmp_path: Path, src: Path, mapping, notes: list[str] | None = None,
+         batch_rows: int = 3) -> tuple[Path, Path]:
+    """The dataset streamed here and on Ray, ``batch_rows`` rows at a time."""
+    a, b = tmp_path / "local", tmp_path / "ray"
+    one = import_logs(src, mapping, a, notes=notes, batch_rows=batch_rows)
+    two = import_logs(src, mapping, b, notes=notes, batch_rows=batch_rows, engine="ray")
+    assert one.notes == two.notes
+    assert one.schema.rows_per_day == two.schema.rows_per_day
+    assert not (b / ".spill").exists()
+    return a, b
+
+
+def test_side_tables_labels_buckets_history_fields(tmp_path, ray_local):
+    src, path = test_import.setup(tmp_path)
+    assert_same_bytes(*both(tmp_path, src, load_mapping(path)))
+
+
+def test_docs_example_split_and_log2(tmp_path, ray_local):
+    example = ROOT / "docs" / "examples" / "my_logs"
+    assert_same_bytes(*both(tmp_path, example, load_mapping(example / "mapping.yaml"),
+                            batch_rows=5))
+
+
+def test_kuairand_levels_date_column_and_optional_sides(tmp_path, ray_local):
+    src = tmp_path / "src"
+    test_kuairand.write_log(src)
+    test_kuairand.write_features(src)
+    m, notes = kuairand_mapping(src, load_mapping(KUAIRAND_MAPPING), None, 0.01, 1024)
+    assert_same_bytes(*both(tmp_path, src, m, notes, batch_rows=4))
+
+
+def test_a_date_range_and_stragglers(tmp_path, ray_local):
+    src = tmp_path / "src"
+    src.mkdir()
+    test_import_days.stragglers().to_csv(src / "log.csv", index=False)
+    m = {**test_import_days.MAPPING,
+         "days": {"calendar": "UTC", "from": "2024-06-01", "to": "2024-06-08"},
+         "history": {"max_events": 4, "fields": {"item_id": "item", "click": {"label": "click"},
+                                                 "age": "age"}}}
+    assert_same_bytes(*both(tmp_path, src, load_mapping(mapping_file(tmp_path, m)),
+                            batch_rows=500))
+
+
+def many_files(tmp_path: Path) -> Path:
+    """5,000 unsorted rows over 12 days with minute ties, 40 users, in three files (CSV and
+    Parquet): ties between files keep file order, histories reach across dates and files."""
+    rng = np.random.default_rng(3)
+    n = 5000
+    log = pd.DataFrame({
+        "t": T0 + 60 * rng.integers(0, 12 * 1440, n), "user": rng.integers(0, 40, n) * 1000,
+        "item": rng.zipf(1.5, n) % 300, "surface": rng.choice(["a", "b", "c", "d"], n,
+                                                               p=[.5, .3, .19, .01]),
+        "click": rng.integers(0, 2, n), "dwell": rng.exponential(20, n)})
+    src = tmp_path / "src"
+    src.mkdir()
+    log.iloc[:2000].to_csv(src / "a.csv", index=False)
+    log.iloc[2000:3500].to_parquet(src / "b.parquet", index=False)
+    log.iloc[3500:].to_csv(src / "c.csv", index=False)
+    return src
+
+
+MANY = {"time": "t", "user": "user", "item": "item",
+        "domain": {"column": "surface", "min_share": 0.05},
+        "labels": {"click": "click"}, "categorical": [{"column": "dwell", "bucket": "log2"}],
+        "history": {"max_events": 6, "fields": {"item_id": "item", "click": {"label": "click"},
+                                                "dwell": {"feature": "dwell"},
+                                                "surface": "domain", "age": "age"}}}
+
+
+@pytest.mark.parametrize("days", [{"calendar": "UTC"}, {"buckets": 5}],
+                         ids=["calendar", "buckets"])
+def test_many_files_and_dates_carry_histories(tmp_path, ray_local, days):
+    """Calendar days, and equal-count buckets (a day spanning dates, a date spanning days:
+    one write task for the dates that share days)."""
+    src = many_files(tmp_path)
+    m = {**MANY, "days": days, "item": {"column": "item", "ids": "hash", "buckets": 50}}
+    assert_same_bytes(*both(tmp_path, src, load_mapping(mapping_file(tmp_path, m)),
+                            batch_rows=777))
+
+
+def test_an_error_names_the_files_own_row_and_leaves_nothing(tmp_path, ray_local):
+    src, path = test_import.setup(tmp_path)
+    bad = test_import.LOG.assign(clicked=[1, 0, 1, 0, 1, 2, 0, 1])
+    bad.to_csv(src / "log.csv", index=False)
+    with pytest.raises(DataError, match=r"log.csv: column 'clicked' line 7: 2 is not 0 or 1"):
+        import_logs(src, load_mapping(path), tmp_path / "out", batch_rows=2, engine="ray")
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_command_takes_engine_ray(tmp_path, ray_local, capsys):
+    from gemkd.experiments.cli import main
+
+    src, path = test_import.setup(tmp_path)
+    import_logs(src, load_mapping(path), tmp_path / "local")
+    assert main(["data", "import", "--src", str(src), "--mapping", str(path), "--out",
+                 str(tmp_path / "ray"), "--engine", "ray"]) == 0
+    assert "wrote 8 examples" in capsys.readouterr().out
+    assert_same_bytes(tmp_path / "local", tmp_path / "ray")
+
+
+def test_without_ray_a_clear_error(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "ray", None)  # import ray → ImportError
+    src, path = test_import.setup(tmp_path)
+    with pytest.raises(ConfigError, match=r"--engine ray needs Ray: pip install 'gemkd\[ray\]'"):
+        import_logs(src, load_mapping(path), tmp_path / "out", engine="ray")
+    assert not (tmp_path / "out").exists()
+
+
+def test_engine_ray_is_for_the_streaming_import(tmp_path):
+    src, path = test_import.setup(tmp_path)
+    with pytest.raises(ConfigError, match="engine 'ray' runs the streaming import, but the "
+                                          "import is in memory"):
+        import_logs(src, load_mapping(path), tmp_path / "out", streaming=False, engine="ray")
+    with pytest.raises(ConfigError, match=r"engine: expected one of \['local', 'ray'\], got "
+                                          "'spark'"):
+        import_logs(src, load_mapping(path), tmp_path / "out", engine="spark")
+    assert not (tmp_path / "out").exists()
