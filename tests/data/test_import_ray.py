@@ -151,3 +151,65 @@ def test_engine_ray_is_for_the_streaming_import(tmp_path):
                                           "'spark'"):
         import_logs(src, load_mapping(path), tmp_path / "out", engine="spark")
     assert not (tmp_path / "out").exists()
+
+
+def parquet_in_row_groups(tmp_path: Path, rows_per_group: int) -> Path:
+    """The many-files log as one Parquet file of row groups of ``rows_per_group`` rows."""
+    src = many_files(tmp_path)
+    log = pd.concat([pd.read_csv(src / "a.csv"), pd.read_parquet(src / "b.parquet"),
+                     pd.read_csv(src / "c.csv")], ignore_index=True)
+    for f in list(src.iterdir()):
+        f.unlink()
+    log.to_parquet(src / "log.parquet", index=False, row_group_size=rows_per_group)
+    return src
+
+
+def test_a_parquet_files_row_groups_are_scanned_by_several_tasks(tmp_path, ray_local):
+    """5,000 rows in row groups of 300, batches of 100: runs of 4 row groups per scan task."""
+    from gemkd.transfer.data.importer import stream_ray
+
+    src = parquet_in_row_groups(tmp_path, 300)
+    splits = stream_ray._splits(src / "log.parquet", stream_ray.SPLIT_BATCHES * 100)
+    assert [s.row_groups for s in splits][:2] == [[0, 1], [2, 3]]
+    assert [s.first for s in splits][:3] == [0, 600, 1200] and len(splits) == 9
+    m = {**MANY, "days": {"calendar": "UTC"}}
+    assert_same_bytes(*both(tmp_path, src, load_mapping(mapping_file(tmp_path, m)),
+                            batch_rows=100))
+
+
+def test_an_error_in_a_later_row_group_names_the_files_row(tmp_path, ray_local):
+    src = parquet_in_row_groups(tmp_path, 300)
+    log = pd.read_parquet(src / "log.parquet")
+    log.loc[4321, "click"] = 3
+    log.loc[4900, "click"] = 5  # a later error: the first one in file order is raised
+    log.to_parquet(src / "log.parquet", index=False, row_group_size=300)
+    m = load_mapping(mapping_file(tmp_path, {**MANY, "days": {"calendar": "UTC"}}))
+    with pytest.raises(DataError, match=r"log.parquet: column 'click' row 4321: 3 is not 0 or 1"):
+        import_logs(src, m, tmp_path / "local", batch_rows=100)
+    with pytest.raises(DataError, match=r"log.parquet: column 'click' row 4321: 3 is not 0 or 1"):
+        import_logs(src, m, tmp_path / "ray", batch_rows=100, engine="ray")
+    assert not (tmp_path / "ray").exists()
+
+
+def test_days_of_several_row_groups_and_part_files(tmp_path, ray_local):
+    """40,000 rows over 2 days: each day 20,000 rows, two row groups of the writer's 16,384,
+    and with ``part_rows`` of one row group two part files."""
+    rng = np.random.default_rng(5)
+    n = 40_000
+    log = pd.DataFrame({"t": T0 + rng.integers(0, 2 * 86_400, n),
+                        "user": rng.integers(0, 500, n), "item": rng.integers(0, 900, n),
+                        "click": rng.integers(0, 2, n)})
+    src = tmp_path / "src"
+    src.mkdir()
+    log.iloc[:25_000].to_csv(src / "a.csv", index=False)
+    log.iloc[25_000:].to_csv(src / "b.csv", index=False)
+    m = load_mapping(mapping_file(tmp_path, {
+        "time": "t", "days": {"calendar": "UTC"}, "user": "user", "item": "item",
+        "labels": {"click": "click"},
+        "history": {"max_events": 20, "fields": {"item_id": "item", "age": "age"}}}))
+    a, b = tmp_path / "local", tmp_path / "ray"
+    import_logs(src, m, a, batch_rows=8192, part_rows=16_384)
+    import_logs(src, m, b, batch_rows=8192, part_rows=16_384, engine="ray")
+    assert sorted(p.name for p in (b / "day=1").iterdir()) == ["part-0.parquet",
+                                                                "part-1.parquet"]
+    assert_same_bytes(a, b)

@@ -2,12 +2,13 @@
 
 The same work as :mod:`.stream`, cut where it is independent, and the same bytes:
 
-1. **scan**: a task per log file reads it a batch at a time (``source.batches``) and converts,
-   checks and spills each batch as the one-machine scan does (``stream._gather``: errors name
-   the file's own row); each returns its vocabularies and counts, merged here. A row's file
-   order is ``file index · 2**40 + its place in the file`` and a spilled chunk's number
-   ``file index · 10**9 + its place``: both keep the one-machine order, so a date's rows sort
-   and concatenate as they do there.
+1. **scan**: a task per log file (a Parquet file of several row groups: per run of row groups
+   of at least 4 batches) reads it a batch at a time (``source.batches``) and converts, checks
+   and spills each batch as the one-machine scan does (``stream._gather``: errors name the
+   file's own row); each returns its vocabularies and counts, merged here. A row's file order
+   is ``task index · 2**40 + its place in the task`` and a spilled chunk's number ``task index
+   · 10**9 + its place``: both keep the one-machine order (tasks go in file, then row order),
+   so a date's rows sort and concatenate as they do there.
 2. **encode**: a task per date loads its spill, sorts it by (time, file order), numbers it
    from the rows of the dates before it (known after the scan) and encodes it
    (``stream._encode``).
@@ -29,12 +30,14 @@ import logging
 import pickle
 import shutil
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from gemkd.transfer.data.importer import source, stream
 from gemkd.transfer.data.importer.mapping import Mapping, SideTable
@@ -45,8 +48,9 @@ from gemkd.transfer.ray_cluster import ray_connected
 
 log = logging.getLogger(__name__)
 
-ORDER_STRIDE = 1 << 40   # a file's rows' order numbers start at its index times this
+ORDER_STRIDE = 1 << 40   # a scan task's rows' order numbers start at its index times this
 CHUNK_STRIDE = 10**9     # and its spilled chunks' numbers at its index times this
+SPLIT_BATCHES = 4        # a Parquet file is scanned in runs of row groups of this many batches
 
 
 def import_ray(files: list[Path], m: Mapping, side: list[tuple[SideTable, Path]],
@@ -80,30 +84,66 @@ def import_ray(files: list[Path], m: Mapping, side: list[tuple[SideTable, Path]]
     return schema
 
 
-# ---- pass 1: a task per file ----------------------------------------------------------------
+# ---- pass 1: a task per file, or per run of a Parquet file's row groups ---------------------
+@dataclass(frozen=True)
+class _Split:
+    """What one scan task reads: a file, or some of a Parquet file's row groups."""
+
+    path: Path
+    row_groups: list[int] | None = None  # None: the whole file
+    first: int = 0                       # the file's row number of the split's first row
+
+
 def _scan(ray: Any, files: list[Path], m: Mapping, spill: Path, extract: stream.Extract,
           check_header: Callable[[Path], list[str]], batch_rows: int) -> stream._Scan:
-    task = ray.remote(num_cpus=1)(_scan_file)
-    refs = [task.remote(i, path, m, spill, extract, check_header, batch_rows)
-            for i, path in enumerate(files)]
+    task = ray.remote(num_cpus=1)(_scan_split)
+    splits = [s for path in files for s in _splits(path, SPLIT_BATCHES * batch_rows)]
+    refs = [task.remote(i, s, m, spill, extract, check_header, batch_rows)
+            for i, s in enumerate(splits)]
     scan = stream._Scan()
-    for path, part in zip(files, _in_order(ray, refs), strict=True):
-        log.info("%s: %d rows", path, part.read)
+    per_file = dict.fromkeys(files, 0)
+    for split, part in zip(splits, _in_order(ray, refs), strict=True):
+        per_file[split.path] += part.read
         _add(scan, part)
+    for path, n in per_file.items():
+        log.info("%s: %d rows", path, n)
     if scan.read == 0:
         raise DataError(f"{', '.join(str(f) for f in files)}: no rows")
     return scan
 
 
-def _scan_file(index: int, path: Path, m: Mapping, spill: Path, extract: stream.Extract,
-               check_header: Callable[[Path], list[str]], batch_rows: int) -> stream._Scan:
-    """One file's scan (``stream._scan``'s loop): its vocabularies and counts, ``read`` its
+def _splits(path: Path, rows: int) -> list[_Split]:
+    """A file's scan tasks: a Parquet file of several row groups in runs of whole row groups of
+    at least ``rows`` rows; any other file (or one whose footer does not read: its task then
+    raises the one-machine import's error) whole."""
+    if not path.name.lower().endswith(source.PARQUET_SUFFIXES):
+        return [_Split(path)]
+    try:
+        meta = pq.ParquetFile(path).metadata
+    except Exception:  # noqa: BLE001 - reported, in file order, by the file's task
+        return [_Split(path)]
+    splits: list[_Split] = []
+    groups: list[int] = []
+    first = n = 0
+    for g in range(meta.num_row_groups):
+        groups.append(g)
+        n += meta.row_group(g).num_rows
+        if n >= rows or g == meta.num_row_groups - 1:
+            splits.append(_Split(path, groups, first))
+            first, n, groups = first + n, 0, []
+    return splits if len(splits) > 1 else [_Split(path)]
+
+
+def _scan_split(index: int, split: _Split, m: Mapping, spill: Path, extract: stream.Extract,
+                check_header: Callable[[Path], list[str]], batch_rows: int) -> stream._Scan:
+    """One split's scan (``stream._scan``'s loop): its vocabularies and counts, ``read`` its
     rows; its batches spilled by date."""
     scan = stream._Scan(read=index * ORDER_STRIDE, chunks=index * CHUNK_STRIDE)
+    path = split.path
     columns = check_header(path)
-    for first, df in source.batches(path, columns, batch_rows):
+    for first, df in source.batches(path, columns, batch_rows, split.row_groups):
         if len(df):
-            with source.rows_from(first):
+            with source.rows_from(split.first + first):
                 rows = extract(df, path, m)
             stream._gather(scan, rows, m, spill)
     scan.read -= index * ORDER_STRIDE
@@ -256,7 +296,7 @@ def _stop(ray: Any, refs: list) -> None:
 
 
 def _load(folder: Path) -> dict:
-    """A date's spilled chunks in file order, then read order (chunk numbers: ``_scan_file``),
+    """A date's spilled chunks in file order, then read order (chunk numbers: ``_scan_split``),
     as one set of columns (``stream._load``'s, which reads a folder in name order)."""
     parts = []
     for p in sorted(folder.glob("*.pkl"), key=lambda p: int(p.stem)):
