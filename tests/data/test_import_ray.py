@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from gemkd.transfer.data.importer import import_logs, load_mapping
+from gemkd.transfer.data.importer import import_logs, load_mapping, stream_ray
 from gemkd.transfer.data.kuairand import kuairand_mapping
 from gemkd.transfer.errors import ConfigError, DataError
 from gemkd.transfer.ray_cluster import kept_handlers
@@ -46,8 +46,11 @@ def both(tmp_path: Path, src: Path, mapping, notes: list[str] | None = None,
     return a, b
 
 
-def test_side_tables_labels_buckets_history_fields(tmp_path, ray_local):
+def test_side_tables_labels_buckets_history_fields(tmp_path, ray_local, monkeypatch):
+    """Histories in 5 user shards: 3 users, so shards without a row on a date."""
+    monkeypatch.setattr(stream_ray, "HISTORY_SHARDS", 5)
     src, path = test_import.setup(tmp_path)
+    assert test_import.LOG["user"].nunique() == 3
     assert_same_bytes(*both(tmp_path, src, load_mapping(path)))
 
 
@@ -65,7 +68,9 @@ def test_kuairand_levels_date_column_and_optional_sides(tmp_path, ray_local):
     assert_same_bytes(*both(tmp_path, src, m, notes, batch_rows=4))
 
 
-def test_a_date_range_and_stragglers(tmp_path, ray_local):
+def test_a_date_range_and_stragglers(tmp_path, ray_local, monkeypatch):
+    """Histories in 7 user shards."""
+    monkeypatch.setattr(stream_ray, "HISTORY_SHARDS", 7)
     src = tmp_path / "src"
     src.mkdir()
     test_import_days.stragglers().to_csv(src / "log.csv", index=False)
@@ -103,11 +108,13 @@ MANY = {"time": "t", "user": "user", "item": "item",
                                                 "surface": "domain", "age": "age"}}}
 
 
-@pytest.mark.parametrize("days", [{"calendar": "UTC"}, {"buckets": 5}],
-                         ids=["calendar", "buckets"])
-def test_many_files_and_dates_carry_histories(tmp_path, ray_local, days):
+@pytest.mark.parametrize(("days", "shards"), [({"calendar": "UTC"}, 1),
+                                              ({"calendar": "UTC"}, 3), ({"buckets": 5}, 2)],
+                         ids=["calendar", "calendar-3-shards", "buckets-2-shards"])
+def test_many_files_and_dates_carry_histories(tmp_path, ray_local, monkeypatch, days, shards):
     """Calendar days, and equal-count buckets (a day spanning dates, a date spanning days:
-    one write task for the dates that share days)."""
+    one write task for the dates that share days); histories in 1 to 3 user shards."""
+    monkeypatch.setattr(stream_ray, "HISTORY_SHARDS", shards)
     src = many_files(tmp_path)
     m = {**MANY, "days": days, "item": {"column": "item", "ids": "hash", "buckets": 50}}
     assert_same_bytes(*both(tmp_path, src, load_mapping(mapping_file(tmp_path, m)),
@@ -166,8 +173,6 @@ def parquet_in_row_groups(tmp_path: Path, rows_per_group: int) -> Path:
 
 def test_a_parquet_files_row_groups_are_scanned_by_several_tasks(tmp_path, ray_local):
     """5,000 rows in row groups of 300, batches of 100: runs of 4 row groups per scan task."""
-    from gemkd.transfer.data.importer import stream_ray
-
     src = parquet_in_row_groups(tmp_path, 300)
     splits = stream_ray._splits(src / "log.parquet", stream_ray.SPLIT_BATCHES * 100)
     assert [s.row_groups for s in splits][:2] == [[0, 1], [2, 3]]
@@ -191,9 +196,10 @@ def test_an_error_in_a_later_row_group_names_the_files_row(tmp_path, ray_local):
     assert not (tmp_path / "ray").exists()
 
 
-def test_days_of_several_row_groups_and_part_files(tmp_path, ray_local):
+def test_days_of_several_row_groups_and_part_files(tmp_path, ray_local, monkeypatch):
     """40,000 rows over 2 days: each day 20,000 rows, two row groups of the writer's 16,384,
-    and with ``part_rows`` of one row group two part files."""
+    and with ``part_rows`` of one row group two part files; histories in 4 user shards."""
+    monkeypatch.setattr(stream_ray, "HISTORY_SHARDS", 4)
     rng = np.random.default_rng(5)
     n = 40_000
     log = pd.DataFrame({"t": T0 + rng.integers(0, 2 * 86_400, n),
@@ -213,3 +219,28 @@ def test_days_of_several_row_groups_and_part_files(tmp_path, ray_local):
     assert sorted(p.name for p in (b / "day=1").iterdir()) == ["part-0.parquet",
                                                                 "part-1.parquet"]
     assert_same_bytes(a, b)
+
+
+def test_a_shards_histories_keep_only_the_events_a_row_reads():
+    """Carried events of users absent that date are not saved for the writer; the ranges are
+    renumbered to the events kept."""
+    from gemkd.transfer.data.importer.stream_ray_hist import _used
+
+    t = np.arange(10) * 100
+    start, end = np.array([2, 2, 7, 9]), np.array([2, 4, 9, 9])  # an empty range, ...
+    s, e, kept, vals = _used(start, end, t, {"item": t + 1})
+    assert kept.tolist() == [200, 300, 700, 800] and vals["item"].tolist() == [201, 301, 701,
+                                                                              801]
+    assert s.tolist() == [0, 0, 2, 4] and e.tolist() == [0, 2, 4, 4]
+
+
+def test_a_node_without_the_output_folder_refuses(tmp_path):
+    """A task on a node that does not see ``--out``'s staging folder fails, naming it, rather
+    than spill where no other node reads."""
+    src, path = test_import.setup(tmp_path)
+    split = stream_ray._Split(src / "log.csv")
+    with pytest.raises(ConfigError, match=r"nowhere/\.out: the output's staging folder is not "
+                                          "on Ray node .*: --out must be on storage every node"):
+        stream_ray._scan_split(0, split, load_mapping(path), tmp_path / "nowhere" / ".out" /
+                               ".spill", lambda *a: {}, lambda p: [], 10)
+    assert not (tmp_path / "nowhere").exists()

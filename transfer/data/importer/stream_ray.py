@@ -11,12 +11,15 @@ The same work as :mod:`.stream`, cut where it is independent, and the same bytes
    so a date's rows sort and concatenate as they do there.
 2. **encode**: a task per date loads its spill, sorts it by (time, file order), numbers it
    from the rows of the dates before it (known after the scan) and encodes it
-   (``stream._encode``).
-3. **histories**: this process, date by date in time order, joins each date's events to the
-   carried state of each user (``stream_write.Carry``): the one sequential step, a merge.
+   (``stream._encode``), its history events split by user shard.
+3. **histories**: users split into shards (``user_id mod shards``, one per CPU of the
+   cluster); each shard is a chain of tasks, date by date in time order, joining the date's
+   events of its users to their carried state (:mod:`.stream_ray_hist`): a user's history
+   needs only that user's earlier events, so shards run side by side.
 4. **write**: a task per run of dates that share no day with other dates (calendar days: a
-   date, or the dates folded into day 0) writes their days a row group at a time
-   (``stream_write.DayWriter``), as soon as its histories are joined.
+   date, or the dates folded into day 0) puts the shards' histories back in row order and
+   writes the days a row group at a time (``stream_write.DayWriter``), once its dates'
+   histories are joined.
 
 Intermediate files live in the output's staging folder (``.spill``), which every node must
 read: the output directory goes on storage the cluster shares. Ray Data's readers are not
@@ -29,6 +32,7 @@ from __future__ import annotations
 import logging
 import pickle
 import shutil
+import socket
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,11 +43,11 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from gemkd.transfer.data.importer import source, stream
+from gemkd.transfer.data.importer import source, stream, stream_ray_hist
 from gemkd.transfer.data.importer.mapping import Mapping, SideTable
-from gemkd.transfer.data.importer.stream_write import Carry, DayWriter, Hist
+from gemkd.transfer.data.importer.stream_write import DayWriter, Hist
 from gemkd.transfer.data.schema import DatasetSchema
-from gemkd.transfer.errors import DataError
+from gemkd.transfer.errors import ConfigError, DataError
 from gemkd.transfer.ray_cluster import ray_connected
 
 log = logging.getLogger(__name__)
@@ -51,6 +55,7 @@ log = logging.getLogger(__name__)
 ORDER_STRIDE = 1 << 40   # a scan task's rows' order numbers start at its index times this
 CHUNK_STRIDE = 10**9     # and its spilled chunks' numbers at its index times this
 SPLIT_BATCHES = 4        # a Parquet file is scanned in runs of row groups of this many batches
+HISTORY_SHARDS: int | None = None  # user shards of the histories (None: the cluster's CPUs)
 
 
 def import_ray(files: list[Path], m: Mapping, side: list[tuple[SideTable, Path]],
@@ -138,6 +143,7 @@ def _scan_split(index: int, split: _Split, m: Mapping, spill: Path, extract: str
                 check_header: Callable[[Path], list[str]], batch_rows: int) -> stream._Scan:
     """One split's scan (``stream._scan``'s loop): its vocabularies and counts, ``read`` its
     rows; its batches spilled by date."""
+    _shared(spill)
     scan = stream._Scan(read=index * ORDER_STRIDE, chunks=index * CHUNK_STRIDE)
     path = split.path
     columns = check_header(path)
@@ -175,43 +181,49 @@ def _add(scan: stream._Scan, part: stream._Scan) -> None:
     scan.ts += part.ts
 
 
-# ---- pass 2: encode (a task per date), histories (here), write (a task per run of days) -----
+# ---- pass 2: encode (a task per date), histories (a chain per user shard), write -----------
 def _write(ray: Any, scan: stream._Scan, plan: stream._Plan, m: Mapping, spill: Path,
            out: Path, schema: DatasetSchema, part_rows: int, notes: list[str]) -> None:
     arrow = schema.arrow_schema()
     fields = [(f"hist_{f.name}", f.kind) for f in (m.history.fields if m.history else ())]
-    carry = Carry([n for n, kind in fields if kind != "age"], schema.max_history)
+    names = [n for n, kind in fields if kind != "age"]
+    shards = HISTORY_SHARDS or max(1, int(ray.cluster_resources().get("CPU", 1)))
     dates = sorted(scan.dates)
     starts = np.cumsum([0] + [scan.dates[d] for d in dates[:-1]])
     encode = ray.remote(num_cpus=1)(_encode_date)
+    join = ray.remote(num_cpus=1, num_returns=2)(stream_ray_hist.join_shard)
     write = ray.remote(num_cpus=1)(_write_days)
     plan_ref, m_ref = ray.put(plan), ray.put(m)
-    encoded = [encode.remote(d, int(s), plan_ref, m_ref, spill) for d, s in zip(
-        dates, starts, strict=True)]
+    refs = [encode.remote(d, int(s), plan_ref, m_ref, spill, shards if fields else 0)
+            for d, s in zip(dates, starts, strict=True)]
     written: list = []
+    carries: list = [None] * shards  # each shard's latest state (a ref), dropped once passed on
     matched = {str(path): 0 for _, path, _ in plan.side}
-    run: list[int] = []     # the dates of the days being gathered for one write task
+    run: list[int] = []   # consecutive dates whose days no other date holds: one write task
+    joined: list = []     # the history joins the run's write task waits on
     last_day = -1
     try:
-        for date, ref in zip(dates, encoded, strict=True):
+        for date, ref in zip(dates, list(refs), strict=True):
             hits, first_day, final_day = _in_order(ray, [ref])[0]
             for path, n in hits.items():
                 matched[path] += n
-            if run and first_day > last_day:  # no day of the run goes on: write it
-                written.append(write.remote(run, spill, out, arrow, fields, part_rows))
-                run = []
+            if run and first_day > last_day:
+                written.append(write.remote(run, spill, out, arrow, fields, part_rows, shards,
+                                            *joined))
+                run, joined = [], []
             run.append(date)
             last_day = final_day
-            if fields:
-                with open(_at(spill, "events", date), "rb") as f:
-                    user, t, eid, values = pickle.load(f)
-                hist = carry.join(user, t, eid, values)
-                del user, t, eid, values
-                _dump(hist, _at(spill, "hist", date))
-        written.append(write.remote(run, spill, out, arrow, fields, part_rows))
+            for s in range(shards if fields else 0):
+                carries[s], done = join.remote(carries[s], spill, date, s, names,
+                                               schema.max_history)
+                joined.append(done)
+                refs.append(done)
+        written.append(write.remote(run, spill, out, arrow, fields, part_rows, shards,
+                                    *joined))
     except BaseException:
-        _stop(ray, encoded + written)
+        _stop(ray, refs + written)
         raise
+    del carries
     rows: dict[int, int] = {}
     for days in _in_order(ray, written):
         rows.update(days)
@@ -223,35 +235,42 @@ def _write(ray: Any, scan: stream._Scan, plan: stream._Plan, m: Mapping, spill: 
                          f"(log column {s.on!r}); its features are all 0")
 
 
-def _encode_date(date: int, next_id: int, plan: stream._Plan, m: Mapping, spill: Path
-                 ) -> tuple[dict[str, int], int, int]:
+def _encode_date(date: int, next_id: int, plan: stream._Plan, m: Mapping, spill: Path,
+                 shards: int) -> tuple[dict[str, int], int, int]:
     """A date's rows sorted, numbered from ``next_id`` and encoded (``stream._write``'s first
-    steps), saved for the history join and the writer: the rows each side table matched, and
-    the date's first and last day."""
+    steps), saved for the writer, and their history events by user shard (``shards`` 0: no
+    histories); the rows each side table matched, and the date's first and last day."""
+    _shared(spill)
     rows = _load(spill / f"date={date}")
     rows = stream._take(rows, np.lexsort((rows["order"], rows["t"])))
     matched = {str(path): 0 for _, path, _ in plan.side}
     cols, events = stream._encode(rows, date, plan, m, next_id, matched)
     del rows
-    t = events.pop("t")
-    _dump((cols["user_id"], t, cols["example_id"], events), _at(spill, "events", date))
-    _dump(cols, _at(spill, "cols", date))
+    if shards:
+        t = events.pop("t")
+        stream_ray_hist.split_events(spill, date, shards, cols["user_id"], t,
+                                     cols["example_id"], events)
+    _dump(cols, _cols_path(spill, date))
     return matched, int(cols["day"][0]), int(cols["day"][-1])
 
 
 def _write_days(dates: list[int], spill: Path, out: Path, arrow: pa.Schema,
-                fields: list[tuple[str, str]], part_rows: int) -> dict[int, int]:
+                fields: list[tuple[str, str]], part_rows: int, shards: int,
+                *joined: int) -> dict[int, int]:
     """The days of consecutive ``dates`` (no other date holds any of them) written a row group
-    at a time, as ``stream._write`` writes them; each day's rows."""
+    at a time, as ``stream._write`` writes them, once their histories are ``joined``; each
+    day's rows."""
+    _shared(spill)
     writers: dict[int, DayWriter] = {}
     rows: dict[int, int] = {}
     for date in dates:
-        with open(_at(spill, "cols", date), "rb") as f:
+        path = _cols_path(spill, date)
+        with open(path, "rb") as f:
             cols = pickle.load(f)
+        path.unlink()
         hist: Hist | None = None
         if fields:
-            with open(_at(spill, "hist", date), "rb") as f:
-                hist = pickle.load(f)
+            hist = stream_ray_hist.gather(spill, date, shards, len(cols["day"]))
         for lo, hi, day in stream._slices(cols["day"]):
             table = stream._table(cols, lo, hi, arrow, hist, fields)
             if day not in writers:
@@ -259,8 +278,6 @@ def _write_days(dates: list[int], spill: Path, out: Path, arrow: pa.Schema,
                     rows[d] = writers.pop(d).close()
                 writers[day] = DayWriter(out, day, arrow, part_rows)
             writers[day].add(table)
-        for kind in ("cols", "hist", "events"):
-            _at(spill, kind, date).unlink(missing_ok=True)
     for d, w in writers.items():
         rows[d] = w.close()
     return rows
@@ -308,8 +325,18 @@ def _load(folder: Path) -> dict:
             for k in parts[0]}
 
 
-def _at(spill: Path, kind: str, date: int) -> Path:
-    return spill / kind / f"date={date}.pkl"
+def _cols_path(spill: Path, date: int) -> Path:
+    return spill / "cols" / f"date={date}.pkl"
+
+
+def _shared(spill: Path) -> None:
+    """Raise unless this node sees the output's staging folder (made by the command's
+    process), rather than write a dataset's pieces where no other node reads them."""
+    if not spill.parent.is_dir():
+        raise ConfigError(
+            f"{spill.parent}: the output's staging folder is not on Ray node "
+            f"{socket.gethostname()}: --out must be on storage every node of the cluster reads "
+            "at the same path (an s3:// output is staged on the command's machine)")
 
 
 def _dump(obj: object, path: Path) -> None:
