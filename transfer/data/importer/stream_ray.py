@@ -194,8 +194,8 @@ def _write(ray: Any, scan: stream._Scan, plan: stream._Plan, m: Mapping, spill: 
     join = ray.remote(num_cpus=1, num_returns=2)(stream_ray_hist.join_shard)
     write = ray.remote(num_cpus=1)(_write_days)
     plan_ref, m_ref = ray.put(plan), ray.put(m)
-    refs = [encode.remote(d, int(s), plan_ref, m_ref, spill, shards if fields else 0)
-            for d, s in zip(dates, starts, strict=True)]
+    refs = [encode.remote(d, int(first), plan_ref, m_ref, spill, shards if fields else 0)
+            for d, first in zip(dates, starts, strict=True)]
     written: list = []
     carries: list = [None] * shards  # each shard's latest state (a ref), dropped once passed on
     matched = {str(path): 0 for _, path, _ in plan.side}
@@ -213,9 +213,9 @@ def _write(ray: Any, scan: stream._Scan, plan: stream._Plan, m: Mapping, spill: 
                 run, joined = [], []
             run.append(date)
             last_day = final_day
-            for s in range(shards if fields else 0):
-                carries[s], done = join.remote(carries[s], spill, date, s, names,
-                                               schema.max_history)
+            for shard in range(shards if fields else 0):
+                carries[shard], done = join.remote(carries[shard], spill, date, shard, names,
+                                                   schema.max_history)
                 joined.append(done)
                 refs.append(done)
         written.append(write.remote(run, spill, out, arrow, fields, part_rows, shards,
