@@ -136,9 +136,9 @@ def import_logs(src: str | Path, mapping: Mapping, out: str | Path,
 
 
 def _import_ray(*args: Any, **kwargs: Any) -> DatasetSchema:
-    from gemkd.transfer.data.importer.stream_ray import import_ray  # Ray is optional
+    from gemkd.transfer.data.importer.stream_ray import import_on_ray  # Ray: optional
 
-    return import_ray(*args, **kwargs)
+    return import_on_ray(*args, **kwargs)
 
 
 def log_columns(m: Mapping) -> dict[str, str]:

@@ -32,7 +32,6 @@ from __future__ import annotations
 import logging
 import pickle
 import shutil
-import socket
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,7 +46,7 @@ from gemkd.transfer.data.importer import source, stream, stream_ray_hist
 from gemkd.transfer.data.importer.mapping import Mapping, SideTable
 from gemkd.transfer.data.importer.stream_write import DayWriter, Hist
 from gemkd.transfer.data.schema import DatasetSchema
-from gemkd.transfer.errors import ConfigError, DataError
+from gemkd.transfer.errors import DataError
 from gemkd.transfer.ray_cluster import ray_connected
 
 log = logging.getLogger(__name__)
@@ -58,11 +57,11 @@ SPLIT_BATCHES = 4        # a Parquet file is scanned in runs of row groups of th
 HISTORY_SHARDS: int | None = None  # user shards of the histories (None: the cluster's CPUs)
 
 
-def import_ray(files: list[Path], m: Mapping, side: list[tuple[SideTable, Path]],
-               notes: list[str], out: Path, extract: stream.Extract,
-               check_header: Callable[[Path], list[str]],
-               batch_rows: int = stream.BATCH_ROWS, part_rows: int = stream.PART_ROWS
-               ) -> DatasetSchema:
+def import_on_ray(files: list[Path], m: Mapping, side: list[tuple[SideTable, Path]],
+                  notes: list[str], out: Path, extract: stream.Extract,
+                  check_header: Callable[[Path], list[str]],
+                  batch_rows: int = stream.BATCH_ROWS, part_rows: int = stream.PART_ROWS
+                  ) -> DatasetSchema:
     """:func:`stream.import_streaming` on Ray: the same dataset under ``out`` (an output
     directory's staging folder, which every node reads) and its schema.
 
@@ -143,7 +142,7 @@ def _scan_split(index: int, split: _Split, m: Mapping, spill: Path, extract: str
                 check_header: Callable[[Path], list[str]], batch_rows: int) -> stream._Scan:
     """One split's scan (``stream._scan``'s loop): its vocabularies and counts, ``read`` its
     rows; its batches spilled by date."""
-    _shared(spill)
+    stream_ray_hist.shared(spill)
     scan = stream._Scan(read=index * ORDER_STRIDE, chunks=index * CHUNK_STRIDE)
     path = split.path
     columns = check_header(path)
@@ -220,13 +219,13 @@ def _write(ray: Any, scan: stream._Scan, plan: stream._Plan, m: Mapping, spill: 
                 refs.append(done)
         written.append(write.remote(run, spill, out, arrow, fields, part_rows, shards,
                                     *joined))
+        del carries
+        rows: dict[int, int] = {}
+        for days in _in_order(ray, written):
+            rows.update(days)
     except BaseException:
         _stop(ray, refs + written)
         raise
-    del carries
-    rows: dict[int, int] = {}
-    for days in _in_order(ray, written):
-        rows.update(days)
     for d in sorted(rows):
         schema.rows_per_day[str(d)] = rows[d]
     for s, path, _ in plan.side:
@@ -240,7 +239,7 @@ def _encode_date(date: int, next_id: int, plan: stream._Plan, m: Mapping, spill:
     """A date's rows sorted, numbered from ``next_id`` and encoded (``stream._write``'s first
     steps), saved for the writer, and their history events by user shard (``shards`` 0: no
     histories); the rows each side table matched, and the date's first and last day."""
-    _shared(spill)
+    stream_ray_hist.shared(spill)
     rows = _load(spill / f"date={date}")
     rows = stream._take(rows, np.lexsort((rows["order"], rows["t"])))
     matched = {str(path): 0 for _, path, _ in plan.side}
@@ -260,7 +259,7 @@ def _write_days(dates: list[int], spill: Path, out: Path, arrow: pa.Schema,
     """The days of consecutive ``dates`` (no other date holds any of them) written a row group
     at a time, as ``stream._write`` writes them, once their histories are ``joined``; each
     day's rows."""
-    _shared(spill)
+    stream_ray_hist.shared(spill)
     writers: dict[int, DayWriter] = {}
     rows: dict[int, int] = {}
     for date in dates:
@@ -327,16 +326,6 @@ def _load(folder: Path) -> dict:
 
 def _cols_path(spill: Path, date: int) -> Path:
     return spill / "cols" / f"date={date}.pkl"
-
-
-def _shared(spill: Path) -> None:
-    """Raise unless this node sees the output's staging folder (made by the command's
-    process), rather than write a dataset's pieces where no other node reads them."""
-    if not spill.parent.is_dir():
-        raise ConfigError(
-            f"{spill.parent}: the output's staging folder is not on Ray node "
-            f"{socket.gethostname()}: --out must be on storage every node of the cluster reads "
-            "at the same path (an s3:// output is staged on the command's machine)")
 
 
 def _dump(obj: object, path: Path) -> None:

@@ -11,15 +11,27 @@ one the single carried state would give, so the lists written are the same, byte
 from __future__ import annotations
 
 import pickle
+import socket
 from pathlib import Path
 
 import numpy as np
 
 from gemkd.transfer.data.importer.stream_write import Carry, Hist
+from gemkd.transfer.errors import ConfigError
 
 # a shard's histories of a date: its rows (places in the date), their event ranges, the events'
 # times and field values
 ShardHist = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, dict[str, np.ndarray]]
+
+
+def shared(spill: Path) -> None:
+    """Raise unless this node sees the output's staging folder (made by the command's
+    process), rather than write a dataset's pieces where no other node reads them."""
+    if not spill.parent.is_dir():
+        raise ConfigError(
+            f"{spill.parent}: the output's staging folder is not on Ray node "
+            f"{socket.gethostname()}: --out must be on storage every node of the cluster reads "
+            "at the same path (an s3:// output is staged on the command's machine)")
 
 
 def events_path(spill: Path, date: int, shard: int) -> Path:
@@ -47,6 +59,7 @@ def join_shard(carry: Carry | None, spill: Path, date: int, shard: int, names: l
     """A shard's histories of ``date`` (its events joined to its carried state, ``None``
     before its first date), saved for the writer; the state for the shard's next date, and
     ``date`` (what the writer waits on)."""
+    shared(spill)
     carry = carry if carry is not None else Carry(names, max_events)
     path = events_path(spill, date, shard)
     with open(path, "rb") as f:
