@@ -49,13 +49,26 @@ def import_ray(what: str) -> Any:
 def ray_connected(what: str, **init: Any) -> Iterator[Any]:
     """Ray, connected for the block: the instance this process already joined, else the cluster
     at ``RAY_ADDRESS`` (or one ``ray start`` began on this machine, or a new local instance),
-    which is then left at the block's end. ``init``: more ``ray.init`` arguments."""
+    which is then left at the block's end. ``init``: more ``ray.init`` arguments.
+
+    Raises
+    ------
+    ConfigError
+        Ray is not installed, or the cluster does not answer.
+    """
     ray = import_ray(what)
     started = not ray.is_initialized()
     if started:
-        with kept_handlers():  # ray.init makes SIGTERM sys.exit(15) for good
-            ray.init(address=os.environ.get("RAY_ADDRESS"), include_dashboard=False,
-                     log_to_driver=False, **init)
+        address = os.environ.get("RAY_ADDRESS")
+        try:
+            with kept_handlers():  # ray.init makes SIGTERM sys.exit(15) for good
+                ray.init(address=address, include_dashboard=False, log_to_driver=False, **init)
+        except ConnectionError as e:
+            first = str(e).splitlines()[0] if str(e) else type(e).__name__
+            raise ConfigError(
+                f"{what}: could not connect to the Ray cluster at RAY_ADDRESS={address} "
+                f"({first}); is it up (`ray status`)? A cluster with token authentication also "
+                "needs RAY_AUTH_MODE=token and its token on this machine") from None
     try:
         yield ray
     finally:

@@ -244,3 +244,22 @@ def test_a_node_without_the_output_folder_refuses(tmp_path):
         stream_ray._scan_split(0, split, load_mapping(path), tmp_path / "nowhere" / ".out" /
                                ".spill", lambda *a: {}, lambda p: [], 10)
     assert not (tmp_path / "nowhere").exists()
+
+
+def test_a_cluster_that_does_not_answer_a_clear_error(tmp_path, monkeypatch):
+    """Ray's ConnectionError (a cluster down, a missing token) becomes one line naming
+    RAY_ADDRESS; nothing is written."""
+    import types
+
+    def init(**kwargs):
+        raise ConnectionError("Failed to connect to Ray cluster at 10.0.0.9:6379\nmore")
+
+    fake = types.SimpleNamespace(is_initialized=lambda: False, init=init)
+    monkeypatch.setitem(sys.modules, "ray", fake)
+    monkeypatch.setenv("RAY_ADDRESS", "10.0.0.9:6379")
+    src, path = test_import.setup(tmp_path)
+    with pytest.raises(ConfigError, match=r"--engine ray: could not connect to the Ray cluster "
+                                          r"at RAY_ADDRESS=10.0.0.9:6379 \(Failed to connect to "
+                                          r"Ray cluster at 10.0.0.9:6379\); is it up"):
+        import_logs(src, load_mapping(path), tmp_path / "out", engine="ray")
+    assert not (tmp_path / "out").exists()
