@@ -263,3 +263,37 @@ def test_a_cluster_that_does_not_answer_a_clear_error(tmp_path, monkeypatch):
                                           r"Ray cluster at 10.0.0.9:6379\); is it up"):
         import_logs(src, load_mapping(path), tmp_path / "out", engine="ray")
     assert not (tmp_path / "out").exists()
+
+
+def test_a_task_run_again_finds_its_inputs_and_writes_the_same_files(tmp_path):
+    """Ray reruns a task whose worker died: scan, encode and history tasks leave their inputs
+    in place and write the same bytes the second time (run here in this process, no Ray)."""
+    import functools
+
+    from gemkd.transfer.data.importer import build, sides, stream, stream_ray_hist
+
+    src, path = test_import.setup(tmp_path)
+    m = load_mapping(path)
+    spill = tmp_path / "staging" / ".spill"
+    spill.parent.mkdir()
+    check = functools.partial(build._check_header, m=m)
+    split = stream_ray._Split(src / "log.csv")
+    scan = stream_ray._scan_split(0, split, m, spill, build._extract, check, 3)
+    chunks = {p: p.read_bytes() for p in spill.rglob("*.pkl")}
+    assert stream_ray._scan_split(0, split, m, spill, build._extract, check, 3).dates == \
+        scan.dates
+    assert {p: p.read_bytes() for p in spill.rglob("*.pkl")} == chunks
+    plan = stream._Plan.of(scan, m, sides.resolve(m, src, []), [])
+    date = min(scan.dates)
+    assert m.history is not None
+    names = [f"hist_{f.name}" for f in m.history.fields if f.kind != "age"]
+
+    def encode_and_join() -> tuple[tuple, dict[Path, bytes]]:
+        got = stream_ray._encode_date(date, 0, plan, m, spill, 2)
+        for shard in range(2):
+            stream_ray_hist.join_shard(None, spill, date, shard, names, m.history.max_events)
+        return got, {p: p.read_bytes() for p in spill.rglob("*.pkl")}
+
+    once = encode_and_join()
+    assert len([p for p in once[1] if "hist" in p.parts]) == 2
+    assert encode_and_join() == once

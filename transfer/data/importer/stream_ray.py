@@ -22,9 +22,13 @@ The same work as :mod:`.stream`, cut where it is independent, and the same bytes
    histories are joined.
 
 Intermediate files live in the output's staging folder (``.spill``), which every node must
-read: the output directory goes on storage the cluster shares. Ray Data's readers are not
-used: their CSV type inference (Arrow's) and block boundaries are not pandas' chunked reader's,
-so neither the types nor the rows an error names would be the one-machine import's.
+read: the output directory goes on storage the cluster shares. No task deletes what it reads
+(a task Ray runs again after its worker died finds its inputs as they were and writes the same
+files); this process removes a stage's files once the stage that reads them has finished.
+
+Ray Data's readers are not used: their CSV type inference (Arrow's) and block boundaries are
+not pandas' chunked reader's, so neither the types nor the rows an error names would be the
+one-machine import's.
 """
 
 from __future__ import annotations
@@ -196,6 +200,7 @@ def _write(ray: Any, scan: stream._Scan, plan: stream._Plan, m: Mapping, spill: 
     refs = [encode.remote(d, int(first), plan_ref, m_ref, spill, shards if fields else 0)
             for d, first in zip(dates, starts, strict=True)]
     written: list = []
+    runs: list[list[int]] = []  # each write task's dates
     carries: list = [None] * shards  # each shard's latest state (a ref), dropped once passed on
     matched = {str(path): 0 for _, path, _ in plan.side}
     run: list[int] = []   # consecutive dates whose days no other date holds: one write task
@@ -204,11 +209,13 @@ def _write(ray: Any, scan: stream._Scan, plan: stream._Plan, m: Mapping, spill: 
     try:
         for date, ref in zip(dates, list(refs), strict=True):
             hits, first_day, final_day = _in_order(ray, [ref])[0]
+            shutil.rmtree(spill / f"date={date}")  # encoded: its scan spill is spent
             for path, n in hits.items():
                 matched[path] += n
             if run and first_day > last_day:
                 written.append(write.remote(run, spill, out, arrow, fields, part_rows, shards,
                                             *joined))
+                runs.append(run)
                 run, joined = [], []
             run.append(date)
             last_day = final_day
@@ -219,10 +226,15 @@ def _write(ray: Any, scan: stream._Scan, plan: stream._Plan, m: Mapping, spill: 
                 refs.append(done)
         written.append(write.remote(run, spill, out, arrow, fields, part_rows, shards,
                                     *joined))
+        runs.append(run)
         del carries
         rows: dict[int, int] = {}
-        for days in _in_order(ray, written):
-            rows.update(days)
+        for ref, dates_written in zip(written, runs, strict=True):
+            rows.update(_in_order(ray, [ref])[0])
+            for date in dates_written:  # written: their intermediate files are spent
+                _cols_path(spill, date).unlink()
+                for kind in ("events", "hist"):
+                    shutil.rmtree(spill / kind / f"date={date}", ignore_errors=True)
     except BaseException:
         _stop(ray, refs + written)
         raise
@@ -263,10 +275,8 @@ def _write_days(dates: list[int], spill: Path, out: Path, arrow: pa.Schema,
     writers: dict[int, DayWriter] = {}
     rows: dict[int, int] = {}
     for date in dates:
-        path = _cols_path(spill, date)
-        with open(path, "rb") as f:
+        with open(_cols_path(spill, date), "rb") as f:
             cols = pickle.load(f)
-        path.unlink()
         hist: Hist | None = None
         if fields:
             hist = stream_ray_hist.gather(spill, date, shards, len(cols["day"]))
@@ -318,7 +328,6 @@ def _load(folder: Path) -> dict:
     for p in sorted(folder.glob("*.pkl"), key=lambda p: int(p.stem)):
         with open(p, "rb") as f:
             parts.append(pickle.load(f))
-        p.unlink()
     return {k: (pd.concat([p[k] for p in parts], ignore_index=True)
                 if isinstance(parts[0][k], pd.Series) else np.concatenate([p[k] for p in parts]))
             for k in parts[0]}

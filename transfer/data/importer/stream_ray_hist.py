@@ -64,7 +64,6 @@ def join_shard(carry: Carry | None, spill: Path, date: int, shard: int, names: l
     path = events_path(spill, date, shard)
     with open(path, "rb") as f:
         idx, user, t, eid, values = pickle.load(f)
-    path.unlink()
     if len(idx):
         start, end, mt, vals = carry.join(user, t, eid, values)
         part: ShardHist = (idx, *_used(start, end, mt, vals))
@@ -85,7 +84,6 @@ def gather(spill: Path, date: int, shards: int, n: int) -> Hist:
         path = hist_path(spill, date, s)
         with open(path, "rb") as f:
             part: ShardHist = pickle.load(f)
-        path.unlink()
         idx, s_start, s_end, mt, vals = part
         start[idx], end[idx] = s_start + at, s_end + at
         at += len(mt)
