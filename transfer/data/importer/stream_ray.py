@@ -72,9 +72,10 @@ def import_on_ray(files: list[Path], m: Mapping, side: list[tuple[SideTable, Pat
     Raises
     ------
     ConfigError
-        Ray is not installed.
+        Ray is not installed, the cluster does not answer, or a node does not see ``out``.
     DataError
-        The one-machine import's errors, raised here from the task that met them.
+        The one-machine import's errors, raised here from the task that met them (the first
+        in file order).
     """
     if part_rows < stream.ROW_GROUP_SIZE or part_rows % stream.ROW_GROUP_SIZE:
         raise ValueError(f"part_rows must be a positive multiple of {stream.ROW_GROUP_SIZE} "
