@@ -40,6 +40,9 @@ HeadType = Literal["domain_task", "domain_gated"]
 #: Where ``gemkd run`` executes its student runs (``gemkd.experiments.run.executors``): process
 #: pools on this machine, or tasks on a Ray cluster
 ExecutorName = Literal["local", "ray"]
+#: Where ``gemkd data import`` runs its streaming passes (``gemkd.transfer.data.importer``):
+#: this process, or tasks on a Ray cluster (the same dataset, byte for byte)
+ImportEngine = Literal["local", "ray"]
 #: The teacher a variant's methods learn from (a spec's ``variant_keys.<v>.teacher``): the run's
 #: GEM, or its domain FM (hierarchical)
 TeacherSource = Literal["gem", "domain_fm"]
@@ -76,6 +79,7 @@ SAMPLERS = choices(Sampler)
 KERNELS = choices(Kernel)
 HEAD_TYPES = choices(HeadType)
 EXECUTORS = choices(ExecutorName)
+IMPORT_ENGINES = choices(ImportEngine)
 TEACHER_SOURCES = choices(TeacherSource)
 TUNING_DRAWS = choices(TuningDraws)
 SELECTS = choices(EpochSelect)

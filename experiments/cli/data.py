@@ -8,6 +8,7 @@ from pathlib import Path
 
 from gemkd.experiments.cli.declare import Command, Opt, arguments
 from gemkd.transfer.errors import ConfigError
+from gemkd.transfer.options import IMPORT_ENGINES
 
 MAPPINGS = Path(__file__).resolve().parents[1] / "data" / "mappings"  # shipped importer presets
 
@@ -198,6 +199,10 @@ COMMANDS = (
                     param="streaming", convert=_not),
                 Opt("--batch-rows", "rows read at a time when streaming", type=int,
                     default=262_144, positive=True, param="batch_rows"),
+                Opt("--engine", "local: this process; ray: the streaming passes as tasks on "
+                    "the Ray cluster at RAY_ADDRESS (or a local instance; pip install "
+                    "'gemkd[ray]', an --out every node reads); the same dataset",
+                    choices=IMPORT_ENGINES, default="local", param="engine"),
             )),
     Command(("data", "summary"), "per-day table: rates, oracle NE, history lengths",
             run=_summary, options=(

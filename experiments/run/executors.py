@@ -16,7 +16,6 @@ import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
-from contextlib import contextmanager
 from typing import Any, Protocol
 
 from gemkd.experiments.run.jobs import StudentRun
@@ -24,6 +23,7 @@ from gemkd.experiments.run.packs import DEFAULT_PACK_SIZE, execute_pack, group_p
 from gemkd.experiments.run.packs import run_alone as execute  # a run alone: a pack of one
 from gemkd.transfer.errors import ConfigError
 from gemkd.transfer.options import EXECUTORS
+from gemkd.transfer.ray_cluster import import_ray, kept_handlers
 
 Done = Callable[[StudentRun, dict[str, Any]], None]
 RETRIES = 1  # a run whose worker died is tried once more on a fresh pool
@@ -229,10 +229,7 @@ class RayTasks:
     shared file system); results come back to this process, which writes the ledger."""
 
     def __init__(self, threads: int, address: str | None = None, pack_size: int = 1) -> None:
-        try:
-            import ray
-        except ImportError:
-            raise ConfigError("--executor ray needs Ray: pip install 'gemkd[ray]'") from None
+        ray = import_ray("--executor ray")
         self.ray, self.threads, self.pack_size = ray, threads, pack_size
         self._pending: list = []
         if not ray.is_initialized():
@@ -260,23 +257,6 @@ class RayTasks:
             for ref in self._pending:
                 self.ray.cancel(ref, force=True)
         self._pending = []
-
-
-@contextmanager
-def kept_handlers(signals: tuple[int, ...] = (signal.SIGINT, signal.SIGTERM)) -> Iterator[None]:
-    """The handlers of ``signals`` as they were before the block, whatever it installs (Ray's
-    ``init`` replaces SIGTERM's by one that raises ``SystemExit(15)`` wherever the process
-    happens to be)."""
-    before = {s: signal.getsignal(s) for s in signals}
-    try:
-        yield
-    finally:
-        for s, handler in before.items():
-            if handler is not None:
-                try:
-                    signal.signal(s, handler)
-                except ValueError:  # not the main thread: nothing could be installed either
-                    pass
 
 
 def _ray_execute(pack: list[StudentRun], threads: int) -> list[dict[str, Any]]:

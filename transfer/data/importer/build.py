@@ -10,14 +10,17 @@ engaged with (``negatives.py``); they are marked ``sampled`` and are in no histo
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from gemkd.transfer.config import check_value
 from gemkd.transfer.data.importer import (
     day_checks,
     encode,
@@ -34,6 +37,7 @@ from gemkd.transfer.data.ranges import N_AGE_BUCKETS, equal_count_days
 from gemkd.transfer.data.schema import SAMPLED_COLUMN, SCHEMA_FILE, DatasetSchema, Feature
 from gemkd.transfer.errors import ConfigError, DataError
 from gemkd.transfer.io.publish import output_directory
+from gemkd.transfer.options import ImportEngine
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +53,8 @@ class ImportResult:
 def import_logs(src: str | Path, mapping: Mapping, out: str | Path,
                 overwrite: bool = False, notes: list[str] | None = None,
                 streaming: bool = True, batch_rows: int = stream.BATCH_ROWS,
-                part_rows: int = stream.PART_ROWS) -> ImportResult:
+                part_rows: int = stream.PART_ROWS, engine: ImportEngine = "local"
+                ) -> ImportResult:
     """Write time-stamped log(s) as a gemkd dataset, atomically (``gemkd data import``).
 
     Parameters
@@ -72,6 +77,10 @@ def import_logs(src: str | Path, mapping: Mapping, out: str | Path,
         Both write the same dataset.
     batch_rows, part_rows
         The streaming passes' batch and a day's part-file size, in rows.
+    engine
+        ``local`` (default): this process. ``ray``: the streaming passes as tasks on the Ray
+        cluster at ``RAY_ADDRESS`` (or a local instance; ``stream_ray.py``), writing the same
+        bytes; ``out`` must be on storage every node reads.
 
     Returns
     -------
@@ -82,7 +91,16 @@ def import_logs(src: str | Path, mapping: Mapping, out: str | Path,
     ------
     DataError
         Naming the file, column and row of a bad log.
+    ConfigError
+        ``engine="ray"`` without Ray installed, or with an import that is not streamed
+        (``streaming=False``, a mapping with ``negatives``).
     """
+    check_value(engine, ImportEngine, "engine")
+    if engine == "ray" and (not streaming or mapping.negatives is not None):
+        why = ("the mapping has negatives, which are sampled over the whole log in memory"
+               if streaming else "the import is in memory (streaming=False, --in-memory)")
+        raise ConfigError(f"engine 'ray' runs the streaming import, but {why}; use engine "
+                          "'local'")
     src = Path(src)
     notes = list(notes or [])
     base = src if src.is_dir() else src.parent
@@ -91,9 +109,10 @@ def import_logs(src: str | Path, mapping: Mapping, out: str | Path,
         side = sides.resolve(mapping, base, notes)
         files = source.find_files(src, mapping.files, {p.resolve() for _, p in side})
         if streaming and mapping.negatives is None:
-            schema = stream.import_streaming(
-                files, mapping, side, notes, tmp, _extract, lambda p: _check_header(p, mapping),
-                batch_rows=batch_rows, part_rows=part_rows)
+            run = stream.import_streaming if engine == "local" else _import_ray
+            schema = run(files, mapping, side, notes, tmp, _extract,
+                         functools.partial(_check_header, m=mapping),
+                         batch_rows=batch_rows, part_rows=part_rows)
             n = schema.n_rows
         else:
             raw = _in_range(_read_logs(files, mapping), mapping, notes)
@@ -114,6 +133,12 @@ def import_logs(src: str | Path, mapping: Mapping, out: str | Path,
     log.info("imported %d rows from %d file(s) in %.1f s", n, len(files),
              time.perf_counter() - started)
     return ImportResult(schema, notes)
+
+
+def _import_ray(*args: Any, **kwargs: Any) -> DatasetSchema:
+    from gemkd.transfer.data.importer.stream_ray import import_on_ray  # Ray: optional
+
+    return import_on_ray(*args, **kwargs)
 
 
 def log_columns(m: Mapping) -> dict[str, str]:

@@ -118,10 +118,12 @@ def read(path: Path, columns: list[str]) -> pd.DataFrame:
         raise _unreadable(path, e) from None
 
 
-def batches(path: Path, columns: list[str], rows: int) -> Iterator[tuple[int, pd.DataFrame]]:
+def batches(path: Path, columns: list[str], rows: int, row_groups: list[int] | None = None
+            ) -> Iterator[tuple[int, pd.DataFrame]]:
     """The named columns of a file, ``rows`` rows at a time, with each batch's first row: a
     CSV through pandas' chunked reader (the types ``read`` infers, per batch), a Parquet file
-    a record batch at a time with column projection."""
+    a record batch at a time with column projection (only ``row_groups``, if given: rows are
+    then counted from the first of them)."""
     try:
         if is_csv(path):
             first = 0
@@ -131,7 +133,8 @@ def batches(path: Path, columns: list[str], rows: int) -> Iterator[tuple[int, pd
                     first += len(df)
             return
         first = 0
-        for batch in pq.ParquetFile(path).iter_batches(batch_size=rows, columns=columns):
+        for batch in pq.ParquetFile(path).iter_batches(batch_size=rows, columns=columns,
+                                                       row_groups=row_groups):
             df = batch.to_pandas()
             yield first, df
             first += len(df)
