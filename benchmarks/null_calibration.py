@@ -105,6 +105,8 @@ def main() -> None:
                 continue  # one world: its own search draw is its truth, not noise
             scenario = Scenario(f"{shape}-{mix}", worlds, seeds, **noise)
             for method, n in (("percentile", args.old_replicates), ("t", args.replicates)):
+                if n < 1:
+                    continue  # --old-replicates 0: the report's rule alone
                 t0 = time.perf_counter()
                 boot = method == "percentile" or worlds == 1  # t over worlds needs no resamples
                 chunk = max(10, 30_000_000 // (args.samples * worlds * 10)) if boot else 2000
@@ -115,7 +117,7 @@ def main() -> None:
                 print(" | ".join(str(v) for v in rows[-1].values()), flush=True)
     print()
     print(markdown(pd.DataFrame(rows)))
-    for n in sorted({args.replicates, args.old_replicates}):
+    for n in sorted({args.replicates, args.old_replicates} - {0}):
         print(f"Monte-Carlo SE at {n} runs: a 5 % rate ±{100 * rate_se(0.05, n):.2f} pt, "
               f"2.5 % ±{100 * rate_se(0.025, n):.2f} pt")
 

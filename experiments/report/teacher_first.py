@@ -13,8 +13,7 @@ import math
 
 import pandas as pd
 
-from gemkd.experiments.report.summary import RunView, ci, lag_str
-from gemkd.experiments.results_schema import BASELINE
+from gemkd.experiments.report.summary import RunView
 
 
 def teacher_row(run: RunView) -> pd.Series | None:
@@ -38,23 +37,3 @@ def teacher_better(run: RunView) -> bool | None:
     if not (math.isfinite(lo) and math.isfinite(hi)):
         return None
     return bool(hi < 0)
-
-
-def teacher_sentence(run: RunView) -> str:
-    """The report's first sentence when the teacher is not better than the labels-only
-    student; empty otherwise."""
-    if teacher_better(run) is not False:
-        return ""
-
-    r = teacher_row(run)
-    assert r is not None  # teacher_better found it
-    base = run.interval_rows(lag=r["teacher_lag_days"], domain=r["domain"], task=r["task"])
-    base = base[base["variant"] == BASELINE]
-    y = ci(*base.iloc[0][["ne", "ne_lo", "ne_hi"]]) if not base.empty else "—"
-    x = ci(r["teacher_ne"], r["teacher_ne_lo"], r["teacher_ne_hi"])
-    d = ci(r["teacher_vs_baseline"], r["teacher_vs_baseline_lo"], r["teacher_vs_baseline_hi"])
-    where = (f"{r['task']}, domain {r['domain']}, teacher lag "
-             f"{lag_str(r['teacher_lag_days'])} days")
-    return ("The teacher is not better than the labels-only student on the evaluation data: NE "
-            f"{x} vs the baseline's {y} (teacher − baseline {d}; {where}), so no difference in "
-            "this report is the teacher's knowledge reaching the student.")

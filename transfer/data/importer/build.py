@@ -325,9 +325,7 @@ def _ids(values: np.ndarray | pd.Series, ids: Ids, notes: list[str]) -> tuple[np
         return encode.codes(values)
     assert ids.buckets is not None  # parse_mapping: hash comes with buckets
     h = encode.hashed(values, ids.buckets)
-    note = (f"ids: {ids.key} ids hashed into {ids.buckets:,} buckets: {h.shared:,} of "
-            f"{h.distinct:,} distinct ids ({100 * h.collision_rate:.2f} %) share a bucket with "
-            "another id (ids: dense gives each its own row)")
+    note = encode.hash_note(ids.key, ids.buckets, h)
     notes.append(note)
     log.info(note)
     return h.codes, h.cardinality

@@ -148,3 +148,10 @@ def local_dates(t_ns: np.ndarray, timezone: str) -> np.ndarray:
     """Each time's local calendar date in ``timezone``, as days since 1970-01-01."""
     local = pd.to_datetime(t_ns, utc=True).tz_convert(timezone).tz_localize(None)
     return local.to_numpy().astype("datetime64[D]").astype(np.int64)
+
+
+def hash_note(key: str, buckets: int, h: Hashed) -> str:
+    """The import note on a hashed id column: how many distinct ids share a bucket."""
+    return (f"ids: {key} ids hashed into {buckets:,} buckets: {h.shared:,} of "
+            f"{h.distinct:,} distinct ids ({100 * h.collision_rate:.2f} %) share a bucket with "
+            "another id (ids: dense gives each its own row)")

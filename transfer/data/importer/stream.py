@@ -322,9 +322,7 @@ def _id_table(role: str, ids: Ids, scan: _Scan, uniq_by: dict[str, pd.Index],
         return len(uniq_by[role]) + 1
     assert ids.buckets is not None  # parse_mapping: hash comes with buckets
     h = encode.hashed(values, ids.buckets)
-    note = (f"ids: {ids.key} ids hashed into {ids.buckets:,} buckets: {h.shared:,} of "
-            f"{h.distinct:,} distinct ids ({100 * h.collision_rate:.2f} %) share a bucket with "
-            "another id (ids: dense gives each its own row)")
+    note = encode.hash_note(ids.key, ids.buckets, h)
     notes.append(note)
     log.info(note)
     return h.cardinality
