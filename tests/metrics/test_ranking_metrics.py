@@ -253,7 +253,9 @@ def test_ranking_metrics_cuda_matches_cpu():
         sl = slice(lo, lo + 1000)
         cpu.update(logits[sl], labels[sl], domain[sl], mask[sl])
         gpu.update(logits[sl].cuda(), labels[sl].cuda(), domain[sl].cuda(), mask[sl].cuda())
-    assert_matches(gpu.compute(), cpu.compute(), tol=1e-9)
+    # float32 sums in another order on the GPU: AUC moved by 6e-8 on an H200, float32's own
+    # precision (2^-24 ~ 6e-8) times a few accumulations, not the 1e-9 of a float64 check
+    assert_matches(gpu.compute(), cpu.compute(), tol=1e-6)
     for cls in (NormalizedEntropy, Calibration, SafeBinaryAUROC):
         a, b = cls(), cls().cuda()
         a.update(logits[:, 0], labels[:, 0])
