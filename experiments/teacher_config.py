@@ -94,7 +94,7 @@ class TeacherTrainConfig:
     task_weights: dict[str, float] | None = None
     max_seq_len: Annotated[int, _SEQ_LEN] | None = None
     seed: int = 0
-    precision: Precision = "32-true"
+    precision: Precision = "auto"  # bf16-mixed on a CUDA device, 32-true on the CPU
     compile: bool = False
     strategy: Strategy = "auto"
     devices: AtLeast1 = 1

@@ -26,9 +26,10 @@ TeacherProtocol = Literal["window", "streaming"]
 #: The Lightning accelerator of a fit (a spec's students, a teacher config); ``gpu`` and
 #: ``cuda`` are the same device
 Accelerator = Literal["auto", "cpu", "gpu", "cuda"]
-#: Lightning's numeric precision of a fit (``Trainer(precision=...)``; a teacher config's)
-Precision = Literal["32-true", "16-mixed", "bf16-mixed", "16-true", "bf16-true", "64-true",
-                    "transformer-engine", "transformer-engine-float16"]
+#: Lightning's numeric precision of a fit (``Trainer(precision=...)``; a teacher config's);
+#: ``auto``: bf16-mixed on a CUDA device, 32-true elsewhere
+Precision = Literal["auto", "32-true", "16-mixed", "bf16-mixed", "16-true", "bf16-true",
+                    "64-true", "transformer-engine", "transformer-engine-float16"]
 #: The Optuna sampler of the equal-budget search (a spec's ``tuning.sampler``)
 Sampler = Literal["tpe", "random", "grid"]
 #: The implementation of the jagged ops (``gemkd.transfer.ops``; GEM's ``kernel``): Triton on

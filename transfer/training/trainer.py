@@ -143,6 +143,16 @@ def _strategy(strategy: Strategy, devices: int, accelerator: str, num_nodes: int
     return "auto"
 
 
+def resolve_precision(precision: Precision, accelerator: str) -> Precision:
+    """``auto``: ``bf16-mixed`` where the fit runs on CUDA (``accelerator`` gpu/cuda, or auto with
+    a CUDA device present), ``32-true`` on the CPU; any other value as it is."""
+    if precision != "auto":
+        return precision
+    on_gpu = accelerator in ("gpu", "cuda") or (
+        accelerator == "auto" and torch.cuda.is_available())
+    return "bf16-mixed" if on_gpu else "32-true"
+
+
 def make_trainer(
     *,
     accelerator: str = "auto",
@@ -185,7 +195,7 @@ def make_trainer(
         strategy=_strategy(strategy, devices, accelerator, num_nodes),
         max_epochs=max_epochs,
         max_steps=max_steps,
-        precision=precision,
+        precision=resolve_precision(precision, accelerator),
         logger=logger,
         callbacks=list(callbacks or []),
         gradient_clip_val=grad_clip,
