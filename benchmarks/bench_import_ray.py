@@ -1,4 +1,4 @@
-"""``gemkd data import`` on one machine against ``--engine ray`` (issue 43 item 4): wall time of
+"""``gemkd data import`` on one machine against ``--engine ray``: wall time of
 each, alternated in one process on one local Ray instance (started once, ``--cpus`` CPUs, so
 its start is not timed), medians over ``--repeat``, and whether the two datasets are the same
 bytes. The log: ``benchmarks.import_log``'s (one CSV), and the same rows as
