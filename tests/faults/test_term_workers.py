@@ -45,7 +45,7 @@ def _alive(pid: int) -> bool:
         return False
 
 
-def _busy(where: Path, n: int, timeout: float = 120) -> list[int]:
+def _busy(where: Path, n: int, timeout: float = 300) -> list[int]:
     deadline = time.monotonic() + timeout
     while len(pids := sorted(int(p.name.split("-")[1]) for p in where.glob("busy-*"))) < n:
         assert time.monotonic() < deadline, f"{len(pids)} of {n} workers busy"

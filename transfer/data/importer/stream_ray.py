@@ -300,24 +300,31 @@ def _in_order(ray: Any, refs: list) -> list:
     try:
         return [ray.get(ref) for ref in refs]
     except ray.exceptions.RayTaskError as e:
-        _stop(ray, refs)
+        _stop(ray, refs, cancel=False)
         cause = getattr(e, "cause", None)
         if isinstance(cause, Exception):
             raise cause from None
         raise
     except BaseException:
-        _stop(ray, refs)
+        _stop(ray, refs, cancel=True)
         raise
 
 
-def _stop(ray: Any, refs: list) -> None:
-    """Cancel the tasks and wait for them to end, so none writes after the staging folder
-    is removed."""
-    for ref in refs:
-        try:
-            ray.cancel(ref, force=True)
-        except Exception:  # noqa: BLE001 - finished or already gone: nothing to cancel
-            pass
+def _stop(ray: Any, refs: list, cancel: bool) -> None:
+    """Wait for the tasks to end, so none writes after the staging folder is removed;
+    ``cancel`` (an interrupt) cancels them first.
+
+    A task's error does not cancel the others: Ray 2.60 aborts the driver process ("Check
+    failed: it != submissible_tasks_.end()", task_manager.cc) when a force-cancelled task's
+    reply arrives as it is cancelled, which a test run hit; the other tasks are bounded (a
+    scan of one file's batches, a date), so they are waited for instead. An interrupt still
+    cancels them (not forced: the task stops at its next Python instruction)."""
+    if cancel:
+        for ref in refs:
+            try:
+                ray.cancel(ref, force=False)
+            except Exception:  # noqa: BLE001 - finished or already gone: nothing to cancel
+                pass
     if refs:
         ray.wait(refs, num_returns=len(refs), timeout=60)
 
