@@ -30,6 +30,9 @@ Accelerator = Literal["auto", "cpu", "gpu", "cuda"]
 #: ``auto``: bf16-mixed on a CUDA device, 32-true elsewhere
 Precision = Literal["auto", "32-true", "16-mixed", "bf16-mixed", "16-true", "bf16-true",
                     "64-true", "transformer-engine", "transformer-engine-float16"]
+#: What Lightning's Trainer takes: a :data:`Precision` with ``auto`` resolved
+TrainerPrecision = Literal["32-true", "16-mixed", "bf16-mixed", "16-true", "bf16-true",
+                           "64-true", "transformer-engine", "transformer-engine-float16"]
 #: The Optuna sampler of the equal-budget search (a spec's ``tuning.sampler``)
 Sampler = Literal["tpe", "random", "grid"]
 #: The implementation of the jagged ops (``gemkd.transfer.ops``; GEM's ``kernel``): Triton on

@@ -28,7 +28,7 @@ from lightning.pytorch.strategies import DDPStrategy, ModelParallelStrategy
 from gemkd.transfer.data.datamodule import AdsDataModule
 from gemkd.transfer.data.reader import DatasetReader
 from gemkd.transfer.errors import ConfigError
-from gemkd.transfer.options import STRATEGIES, Precision, Strategy
+from gemkd.transfer.options import STRATEGIES, Precision, Strategy, TrainerPrecision
 from gemkd.transfer.training.interrupt_checkpoint import InterruptCheckpoint
 from gemkd.transfer.training.latest_checkpoint import LatestCheckpoint
 from gemkd.transfer.training.loggers import RunCSVLogger
@@ -143,7 +143,7 @@ def _strategy(strategy: Strategy, devices: int, accelerator: str, num_nodes: int
     return "auto"
 
 
-def resolve_precision(precision: Precision, accelerator: str) -> Precision:
+def resolve_precision(precision: Precision, accelerator: str) -> TrainerPrecision:
     """``auto``: ``bf16-mixed`` where the fit runs on CUDA (``accelerator`` gpu/cuda, or auto with
     a CUDA device present), ``32-true`` on the CPU; any other value as it is."""
     if precision != "auto":

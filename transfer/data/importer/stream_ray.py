@@ -236,8 +236,11 @@ def _write(ray: Any, scan: stream._Scan, plan: stream._Plan, m: Mapping, spill: 
                 _cols_path(spill, date).unlink()
                 for kind in ("events", "hist"):
                     shutil.rmtree(spill / kind / f"date={date}", ignore_errors=True)
-    except BaseException:
-        _stop(ray, refs + written)
+    except Exception:  # a task's error: the others end on their own (see _stop)
+        _stop(ray, refs + written, cancel=False)
+        raise
+    except BaseException:  # an interrupt
+        _stop(ray, refs + written, cancel=True)
         raise
     for d in sorted(rows):
         schema.rows_per_day[str(d)] = rows[d]
