@@ -62,12 +62,8 @@ def check_unique_ids(reader: DatasetReader) -> None:
 
 def _unit_ids(units: list) -> Iterator[np.ndarray]:
     """The example_id column of each unit (row group), in order; one file open at a time."""
-    path, pf = None, None
-    for u in units:
-        if u.path != path:
-            path, pf = u.path, validate.open_parquet(u.path)
-        assert pf is not None
-        yield pf.read_row_group(u.row_group, columns=["example_id"]).column(0).to_numpy()
+    for table in validate.read_units(units, ["example_id"]):
+        yield table.column(0).to_numpy()
 
 
 def _repeats(ids: np.ndarray) -> set[int]:

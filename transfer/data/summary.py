@@ -27,16 +27,9 @@ def day_tables(root: str | Path,
     for u in reader.units:
         by_day.setdefault(u.day, []).append(u)
 
-    def groups(units: list) -> Iterator[pa.Table]:
-        path, pf = None, None
-        for u in units:
-            if u.path != path:
-                path, pf = u.path, validate.open_parquet(u.path)
-            assert pf is not None
-            yield pf.read_row_group(u.row_group, columns=columns)
 
     for day in reader.days:
-        yield day, groups(by_day.get(day, []))
+        yield day, validate.read_units(by_day.get(day, []), columns)
 
 
 def summarize(root: str | Path) -> pd.DataFrame:

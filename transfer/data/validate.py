@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -23,6 +25,17 @@ def open_parquet(path: str | Path) -> pq.ParquetFile:
         return pq.ParquetFile(fs.open_input(path))
     except (pa.ArrowException, OSError) as e:
         raise DataError(f"{path}: not a readable Parquet file ({_short(e)})") from None
+
+
+def read_units(units: Iterable[Any], columns: list[str]) -> Iterator[pa.Table]:
+    """``columns`` of each unit's row group (``DatasetReader.units``: ``path``, ``row_group``),
+    in order, one table at a time, with one file open at a time."""
+    path, pf = None, None
+    for u in units:
+        if u.path != path:
+            path, pf = u.path, open_parquet(u.path)
+        assert pf is not None
+        yield pf.read_row_group(u.row_group, columns=columns)
 
 
 def check_columns(path: fs.Where, physical: pa.Schema, expected: dict[str, pa.DataType]) -> None:

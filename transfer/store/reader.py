@@ -140,18 +140,23 @@ class TeacherStore:
         lo, hi = days
         return [s for s in self.manifest.shards if any(lo <= d < hi for d in s.days)]
 
+    def _columns(self, columns: list[str] | None) -> list[str]:
+        """``columns`` (None: all of them), each one the store has, or a StoreError."""
+        if columns is None:
+            return list(self.schema.names)
+        unknown = [c for c in columns if c not in self.schema.names]
+        if unknown:
+            raise StoreError(f"{self.path}: no column {unknown[0]!r}; the store has "
+                             f"{', '.join(self.schema.names)}")
+        return columns
+
     def read(self, days: tuple[int, int] | None = None,
              columns: list[str] | None = None) -> pa.Table:
         """Rows whose ``day`` is in ``[days[0], days[1])``, with only ``columns`` (all if None).
 
         Logit and embedding columns that are read are checked to be finite.
         """
-        if columns is None:
-            columns = list(self.schema.names)
-        unknown = [c for c in columns if c not in self.schema.names]
-        if unknown:
-            raise StoreError(f"{self.path}: no column {unknown[0]!r}; the store has "
-                             f"{', '.join(self.schema.names)}")
+        columns = self._columns(columns)
         shards = self.shards_for(days)
         if not shards:
             return self.schema.empty_table().select(columns)
@@ -169,12 +174,7 @@ class TeacherStore:
                         columns: list[str] | None = None) -> Iterator[pa.Table]:
         """The rows of :meth:`read`, in its order, one Parquet row group at a time (memory: one
         row group, whatever the store's size); each table is checked as :meth:`read` checks."""
-        if columns is None:
-            columns = list(self.schema.names)
-        unknown = [c for c in columns if c not in self.schema.names]
-        if unknown:
-            raise StoreError(f"{self.path}: no column {unknown[0]!r}; the store has "
-                             f"{', '.join(self.schema.names)}")
+        columns = self._columns(columns)
         read = columns if days is None or "day" in columns else [*columns, "day"]
         for s in self.shards_for(days):
             pf = pq.ParquetFile(fs.open_input(fs.join(self.path, s.file)))
