@@ -13,7 +13,13 @@ RSS (``ru_maxrss`` of ``wait4``, what ``/usr/bin/time -v`` reports) and wall tim
 - ``codes``: ``build_codes`` (window: the first 9 days, ``code_dim`` 8, 1 epoch);
 - ``summary``: ``summarize`` and ``impressions_per_user`` (``gemkd data summary`` without the
   two-day feature oracle);
-- ``validate``: ``validate_dataset`` (``gemkd data validate``).
+- ``validate``: ``validate_dataset`` (``gemkd data validate``);
+- ``import``: ``gemkd data import`` (streamed) of ``benchmarks/import_log.py``'s generated event
+  log of the same number of rows (125,000 a day, 20,000 users, 100-event histories), the log
+  written once beside the world;
+- ``export``: a teacher's export over the whole world into a store (``export_model`` of the tiny
+  GEM with its initial weights, batch 4,096, float16 trunk embeddings): the predict loop and the
+  store writer, not a trained model's numbers.
 
 ``--before TREE`` measures the same steps with another checkout's gemkd (e.g. main's) in the same
 run. Figures per step: the peak's growth per row (least squares over the sizes), the peak at the
@@ -35,7 +41,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-STEPS = ("join", "codes", "summary", "validate")
+STEPS = ("import", "summary", "validate", "export", "join", "codes")
 SMALL_ROWS, SMALL_USERS, DAYS, STUDENT_DAYS, WINDOW = 280_000, 1300, 14, 5, 9
 EMB = 128
 LIMIT = 24 * 2**30
@@ -124,6 +130,29 @@ def _validate(data: Path) -> None:
     validate_dataset(data)
 
 
+def _log(out: Path, rows: int) -> None:
+    from benchmarks.import_log import generate
+
+    generate(rows, out)
+
+
+def _import(log: Path, tmp: Path) -> None:
+    from gemkd.transfer.data.importer import import_logs, load_mapping
+
+    import_logs(log, load_mapping(log / "mapping.yaml"), tmp / "ds")
+
+
+def _export(data: Path, tmp: Path) -> None:
+    from gemkd.experiments.teacher_config import build_model, load_teacher_config
+    from gemkd.experiments.teacher_export import export_model
+    from gemkd.transfer.data.schema import DatasetSchema
+
+    cfg = load_teacher_config(ROOT / "experiments/teachers/tiny.yaml",
+                              {"train_days": [0, WINDOW], "val_days": None})
+    model = build_model(cfg, DatasetSchema.load(data))
+    export_model(model, cfg, data, tmp / "store", teacher_version="0" * 64, progress=False)
+
+
 def child(step: str, data: Path, store: Path, tmp: Path, rows: int) -> None:
     import torch
 
@@ -140,6 +169,12 @@ def child(step: str, data: Path, store: Path, tmp: Path, rows: int) -> None:
         _summary(data)
     elif step == "validate":
         _validate(data)
+    elif step == "log":
+        _log(data.parent / f"log-{rows}", rows)
+    elif step == "import":
+        _import(data.parent / f"log-{rows}", tmp)
+    elif step == "export":
+        _export(data, tmp)
     else:
         raise SystemExit(f"unknown step {step!r}")
 
@@ -227,6 +262,8 @@ def main() -> None:
                 print(f"world of {n:,} rows: {measure('world', ROOT, data, store, n)}")
             if not (store / "manifest.json").is_file():
                 print(f"store of {n:,} rows: {measure('store', ROOT, data, store, n)}")
+            if "import" in steps and not (work / f"log-{n}" / "mapping.yaml").is_file():
+                print(f"event log of {n:,} rows: {measure('log', ROOT, data, store, n)}")
             for code, tree in trees.items():
                 for s in steps:
                     table[code][s][str(n)] = r = measure(s, tree, data, store, n)

@@ -24,6 +24,16 @@ from gemkd.experiments.spec.model import RunSpec, VariantSpec
 from gemkd.transfer.io import fs
 
 
+def store_days(spec: RunSpec, lag: int) -> tuple[int, int] | None:
+    """The days a lag's teacher store covers: from its window's first day (its codes and domain
+    FMs learn from the window; the students read later days) to the last evaluation day, not
+    every day of a long history; None (every day) for a window teacher of every day."""
+    first = spec.teacher_window(lag)[0]
+    if spec.teacher_protocol == "streaming" or first > 0:
+        return first, spec.eval_days[1]
+    return None
+
+
 def lag_inputs(ctx: RunContext, lag: int, data, data_key: dict, fm_domains: list[str]
                ) -> InputPaths:
     """The teacher sources, codes, teacher checkpoint and SOLARIS pairs the lag's students use
@@ -41,9 +51,7 @@ def lag_inputs(ctx: RunContext, lag: int, data, data_key: dict, fm_domains: list
                              run_name="teacher" if streaming else f"teacher-lag{lag}")
         layer = spec.repr.layer or gem_cfg.repr_layer
         ckpt = lag_checkpoint(spec, gem_run, lag)
-        # a streaming teacher's store starts at the lag's window (its codes and domain FMs
-        # learn from it; the students read later days): not every day of a long history
-        days = (spec.teacher_window(lag)[0], spec.eval_days[1]) if streaming else None
+        days = store_days(spec, lag)
         stores = {"gem": cached_export(ckpt, data, layer, cache, log, days=days)}
     if any(v.teacher == "domain_fm" for v in spec.variants):
         fm_cfg = teacher_config(spec, lag, spec.hierarchical)

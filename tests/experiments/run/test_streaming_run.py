@@ -99,3 +99,21 @@ def test_stream_start_makes_a_teacher_of_fewer_days(tmp_path):
                                         teacher_stream_start=1)))
     with pytest.raises(ConfigError, match="needs teacher_protocol: streaming"):
         load_spec(path)
+
+
+def test_a_store_covers_the_window_and_later_days_only(tmp_path):
+    """A teacher's store starts at its window (streaming or not): a long log's early days are
+    neither exported nor stored; a window teacher of every day keeps the whole-store key."""
+    from gemkd.experiments.run.inputs import store_days
+
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(SPEC))
+    spec = load_spec(path)
+    assert store_days(spec, 0) == (3, 6) and store_days(spec, 2) == (1, 6)
+    path.write_text(yaml.safe_dump(dict(SPEC, teacher_protocol="window",
+                                        teacher_lag_days=0, teacher_window_days=2)))
+    assert store_days(load_spec(path), 0) == (2, 6)
+    window_all = {k: v for k, v in SPEC.items() if k != "teacher_window_days"}
+    path.write_text(yaml.safe_dump(dict(window_all, teacher_protocol="window",
+                                        teacher_lag_days=0)))
+    assert store_days(load_spec(path), 0) is None
