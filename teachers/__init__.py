@@ -2,6 +2,6 @@
 
 from gemkd.teachers.domain_fm import DomainFM
 from gemkd.teachers.gem import GEM
-from gemkd.teachers.mlp import MLPRanker
+from gemkd.teachers.mlp_ranker import MLPRanker
 
 __all__ = ["GEM", "DomainFM", "MLPRanker"]

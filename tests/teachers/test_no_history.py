@@ -13,7 +13,7 @@ import torch.nn.functional as F
 import yaml
 
 from gemkd.teachers import GEM, DomainFM, MLPRanker
-from gemkd.teachers.registry import build_teacher
+from gemkd.teachers.teacher_registry import build_teacher
 from gemkd.transfer.errors import ConfigError
 from gemkd.transfer.models import TeacherOutput
 from tests.teachers.helpers import TINY, tiny_schema
