@@ -133,7 +133,8 @@ def test_errors_only_where_adapting_is_impossible(schema):
         build(GEM, schema, use_wukong=False)  # sequence-only GEM: nothing left
     with pytest.raises(ConfigError, match="both false"):  # unchanged with histories
         build(GEM, tiny_schema(), use_wukong=False, use_sequence=False)
-    with pytest.raises(ConfigError, match="use_sequence must be true, false or null"):
+    with pytest.raises(ConfigError, match="MLPRanker: key 'use_sequence': expected true or "
+                                          "false, got 'yes'"):
         build(MLPRanker, schema, use_sequence="yes")
 
 
