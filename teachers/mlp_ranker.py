@@ -67,7 +67,8 @@ class MLPRanker(ConfigurableTeacher):
         self.task_names = list(schema.tasks)
         self.d, self.hidden = c.d, c.hidden
         self.use_sequence = bool(c.use_sequence)
-        self.max_history = c.max_history
+        assert c.max_history is not None  # MLPRankerConfig.resolve sets the schema's
+        self.max_history: int = c.max_history
 
         self.embeddings = FeatureEmbeddings(
             schema, c.d, c.max_rows, c.n_dense_tokens, c.shared_tables, self.use_sequence,
