@@ -126,7 +126,7 @@ class LearnedMap:
 def collect_learned_map(method, teacher: TeacherFn, batches: Iterable, tasks: Sequence[str],
                         trained_until_day: int | None,
                         edges: Sequence[float] = DEFAULT_EDGES) -> LearnedMap:
-    """Run a trained adapter method (:class:`gemkd.adapters.methods.student_adapter.Adapter`)
+    """Run a trained adapter method (:class:`gemkd.adapters.methods.student_adapter_method.Adapter`)
     over ``batches`` (e.g. the student's training stream again, as its KD targets saw it) and
     bin what it does: rows the teacher found, tasks whose label is present."""
     out = LearnedMap(tasks, edges)

@@ -22,7 +22,7 @@ import torch
 from torch import Tensor
 
 from gemkd.experiments.run.student import Inputs, StudentJob, build_module, student_datamodule
-from gemkd.experiments.spec.model import RunSpec
+from gemkd.experiments.spec.run_spec import RunSpec
 from gemkd.transfer.data.batch import Batch
 from gemkd.transfer.data.datamodule import AdsDataModule
 from gemkd.transfer.distill import DistillModule

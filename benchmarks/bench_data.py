@@ -26,7 +26,7 @@ from benchmarks.common import (
     write_json,
 )
 from gemkd.transfer.config import load_dataclass
-from gemkd.transfer.data.reader import DatasetReader
+from gemkd.transfer.data.dataset_reader import DatasetReader
 from gemkd.transfer.data.synth import SynthConfig, generate
 
 

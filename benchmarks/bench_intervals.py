@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks.percentile_rule import NAME, run_table
-from gemkd.experiments.report.clusters import load_eval_sets, point_frame
+from gemkd.experiments.report.cluster_files import load_eval_sets, point_frame
 from gemkd.experiments.report.intervals import run_intervals
 from gemkd.experiments.run_dir import RunDir
 

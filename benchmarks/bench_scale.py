@@ -63,7 +63,7 @@ def _make_store(data: Path, out: Path) -> None:
     import numpy as np
     import pyarrow.parquet as pq
 
-    from gemkd.transfer.data.reader import DatasetReader
+    from gemkd.transfer.data.dataset_reader import DatasetReader
     from gemkd.transfer.store import StoreWriter
 
     reader = DatasetReader(data, batch_size=1)
@@ -84,7 +84,7 @@ def _make_store(data: Path, out: Path) -> None:
 def _join(data: Path, store: Path) -> None:
     import pyarrow.parquet as pq
 
-    from gemkd.transfer.data.reader import DatasetReader
+    from gemkd.transfer.data.dataset_reader import DatasetReader
     from gemkd.transfer.store import TeacherStore
 
     ts = TeacherStore(store)
@@ -118,7 +118,7 @@ def _codes(store: Path, tmp: Path) -> None:
 
 
 def _summary(data: Path) -> None:
-    from gemkd.transfer.data.summary import impressions_per_user, summarize
+    from gemkd.transfer.data.dataset_summary import impressions_per_user, summarize
 
     summarize(data)
     impressions_per_user(data)

@@ -56,7 +56,7 @@ from gemkd.students import build_student
 from gemkd.teachers import GEM
 from gemkd.transfer.config import load_dataclass
 from gemkd.transfer.data.batch import Batch
-from gemkd.transfer.data.reader import DatasetReader
+from gemkd.transfer.data.dataset_reader import DatasetReader
 from gemkd.transfer.data.synth import SynthConfig, generate
 from gemkd.transfer.repr_features import (
     AsOfCodes,

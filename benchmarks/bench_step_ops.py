@@ -39,7 +39,7 @@ from typing import Any
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from benchmarks import teacher_steps
+from benchmarks import teacher_step_timing
 from benchmarks.bench_teacher import TYPICAL, model_config
 from benchmarks.common import (
     add_common_args,
@@ -53,7 +53,7 @@ from benchmarks.step_ops import annotate as annotate_parts
 from benchmarks.step_ops import count_events, phase, trace
 from gemkd.teachers import GEM
 from gemkd.transfer.data.batch import Batch
-from gemkd.transfer.data.reader import DatasetReader
+from gemkd.transfer.data.dataset_reader import DatasetReader
 from gemkd.transfer.data.schema import DatasetSchema
 from gemkd.transfer.data.synth import SynthConfig, generate
 from gemkd.transfer.training.compile_cache import TORCH_ENV
@@ -136,7 +136,7 @@ def cycle(step: TrainStep, batches: list[Batch]) -> Any:
 
 def first_calls(name: str, world: Path, n_batches: int, device: str) -> float:
     """Seconds of a fresh compiled step's first call on every batch (compilation included)."""
-    batches = teacher_steps.read_batches(world, n_batches)
+    batches = teacher_step_timing.read_batches(world, n_batches)
     schema = DatasetReader(world, batch_size=1).schema
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -277,7 +277,7 @@ def main() -> None:
     p.add_argument("--_batches", type=int, default=4, help=argparse.SUPPRESS)
     args = p.parse_args()
     apply_common_args(p, args)
-    teacher_steps.DEVICE = args.device
+    teacher_step_timing.DEVICE = args.device
     if args._compile_child:
         seconds = first_calls(args._compile_child, Path(args._world), args._batches, args.device)
         print(json.dumps({"first_calls_s": seconds}))
@@ -288,7 +288,7 @@ def main() -> None:
         world = {**TYPICAL, "examples_per_day": 1024} if args.quick else TYPICAL
         root = Path(tmp) / "typical"
         schema = generate(SynthConfig(**world), root)
-        batches = teacher_steps.read_batches(root, 2 if args.quick else 4)
+        batches = teacher_step_timing.read_batches(root, 2 if args.quick else 4)
         lengths = torch.cat([b.seq_lengths for b in batches]).float()
         r: dict[str, Any] = {"bench": "step_ops", "quick": args.quick, "device": args.device,
                              "batch_size": BATCH, "repeats": args.repeats,

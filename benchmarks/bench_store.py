@@ -45,7 +45,7 @@ import torch
 from benchmarks.common import figure, print_figures, write_json
 from gemkd.transfer.repr_features import quantize_codes, write_code_store
 from gemkd.transfer.store import StoreWriter, TeacherJoin, TeacherStore
-from gemkd.transfer.store.writer import parquet_options, store_schema
+from gemkd.transfer.store.store_writer import parquet_options, store_schema
 
 TASKS = ["click", "conversion", "organic"]
 E = 64

@@ -22,7 +22,7 @@ from benchmarks.common import (
     print_figures,
     write_json,
 )
-from benchmarks.teacher_steps import Step, cycler, read_batches
+from benchmarks.teacher_step_timing import Step, cycler, read_batches
 
 RULES = ("dense_adamw", "rowwise_adagrad", "sparse_adam")
 

@@ -39,9 +39,9 @@ from typing import Any
 import torch
 import yaml
 
-from benchmarks import teacher_steps
+from benchmarks import teacher_step_timing
 from benchmarks.common import figure, interleaved, print_figures, sync, write_json
-from benchmarks.teacher_steps import (
+from benchmarks.teacher_step_timing import (
     BATCH,
     MM_FLOPS,
     MM_SHAPE,
@@ -52,7 +52,7 @@ from benchmarks.teacher_steps import (
     step_flops,
 )
 from gemkd.transfer.data.batch import Batch
-from gemkd.transfer.data.reader import DatasetReader
+from gemkd.transfer.data.dataset_reader import DatasetReader
 from gemkd.transfer.data.synth import SynthConfig, generate
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -153,7 +153,7 @@ def main() -> None:
     p.add_argument("--_steps", type=int, default=3, help=argparse.SUPPRESS)
     args = p.parse_args()
     global DEVICE
-    DEVICE = teacher_steps.DEVICE = args.device
+    DEVICE = teacher_step_timing.DEVICE = args.device
     if DEVICE == "cuda" and not torch.cuda.is_available():
         p.error("--device cuda: torch sees no CUDA device")
     if args.repeats is not None and args.repeats < 5:

@@ -14,7 +14,7 @@ import types
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from gemkd.teachers.gem.common import MultiHeadAttention
+from gemkd.teachers.gem.blocks import MultiHeadAttention
 from gemkd.teachers.gem.heads import DomainGatedHeads
 from gemkd.teachers.gem.pyramid import PyramidCompressor
 from gemkd.teachers.gem.wukong import FactorizationMachineBlock, WukongLayer

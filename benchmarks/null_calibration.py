@@ -25,7 +25,7 @@ import time
 import pandas as pd
 
 from benchmarks.percentile_rule import PERCENTILE
-from gemkd.experiments.report.clusters import EvalSet
+from gemkd.experiments.report.cluster_files import EvalSet
 from gemkd.experiments.report.intervals import lag_tables
 from gemkd.transfer.metrics.null_sim import (
     EFFECTS_KNOWN,

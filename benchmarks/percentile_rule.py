@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from gemkd.experiments.report.clusters import load_eval_sets
+from gemkd.experiments.report.cluster_files import load_eval_sets
 from gemkd.experiments.report.intervals import (
     Bounds,
     WorldArrays,

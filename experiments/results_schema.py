@@ -1,7 +1,7 @@
 """The facts of ``results.csv`` in one place: the variant names the derived columns are relative
 to, its columns in the order the runner writes them, each column's type, and the keys that
 identify a row and a summary cell. The runner (:mod:`gemkd.experiments.run.results`) writes by
-these and the report (:mod:`gemkd.experiments.report.load`) validates by them, so a column
+these and the report (:mod:`gemkd.experiments.report.table_names`) validates by them, so a column
 added or renamed on one side cannot silently go missing on the other.
 """
 

@@ -21,7 +21,7 @@ from gemkd.transfer.errors import ConfigError
 
 if TYPE_CHECKING:
     from gemkd.experiments.run_dir import RunDir
-    from gemkd.experiments.spec.model import RunSpec
+    from gemkd.experiments.spec.run_spec import RunSpec
 
 
 @dataclasses.dataclass(frozen=True)

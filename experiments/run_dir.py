@@ -50,7 +50,7 @@ from gemkd.transfer.errors import ConfigError
 from gemkd.transfer.io.atomic import atomic_write_bytes
 
 if TYPE_CHECKING:
-    from gemkd.experiments.spec.model import RunSpec
+    from gemkd.experiments.spec.run_spec import RunSpec
 
 log = logging.getLogger(__name__)
 

@@ -18,8 +18,8 @@ import numpy as np
 import pandas as pd
 import torch
 
+from gemkd.transfer.data.dataset_writer import read_day, write_day
 from gemkd.transfer.data.schema import DatasetSchema
-from gemkd.transfer.data.writer import read_day, write_day
 from gemkd.transfer.errors import ConfigError
 from gemkd.transfer.io.atomic import atomic_write_bytes
 from gemkd.transfer.solaris import (
@@ -45,7 +45,7 @@ def teacher_vectors(model: torch.nn.Module, rows, schema: DatasetSchema, day: in
     """``model``'s ``layer`` representation of every row of ``rows`` (in order), read back
     through the dataset reader (a one-day dataset in a temporary folder), so the teacher sees
     exactly the batches the store's export would build."""
-    from gemkd.transfer.data.reader import DatasetReader
+    from gemkd.transfer.data.dataset_reader import DatasetReader
 
     eid = rows.column("example_id").to_numpy()
     with tempfile.TemporaryDirectory() as tmp:

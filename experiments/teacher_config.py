@@ -187,7 +187,7 @@ def load_teacher_config(path: str | Path, overrides: dict[str, Any] | None = Non
 
 def build_model(cfg: TeacherTrainConfig, schema):
     """The config's teacher model for ``schema``."""
-    from gemkd.teachers.registry import build_teacher
+    from gemkd.teachers.teacher_registry import build_teacher
 
     try:
         model = build_teacher(cfg.class_path, schema, cfg.model)

@@ -52,8 +52,8 @@ _API: dict[str, str] = {
     "convert_kuairand": "gemkd.transfer.data.kuairand",
     "import_logs": "gemkd.transfer.data.importer",
     "load_mapping": "gemkd.transfer.data.importer",
-    "summarize_data": "gemkd.transfer.data.summary",
-    "DatasetReader": "gemkd.transfer.data.reader",
+    "summarize_data": "gemkd.transfer.data.dataset_summary",
+    "DatasetReader": "gemkd.transfer.data.dataset_reader",
     # stores and plug-in contracts
     "import_store": "gemkd.transfer.store.importer",
     "TeacherStore": "gemkd.transfer.store",

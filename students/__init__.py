@@ -4,11 +4,11 @@ A student is any ``torch.nn.Module`` whose ``forward(batch, features=None)`` ret
 ``StudentOutput``; the built-ins share :class:`StudentBase`, a user's own need not.
 """
 
-from gemkd.students.base import StudentBase
 from gemkd.students.dcn import DCNStudent
-from gemkd.students.mlp import MLPStudent
-from gemkd.students.registry import BUILTIN_STUDENTS, build_student
+from gemkd.students.mlp_student import MLPStudent
 from gemkd.students.seq_pool import SeqPoolStudent
+from gemkd.students.student_base import StudentBase
+from gemkd.students.student_registry import BUILTIN_STUDENTS, build_student
 from gemkd.transfer.models import StudentOutput
 
 __all__ = [

@@ -12,7 +12,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from gemkd.students.base import StudentBase, mlp
+from gemkd.students.student_base import StudentBase, mlp
 from gemkd.transfer.data.batch import Batch
 from gemkd.transfer.data.schema import DatasetSchema
 from gemkd.transfer.errors import ConfigError

@@ -55,7 +55,7 @@ from gemkd.adapters.learned_map import (
     collect_learned_map,
     plot_learned_map,
 )
-from gemkd.adapters.methods.student_adapter import Adapter
+from gemkd.adapters.methods.student_adapter_method import Adapter
 from gemkd.experiments.report.results_md import PROBE_SOURCE
 from gemkd.experiments.run.jobs import InputPaths
 from gemkd.experiments.run.methods import search_space
@@ -63,7 +63,7 @@ from gemkd.experiments.run.search import single_point
 from gemkd.experiments.run.student import StudentJob, student_datamodule, train_student
 from gemkd.experiments.run_cells import Cell, find_cells
 from gemkd.experiments.run_dir import RunDir
-from gemkd.experiments.spec.model import RunSpec, VariantSpec
+from gemkd.experiments.spec.run_spec import RunSpec, VariantSpec
 from gemkd.transfer.data.schema import day_range
 from gemkd.transfer.io.atomic import atomic_write_bytes
 from gemkd.transfer.methods.space import IntRange
@@ -251,7 +251,7 @@ def calibration_table(records: list[dict]
 
 
 def gains_table(out: Path, arms: list[str]) -> pd.DataFrame:
-    from gemkd.experiments.report.pairs import paired_difference
+    from gemkd.experiments.report.variant_pairs import paired_difference
 
     frames = [paired_difference(out, arm, REFERENCES[arm]) for arm in arms
               if arm in REFERENCES and REFERENCES[arm] in arms]

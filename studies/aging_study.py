@@ -56,7 +56,7 @@ def evaluate_rows(ckpt: str | Path, data: str | Path, days: tuple[int, int], *,
     ``checkpoints/``) on ``days`` of ``data``: what a user bootstrap resamples, kept apart from
     training so that any checkpoint can be aged."""
     from gemkd.experiments.teacher_config import load_teacher
-    from gemkd.transfer.data.reader import DatasetReader
+    from gemkd.transfer.data.dataset_reader import DatasetReader
 
     teacher = load_teacher(ckpt, data)
     model, schema = teacher.model.eval(), teacher.schema

@@ -113,8 +113,8 @@ def movielens(datasets: Path, n_buckets: int = 20) -> pd.DataFrame | None:
 
 def synthetic(root: Path) -> pd.DataFrame:
 
+    from gemkd.transfer.data.dataset_writer import read_day
     from gemkd.transfer.data.schema import DatasetSchema
-    from gemkd.transfer.data.writer import read_day
 
     schema = DatasetSchema.load(root)
     frames = []

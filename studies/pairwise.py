@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from gemkd.experiments.report.clusters import load_eval_sets
+from gemkd.experiments.report.cluster_files import load_eval_sets
 from gemkd.experiments.report.intervals import bootstrap_settings, lag_intervals
 from gemkd.experiments.run_dir import RunDir
 from gemkd.experiments.spec.primary import parse_comparison

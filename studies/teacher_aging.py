@@ -149,7 +149,7 @@ def day_spans(data: Path, days: Iterable[int]) -> dict[int, tuple[str, str]]:
 
     import pyarrow.compute as pc
 
-    from gemkd.transfer.data.writer import read_day
+    from gemkd.transfer.data.dataset_writer import read_day
 
     out = {}
     for d in days:

@@ -21,7 +21,7 @@ def evaluate_teacher(ckpt: str | Path, data: str | Path, days: tuple[int, int],
     beside ``checkpoints/``) on ``days`` of ``data`` (optionally only ``domains``); NE uses
     ``base_rates`` (the training days' positive rates, as every model's NE does) and, per
     domain row, ``domain_base_rates`` (each domain's own; without them the task's)."""
-    from gemkd.transfer.data.reader import DatasetReader
+    from gemkd.transfer.data.dataset_reader import DatasetReader
     from gemkd.transfer.metrics import RankingMetrics
 
     teacher = load_teacher(ckpt, data)

@@ -2,6 +2,7 @@
 
 from gemkd.teachers.domain_fm import DomainFM
 from gemkd.teachers.gem import GEM
-from gemkd.teachers.mlp import MLPRanker
+from gemkd.teachers.mlp_ranker import MLPRanker
+from gemkd.teachers.mlp_ranker_config import MLPRankerConfig
 
-__all__ = ["GEM", "DomainFM", "MLPRanker"]
+__all__ = ["GEM", "DomainFM", "MLPRanker", "MLPRankerConfig"]

@@ -12,9 +12,9 @@ from typing import Any
 
 from torch import Tensor
 
-from gemkd.teachers.gem.config import GEMConfig
+from gemkd.teachers.gem.gem_config import GEMConfig
+from gemkd.teachers.gem.gem_model import GEM
 from gemkd.teachers.gem.heads import build_heads
-from gemkd.teachers.gem.model import GEM
 from gemkd.transfer.data.batch import Batch
 from gemkd.transfer.data.schema import DatasetSchema
 from gemkd.transfer.errors import ConfigError

@@ -75,8 +75,8 @@ def dataset_table(root: Path):
     """Every row of a gemkd dataset as one Arrow table, days in numeric order."""
     import pyarrow as pa
 
+    from gemkd.transfer.data.dataset_writer import read_day
     from gemkd.transfer.data.schema import DatasetSchema
-    from gemkd.transfer.data.writer import read_day
 
     schema = DatasetSchema.load(root)
     return pa.concat_tables([read_day(root, d) for d in schema.days])

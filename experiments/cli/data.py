@@ -58,7 +58,7 @@ def _print_imported(result, out: str) -> None:
 
 
 def _print_summary(path, oracle: bool) -> None:
-    from gemkd.transfer.data.summary import (
+    from gemkd.transfer.data.dataset_summary import (
         feature_oracle_summary,
         impressions_per_user,
         summarize,

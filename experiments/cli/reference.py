@@ -3,7 +3,7 @@ from the sources they describe, so they cannot drift from them:
 
 - ``docs/reference/cli.md``: every command and option, read off the parser itself;
 - ``docs/reference/spec.md``: every key of a ``gemkd run`` spec, from the spec dataclasses
-  (:mod:`gemkd.experiments.spec.model`);
+  (:mod:`gemkd.experiments.spec.run_spec`);
 - ``docs/reference/teacher.md``: every key of a teacher config
   (:class:`~gemkd.experiments.teacher_config.TeacherTrainConfig`).
 
@@ -135,19 +135,20 @@ def cli_page() -> str:
 # ---- the YAML configs -------------------------------------------------------------------------
 
 def spec_page() -> str:
-    from gemkd.experiments.spec import model
+    from gemkd.experiments.spec import run_spec
 
-    spec = model.RunSpec()
-    sections = {"data": (model.DataSpec, spec.data), "teacher": (model.TeacherSpec, spec.teacher),
-                "student": (model.PluginSpec, spec.student),
-                "variants": (model.VariantSpec, None),
-                "tuning": (model.TuningSpec, spec.tuning),
-                "bootstrap": (model.BootstrapSpec, spec.bootstrap),
-                "primary": (model.PrimarySpec, spec.primary),
-                "repr": (model.ReprSpec, spec.repr),
-                "solaris": (model.SolarisSpec, spec.solaris),
-                "hierarchical": (model.TeacherSpec, spec.hierarchical)}
-    lines = [_banner("the spec dataclasses in experiments/spec/model.py (each key's comment)"),
+    spec = run_spec.RunSpec()
+    sections = {"data": (run_spec.DataSpec, spec.data),
+                "teacher": (run_spec.TeacherSpec, spec.teacher),
+                "student": (run_spec.PluginSpec, spec.student),
+                "variants": (run_spec.VariantSpec, None),
+                "tuning": (run_spec.TuningSpec, spec.tuning),
+                "bootstrap": (run_spec.BootstrapSpec, spec.bootstrap),
+                "primary": (run_spec.PrimarySpec, spec.primary),
+                "repr": (run_spec.ReprSpec, spec.repr),
+                "solaris": (run_spec.SolarisSpec, spec.solaris),
+                "hierarchical": (run_spec.TeacherSpec, spec.hierarchical)}
+    lines = [_banner("the spec dataclasses in experiments/spec/run_spec.py (each key's comment)"),
              "", "# Experiment spec reference", "",
              "A `gemkd run` spec is one YAML file of the keys below "
              "(`experiments/quickstart.yaml` is one); a key left out takes its default. "
@@ -156,20 +157,20 @@ def spec_page() -> str:
              "paths given with `--set` from the working directory. Unknown keys, wrong types "
              "and values outside a key's choices are errors naming the key.", "",
              "## Top-level keys", "",
-             *key_table(model.RunSpec, spec, "", anchors={k: k for k in sections}), ""]
+             *key_table(run_spec.RunSpec, spec, "", anchors={k: k for k in sections}), ""]
     for key, (cls, instance) in sections.items():
         lines += [f"## {key}", "", prose(cls.__doc__), ""]
         if key == "variants":
-            lines += _variants(model)
+            lines += _variants(run_spec)
             continue
         lines += [*key_table(cls, instance, f"{key}."), ""]
     return "\n".join(lines).rstrip() + "\n"
 
 
-def _variants(model) -> list[str]:
-    docs = field_docs(model.VariantSpec)
+def _variants(run_spec) -> list[str]:
+    docs = field_docs(run_spec.VariantSpec)
     lines = ["`variants` is a list of the built-in variants' names (the default: "
-             f"{', '.join(model.DEFAULT_VARIANTS)}), or a mapping from a name to its methods (a "
+             f"{', '.join(run_spec.DEFAULT_VARIANTS)}), or a mapping from a name to its methods (a "
              "list) or to a mapping of these keys:",
              "", "| key | type | default | meaning |", "|---|---|---|---|",
              f"| `methods` | list of methods | `[]` | {cell(docs['methods'])} |",
@@ -178,8 +179,8 @@ def _variants(model) -> list[str]:
              f"| `twin_of` | str or null | `null` | {cell(docs['twin_of'])} |", "",
              "The built-in variants:", "",
              "| variant | methods | teacher |", "|---|---|---|"]
-    for name, value in model.BUILTIN_VARIANTS.items():
-        v = model.VariantSpec.parse(name, value, "variants")
+    for name, value in run_spec.BUILTIN_VARIANTS.items():
+        v = run_spec.VariantSpec.parse(name, value, "variants")
         lines.append(f"| `{name}` | `{yaml_value([m.to_dict() for m in v.methods])}` | "
                      f"`{v.teacher}` |")
     return [*lines, ""]

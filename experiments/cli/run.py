@@ -15,8 +15,8 @@ from gemkd.transfer.options import EXECUTORS, TRACKERS
 def _run(args: argparse.Namespace) -> None:
     from gemkd.experiments.report import report_command
     from gemkd.experiments.run.executors import make_executor
+    from gemkd.experiments.run.preflight import check_spec
     from gemkd.experiments.run.runner import run_experiment
-    from gemkd.experiments.run.validate import check_spec
     from gemkd.experiments.run_dir import RunDir
     from gemkd.experiments.spec import load_spec
     from gemkd.transfer.io import fs
@@ -49,7 +49,7 @@ def _report(args: argparse.Namespace) -> None:
     from gemkd.experiments.report import report_command
 
     if args.pair:
-        from gemkd.experiments.report.pairs import pair_lines, paired_difference
+        from gemkd.experiments.report.variant_pairs import pair_lines, paired_difference
 
         if len(args.run_dir) != 1:
             raise ConfigError("gemkd report --pair takes one RUN_DIR")
@@ -99,7 +99,7 @@ COMMANDS = (
         Opt("--logger", "log the teacher fit and every student run to an experiment tracker "
             "under RUN_DIR/logs (default: the spec's logger key, else none); tensorboard and "
             "mlflow are extras: pip install 'gemkd[mlflow]'", choices=("none", *TRACKERS),
-            param="gemkd.experiments.spec.model:RunSpec.logger",
+            param="gemkd.experiments.spec.run_spec:RunSpec.logger",
             convert=lambda kind: None if kind in (None, "none") else kind),
     )),
     Command(("report",), "re-render report.md and plots of a run directory, or with "

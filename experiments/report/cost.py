@@ -30,7 +30,7 @@ def serving_inputs(spec: dict | None) -> dict[str, list[str]] | None:
     """Variant → the inputs it needs at serving beyond the baseline's (empty: none); None when
     spec.yaml is absent or its variants cannot be resolved (a plug-in not importable here)."""
     from gemkd.experiments.run.methods import variant_needs
-    from gemkd.experiments.spec.model import DEFAULT_VARIANTS, expand_twins, parse_variants
+    from gemkd.experiments.spec.run_spec import DEFAULT_VARIANTS, expand_twins, parse_variants
 
     if spec is None:
         return None

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from gemkd.experiments.report.clusters import load_eval_sets
+from gemkd.experiments.report.cluster_files import load_eval_sets
 from gemkd.experiments.report.intervals import (
     BEATS,
     BELOW,

@@ -52,7 +52,7 @@ from typing import Any, Protocol
 import numpy as np
 import pandas as pd
 
-from gemkd.experiments.report.clusters import (
+from gemkd.experiments.report.cluster_files import (
     GEM,
     EvalSet,
     has_clusters,
@@ -60,7 +60,7 @@ from gemkd.experiments.report.clusters import (
     point_frame,
     unique_groups,
 )
-from gemkd.experiments.report.load import WORLD
+from gemkd.experiments.report.table_names import WORLD
 from gemkd.experiments.results_schema import BASELINE, CELL_KEYS, KD
 from gemkd.experiments.run_dir import RunDir
 from gemkd.transfer.errors import ConfigError

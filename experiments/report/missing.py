@@ -10,7 +10,7 @@ from typing import Any
 import pandas as pd
 
 from gemkd.experiments.results_schema import WORLD
-from gemkd.experiments.spec.model import twin_name
+from gemkd.experiments.spec.run_spec import twin_name
 
 
 def spec_variants(spec: dict[str, Any] | None) -> list[str]:

@@ -16,8 +16,8 @@ import numpy as np
 import pandas as pd
 
 from gemkd.experiments.report.forest import write_forest_plots
-from gemkd.experiments.report.load import CURVE_METRICS
 from gemkd.experiments.report.summary import RunView, f4, lag_str, variant_order
+from gemkd.experiments.report.table_names import CURVE_METRICS
 from gemkd.experiments.results_schema import BASELINE
 from gemkd.experiments.run_dir import RunDir
 from gemkd.transfer.io.atomic import atomic_write_bytes

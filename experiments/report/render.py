@@ -9,7 +9,6 @@ from gemkd.experiments.report.answer import answer_paragraph
 from gemkd.experiments.report.cost import cost_section
 from gemkd.experiments.report.family_text import family_section
 from gemkd.experiments.report.forest import PREFIX, forest_name
-from gemkd.experiments.report.load import ALL, PLOT_NAMES, threads_text
 from gemkd.experiments.report.missing import missing_note, missing_runs
 from gemkd.experiments.report.plots import no_ratio_reason, write_run_plots
 from gemkd.experiments.report.summary import (
@@ -20,6 +19,7 @@ from gemkd.experiments.report.summary import (
     seed_stats,
     variant_order,
 )
+from gemkd.experiments.report.table_names import ALL, PLOT_NAMES, threads_text
 from gemkd.experiments.report.teacher_diag import teacher_section
 from gemkd.experiments.report.text import (
     main_table,

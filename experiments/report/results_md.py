@@ -18,10 +18,10 @@ from gemkd.experiments.report.answer import answer_paragraph
 from gemkd.experiments.report.family import PRIMARY
 from gemkd.experiments.report.family_text import DAGGER
 from gemkd.experiments.report.intervals import UNRESOLVED
-from gemkd.experiments.report.load import threads_text
 from gemkd.experiments.report.missing import missing_note
 from gemkd.experiments.report.render import lag_section
 from gemkd.experiments.report.summary import RunView, lag_str, md_table, pm
+from gemkd.experiments.report.table_names import threads_text
 from gemkd.experiments.report.text import (
     main_table,
     metric_header,

@@ -15,7 +15,7 @@ import pandas as pd
 
 from gemkd.experiments.report.family import CSV_COLUMNS, Family, primary_family, shown
 from gemkd.experiments.report.intervals import COLUMNS, Intervals, run_intervals
-from gemkd.experiments.report.load import (
+from gemkd.experiments.report.table_names import (
     ALL,
     CELL_KEYS,
     FIRST_TASK,

@@ -22,7 +22,7 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from gemkd.experiments.report.clusters import has_clusters, load_eval_sets
+from gemkd.experiments.report.cluster_files import has_clusters, load_eval_sets
 from gemkd.experiments.report.summary import RunView, f4, md_table, pm, seed_stats
 from gemkd.experiments.results_schema import ALL, BASELINE
 from gemkd.transfer.metrics.numerics import binary_entropy

@@ -11,7 +11,7 @@ import math
 
 import pandas as pd
 
-from gemkd.experiments.report.clusters import load_eval_sets
+from gemkd.experiments.report.cluster_files import load_eval_sets
 from gemkd.experiments.report.family import twins_of
 from gemkd.experiments.report.intervals import UNRESOLVED, lag_tables
 from gemkd.experiments.report.summary import RunView, f4, lag_str, md_table

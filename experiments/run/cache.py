@@ -39,7 +39,7 @@ STEP_CODE: dict[str, tuple[str, ...]] = {
     "teacher": _TEACHER,
     "store": _STORE,
     "domain_fm": (*_STORE, *(_G + m for m in ("transfer.distill", "transfer.methods",
-                                              "experiments.run.domain_fm"))),
+                                              "experiments.run.domain_fm_step"))),
     "codes": (*_STORE, _G + "transfer.repr_features", _G + "adapters.compressor"),
     "pairs": (*_STORE, *(_G + m for m in ("transfer.solaris", "experiments.solaris_precompute",
                                           "experiments.run.solaris_step"))),

@@ -8,12 +8,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from gemkd.experiments.spec.model import RunSpec
+from gemkd.experiments.spec.run_spec import RunSpec
 
 
 def rows_in(data: Path, days: tuple[int, int], domains: list[str] | None = None) -> int:
     """Rows of ``data`` on the half-open ``days`` (only ``domains``' rows when given)."""
-    from gemkd.transfer.data.reader import DatasetReader
+    from gemkd.transfer.data.dataset_reader import DatasetReader
 
     reader = DatasetReader(data, days=days, batch_size=1 << 16, categorical=[], dense=[],
                            sequence=[], oracle=False, domains=domains)

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from gemkd.experiments.run.cache import cached_step
-from gemkd.experiments.spec.model import RunSpec
+from gemkd.experiments.spec.run_spec import RunSpec
 from gemkd.experiments.teacher_config import EXPERIMENTS, find_config
 from gemkd.transfer.config import build_dataclass, load_yaml
 from gemkd.transfer.errors import ConfigError

@@ -26,7 +26,7 @@ def eval_metrics(data: Path, days: tuple[int, int], tasks: list[str], domains: l
     """NE/AUC/calibration of ``logits_fn(batch)`` on ``days`` (and domains ``only``);
     ``clusters``: also write the per-user loss sums there (the report's bootstrap);
     ``max_seq_len``: histories cut to their most recent events (a model trained so)."""
-    from gemkd.transfer.data.reader import DatasetReader
+    from gemkd.transfer.data.dataset_reader import DatasetReader
     from gemkd.transfer.metrics import RankingMetrics
     from gemkd.transfer.metrics.clusters import ClusterLoss
 

@@ -10,7 +10,7 @@ import json
 
 from gemkd.experiments.run.codes_step import build_codes
 from gemkd.experiments.run.context import RunContext
-from gemkd.experiments.run.domain_fm import fit_domain_fms
+from gemkd.experiments.run.domain_fm_step import fit_domain_fms
 from gemkd.experiments.run.jobs import InputPaths
 from gemkd.experiments.run.methods import variant_needs
 from gemkd.experiments.run.solaris_step import build_pairs
@@ -20,7 +20,7 @@ from gemkd.experiments.run.teacher_steps import (
     lag_checkpoint,
     teacher_config,
 )
-from gemkd.experiments.spec.model import RunSpec, VariantSpec
+from gemkd.experiments.spec.run_spec import RunSpec, VariantSpec
 from gemkd.transfer.io import fs
 
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from gemkd.adapters.methods import BUILTIN_METHODS
 from gemkd.experiments.run.train_knobs import TRAIN_KNOBS, train_space
-from gemkd.experiments.spec.model import PluginSpec, RunSpec, VariantSpec
+from gemkd.experiments.spec.run_spec import PluginSpec, RunSpec, VariantSpec
 from gemkd.transfer.errors import ConfigError
 from gemkd.transfer.methods import TransferMethod
 from gemkd.transfer.methods.space import Range, method_space, variant_space

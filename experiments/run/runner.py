@@ -38,15 +38,15 @@ from gemkd.experiments.run.executors import Executor, Serial
 from gemkd.experiments.run.inputs import inputs_tag, lag_inputs, variant_tag
 from gemkd.experiments.run.jobs import StudentRun
 from gemkd.experiments.run.methods import variant_needs
+from gemkd.experiments.run.preflight import DataMismatch, check_spec
 from gemkd.experiments.run.prepare import fm_domains, prepare_worlds, world_steps
 from gemkd.experiments.run.progress import Progress, clock
 from gemkd.experiments.run.results import References, derive, rows_of
 from gemkd.experiments.run.tracking import log_results, run_tracker
 from gemkd.experiments.run.tuning import planned_runs, tune_variants
-from gemkd.experiments.run.tuning_table import TUNING_COLUMNS
-from gemkd.experiments.run.validate import DataMismatch, check_spec
+from gemkd.experiments.run.tuning_rows import TUNING_COLUMNS
 from gemkd.experiments.run_dir import RunDir
-from gemkd.experiments.spec.model import RunSpec
+from gemkd.experiments.spec.run_spec import RunSpec
 from gemkd.transfer.data.schema import day_range
 from gemkd.transfer.errors import GemkdError
 from gemkd.transfer.io.lock import exclusive

@@ -13,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from gemkd.experiments.run.cache import cached_step, plugin_key
-from gemkd.experiments.spec.model import RunSpec
+from gemkd.experiments.spec.run_spec import RunSpec
 from gemkd.transfer.data.schema import DatasetSchema
 from gemkd.transfer.errors import GemkdError
 from gemkd.transfer.solaris import build_policy, item_feature

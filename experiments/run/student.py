@@ -13,10 +13,10 @@ import torch
 
 from gemkd.experiments.run.methods import build_methods, variant_needs
 from gemkd.experiments.run.train_knobs import with_train_knobs
-from gemkd.experiments.spec.model import RunSpec, VariantSpec
+from gemkd.experiments.spec.run_spec import RunSpec, VariantSpec
 from gemkd.students import build_student
 from gemkd.transfer.data.datamodule import AdsDataModule
-from gemkd.transfer.data.reader import DatasetReader
+from gemkd.transfer.data.dataset_reader import DatasetReader
 from gemkd.transfer.data.schema import DatasetSchema
 from gemkd.transfer.distill import DistillModule, StoreTeacher
 from gemkd.transfer.io import fs
@@ -222,7 +222,7 @@ def student_projection(student: torch.nn.Module) -> dict[str, Any]:
     a :class:`StudentBase` also the sequence fields it does not use and events beyond its
     ``max_seq_len`` most recent (the reader keeps the most recent, as the student would).
     A plug-in student that is not a StudentBase gets every column."""
-    from gemkd.students.base import StudentBase
+    from gemkd.students.student_base import StudentBase
 
     if not isinstance(student, StudentBase):
         return {"oracle": False}

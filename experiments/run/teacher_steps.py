@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from gemkd.experiments.run.cache import cached_step, plugin_key
-from gemkd.experiments.spec.model import RunSpec, TeacherSpec
+from gemkd.experiments.spec.run_spec import RunSpec, TeacherSpec
 from gemkd.experiments.teacher_config import TeacherTrainConfig, cache_key, find_config
 from gemkd.transfer.config import build_dataclass, load_yaml
 from gemkd.transfer.errors import GemkdError

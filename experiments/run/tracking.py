@@ -11,7 +11,7 @@ import pandas as pd
 from lightning.pytorch.loggers import MLFlowLogger, TensorBoardLogger
 
 from gemkd.experiments.run_dir import RunDir
-from gemkd.experiments.spec.model import RunSpec
+from gemkd.experiments.spec.run_spec import RunSpec
 from gemkd.transfer.training.loggers import Tracker, make_logger
 
 

@@ -13,7 +13,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-from gemkd.experiments.spec.model import RunSpec
+from gemkd.experiments.spec.run_spec import RunSpec
 from gemkd.transfer.errors import ConfigError
 from gemkd.transfer.methods.space import LogUniform, Range, Uniform, resolve
 

@@ -27,8 +27,8 @@ from gemkd.experiments.run.inputs import variant_tag
 from gemkd.experiments.run.jobs import StudentRun
 from gemkd.experiments.run.methods import search_space
 from gemkd.experiments.run.search import Search, SearchTuner, single_point, study_name
-from gemkd.experiments.run.tuning_table import tuning_rows as rows_of_search
-from gemkd.experiments.spec.model import RunSpec, VariantSpec
+from gemkd.experiments.run.tuning_rows import tuning_rows as rows_of_search
+from gemkd.experiments.spec.run_spec import RunSpec, VariantSpec
 from gemkd.transfer.errors import ConfigError
 from gemkd.transfer.methods.space import Categorical
 

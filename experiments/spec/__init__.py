@@ -1,7 +1,7 @@
 """The experiment spec: typed, nested dataclasses loaded from one YAML file (DESIGN §6.1)."""
 
 from gemkd.experiments.spec.load import apply_sets, load_spec, parse_set, spec_from_mapping
-from gemkd.experiments.spec.model import (
+from gemkd.experiments.spec.run_spec import (
     BUILTIN_VARIANTS,
     DEFAULT_VARIANTS,
     DataSpec,

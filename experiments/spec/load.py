@@ -8,8 +8,8 @@ from typing import Any
 
 import yaml
 
-from gemkd.experiments.spec.model import RunSpec
 from gemkd.experiments.spec.paths import resolve_paths, resolve_set
+from gemkd.experiments.spec.run_spec import RunSpec
 from gemkd.transfer.config import build_dataclass, load_yaml
 from gemkd.transfer.errors import ConfigError
 
@@ -59,7 +59,7 @@ def load_spec(path: str | Path | None = None, sets: list[str] | None = None) -> 
     """Read a spec file, apply ``--set``-style overrides and validate keys and types.
 
     The deeper checks (against the data and the configs) are
-    :func:`gemkd.experiments.run.validate.check_spec`'s, run by ``run_experiment``.
+    :func:`gemkd.experiments.run.preflight.check_spec`'s, run by ``run_experiment``.
 
     Parameters
     ----------

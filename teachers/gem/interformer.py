@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from gemkd.teachers.gem.common import Gate, MultiHeadAttention, mlp
+from gemkd.teachers.gem.blocks import Gate, MultiHeadAttention, mlp
 
 
 class NonSequenceSummary(nn.Module):

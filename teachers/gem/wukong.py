@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from gemkd.teachers.gem.common import mlp
+from gemkd.teachers.gem.blocks import mlp
 
 
 class TokenMix(nn.Module):

@@ -12,7 +12,7 @@ import yaml
 
 from benchmarks.bench_step_ops import TrainStep, attach_precision
 from benchmarks.step_ops import annotate, count_events, phase, trace
-from gemkd.transfer.data.reader import DatasetReader
+from gemkd.transfer.data.dataset_reader import DatasetReader
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.usefixtures("one_torch_thread")

@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from gemkd.experiments.cli import main
-from gemkd.transfer.data.reader import DatasetReader
+from gemkd.transfer.data.dataset_reader import DatasetReader
 from gemkd.transfer.errors import DataError
 
 

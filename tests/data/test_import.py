@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from gemkd.experiments.cli import main
-from gemkd.transfer.data.reader import DatasetReader
+from gemkd.transfer.data.dataset_reader import DatasetReader
 from gemkd.transfer.data.schema import DatasetSchema
 from tests.conftest import ROOT, dataset_table
 

@@ -12,9 +12,9 @@ import pandas as pd
 import pytest
 import yaml
 
+from gemkd.transfer.data.dataset_reader import DatasetReader
 from gemkd.transfer.data.importer import import_logs, load_mapping, stream, stream_write
 from gemkd.transfer.data.kuairand import kuairand_mapping
-from gemkd.transfer.data.reader import DatasetReader
 from gemkd.transfer.data.schema import DatasetSchema
 from gemkd.transfer.errors import DataError
 from tests.conftest import KUAIRAND_MAPPING, ROOT, dataset_table

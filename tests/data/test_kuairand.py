@@ -10,8 +10,8 @@ import pyarrow.compute as pc
 import pytest
 
 from gemkd.experiments.cli import main
+from gemkd.transfer.data.dataset_reader import DatasetReader
 from gemkd.transfer.data.importer import load_mapping
-from gemkd.transfer.data.reader import DatasetReader
 from gemkd.transfer.data.schema import DatasetSchema
 from tests.conftest import KUAIRAND_MAPPING, dataset_table
 

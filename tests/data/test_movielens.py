@@ -9,7 +9,7 @@ import pyarrow.dataset as ds
 import pytest
 
 from gemkd.experiments.cli import main
-from gemkd.transfer.data.reader import DatasetReader
+from gemkd.transfer.data.dataset_reader import DatasetReader
 from gemkd.transfer.data.schema import DatasetSchema
 
 

@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from gemkd.transfer.data.datamodule import AdsDataModule, EpochLoader
+from gemkd.transfer.data.dataset_reader import DatasetReader
 from gemkd.transfer.data.packed import ALIGN, PackedBatch, pack, pack_in_worker, unpack
-from gemkd.transfer.data.reader import DatasetReader
 from tests.data.test_prefetch import _same
 
 

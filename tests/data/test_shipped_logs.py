@@ -15,7 +15,7 @@ import pytest
 
 from gemkd.experiments.run import data_sources
 from gemkd.experiments.run.data_sources import data_plan
-from gemkd.experiments.run.validate import check_spec
+from gemkd.experiments.run.preflight import check_spec
 from gemkd.experiments.spec.load import load_spec
 from gemkd.transfer.data.importer import load_mapping, source
 from gemkd.transfer.data.kuairand import convert_kuairand

@@ -14,10 +14,10 @@ import pytest
 
 from gemkd.transfer.data import validate
 from gemkd.transfer.data.audit import check_unique_ids
-from gemkd.transfer.data.reader import DatasetReader
+from gemkd.transfer.data.dataset_reader import DatasetReader
+from gemkd.transfer.data.dataset_summary import _quantile_of_counts, impressions_per_user, summarize
+from gemkd.transfer.data.dataset_writer import day_path
 from gemkd.transfer.data.schema import DatasetSchema
-from gemkd.transfer.data.summary import _quantile_of_counts, impressions_per_user, summarize
-from gemkd.transfer.data.writer import day_path
 from gemkd.transfer.errors import DataError
 from gemkd.transfer.metrics.numerics import normalized_entropy
 

@@ -11,8 +11,8 @@ import pyarrow.dataset as ds
 import torch
 
 from gemkd.transfer.config import load_dataclass
+from gemkd.transfer.data.dataset_summary import impressions_per_user
 from gemkd.transfer.data.schema import DatasetSchema
-from gemkd.transfer.data.summary import impressions_per_user
 from gemkd.transfer.data.synth import SynthConfig, generate
 from gemkd.transfer.data.synth.world import build_world
 from gemkd.transfer.metrics.numerics import normalized_entropy

@@ -8,7 +8,7 @@ import os
 import numpy as np
 import torch
 
-from gemkd.transfer.data.reader import DatasetReader
+from gemkd.transfer.data.dataset_reader import DatasetReader
 from gemkd.transfer.data.unit_cache import UNITS, UnitCache
 
 

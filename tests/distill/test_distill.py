@@ -18,7 +18,7 @@ from gemkd.adapters import StudentAdapter, scale_grad
 from gemkd.adapters.methods import Adapter, AuxHead
 from gemkd.transfer.data.batch import Batch
 from gemkd.transfer.data.datamodule import AdsDataModule
-from gemkd.transfer.data.reader import DatasetReader
+from gemkd.transfer.data.dataset_reader import DatasetReader
 from gemkd.transfer.data.schema import DatasetSchema
 from gemkd.transfer.distill import DistillModule, StoreTeacher
 from gemkd.transfer.errors import StoreError

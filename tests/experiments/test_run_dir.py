@@ -91,11 +91,12 @@ def test_the_ledger_s_final_runs_are_parsed(tmp_path):
 
 
 def test_one_schema_for_writer_and_reader():
-    from gemkd.experiments.report import load
+    from gemkd.experiments.report import table_names
     from gemkd.experiments.run import results
 
-    assert results.RESULT_COLUMNS is RESULT_COLUMNS and load.REQUIRED_COLUMNS is REQUIRED_COLUMNS
-    assert set(REQUIRED_COLUMNS) <= set(RESULT_COLUMNS) and load.CELL_KEYS is CELL_KEYS
+    assert results.RESULT_COLUMNS is RESULT_COLUMNS
+    assert table_names.REQUIRED_COLUMNS is REQUIRED_COLUMNS
+    assert set(REQUIRED_COLUMNS) <= set(RESULT_COLUMNS) and table_names.CELL_KEYS is CELL_KEYS
     assert set(CELL_KEYS) < set(ROW_KEYS)
     frame = make_results()
     assert one_domain(frame) is frame  # several domains keep their pooled "all"

@@ -134,7 +134,7 @@ def _after(owner: object, name: str, hook: Callable[..., None]) -> None:
 
 def _arm(pause: str | None, sentinel: Path, barrier: tuple[Path, int] | None) -> None:
     from gemkd.experiments.run_dir import RunDir
-    from gemkd.transfer.store import writer
+    from gemkd.transfer.store import store_writer as writer
 
     stop = lambda *_, **__: _stop(sentinel)  # noqa: E731
     if pause == "export.predicting":

@@ -31,9 +31,9 @@ CASES = [
     ("student.class_path=my_studentz.tower.TwoTower",
      "student class_path 'my_studentz.tower.TwoTower' could not be imported "
      "(ModuleNotFoundError: No module named 'my_studentz')"),
-    ("student.class_path=gemkd.students.mlp.Nope",
-     "student class_path 'gemkd.students.mlp.Nope' could not be imported: module "
-     "'gemkd.students.mlp' has no attribute 'Nope'"),
+    ("student.class_path=gemkd.students.mlp_student.Nope",
+     "student class_path 'gemkd.students.mlp_student.Nope' could not be imported: module "
+     "'gemkd.students.mlp_student' has no attribute 'Nope'"),
     ("student.init_args={hiden: [8]}", "student MLPStudent: unknown init_args.hiden"),
     ("student.init_args={hidden: wide}", "student MLPStudent: init_args.hidden must be"),
     ("student_tasks=[clik]", "student_tasks: unknown task 'clik'; spec data (synthetic, preset "

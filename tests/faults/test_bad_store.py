@@ -19,7 +19,7 @@ import torch
 
 from gemkd.experiments.cli import main
 from gemkd.transfer.io.integrity import sha256_file as _sha256
-from gemkd.transfer.store.writer import parquet_options
+from gemkd.transfer.store.store_writer import parquet_options
 from tests.faults.conftest import TinyRun, cli_error, snapshot
 
 

@@ -15,7 +15,7 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from gemkd.transfer.data.writer import ROW_GROUP_SIZE
+from gemkd.transfer.data.dataset_writer import ROW_GROUP_SIZE
 from gemkd.transfer.errors import ConfigError
 from tests.faults.conftest import ROOT, SPEC, TinyRun, cli_error, export_argv
 
@@ -125,7 +125,7 @@ def _spec_on_stragglers(**keys):
 
 
 def test_the_teacher_window_not_every_day_before_it_must_be_in_the_data():
-    from gemkd.experiments.run.validate import check_data
+    from gemkd.experiments.run.preflight import check_data
 
     where = "spec data (import, log.csv)"
     check_data(_spec_on_stragglers(teacher_window_days=5), STRAGGLERS, None, None, where)

@@ -138,7 +138,7 @@ def test_an_error_mid_run_ends_the_log(tmp_path, capsys, monkeypatch):
 
 
 STUDENT = '''
-from gemkd.students.mlp import MLPStudent
+from gemkd.students.mlp_student import MLPStudent
 
 
 class Scaled(MLPStudent):
@@ -187,7 +187,7 @@ def test_plugin_code_hashes_the_users_package_only(tmp_path, monkeypatch):
     (pkg / "helpers.py").write_text("K = 1\n")
     (pkg / "model.py").write_text("class A:\n    pass\n")
     monkeypatch.syspath_prepend(str(tmp_path))
-    before = plugin_code(["my_pkg.model.A", "mlp", "gemkd.students.mlp.MLPStudent"])
+    before = plugin_code(["my_pkg.model.A", "mlp", "gemkd.students.mlp_student.MLPStudent"])
     assert list(before) == ["my_pkg.model.A"]  # built-in names and gemkd's own: STEP_CODE
     (pkg / "helpers.py").write_text("K = 2\n")  # a helper module of the same package
     assert plugin_code(["my_pkg.model.A"]) != before

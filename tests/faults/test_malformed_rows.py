@@ -22,9 +22,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gemkd.experiments.cli import main
-from gemkd.transfer.data.reader import DatasetReader
+from gemkd.transfer.data.dataset_reader import DatasetReader
+from gemkd.transfer.data.dataset_writer import day_path
 from gemkd.transfer.data.schema import DatasetSchema, Feature
-from gemkd.transfer.data.writer import day_path
 from gemkd.transfer.errors import DataError
 
 DOMAINS = ["feed", "stories"]

@@ -29,7 +29,7 @@ import pandas as pd
 import pytest
 
 from benchmarks.percentile_rule import PERCENTILE
-from gemkd.experiments.report.clusters import EvalSet
+from gemkd.experiments.report.cluster_files import EvalSet
 from gemkd.experiments.report.intervals import IntervalRule, lag_intervals, lag_tables
 from gemkd.transfer.metrics.contrasts import Units, difference
 from gemkd.transfer.metrics.null_sim import (

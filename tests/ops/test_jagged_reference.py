@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gemkd.transfer import ops
-from gemkd.transfer.ops import reference
+from gemkd.transfer.ops import jagged_reference as reference
 
 # lengths per segment: empty segments, one huge segment, B=1, N=0, B=0
 CASES = {

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from gemkd.transfer.packs.adamw import MemberGroup, PackAdamW
-from gemkd.transfer.packs.ema import PackEMA
+from gemkd.transfer.packs.pack_ema import PackEMA
 from gemkd.transfer.training.ema import _host_weight
 from gemkd.transfer.training.flat_adamw import FlatAdamW
 

@@ -36,7 +36,7 @@ def test_kd_solaris_is_built_in_but_not_a_default():
 
 
 def test_bad_policy_fails_before_the_run(tmp_path):
-    from gemkd.experiments.run.validate import check_spec
+    from gemkd.experiments.run.preflight import check_spec
 
     spec = spec_from_mapping({**SPEC, "solaris": {"policy": "nope"}})
     with pytest.raises(ConfigError, match="speculation policy"):

@@ -12,7 +12,7 @@ import pandas as pd
 import yaml
 
 from gemkd.experiments.cli import main
-from gemkd.experiments.spec.model import DEFAULT_VARIANTS
+from gemkd.experiments.spec.run_spec import DEFAULT_VARIANTS
 from gemkd.transfer.data.schema import DatasetSchema
 
 ROWS, DAYS = 3000, 6

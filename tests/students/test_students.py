@@ -22,7 +22,7 @@ from gemkd.students import (
     StudentOutput,
     build_student,
 )
-from gemkd.transfer.data.reader import DatasetReader
+from gemkd.transfer.data.dataset_reader import DatasetReader
 from gemkd.transfer.errors import ConfigError
 from tests.teachers.helpers import SEQUENCE, batch_from_lengths, random_batch, tiny_schema
 
@@ -201,7 +201,7 @@ class Picky(MLPStudent):
 
 
 def test_registry_builtins(schema):
-    assert BUILTIN_STUDENTS == {"mlp": "gemkd.students.mlp.MLPStudent",
+    assert BUILTIN_STUDENTS == {"mlp": "gemkd.students.mlp_student.MLPStudent",
                                 "dcn": "gemkd.students.dcn.DCNStudent",
                                 "seq_pool": "gemkd.students.seq_pool.SeqPoolStudent"}
     model = build_student({"class_path": "gemkd.students.dcn.DCNStudent",
@@ -215,7 +215,8 @@ def test_registry_builtins(schema):
     ({"class_path": "foo.Bar"},
      r"'foo.Bar' could not be imported \(ModuleNotFoundError: No module named 'foo'\).*"
      r"mlp, dcn, seq_pool"),
-    ({"class_path": "gemkd.students.mlp.Nope"}, r"has no attribute 'Nope'.*mlp, dcn, seq_pool"),
+    ({"class_path": "gemkd.students.mlp_student.Nope"},
+     r"has no attribute 'Nope'.*mlp, dcn, seq_pool"),
     ({"class_path": "tests.students.test_students.NotAStudent"},
      r"class 'NotAStudent', not a torch.nn.Module subclass"),
     ({"class_path": "gemkd.students.build_student"},

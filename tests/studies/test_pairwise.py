@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from gemkd.experiments.report.clusters import load_eval_sets
+from gemkd.experiments.report.cluster_files import load_eval_sets
 from gemkd.experiments.report.intervals import lag_intervals
 from studies.pairwise import compare, main
 from tests.experiments.report.cluster_run import make_cluster_run

@@ -12,7 +12,7 @@ import yaml
 
 from gemkd.teachers import GEM, DomainFM
 from gemkd.teachers.gem import GEMConfig
-from gemkd.teachers.registry import build_teacher
+from gemkd.teachers.teacher_registry import build_teacher
 from gemkd.transfer.errors import ConfigError
 from tests.teachers.helpers import TINY, random_batch, tiny_schema
 

@@ -10,7 +10,7 @@ import torch
 
 from benchmarks.gem_reference import on_reference_paths, set_reference_paths
 from gemkd.teachers import GEM, DomainFM
-from gemkd.teachers.gem.common import MultiHeadAttention
+from gemkd.teachers.gem.blocks import MultiHeadAttention
 from gemkd.teachers.gem.pyramid import (
     PyramidCompressor,
     pyramid_coverage,

@@ -13,7 +13,7 @@ import torch.nn.functional as F
 import yaml
 
 from gemkd.teachers import GEM, DomainFM, MLPRanker
-from gemkd.teachers.registry import build_teacher
+from gemkd.teachers.teacher_registry import build_teacher
 from gemkd.transfer.errors import ConfigError
 from gemkd.transfer.models import TeacherOutput
 from tests.teachers.helpers import TINY, tiny_schema
@@ -133,7 +133,8 @@ def test_errors_only_where_adapting_is_impossible(schema):
         build(GEM, schema, use_wukong=False)  # sequence-only GEM: nothing left
     with pytest.raises(ConfigError, match="both false"):  # unchanged with histories
         build(GEM, tiny_schema(), use_wukong=False, use_sequence=False)
-    with pytest.raises(ConfigError, match="use_sequence must be true, false or null"):
+    with pytest.raises(ConfigError, match="MLPRanker: key 'use_sequence': expected true or "
+                                          "false, got 'yes'"):
         build(MLPRanker, schema, use_sequence="yes")
 
 

@@ -15,7 +15,7 @@ import yaml
 from gemkd.experiments.cli import main
 from gemkd.experiments.teacher_checkpoint import model_weights
 from gemkd.experiments.teacher_config import build_model, load_teacher_config
-from gemkd.transfer.data.reader import DatasetReader
+from gemkd.transfer.data.dataset_reader import DatasetReader
 from gemkd.transfer.data.schema import DatasetSchema
 from gemkd.transfer.store import TeacherJoin, TeacherStore, weights_hash
 

@@ -16,7 +16,7 @@ import pytest
 import torch
 import yaml
 
-from gemkd.transfer.data.writer import day_path
+from gemkd.transfer.data.dataset_writer import day_path
 from gemkd.transfer.store import TeacherStore
 
 pytestmark = [

@@ -17,7 +17,7 @@ from gemkd.experiments.teacher_checkpoint import model_weights
 from gemkd.experiments.teacher_config import load_teacher_config
 from gemkd.experiments.teacher_export import export_teacher
 from gemkd.experiments.teacher_fit import fit_teacher
-from gemkd.transfer.data.reader import DatasetReader
+from gemkd.transfer.data.dataset_reader import DatasetReader
 from gemkd.transfer.errors import ConfigError, DataError
 from gemkd.transfer.store import TeacherStore
 from gemkd.transfer.training.day_checkpoints import DayCheckpoints, checkpoint_day, day_checkpoints

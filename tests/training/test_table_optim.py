@@ -18,7 +18,7 @@ from gemkd.transfer.errors import ConfigError
 from gemkd.transfer.layers import HashedEmbedding
 from gemkd.transfer.packs import stacked
 from gemkd.transfer.packs.adamw import MemberGroup, PackAdamW
-from gemkd.transfer.packs.ema import PackEMA
+from gemkd.transfer.packs.pack_ema import PackEMA
 from gemkd.transfer.training.ema import StreamEMA, _host_weight
 from gemkd.transfer.training.flat_adamw import FlatAdamW
 from gemkd.transfer.training.lazy_ema import LazyRowAverage

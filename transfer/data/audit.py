@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from gemkd.transfer.data import validate
-from gemkd.transfer.data.reader import DatasetReader
+from gemkd.transfer.data.dataset_reader import DatasetReader
 from gemkd.transfer.errors import DataError
 
 

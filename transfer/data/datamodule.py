@@ -9,9 +9,9 @@ import lightning.pytorch as pl
 import torch
 from torch.utils.data import DataLoader, default_convert
 
+from gemkd.transfer.data.dataset_reader import DatasetReader
 from gemkd.transfer.data.packed import pack_in_worker, unpack
 from gemkd.transfer.data.prefetch import ThreadPrefetcher
-from gemkd.transfer.data.reader import DatasetReader
 from gemkd.transfer.io import fs
 
 

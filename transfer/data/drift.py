@@ -13,8 +13,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from gemkd.transfer.data.dataset_writer import read_day
 from gemkd.transfer.data.schema import DatasetSchema
-from gemkd.transfer.data.writer import read_day
 from gemkd.transfer.metrics.numerics import logit as log_odds
 
 

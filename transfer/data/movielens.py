@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
+from gemkd.transfer.data.dataset_writer import write_day
 from gemkd.transfer.data.importer import source
 from gemkd.transfer.data.ranges import (
     N_AGE_BUCKETS,
@@ -26,7 +27,6 @@ from gemkd.transfer.data.ranges import (
     history_ranges,
 )
 from gemkd.transfer.data.schema import SCHEMA_FILE, DatasetSchema, Feature
-from gemkd.transfer.data.writer import write_day
 from gemkd.transfer.errors import DataError
 from gemkd.transfer.io.publish import output_directory
 

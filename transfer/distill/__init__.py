@@ -2,6 +2,6 @@
 the store-backed teacher; the methods themselves are :mod:`gemkd.transfer.methods`."""
 
 from gemkd.transfer.distill.module import DistillModule
-from gemkd.transfer.distill.teacher import StoreTeacher
+from gemkd.transfer.distill.teacher_targets import StoreTeacher
 
 __all__ = ["DistillModule", "StoreTeacher"]

@@ -47,7 +47,7 @@ from gemkd.transfer.data.schema import DatasetSchema
 from gemkd.transfer.methods.space import Range
 from gemkd.transfer.models import StudentOutput
 from gemkd.transfer.repr_features.asof import AsOfCodes
-from gemkd.transfer.solaris.pairs import PairStore
+from gemkd.transfer.solaris.pair_store import PairStore
 
 NEEDS = ("teacher", "teacher_emb", "codes", "teacher_weights", "pairs")
 

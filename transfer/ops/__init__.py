@@ -2,9 +2,10 @@
 
 A batch of B sequences is ``values [N]`` or ``[N, D]`` plus ``offsets`` int64 ``[B+1]``
 (``offsets[0] == 0``, ``offsets[-1] == N``, non-decreasing; empty segments allowed), events
-oldest first within a segment. Each op has a PyTorch reference (``gemkd.transfer.ops.reference``)
-and a Triton kernel (``gemkd.transfer.ops.triton_kernels``), chosen per call with ``kernel="auto" |
-"torch" | "triton"``: Triton for CUDA tensors, the reference on CPU.
+oldest first within a segment. Each op has a PyTorch reference
+(``gemkd.transfer.ops.jagged_reference``) and a Triton kernel
+(``gemkd.transfer.ops.triton_kernels``), chosen per call with ``kernel="auto" | "torch" |
+"triton"``: Triton for CUDA tensors, the reference on CPU.
 """
 
 from gemkd.transfer.ops.dispatch import (

@@ -24,7 +24,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from gemkd.transfer.ops import reference
+from gemkd.transfer.ops import jagged_reference as reference
 from gemkd.transfer.options import KERNELS  # the one list: options.Kernel
 
 __all__ = [

@@ -5,7 +5,7 @@ the same batches in the same order. A pack builds its members as their own runs 
 (each seeded, each a :class:`~gemkd.transfer.distill.DistillModule`) and trains them in one
 pass: each batch is read once and the teacher asked once; the optimiser
 (:class:`~gemkd.transfer.packs.adamw.PackAdamW`) and the weight average
-(:class:`~gemkd.transfer.packs.ema.PackEMA`) update every member's weights in one member-major
+(:class:`~gemkd.transfer.packs.pack_ema.PackEMA`) update every member's weights in one member-major
 buffer, each at the member's own lr, weight decay and EMA decay; there is no Trainer.
 
 Two ways to run the members' steps (``batched``):
@@ -54,7 +54,7 @@ from gemkd.transfer.distill.module import DistillModule
 from gemkd.transfer.methods.base import StepState, TeacherTargets, TransferMethod
 from gemkd.transfer.models import StudentOutput, optional_hook
 from gemkd.transfer.packs.adamw import MemberGroup, PackAdamW
-from gemkd.transfer.packs.ema import PackEMA
+from gemkd.transfer.packs.pack_ema import PackEMA
 from gemkd.transfer.training.flat_adamw import FlatAdamW
 from gemkd.transfer.training.table_optim import ROW_RULES
 

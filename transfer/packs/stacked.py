@@ -27,7 +27,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from gemkd.transfer.ops import jagged_target_attention
-from gemkd.transfer.ops.reference import segment_ids
+from gemkd.transfer.ops.jagged_reference import segment_ids
 
 
 def linear(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
@@ -66,8 +66,9 @@ class _AddBias(torch.autograd.Function):
 
 def segment_mean(values: Tensor, offsets: Tensor) -> Tensor:
     """``[K, N, d] → [K, B, d]``: the mean of each segment of every member's values (0 for an
-    empty segment), as :func:`gemkd.transfer.ops.reference.segment_mean` computes one member's
-    (one ``index_add`` over the flat ``[K·N, d]`` rows, member k's segments shifted by k·B)."""
+    empty segment), as :func:`gemkd.transfer.ops.jagged_reference.segment_mean` computes one
+    member's (one ``index_add`` over the flat ``[K·N, d]`` rows, member k's segments shifted by
+    k·B)."""
     k, n = values.shape[0], values.shape[1]
     b = offsets.shape[0] - 1
     seg = (segment_ids(offsets, n).unsqueeze(0) + _member_shift(k, b, offsets.device)
@@ -92,7 +93,7 @@ def layer_norm(x: Tensor, weight: Tensor | None, bias: Tensor | None,
 def mlp(params: Mapping[str, Tensor], prefix: str, x: Tensor, layers: int) -> Tensor:
     """``Linear → ReLU`` ``layers`` times, the parameters of layer i at
     ``{prefix}.{2i}.weight`` / ``.bias`` (an ``nn.Sequential`` of Linear and ReLU, as
-    :func:`gemkd.students.base.mlp` builds it)."""
+    :func:`gemkd.students.student_base.mlp` builds it)."""
     for i in range(layers):
         x = torch.relu(linear(x, params[f"{prefix}.{2 * i}.weight"],
                               params.get(f"{prefix}.{2 * i}.bias")))

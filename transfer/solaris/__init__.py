@@ -11,7 +11,7 @@ pass is the run's step (``gemkd.experiments.run.solaris_step``); the student met
 from gemkd.transfer.solaris.hitrate import day_measures, hit_rate_curve
 from gemkd.transfer.solaris.log import ITEM_FEATURES, item_feature, read_log
 from gemkd.transfer.solaris.lookup import FALLBACKS, PairLookup
-from gemkd.transfer.solaris.pairs import PAIRS_FILE, PAIRS_JSON, PairStore, write_pair_store
+from gemkd.transfer.solaris.pair_store import PAIRS_FILE, PAIRS_JSON, PairStore, write_pair_store
 from gemkd.transfer.solaris.policy import (
     BUILTIN_POLICIES,
     LOG_COLUMNS,

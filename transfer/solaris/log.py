@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from gemkd.transfer.data.dataset_writer import read_day
 from gemkd.transfer.data.schema import DatasetSchema
-from gemkd.transfer.data.writer import read_day
 from gemkd.transfer.errors import ConfigError
 
 #: The item-id feature of the known sources, looked for in this order.

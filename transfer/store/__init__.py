@@ -17,8 +17,13 @@ from gemkd.transfer.store.manifest import (
     ShardInfo,
     weights_hash,
 )
-from gemkd.transfer.store.reader import TeacherStore, embeddings_of
-from gemkd.transfer.store.writer import StoreWriter, dedupe_shards, quantize_int8, store_schema
+from gemkd.transfer.store.store_reader import TeacherStore, embeddings_of
+from gemkd.transfer.store.store_writer import (
+    StoreWriter,
+    dedupe_shards,
+    quantize_int8,
+    store_schema,
+)
 
 __all__ = [
     "EMB_DTYPES",

@@ -24,7 +24,7 @@ import pyarrow.dataset as ds
 from gemkd.transfer.errors import DataError, StoreError
 from gemkd.transfer.io import fs
 from gemkd.transfer.store.manifest import Manifest
-from gemkd.transfer.store.writer import StoreWriter
+from gemkd.transfer.store.store_writer import StoreWriter
 
 #: The per-example columns a store keeps beside the logits: the source's own, or the
 #: dataset's found by example_id
@@ -62,8 +62,8 @@ def _float_column(table: pa.Table, name: str, src: Path) -> np.ndarray:
 
 def _dataset_keys(data: str | Path) -> tuple[np.ndarray, dict[str, np.ndarray]]:
     """example_id (sorted) and the key columns of every row of a gemkd dataset."""
+    from gemkd.transfer.data.dataset_writer import day_paths
     from gemkd.transfer.data.schema import DatasetSchema
-    from gemkd.transfer.data.writer import day_paths
 
     schema = DatasetSchema.load(data)
     filesystem, _ = fs.resolve(data)

@@ -20,7 +20,7 @@ from gemkd.transfer.data.batch import Batch
 from gemkd.transfer.errors import StoreError
 from gemkd.transfer.io.integrity import int_ids
 from gemkd.transfer.options import JOIN_POLICIES, JoinPolicy
-from gemkd.transfer.store.reader import TeacherStore
+from gemkd.transfer.store.store_reader import TeacherStore
 
 _F16_TO_F32 = np.arange(1 << 16, dtype=np.uint16).view(np.float16).astype(np.float32)
 

@@ -34,7 +34,7 @@ from gemkd.transfer.errors import StoreError
 from gemkd.transfer.io import fs
 from gemkd.transfer.store.format import PREDICTION_KEYS
 from gemkd.transfer.store.manifest import Manifest
-from gemkd.transfer.store.writer import StoreWriter
+from gemkd.transfer.store.store_writer import StoreWriter
 
 
 class StoreCallback(Callback):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from gemkd.transfer.errors import StoreError
-from gemkd.transfer.store.reader import TeacherStore
+from gemkd.transfer.store.store_reader import TeacherStore
 
 
 def sample_embeddings(store: TeacherStore, days: tuple[int, int] | None, max_rows: int,

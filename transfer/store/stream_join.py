@@ -30,7 +30,7 @@ from gemkd.transfer.io import fs
 from gemkd.transfer.io.integrity import int_ids
 from gemkd.transfer.options import JoinPolicy
 from gemkd.transfer.store.join import _F16_TO_F32, JoinResult
-from gemkd.transfer.store.reader import TeacherStore
+from gemkd.transfer.store.store_reader import TeacherStore
 
 
 @dataclass

@@ -26,7 +26,7 @@ from lightning.pytorch.loggers import Logger
 from lightning.pytorch.strategies import DDPStrategy, ModelParallelStrategy
 
 from gemkd.transfer.data.datamodule import AdsDataModule
-from gemkd.transfer.data.reader import DatasetReader
+from gemkd.transfer.data.dataset_reader import DatasetReader
 from gemkd.transfer.errors import ConfigError
 from gemkd.transfer.options import STRATEGIES, Precision, Strategy, TrainerPrecision
 from gemkd.transfer.training.interrupt_checkpoint import InterruptCheckpoint

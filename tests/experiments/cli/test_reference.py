@@ -11,13 +11,13 @@ import pytest
 from gemkd.experiments.cli import commands
 from gemkd.experiments.cli import reference as ref
 from gemkd.experiments.cli.config_reference import cell, field_docs, undocumented
-from gemkd.experiments.spec import model
+from gemkd.experiments.spec import run_spec
 from gemkd.transfer.options import PROTOCOLS
 
 ROOT = Path(__file__).resolve().parents[3]
-SPEC_CLASSES = (model.RunSpec, model.DataSpec, model.TeacherSpec, model.PluginSpec,
-                model.VariantSpec, model.TuningSpec, model.BootstrapSpec, model.ReprSpec,
-                model.SolarisSpec)
+SPEC_CLASSES = (run_spec.RunSpec, run_spec.DataSpec, run_spec.TeacherSpec, run_spec.PluginSpec,
+                run_spec.VariantSpec, run_spec.TuningSpec, run_spec.BootstrapSpec,
+                run_spec.ReprSpec, run_spec.SolarisSpec)
 
 
 @pytest.fixture(scope="module")
@@ -45,11 +45,11 @@ def test_every_spec_key_has_type_default_and_doc(pages):
     page = pages["spec.md"]
     for cls in SPEC_CLASSES:
         assert not undocumented(cls), f"{cls.__name__}: add a #: comment above " \
-                                      f"{undocumented(cls)} in experiments/spec/model.py"
-    for f in dataclasses.fields(model.RunSpec):
+                                      f"{undocumented(cls)} in experiments/spec/run_spec.py"
+    for f in dataclasses.fields(run_spec.RunSpec):
         assert f"| `{f.name}` |" in page, f.name
-    for key, cls in (("data", model.DataSpec), ("tuning", model.TuningSpec),
-                     ("repr", model.ReprSpec), ("hierarchical", model.TeacherSpec)):
+    for key, cls in (("data", run_spec.DataSpec), ("tuning", run_spec.TuningSpec),
+                     ("repr", run_spec.ReprSpec), ("hierarchical", run_spec.TeacherSpec)):
         for f in dataclasses.fields(cls):
             if f.name != "overrides":
                 assert f"| `{key}.{f.name}` |" in page, (key, f.name)

@@ -14,7 +14,7 @@ import pytest
 import yaml
 from scipy import stats
 
-from gemkd.experiments.report.clusters import load_eval_sets, point_frame
+from gemkd.experiments.report.cluster_files import load_eval_sets, point_frame
 from gemkd.experiments.report.intervals import (
     BEATS,
     COLUMNS,
@@ -316,7 +316,7 @@ def test_ratios_to_a_kd_gain_that_may_not_be_one_are_left_empty(tmp_path):
 
 
 def test_paired_difference_against_any_reference(three_worlds):
-    from gemkd.experiments.report.pairs import paired_difference
+    from gemkd.experiments.report.variant_pairs import paired_difference
 
     table = run_intervals(three_worlds).table
     # against plain KD it is the report's own vs_kd

@@ -415,7 +415,7 @@ def test_a_report_states_the_thread_counts_it_was_made_at(tmp_path):
     import json
 
     from gemkd.experiments.cli import main
-    from gemkd.experiments.report.load import threads_text
+    from gemkd.experiments.report.table_names import threads_text
 
     run = make_run(tmp_path / "run", make_results())
     assert threads_text(run) == "" and "torch thread" not in render_report(run)  # no file

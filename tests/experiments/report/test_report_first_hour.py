@@ -16,7 +16,7 @@ import yaml
 
 from gemkd.experiments.report import plots, render_report, report_command, write_plots
 from gemkd.experiments.report.answer import MAX_WORDS, words
-from gemkd.experiments.report.clusters import load_eval_sets
+from gemkd.experiments.report.cluster_files import load_eval_sets
 from gemkd.experiments.report.cost import serving_inputs
 from gemkd.experiments.report.missing import missing_note, missing_runs
 from gemkd.experiments.report.results_md import render_results

@@ -35,7 +35,7 @@ def test_every_step_names_real_code():
         assert len(paths) == len(STEP_CODE[step])
         for rel in paths:
             assert (root / rel).exists(), (step, rel)
-    assert "experiments/run/domain_fm.py" in step_sources("domain_fm")
+    assert "experiments/run/domain_fm_step.py" in step_sources("domain_fm")
 
 
 def test_a_missing_module_or_path_fails_loudly(tmp_path, monkeypatch):

@@ -23,7 +23,7 @@ from gemkd.experiments.run.search import Search
 from gemkd.experiments.run.train_knobs import with_train_knobs
 from gemkd.experiments.run.tuning import check_draws, planned_runs, validation_seeds
 from gemkd.experiments.spec import load_spec
-from gemkd.experiments.spec.model import TuningSpec
+from gemkd.experiments.spec.run_spec import TuningSpec
 from gemkd.transfer.errors import ConfigError
 from gemkd.transfer.methods import Categorical, LogUniform, Uniform
 from tests.faults.conftest import SPEC

@@ -13,8 +13,8 @@ from gemkd.adapters.methods import ParamShare
 from gemkd.adapters.methods.param_share import fit_width, teacher_table
 from gemkd.experiments.run import executors
 from gemkd.experiments.run.jobs import StudentRun, _inputs
+from gemkd.experiments.run.preflight import check_spec
 from gemkd.experiments.run.student import StudentJob, build_module
-from gemkd.experiments.run.validate import check_spec
 from gemkd.experiments.spec import BUILTIN_VARIANTS, DEFAULT_VARIANTS, RunSpec, spec_from_mapping
 from gemkd.experiments.teacher_checkpoint import model_weights
 from gemkd.transfer.errors import ConfigError

@@ -18,9 +18,9 @@ from gemkd.experiments.run import executors, packs
 from gemkd.experiments.run.jobs import StudentRun, execute
 from gemkd.experiments.run.packs import execute_pack, group_packs, pack_key, run_alone
 from gemkd.experiments.spec.load import spec_from_mapping
-from gemkd.experiments.spec.model import BUILTIN_VARIANTS
+from gemkd.experiments.spec.run_spec import BUILTIN_VARIANTS
 from gemkd.students import StudentOutput
-from gemkd.students.mlp import MLPStudent
+from gemkd.students.mlp_student import MLPStudent
 
 TASKS = ["click", "conversion"]
 RATES = {"click": 0.06, "conversion": 0.004}

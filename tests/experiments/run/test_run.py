@@ -14,12 +14,12 @@ import torch
 import yaml
 
 from gemkd.experiments.cli import main
-from gemkd.experiments.run.domain_fm import PerDomainModels, fit_domain_fms
+from gemkd.experiments.run.domain_fm_step import PerDomainModels, fit_domain_fms
 from gemkd.experiments.run.results import RESULT_COLUMNS, derive
 from gemkd.experiments.run.teacher_steps import teacher_config
 from gemkd.experiments.spec import TeacherSpec, apply_sets, load_spec, parse_set
+from gemkd.transfer.data.dataset_writer import day_path
 from gemkd.transfer.data.schema import DatasetSchema
-from gemkd.transfer.data.writer import day_path
 from gemkd.transfer.errors import ConfigError
 from gemkd.transfer.models import TeacherOutput
 from gemkd.transfer.store import TeacherStore

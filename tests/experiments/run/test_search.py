@@ -12,7 +12,7 @@ import pytest
 from gemkd.experiments.report.tuning_edges import edge_sentences
 from gemkd.experiments.report.tuning_plots import write_tuning_plots
 from gemkd.experiments.run.search import Search, SearchTuner, run_search, study_name
-from gemkd.experiments.run.tuning_table import TUNING_COLUMNS, tuning_rows
+from gemkd.experiments.run.tuning_rows import TUNING_COLUMNS, tuning_rows
 from gemkd.transfer.errors import ConfigError
 from gemkd.transfer.methods import Categorical, IntRange, LogUniform, Uniform
 from gemkd.transfer.methods.space import resolve

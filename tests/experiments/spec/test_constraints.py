@@ -11,10 +11,10 @@ from typing import Annotated
 
 import pytest
 
-from gemkd.experiments.spec import model as spec_model
+from gemkd.experiments.spec import run_spec as spec_model
 from gemkd.experiments.spec import spec_from_mapping
 from gemkd.experiments.teacher_config import TeacherTrainConfig
-from gemkd.teachers.gem.config import GEMConfig
+from gemkd.teachers.gem.gem_config import GEMConfig
 from gemkd.transfer.config import build_dataclass
 from gemkd.transfer.constraints import (
     Rule,
@@ -26,7 +26,7 @@ from gemkd.transfer.constraints import (
     int_at_least,
     unique,
 )
-from gemkd.transfer.data.synth.config import SynthConfig
+from gemkd.transfer.data.synth.synth_config import SynthConfig
 from gemkd.transfer.errors import ConfigError
 
 _PAIR = at_least(0, "keys 'a' and 'b' must be >= 0, got {obj.a} and {obj.b}")

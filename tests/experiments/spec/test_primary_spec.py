@@ -7,7 +7,7 @@ import pytest
 import yaml
 
 from gemkd.experiments.spec.load import spec_from_mapping
-from gemkd.experiments.spec.model import RunSpec
+from gemkd.experiments.spec.run_spec import RunSpec
 from gemkd.transfer.errors import ConfigError
 
 VARIANTS = ["baseline", "kd", "kd_aux", "hierarchical"]

@@ -10,7 +10,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from gemkd.transfer.data.writer import ROW_GROUP_SIZE, part_path
+from gemkd.transfer.data.dataset_writer import ROW_GROUP_SIZE, part_path
 
 # a partition's histories: each row's range [start, end) in the merged events, their times
 # (ns) and field values

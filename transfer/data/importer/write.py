@@ -8,9 +8,9 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
+from gemkd.transfer.data.dataset_writer import write_day
 from gemkd.transfer.data.ranges import age_buckets, gather_ranges, history_ranges
 from gemkd.transfer.data.schema import DatasetSchema
-from gemkd.transfer.data.writer import write_day
 
 
 @dataclass

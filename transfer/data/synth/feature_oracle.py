@@ -41,13 +41,13 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
+from gemkd.transfer.data.dataset_writer import read_day
 from gemkd.transfer.data.ranges import N_AGE_BUCKETS
 from gemkd.transfer.data.schema import DatasetSchema
-from gemkd.transfer.data.synth.config import SynthConfig
 from gemkd.transfer.data.synth.impressions import LabelLogits, label_logits
+from gemkd.transfer.data.synth.synth_config import SynthConfig
 from gemkd.transfer.data.synth.timeline import ACTION_LIKE, ACTION_VIEW
 from gemkd.transfer.data.synth.world import World, build_world
-from gemkd.transfer.data.writer import read_day
 from gemkd.transfer.errors import DataError
 from gemkd.transfer.metrics.numerics import normalized_entropy
 

@@ -7,10 +7,11 @@ from pathlib import Path
 
 import numpy as np
 
+from gemkd.transfer.data.dataset_writer import write_day
 from gemkd.transfer.data.ranges import N_AGE_BUCKETS
 from gemkd.transfer.data.schema import SCHEMA_FILE, DatasetSchema, Feature
-from gemkd.transfer.data.synth.config import SynthConfig
 from gemkd.transfer.data.synth.impressions import impressions_for_day
+from gemkd.transfer.data.synth.synth_config import SynthConfig
 from gemkd.transfer.data.synth.timeline import N_ACTIONS, build_timeline
 from gemkd.transfer.data.synth.world import (
     N_AD_FORMATS,
@@ -22,7 +23,6 @@ from gemkd.transfer.data.synth.world import (
 from gemkd.transfer.data.synth.world import (
     N_AGE_BUCKETS as N_USER_AGE,
 )
-from gemkd.transfer.data.writer import write_day
 from gemkd.transfer.io.publish import output_directory
 
 log = logging.getLogger(__name__)

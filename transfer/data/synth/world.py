@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gemkd.transfer.data.synth.config import SynthConfig
+from gemkd.transfer.data.synth.synth_config import SynthConfig
 
 N_AGE_BUCKETS = 8
 N_COUNTRIES = 20

@@ -22,6 +22,7 @@ from torch.utils.data import IterableDataset, get_worker_info
 
 from gemkd.transfer.data import validate
 from gemkd.transfer.data.batch import Batch
+from gemkd.transfer.data.dataset_writer import day_paths
 from gemkd.transfer.data.ranges import gather_ranges
 from gemkd.transfer.data.schema import (
     CATEGORICAL_TYPE,
@@ -33,7 +34,6 @@ from gemkd.transfer.data.schema import (
     seq_type,
 )
 from gemkd.transfer.data.unit_cache import UNITS, UnitCache
-from gemkd.transfer.data.writer import day_paths
 from gemkd.transfer.errors import DataError
 from gemkd.transfer.io import fs
 

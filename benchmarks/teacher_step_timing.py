@@ -13,7 +13,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from gemkd.teachers import GEM
 from gemkd.transfer.data.batch import Batch
-from gemkd.transfer.data.reader import DatasetReader
+from gemkd.transfer.data.dataset_reader import DatasetReader
 from gemkd.transfer.training.flat_adamw import FlatAdamW
 from gemkd.transfer.training.ranking_module import embedding_parameters
 from gemkd.transfer.training.table_optim import ROW_RULES, id_tables, set_sparse_tables

@@ -3,8 +3,8 @@
 Every section is a dataclass; :func:`gemkd.transfer.config.build_dataclass` is the one validator
 that builds them from YAML (unknown keys and wrong types are errors naming the key). Sections that
 point at another config (``data:``, ``teacher:``, ``hierarchical:``) keep their extra keys as
-``overrides`` of that config, checked against it by :mod:`gemkd.experiments.run.validate` before any
-work starts. docs/reference/spec.md lists every key.
+``overrides`` of that config, checked against it by :mod:`gemkd.experiments.run.preflight` before
+any work starts. docs/reference/spec.md lists every key.
 """
 
 from __future__ import annotations

@@ -17,9 +17,9 @@ import torch
 from torch import Tensor, nn
 
 from gemkd.teachers.configurable import ConfigurableTeacher
-from gemkd.teachers.gem.common import masked_mean
-from gemkd.teachers.gem.config import GEMConfig
+from gemkd.teachers.gem.blocks import masked_mean
 from gemkd.teachers.gem.embeddings import FeatureEmbeddings, HashedEmbedding
+from gemkd.teachers.gem.gem_config import GEMConfig
 from gemkd.teachers.gem.heads import build_heads
 from gemkd.teachers.gem.interformer import InterFormerLayer, SequenceSummary
 from gemkd.teachers.gem.pyramid import PyramidCompressor, layer_token_budgets
@@ -41,7 +41,7 @@ class GEM(ConfigurableTeacher):
     ``wukong.<i>`` = the flattened tokens of Wukong layer ``i``, ``sequence`` = the final
     sequence summary (flattened ``S_sum``), ``trunk`` = the shared trunk the heads read.
 
-    Hyper-parameters: a :class:`~gemkd.teachers.gem.config.GEMConfig` or its fields as keywords
+    Hyper-parameters: a :class:`~gemkd.teachers.gem.gem_config.GEMConfig` or its fields as keywords
     (each typed and checked there; all scalars except ``shared_tables``):
     ``d`` embedding/token width; ``n_layers`` interleaved [cross, Wukong] layers; ``n_F``,
     ``n_L``, ``k``, ``mlp_width``, ``mlp_layers`` Wukong (FMB output tokens, LCB tokens, FM rank,

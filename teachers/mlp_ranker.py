@@ -10,13 +10,14 @@ It is the "is the teacher's architecture worth it?" reference of the ablation be
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from torch import Tensor, nn
 
-from gemkd.teachers.configurable import ConfigurableTeacher, resolve_use_sequence
+from gemkd.teachers.configurable import ConfigurableTeacher
 from gemkd.teachers.gem.embeddings import FeatureEmbeddings, HashedEmbedding
+from gemkd.teachers.mlp_ranker_config import MLPRankerConfig
 from gemkd.transfer.data.batch import Batch
 from gemkd.transfer.data.schema import DatasetSchema
 from gemkd.transfer.errors import ConfigError
@@ -30,76 +31,60 @@ class MLPRanker(ConfigurableTeacher):
     ``forward(batch)`` returns a :class:`~gemkd.transfer.models.TeacherOutput`: ``logits [B,
     n_tasks]`` float32 and ``repr {"trunk": [B, hidden]}`` (the second hidden layer).
 
-    Hyper-parameters (all keyword): ``d`` embedding width; ``hidden`` width of both hidden
-    layers; ``max_history`` (most recent events pooled; None = the schema's); ``max_rows``
-    (embedding rows cap, ids hashed); ``n_dense_tokens``; ``domain_token`` (embed the domain
-    id); ``use_sequence`` (pool the history at all; None = iff the dataset has sequence
-    fields, and a history-less dataset drops the pooled history even when true, ``max_history``
-    then unused); ``shared_tables`` (as in GEM);
-    ``dropout`` (after each hidden layer).
+    Hyper-parameters: a :class:`~gemkd.teachers.mlp_ranker_config.MLPRankerConfig` or its fields
+    as keywords (``d``, ``hidden``, ``max_history``, ``max_rows``, ``n_dense_tokens``,
+    ``domain_token``, ``use_sequence``, ``shared_tables``, ``dropout``; each described there).
     """
 
-    def __init__(
-        self,
-        schema: DatasetSchema,
-        *,
-        d: int = 32,
-        hidden: int = 256,
-        max_history: int | None = None,
-        max_rows: int = 1_000_000,
-        n_dense_tokens: int = 1,
-        domain_token: bool = True,
-        use_sequence: bool | None = None,
-        shared_tables: dict[str, str] | None = None,
-        dropout: float = 0.0,
-    ):
+    #: The hyper-parameters' dataclass: its fields are the ``model:`` keys (:meth:`hparam_names`).
+    config_class: ClassVar[type[MLPRankerConfig]] = MLPRankerConfig
+
+    def __init__(self, schema: DatasetSchema, config: MLPRankerConfig | None = None, /,
+                 **hparams: Any):
+        """``MLPRanker(schema, MLPRankerConfig(...))`` or ``MLPRanker(schema, d=..., ...)``
+        (keys checked by :meth:`MLPRankerConfig.from_mapping`); keys given beside a config
+        replace its values.
+
+        Raises
+        ------
+        ConfigError
+            Naming the class and the key: an unknown key, a wrong type, a broken rule, or a
+            config that is not an :class:`MLPRankerConfig`.
+        """
         super().__init__()
-        self.config: dict[str, Any] = {
-            k_: v for k_, v in locals().items() if k_ not in ("self", "schema", "__class__")
-        }
-        use_sequence = resolve_use_sequence(type(self).__name__, use_sequence, schema)
-        self.config["use_sequence"] = use_sequence
-        max_history = schema.max_history if max_history is None else max_history
-        self.config["max_history"] = max_history
-        if shared_tables is not None:
-            self.config["shared_tables"] = dict(shared_tables)
-        self._validate(schema)
+        owner = type(self).__name__
+        if config is None:
+            config = self.config_class.from_mapping(hparams, owner)
+        elif not isinstance(config, MLPRankerConfig):
+            raise ConfigError(f"{owner}: config must be an MLPRankerConfig, got "
+                              f"{type(config).__name__} (a mapping: {owner}.from_config)")
+        elif hparams:
+            config = config.replace(owner, **hparams)
+        #: the hyper-parameters as built: use_sequence and max_history resolved for the schema
+        self.config: MLPRankerConfig = config.resolve(schema, owner)
+        c = self.config
         self.schema = schema
         self.task_names = list(schema.tasks)
-        self.d, self.hidden = d, hidden
-        self.use_sequence = use_sequence
-        self.max_history = max_history
+        self.d, self.hidden = c.d, c.hidden
+        self.use_sequence = bool(c.use_sequence)
+        assert c.max_history is not None  # MLPRankerConfig.resolve sets the schema's
+        self.max_history: int = c.max_history
 
         self.embeddings = FeatureEmbeddings(
-            schema, d, max_rows, n_dense_tokens, shared_tables, use_sequence, domain_token
+            schema, c.d, c.max_rows, c.n_dense_tokens, c.shared_tables, self.use_sequence,
+            c.domain_token
         )
-        in_dim = (self.embeddings.n_tokens + (1 if use_sequence else 0)) * d
+        in_dim = (self.embeddings.n_tokens + (1 if self.use_sequence else 0)) * c.d
         layers: list[nn.Module] = []
         width = in_dim
         for _ in range(2):
-            layers += [nn.Linear(width, hidden), nn.GELU()]
-            if dropout > 0:
-                layers.append(nn.Dropout(dropout))
-            width = hidden
+            layers += [nn.Linear(width, c.hidden), nn.GELU()]
+            if c.dropout > 0:
+                layers.append(nn.Dropout(c.dropout))
+            width = c.hidden
         self.mlp = nn.Sequential(*layers)
-        self.out = nn.Linear(hidden, len(schema.tasks))
-        self._repr_dims = {"trunk": hidden}
-
-    def _validate(self, schema: DatasetSchema) -> None:
-        c = self.config
-        problems = []
-        sized = ("d", "hidden", "max_rows") + (("max_history",) if c["use_sequence"] else ())
-        for key in sized:
-            if not isinstance(c[key], int) or c[key] < 1:
-                problems.append(f"{key} must be an integer >= 1, got {c[key]!r}")
-        if not isinstance(c["n_dense_tokens"], int) or c["n_dense_tokens"] < 0:
-            problems.append(f"n_dense_tokens must be an integer >= 0, got {c['n_dense_tokens']!r}")
-        if not schema.tasks or not schema.domains:
-            problems.append("the dataset schema needs at least one task and one domain")
-        if not 0 <= c["dropout"] < 1:
-            problems.append(f"dropout must be in [0, 1), got {c['dropout']!r}")
-        if problems:
-            raise ConfigError(f"{type(self).__name__}: " + "; ".join(problems))
+        self.out = nn.Linear(c.hidden, len(schema.tasks))
+        self._repr_dims = {"trunk": c.hidden}
 
     # ------------------------------------------------------------------ public API
     @classmethod

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from gemkd.experiments.report.clusters import has_clusters, load_eval_sets
+from gemkd.experiments.report.cluster_files import has_clusters, load_eval_sets
 from gemkd.experiments.report.intervals import bootstrap_settings, lag_intervals
 from gemkd.experiments.run_dir import RunDir
 from gemkd.transfer.errors import ConfigError

@@ -12,7 +12,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from gemkd.transfer.data import validate
-from gemkd.transfer.data.reader import DatasetReader
+from gemkd.transfer.data.dataset_reader import DatasetReader
 from gemkd.transfer.data.schema import DatasetSchema
 from gemkd.transfer.metrics.numerics import EPS, log_loss, ne_from_mean_loss
 

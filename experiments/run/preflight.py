@@ -8,7 +8,7 @@ from gemkd.experiments.run.data_sources import data_plan
 from gemkd.experiments.run.methods import check_variant, method_class, search_space, variant_needs
 from gemkd.experiments.run.teacher_steps import teacher_config
 from gemkd.experiments.run.tuning import check_draws
-from gemkd.experiments.spec.model import PluginSpec, RunSpec
+from gemkd.experiments.spec.run_spec import PluginSpec, RunSpec
 from gemkd.transfer.errors import ConfigError
 
 
@@ -17,7 +17,7 @@ def check_spec(spec: RunSpec) -> None:
     and domains against the spec's windows and student_domain), teacher configs per lag, the
     hierarchical FM's, every variant's methods and tuning lists, the student class and its
     init_args, an imported store's manifest."""
-    from gemkd.students.registry import check_init_args, resolve_student_class
+    from gemkd.students.student_registry import check_init_args, resolve_student_class
 
     plan = data_plan(spec)
     check_data(spec, plan.days, plan.domains, plan.tasks, data_name(spec))

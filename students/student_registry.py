@@ -18,7 +18,7 @@ from gemkd.transfer.plugins import check_init_args as _check
 from gemkd.transfer.plugins import instantiate, parse_plugin, resolve_class
 
 BUILTIN_STUDENTS: dict[str, str] = {
-    "mlp": "gemkd.students.mlp.MLPStudent",
+    "mlp": "gemkd.students.mlp_student.MLPStudent",
     "dcn": "gemkd.students.dcn.DCNStudent",
     "seq_pool": "gemkd.students.seq_pool.SeqPoolStudent",
 }

@@ -17,7 +17,7 @@ from gemkd.experiments.results_schema import (  # noqa: F401 (the report's names
     validate_results,
 )
 from gemkd.experiments.run_dir import CURVE_METRICS, RunDir, read_csv  # noqa: F401
-from gemkd.experiments.spec.model import BUILTIN_VARIANTS
+from gemkd.experiments.spec.run_spec import BUILTIN_VARIANTS
 
 #: Canonical order of the variants: the built-in ones' (DESIGN §5); unknown variants follow,
 #: sorted by name.

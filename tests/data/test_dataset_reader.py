@@ -11,7 +11,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from gemkd.transfer.data.datamodule import AdsDataModule
-from gemkd.transfer.data.reader import DatasetReader
+from gemkd.transfer.data.dataset_reader import DatasetReader
 from gemkd.transfer.errors import DataError
 
 

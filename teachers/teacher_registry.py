@@ -18,9 +18,9 @@ from gemkd.transfer.models import optional_hook
 from gemkd.transfer.plugins import check_init_args, instantiate, resolve_class
 
 BUILTIN_TEACHERS: dict[str, str] = {
-    "gem": "gemkd.teachers.gem.model.GEM",
+    "gem": "gemkd.teachers.gem.gem_model.GEM",
     "domain_fm": "gemkd.teachers.domain_fm.DomainFM",
-    "mlp": "gemkd.teachers.mlp.MLPRanker",
+    "mlp": "gemkd.teachers.mlp_ranker.MLPRanker",
 }
 _PROTOCOL = ("a teacher is a torch.nn.Module whose forward(batch) returns TeacherOutput and "
              "which has representation_dims()")

@@ -6,7 +6,7 @@ teacher config's ``model:`` mapping is checked by the same validator as every ot
 (:func:`gemkd.transfer.config.build_dataclass`: unknown keys, wrong types and Literal choices
 are errors naming the key), and the rules that need no dataset live here. What depends on the
 dataset (the sequence arm when it has no histories, ``max_history`` from its schema) is resolved
-by :meth:`GEMConfig.resolve`. See :class:`gemkd.teachers.gem.model.GEM` for what each key does.
+by :meth:`GEMConfig.resolve`. See :class:`gemkd.teachers.gem.gem_model.GEM` for what each key does.
 """
 
 from __future__ import annotations
