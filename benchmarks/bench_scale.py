@@ -59,12 +59,22 @@ def _make_world(out: Path, rows: int) -> None:
     generate(cfg, out)
 
 
+def _reader() -> type:
+    """``DatasetReader``, from this checkout or (``--before``) one before its module's rename."""
+    try:
+        from gemkd.transfer.data.dataset_reader import DatasetReader
+    except ImportError:
+        from gemkd.transfer.data.reader import DatasetReader  # type: ignore[import-not-found,no-redef]
+    return DatasetReader
+
+
 def _make_store(data: Path, out: Path) -> None:
     import numpy as np
     import pyarrow.parquet as pq
 
-    from gemkd.transfer.data.dataset_reader import DatasetReader
     from gemkd.transfer.store import StoreWriter
+
+    DatasetReader = _reader()
 
     reader = DatasetReader(data, batch_size=1)
     tasks = list(reader.schema.tasks)
@@ -84,8 +94,9 @@ def _make_store(data: Path, out: Path) -> None:
 def _join(data: Path, store: Path) -> None:
     import pyarrow.parquet as pq
 
-    from gemkd.transfer.data.dataset_reader import DatasetReader
     from gemkd.transfer.store import TeacherStore
+
+    DatasetReader = _reader()
 
     ts = TeacherStore(store)
     days = (DAYS - STUDENT_DAYS, DAYS)
@@ -118,7 +129,13 @@ def _codes(store: Path, tmp: Path) -> None:
 
 
 def _summary(data: Path) -> None:
-    from gemkd.transfer.data.dataset_summary import impressions_per_user, summarize
+    try:
+        from gemkd.transfer.data.dataset_summary import impressions_per_user, summarize
+    except ImportError:  # a checkout before the module's rename (--before)
+        from gemkd.transfer.data.summary import (  # type: ignore[import-not-found,no-redef]
+            impressions_per_user,
+            summarize,
+        )
 
     summarize(data)
     impressions_per_user(data)
