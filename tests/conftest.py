@@ -94,14 +94,18 @@ def one_torch_thread():
     torch.set_num_threads(before)
 
 
-@pytest.fixture(autouse=True)
-def _serial_sweeps(monkeypatch):
+@pytest.fixture(scope="session", autouse=True)
+def _serial_sweeps():
     """``gemkd run`` without ``--workers`` trains its student runs side by side on every core;
     the tests' tiny sweeps would spend more on starting workers than on training, so they run
-    serially unless a test asks for workers (tests/experiments/run/test_fanout.py)."""
+    serially unless a test asks for workers (tests/experiments/run/test_fanout.py). Session
+    scope: set up before any session fixture, whose runs (tests/faults' ``tiny_run``) would
+    otherwise start a pool, and with it a forkserver that outlives them in pytest."""
     from gemkd.experiments.run import executors
 
-    monkeypatch.setattr(executors, "default_workers", lambda threads: 1)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(executors, "default_workers", lambda threads: 1)
+        yield
 
 
 @pytest.fixture(autouse=True)

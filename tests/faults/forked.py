@@ -51,14 +51,21 @@ class Child:
 
     def wait_paused(self, timeout: float = 120) -> None:
         """Block until the child reached its pause point (fails if it exited first)."""
+        self.wait_until(self.sentinel.exists, "its pause point", timeout)
+
+    def wait_until(self, condition: Callable[[], bool], what: str, timeout: float) -> None:
+        """Block until ``condition()`` holds, a sign the command gives as it runs (a file it
+        writes). Fails at once, with the child's output, if the child exits first; fails
+        naming ``what`` it waited for, after killing the child, if ``timeout`` s pass."""
         deadline = time.monotonic() + timeout
-        while not self.sentinel.exists():
+        while not condition():
             if self._poll():
-                pytest.fail(f"child exited {self.returncode} before pausing:\n"
+                pytest.fail(f"child exited {self.returncode} before {what}:\n"
                             f"{self.output()[-3000:]}")
             if time.monotonic() > deadline:
                 self.kill()
-                pytest.fail(f"child did not pause within {timeout} s:\n{self.output()[-3000:]}")
+                pytest.fail(f"child did not reach {what} within {timeout} s:\n"
+                            f"{self.output()[-3000:]}")
             time.sleep(0.01)
 
     def kill(self) -> None:
@@ -98,6 +105,7 @@ def fork_gemkd(argv: list[str], workdir: Path, pause: str | None = None,
         os.dup2(fd, 1)
         os.dup2(fd, 2)
         sys.stdout = sys.stderr = open(fd, "w", buffering=1, closefd=False)  # noqa: SIM115
+        _forget_parent_forkserver()
         import torch
 
         torch.set_num_threads(1)  # no OpenMP team inherited across the fork is ever used
@@ -112,6 +120,21 @@ def fork_gemkd(argv: list[str], workdir: Path, pause: str | None = None,
     finally:
         sys.stdout.flush()
         os._exit(code)
+
+
+def _forget_parent_forkserver() -> None:
+    """Make the child start its own multiprocessing forkserver if it needs one. A fork copies
+    the parent's forkserver state (a session fixture's ``gemkd run`` on two cores started one
+    in pytest), and a child's ``gemkd run --workers 2`` then failed starting its pool:
+    ``waitpid`` of a server that is not its child raises ChildProcessError (CPython 3.11
+    resets nothing at a fork). ``__init__`` again: the module's functions are bound to this
+    instance; the inherited "alive" pipe end is closed so the parent's server can still end."""
+    from multiprocessing import forkserver
+
+    server = forkserver._forkserver  # type: ignore[attr-defined]
+    if server._forkserver_alive_fd is not None:
+        os.close(server._forkserver_alive_fd)
+    server.__init__()
 
 
 def _stop(sentinel: Path) -> None:

@@ -5,6 +5,7 @@ went on training, orphaned, for 15+ minutes; a worker ignored SIGTERM (its job c
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import time
@@ -14,7 +15,7 @@ import pytest
 import yaml
 
 from tests.faults.conftest import SPEC, gemkd_run
-from tests.faults.forked import fork_gemkd
+from tests.faults.forked import Child, fork_gemkd
 
 # a KD method that, while HANG exists, stops inside its first training step (in Lightning, as a
 # student run's work is) after writing busy-<pid>
@@ -45,12 +46,25 @@ def _alive(pid: int) -> bool:
         return False
 
 
-def _busy(where: Path, n: int, timeout: float = 300) -> list[int]:
-    deadline = time.monotonic() + timeout
-    while len(pids := sorted(int(p.name.split("-")[1]) for p in where.glob("busy-*"))) < n:
-        assert time.monotonic() < deadline, f"{len(pids)} of {n} workers busy"
-        time.sleep(0.05)
-    return pids
+def _busy_pids(where: Path) -> list[int]:
+    return sorted(int(p.name.split("-")[1]) for p in where.glob("busy-*"))
+
+
+def _busy(child: Child, where: Path, n: int) -> list[int]:
+    """The pids of ``n`` workers once each has written ``busy-<pid>`` (inside a student run's
+    training step): the run's own signal, waited for while the command lives. The time-out
+    only bounds a hang; the command's data, teacher and store steps come first (~40 s alone
+    here, minutes on a loaded machine). On a failure the busy workers are killed too: they
+    would spin in ``Hangs`` for the rest of the session."""
+    try:
+        child.wait_until(lambda: len(_busy_pids(where)) >= n,
+                         f"{n} workers busy (busy-<pid> files in {where})", timeout=900)
+    except BaseException:
+        for pid in _busy_pids(where):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        raise
+    return _busy_pids(where)
 
 
 @pytest.fixture
@@ -77,7 +91,7 @@ def _argv(spec: Path, out: Path) -> list[str]:
 def test_sigterm_stops_every_worker_and_exits_143_resumable(spec, tmp_path, capsys):
     out = tmp_path / "run"
     child = fork_gemkd(_argv(spec, out), tmp_path / "child")
-    workers = _busy(tmp_path, 2)  # both workers inside a student run's training step
+    workers = _busy(child, tmp_path, 2)  # both workers inside a student run's training step
     os.kill(child.pid, signal.SIGTERM)
     assert child.wait() == 143, child.output()[-3000:]
     assert "Traceback" not in child.output(), child.output()[-3000:]
@@ -99,7 +113,7 @@ def test_sigterm_stops_every_worker_and_exits_143_resumable(spec, tmp_path, caps
 def test_sigterm_to_a_worker_ends_it(spec, tmp_path):
     out = tmp_path / "run"
     child = fork_gemkd(_argv(spec, out), tmp_path / "child")
-    victim, _ = _busy(tmp_path, 2)
+    victim, _ = _busy(child, tmp_path, 2)
     (tmp_path / "hang").unlink()  # the runs retried on a fresh pool (and the other) go on
     for p in tmp_path.glob("busy-*"):
         p.unlink()

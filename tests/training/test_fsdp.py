@@ -64,12 +64,16 @@ class Probe(pl.Callback):
         }))
 
 
-cfg = load_teacher_config(config, {"max_steps": int(max_steps)})
-dm, module = build_run(cfg, data)
-trainer = build_trainer(out, strategy="fsdp", devices=2, max_steps=cfg.max_steps,
-                        checkpoint_every_n_steps=10, progress_bar=False, log_every_n_steps=5,
-                        callbacks=[Probe()], enable_model_summary=False)
-fit(module, dm, trainer, resume=resume == "1")
+def train():
+    cfg = load_teacher_config(config, {"max_steps": int(max_steps)})
+    dm, module = build_run(cfg, data)
+    trainer = build_trainer(out, strategy="fsdp", devices=2, max_steps=cfg.max_steps,
+                            checkpoint_every_n_steps=10, progress_bar=False,
+                            log_every_n_steps=5, callbacks=[Probe()], enable_model_summary=False)
+    fit(module, dm, trainer, resume=resume == "1")
+
+
+train()  # its trainer and module (whose FSDP state holds process groups) are gone after it
 release_process_group()  # as the CLI does: no gloo threads left at exit
 '''
 

@@ -35,13 +35,15 @@ pack removes, and a Trainer drives one module's optimisers. A run today is not c
 mid-fit (a killed run is run again); a killed pack is run again the same way. Members that
 cannot be packed (parameter shapes, their own optimisers, a gradient clip; in batched mode also
 attributes other than floats that differ) raise :class:`PackError` at construction; an op vmap
-cannot batch raises on the first step. The caller then trains them one by one.
+cannot batch raises on the first step. The caller then trains them one by one. Those checks
+and the members' knobs: :mod:`~gemkd.transfer.packs.members`; whether a step runs stacked:
+:mod:`~gemkd.transfer.packs.stackable`.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -52,22 +54,22 @@ from torch.func import functional_call, vmap
 from gemkd.transfer.data.batch import Batch
 from gemkd.transfer.distill.module import DistillModule
 from gemkd.transfer.methods.base import StepState, TeacherTargets, TransferMethod
-from gemkd.transfer.models import StudentOutput, optional_hook
+from gemkd.transfer.models import StudentOutput
 from gemkd.transfer.packs.adamw import MemberGroup, PackAdamW
+from gemkd.transfer.packs.members import (
+    PackError,
+    aliases,
+    member_knobs,
+    param_settings,
+    same_value,
+)
 from gemkd.transfer.packs.pack_ema import PackEMA
-from gemkd.transfer.training.flat_adamw import FlatAdamW
+from gemkd.transfer.packs.stackable import method_stacks, stacked_forward
 from gemkd.transfer.training.table_optim import ROW_RULES
 
+__all__ = ["PackError", "PackedDistill", "member_knobs", "method_stacks", "stacked_forward"]
+
 log = logging.getLogger(__name__)
-
-#: attributes of the template that differ per member by design and that the pack replaces
-_OWN = {"": ("teacher", "lr", "embedding_lr", "last_metrics")}
-#: submodules each member keeps for itself (its evaluation metrics)
-_OWN_MODULES = ("val_metrics", "test_metrics")
-
-
-class PackError(ValueError):
-    """The members cannot be trained as one pack (the message says why)."""
 
 
 class _Call(nn.Module):
@@ -79,122 +81,6 @@ class _Call(nn.Module):
 
     def forward(self, name: str, *args: Any) -> Any:
         return getattr(self.module, name)(*args)
-
-
-def _plain_attrs(module: nn.Module) -> dict[str, Any]:
-    return {k: v for k, v in vars(module).items()
-            if not k.startswith("_") and k != "training" and not callable(v)}
-
-
-def member_knobs(members: Sequence[nn.Module]) -> dict[tuple[str, str], list[float]]:
-    """``(module path, attribute) → one value per member`` for every plain float attribute of
-    the members' submodules that is not the same for all; :class:`PackError` for any other
-    attribute that differs (a width, a choice, an object) or a structure that does."""
-    base = dict(members[0].named_modules())
-    knobs: dict[tuple[str, str], list[float]] = {}
-    for other in members[1:]:
-        if list(dict(other.named_modules())) != list(base):
-            raise PackError("the members' modules differ in structure")
-    for path, module in base.items():
-        if path.split(".")[0] in _OWN_MODULES:
-            continue
-        own = _OWN.get(path, ())
-        peers = [dict(m.named_modules())[path] for m in members]
-        if any(type(p) is not type(module) for p in peers):
-            raise PackError(f"module {path!r} differs in class between members")
-        attrs = [_plain_attrs(p) for p in peers]
-        for name, value in attrs[0].items():
-            if name in own:
-                continue
-            values = [a.get(name) for a in attrs]
-            if all(_same(value, v) for v in values[1:]):
-                continue
-            floats = [float(v) for v in values if type(v) is float]
-            if len(floats) == len(values):
-                knobs[(path, name)] = floats
-            else:
-                raise PackError(f"{type(module).__name__}.{name} ({path or 'module'}) differs "
-                                f"between members: {values}")
-    return knobs
-
-
-def _same(a: Any, b: Any) -> bool:
-    if a is b:
-        return True
-    if isinstance(a, Tensor) or isinstance(b, Tensor):
-        return isinstance(a, Tensor) and isinstance(b, Tensor) and a.shape == b.shape \
-            and a.dtype == b.dtype and bool(torch.equal(a, b))
-    try:
-        return bool(a == b)
-    except Exception:  # an object without a usable ==: only itself is the same
-        return False
-
-
-def _aliases(module: nn.Module, name: str) -> list[str]:
-    """Every name of the parameter or buffer ``name`` of ``module`` (more than one if tied)."""
-    target = module.get_parameter(name) if name in dict(module.named_parameters()) \
-        else module.get_buffer(name)
-    named = [*module.named_parameters(remove_duplicate=False),
-             *module.named_buffers(remove_duplicate=False)]
-    return [n for n, t in named if t is target]
-
-
-def _param_settings(member: DistillModule) -> tuple[dict[str, dict[str, Any]], list[Any]]:
-    """Each trained parameter's optimiser settings, by name, from the member's own
-    ``configure_optimizers`` (its groups as a run builds them), and its other optimisers."""
-    optimizers = member.configure_optimizers()
-    main = optimizers[0] if isinstance(optimizers, list) else optimizers
-    rest = optimizers[1:] if isinstance(optimizers, list) else []
-    if not isinstance(main, FlatAdamW | torch.optim.AdamW):
-        raise PackError(f"the student's optimiser is {type(main).__name__}, not AdamW")
-    names = {id(p): n for n, p in member.named_parameters()}
-    out = {}
-    for g in main.param_groups:
-        if g["amsgrad"] or g["maximize"] or not g.get("decoupled_weight_decay", True):
-            raise PackError("a pack runs AdamW without amsgrad or maximize")
-        for p in g["params"]:
-            out[names[id(p)]] = {"lr": float(g["lr"]), "weight_decay": float(g["weight_decay"]),
-                                 "betas": tuple(g["betas"]), "eps": float(g["eps"]),
-                                 "rule": g.get("table_rule", "dense_adamw")}
-    return out, rest
-
-
-def stacked_forward(student: nn.Module) -> Any:
-    """``student.forward_stacked`` when it mirrors the student's ``forward``, else None: the
-    class that defines ``forward_stacked`` must define ``forward`` too, and a subclass of it
-    may change ``__init__`` only (a user's subclass that overrides ``forward`` or a building
-    block it calls runs under vmap, not through a stacked forward that would ignore it)."""
-    hook = optional_hook(student, "forward_stacked")
-    if hook is None:
-        return None
-    mro = type(student).__mro__
-    owner = next(c for c in mro if "forward_stacked" in vars(c))
-    if "forward" not in vars(owner):
-        return None
-    for cls in mro[:mro.index(owner)]:
-        if any(callable(v) and name != "__init__" for name, v in vars(cls).items()):
-            return None
-    return hook
-
-
-#: The hooks of a step a stacked pack runs once for every member (``TransferMethod.stacks``)
-_STEP_HOOKS = ("before_student", "after_forward", "loss")
-
-
-def method_stacks(method: TransferMethod) -> bool:
-    """Whether ``method``'s step hooks take a stacked pack's step: each is the protocol's
-    default or defined by a class that declares ``stacks = True``, and no subclass below such
-    a class overrides anything but ``__init__``."""
-    mro = type(method).__mro__
-    owners = {next(c for c in mro if hook in vars(c)) for hook in _STEP_HOOKS}
-    declared = [c for c in owners if c is not TransferMethod]
-    if any(vars(c).get("stacks") is not True for c in declared):
-        return False
-    if not declared:
-        return True
-    lowest = min(mro.index(c) for c in declared)
-    return not any(callable(v) and name != "__init__"
-                   for cls in mro[:lowest] for name, v in vars(cls).items())
 
 
 class PackedDistill:
@@ -218,7 +104,7 @@ class PackedDistill:
         self.knobs = member_knobs(members) if batched else {}
         settings = []
         for m in members:
-            s, rest = _param_settings(m)
+            s, rest = param_settings(m)
             if rest:
                 raise PackError(f"a method has an optimiser of its own "
                                 f"({type(rest[0]).__name__}): it steps per run")
@@ -244,7 +130,7 @@ class PackedDistill:
                            .requires_grad_(batched and n in names) for n in own[0]}
             bufs = [dict(m.named_buffers()) for m in members]
             self.buffers = {n: torch.stack([b[n] for b in bufs]) for n in bufs[0]
-                            if not all(_same(bufs[0][n], b[n]) for b in bufs[1:])}
+                            if not all(same_value(bufs[0][n], b[n]) for b in bufs[1:])}
         if self.buffers and not batched:
             self.buffers = {}
         trained = [self.params[n] for n in names]
@@ -266,7 +152,7 @@ class PackedDistill:
             members[0].train()  # as Lightning's fit starts (every submodule)
         # every name a stacked tensor goes by in the template (a tied weight under each of its
         # names), so functional_call swaps them without its per-call search for ties
-        self._names = {n: [f"module.{a}" for a in _aliases(members[0], n)]
+        self._names = {n: [f"module.{a}" for a in aliases(members[0], n)]
                        for n in [*self.params, *self.buffers]}
         self.teacher = members[0].teacher
         self.steps = 0

@@ -1,5 +1,6 @@
 """Lightning training for any multi-task ranking model (teachers now, students later)."""
 
+from gemkd.transfer.training.process_group import release_process_group
 from gemkd.transfer.training.ranking_module import RankingModule, fsdp_mesh, shard_model
 from gemkd.transfer.training.trainer import (
     ResumableLoader,
@@ -8,7 +9,6 @@ from gemkd.transfer.training.trainer import (
     even_batch_limit,
     fit,
     make_trainer,
-    release_process_group,
     resume_path,
     training_base_rates,
     training_rates,

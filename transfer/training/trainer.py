@@ -341,15 +341,6 @@ def even_batch_limit(reader: DatasetReader, world_size: int) -> int:
     return sum(counts[:per_rank])
 
 
-def release_process_group() -> None:
-    """Destroy torch.distributed's default process group if one is open. Lightning's strategies
-    leave it open after ``fit``; gloo's worker threads then outlive the interpreter's shutdown and
-    a rank can abort at exit ("terminate called without an active exception", signal 6) after a
-    run that succeeded. Call it once a process has no more collective work."""
-    if torch.distributed.is_available() and torch.distributed.is_initialized():
-        torch.distributed.destroy_process_group()
-
-
 def fit(module: pl.LightningModule, datamodule: AdsDataModule, trainer: pl.Trainer,
         resume: bool = False) -> Path | None:
     """``trainer.fit``; with ``resume`` continue from ``last.ckpt`` of the trainer's run
