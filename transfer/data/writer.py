@@ -16,6 +16,7 @@ from gemkd.transfer.io import fs
 
 _PART = re.compile(r"part-(\d+)\.parquet")
 ROW_GROUP_SIZE = 16_384  # the unit of parallel reading: workers split the row groups
+PART_ROWS = 64 * ROW_GROUP_SIZE  # rows of a day's part file (1,048,576) for streaming writers
 
 
 def day_path(root: str | Path, day: int) -> str | Path:

@@ -40,13 +40,12 @@ from gemkd.transfer.data.importer.mapping import Ids, Mapping, SideTable
 from gemkd.transfer.data.importer.stream_write import Carry, DayWriter, Hist
 from gemkd.transfer.data.ranges import N_AGE_BUCKETS, age_buckets, gather_ranges
 from gemkd.transfer.data.schema import DatasetSchema, Feature
-from gemkd.transfer.data.writer import ROW_GROUP_SIZE
+from gemkd.transfer.data.writer import PART_ROWS, ROW_GROUP_SIZE
 from gemkd.transfer.errors import DataError
 
 log = logging.getLogger(__name__)
 
 BATCH_ROWS = 262_144             # rows read and converted at a time
-PART_ROWS = 64 * ROW_GROUP_SIZE  # rows of a day's part file (1,048,576)
 DAY_NS = 86_400 * 10**9
 _COMPACT = 4_000_000             # distinct values gathered before they are deduplicated
 Extract = Callable[[pd.DataFrame, Path, Mapping], dict]
