@@ -37,10 +37,10 @@ import pyarrow as pa
 
 from gemkd.transfer.data.importer import day_checks, encode, sides, source
 from gemkd.transfer.data.importer.mapping import Ids, Mapping, SideTable
-from gemkd.transfer.data.importer.stream_write import Carry, DayWriter, Hist
+from gemkd.transfer.data.importer.stream_write import Carry, Hist
 from gemkd.transfer.data.ranges import N_AGE_BUCKETS, age_buckets, gather_ranges
 from gemkd.transfer.data.schema import DatasetSchema, Feature
-from gemkd.transfer.data.writer import PART_ROWS, ROW_GROUP_SIZE
+from gemkd.transfer.data.writer import PART_ROWS, ROW_GROUP_SIZE, DayWriter
 from gemkd.transfer.errors import DataError
 
 log = logging.getLogger(__name__)

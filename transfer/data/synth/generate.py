@@ -7,7 +7,6 @@ from pathlib import Path
 
 import numpy as np
 
-from gemkd.transfer.data.importer.stream_write import DayWriter
 from gemkd.transfer.data.ranges import N_AGE_BUCKETS
 from gemkd.transfer.data.schema import SCHEMA_FILE, DatasetSchema, Feature
 from gemkd.transfer.data.synth.config import SynthConfig
@@ -27,7 +26,7 @@ from gemkd.transfer.data.synth.world import (
 from gemkd.transfer.data.synth.world import (
     N_AGE_BUCKETS as N_USER_AGE,
 )
-from gemkd.transfer.data.writer import PART_ROWS, ROW_GROUP_SIZE
+from gemkd.transfer.data.writer import PART_ROWS, ROW_GROUP_SIZE, DayWriter
 from gemkd.transfer.io.publish import output_directory
 
 log = logging.getLogger(__name__)

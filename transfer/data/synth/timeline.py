@@ -14,8 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gemkd.transfer.data.importer.stream_write import _last_per_user, _merge
-from gemkd.transfer.data.ranges import age_buckets, gather_ranges
+from gemkd.transfer.data.ranges import age_buckets, gather_ranges, last_per_user, merge_at
 from gemkd.transfer.data.synth.world import World
 
 DAY = 86_400
@@ -49,14 +48,14 @@ class Timeline:
                  np.arange(len(key)) + np.searchsorted(self.key, sorted_key, side="right"),
                  order)
         del sorted_key
-        self.key = _merge(self.key, key, where)
-        self.item = _merge(self.item, item.astype(np.int64), where)
-        self.category = _merge(self.category, category.astype(np.int32), where)
-        self.action = _merge(self.action, action.astype(np.int32), where)
+        self.key = merge_at(self.key, key, where)
+        self.item = merge_at(self.item, item.astype(np.int64), where)
+        self.category = merge_at(self.category, category.astype(np.int32), where)
+        self.action = merge_at(self.action, action.astype(np.int32), where)
 
     def keep_last(self, max_events: int) -> None:
         """Keep each user's last ``max_events`` events: all a later impression's history reads."""
-        keep = _last_per_user(self.key >> 32, max_events)
+        keep = last_per_user(self.key >> 32, max_events)
         self.key, self.item = self.key[keep], self.item[keep]
         self.category, self.action = self.category[keep], self.action[keep]
 
