@@ -85,7 +85,7 @@ class Impressions:
         return len(self.users)
 
 
-SCORE_CHUNK = 1 << 16  # impressions whose candidate ads are scored at once: bounds their vectors
+SCORE_CHUNK = 1 << 14  # impressions scored at once: bounds their candidates' vectors and logits
 
 
 def sample_impressions(world: World, day: int, rng: np.random.Generator) -> Impressions:
@@ -105,27 +105,28 @@ def sample_impressions(world: World, day: int, rng: np.random.Generator) -> Impr
     domain = np.argmax(np.log(dprob) + rng.gumbel(size=dprob.shape), axis=1)
     del dprob
 
-    # Serving picks the best of a few random live ads by a noisy relevance score, scored in
-    # blocks (the candidates' vectors are [n, candidates, k]; the noise is drawn block by block,
-    # the same stream as at once).
+    # Serving picks the best of a few random live ads by a noisy relevance score; the served
+    # ad's label logits follow. Both in blocks: the candidates' vectors are [n, candidates, k]
+    # and the logits' parts a dozen [n, k] arrays; the noise drawn block by block is the same
+    # stream as drawn at once.
     alive = world.alive_ads(day)
     cands = alive[rng.integers(0, len(alive), (n, cfg.ad_candidates))]
     ads = np.empty(n, dtype=cands.dtype)
+    probs = None  # [3, n]: click, conversion given click, engage (the logits' float type)
     for lo in range(0, n, SCORE_CHUNK):
         sl = slice(lo, lo + SCORE_CHUNK)
-        uvec = world.user_vec[row, users[sl]] * world.domain_gain[domain[sl]]
-        cand_aff = np.einsum("nk,nck->nc", uvec, world.ad_vec[row, cands[sl]])
+        uvec = world.user_vec[row, users[sl]]
+        cand_aff = np.einsum("nk,nck->nc", uvec * world.domain_gain[domain[sl]],
+                             world.ad_vec[row, cands[sl]])
         pick = np.argmax(cfg.targeting * cand_aff + rng.gumbel(size=cand_aff.shape), axis=1)
         ads[sl] = cands[sl][np.arange(len(pick)), pick]
+        f = label_logits(world, day, users[sl], ads[sl], domain[sl], uvec).total()
+        if probs is None:
+            probs = np.empty((3, n), dtype=f.dtype)
+        probs[:, sl] = _sigmoid(f.T)
     del cands
-
-    parts = label_logits(world, day, users, ads, domain, world.user_vec[row, users])
-    f = parts.total()
-    del parts
-    p_click = _sigmoid(f[:, 0])
-    p_conv_given_click = _sigmoid(f[:, 1])
-    p_engage = _sigmoid(f[:, 2])
-    del f
+    assert probs is not None  # n >= 1 (SynthConfig)
+    p_click, p_conv_given_click, p_engage = probs
     click = rng.random(n) < p_click
     conversion = click & (rng.random(n) < p_conv_given_click)
     engage = rng.random(n) < p_engage
