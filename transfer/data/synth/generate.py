@@ -69,8 +69,9 @@ def generate(cfg: SynthConfig, out: str | Path, overwrite: bool = False,
     day by day the impressions are drawn, the users' last ``max_history`` events are carried
     from one day to the next (a merge, no re-sort of the timeline) and the day is written a row
     group at a time into part files, so memory is bounded by one day's scalar columns, one row
-    group's histories and the users' carried events. The same config and seed give
-    byte-identical Parquet, whatever ``part_rows`` (which only splits a day's files).
+    group's histories and the users' carried events. The same config, seed and ``part_rows``
+    give byte-identical Parquet; ``part_rows`` only decides where a day's rows are cut into
+    files, not the rows.
 
     Parameters
     ----------
