@@ -138,13 +138,14 @@ def test_synth_cli_writes_dataset_and_refuses_to_clobber(tmp_path, capsys):
 
 
 def test_interrupted_generation_leaves_no_output(tmp_path, monkeypatch):
+    from gemkd.transfer.data.writer import DayWriter
     from tests.conftest import tiny_config
 
     gen = importlib.import_module("gemkd.transfer.data.synth.generate")
 
     calls = {"n": 0}
 
-    class Dying(gen.DayWriter):
+    class Dying(DayWriter):
         def add(self, table):
             calls["n"] += 1  # tiny: a row group a day, so the third day's
             if calls["n"] == 3:
