@@ -138,20 +138,21 @@ def test_synth_cli_writes_dataset_and_refuses_to_clobber(tmp_path, capsys):
 
 
 def test_interrupted_generation_leaves_no_output(tmp_path, monkeypatch):
+    from gemkd.transfer.data.dataset_writer import DayWriter
     from tests.conftest import tiny_config
 
     gen = importlib.import_module("gemkd.transfer.data.synth.generate")
 
     calls = {"n": 0}
-    real = gen.write_day
 
-    def dying(table, root, day):
-        calls["n"] += 1
-        if calls["n"] == 3:
-            raise RuntimeError("disk gone")
-        return real(table, root, day)
+    class Dying(DayWriter):
+        def add(self, table):
+            calls["n"] += 1  # tiny: a row group a day, so the third day's
+            if calls["n"] == 3:
+                raise RuntimeError("disk gone")
+            super().add(table)
 
-    monkeypatch.setattr(gen, "write_day", dying)
+    monkeypatch.setattr(gen, "DayWriter", Dying)
     out = tmp_path / "out"
     with pytest.raises(RuntimeError):
         gen.generate(tiny_config(), out)

@@ -12,8 +12,9 @@ import pandas as pd
 import pytest
 import yaml
 
+from gemkd.transfer.data import dataset_writer as writer
 from gemkd.transfer.data.dataset_reader import DatasetReader
-from gemkd.transfer.data.importer import import_logs, load_mapping, stream, stream_write
+from gemkd.transfer.data.importer import import_logs, load_mapping, stream
 from gemkd.transfer.data.kuairand import kuairand_mapping
 from gemkd.transfer.data.schema import DatasetSchema
 from gemkd.transfer.errors import DataError
@@ -133,7 +134,7 @@ def test_many_users_and_dates_carry_histories_across_dates(tmp_path):
 def test_a_day_in_part_files_reads_as_one_day(tmp_path, monkeypatch):
     """Row groups of 4 rows, parts of 8: a day of 20 rows is parts 0..2, read as one day."""
     monkeypatch.setattr(stream, "ROW_GROUP_SIZE", 4)
-    monkeypatch.setattr(stream_write, "ROW_GROUP_SIZE", 4)
+    monkeypatch.setattr(writer, "ROW_GROUP_SIZE", 4)
     src, path = test_import.setup(tmp_path)
     log = pd.concat([test_import.LOG.assign(event_time=test_import.LOG["event_time"] + 1000 * k)
                      for k in range(5)], ignore_index=True)

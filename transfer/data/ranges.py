@@ -42,3 +42,24 @@ def equal_count_days(ts: np.ndarray, n_days: int) -> np.ndarray:
     """Day index of each timestamp: ``n_days`` time buckets holding about equal row counts."""
     edges = np.quantile(ts, np.linspace(0, 1, n_days + 1)[1:-1])
     return np.searchsorted(edges, ts, side="right").astype(np.int32)
+
+
+def merge_at(carried: np.ndarray, rows: np.ndarray,
+             where: tuple[np.ndarray, np.ndarray, np.ndarray]) -> np.ndarray:
+    """Two sorted runs merged without a sort: ``carried`` at the places ``at_carry`` and
+    ``rows`` (taken in their sorted ``order``) at ``at_rows``, the places a merge computed by
+    ``searchsorted`` (the streaming importer's carried events and a date's rows; the
+    synthetic world's carried events and a day's)."""
+    at_carry, at_rows, order = where
+    out = np.empty(len(carried) + len(rows), dtype=rows.dtype)
+    out[at_carry] = carried
+    out[at_rows] = rows[order]
+    return out
+
+
+def last_per_user(user: np.ndarray, keep: int) -> np.ndarray:
+    """A mask of each user's last ``keep`` positions (``user`` sorted)."""
+    n = len(user)
+    last = np.r_[user[1:] != user[:-1], True]
+    user_end = np.minimum.accumulate(np.where(last, np.arange(n), n)[::-1])[::-1]
+    return np.arange(n) > user_end - keep

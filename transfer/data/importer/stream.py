@@ -35,10 +35,10 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from gemkd.transfer.data.dataset_writer import ROW_GROUP_SIZE
+from gemkd.transfer.data.dataset_writer import PART_ROWS, ROW_GROUP_SIZE, DayWriter
 from gemkd.transfer.data.importer import day_checks, encode, sides, source
 from gemkd.transfer.data.importer.mapping import Ids, Mapping, SideTable
-from gemkd.transfer.data.importer.stream_write import Carry, DayWriter, Hist
+from gemkd.transfer.data.importer.stream_write import Carry, Hist
 from gemkd.transfer.data.ranges import N_AGE_BUCKETS, age_buckets, gather_ranges
 from gemkd.transfer.data.schema import DatasetSchema, Feature
 from gemkd.transfer.errors import DataError
@@ -46,7 +46,6 @@ from gemkd.transfer.errors import DataError
 log = logging.getLogger(__name__)
 
 BATCH_ROWS = 262_144             # rows read and converted at a time
-PART_ROWS = 64 * ROW_GROUP_SIZE  # rows of a day's part file (1,048,576)
 DAY_NS = 86_400 * 10**9
 _COMPACT = 4_000_000             # distinct values gathered before they are deduplicated
 Extract = Callable[[pd.DataFrame, Path, Mapping], dict]

@@ -46,9 +46,10 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from gemkd.transfer.data.dataset_writer import DayWriter
 from gemkd.transfer.data.importer import source, stream, stream_ray_hist
 from gemkd.transfer.data.importer.mapping import Mapping, SideTable
-from gemkd.transfer.data.importer.stream_write import DayWriter, Hist
+from gemkd.transfer.data.importer.stream_write import Hist
 from gemkd.transfer.data.schema import DatasetSchema
 from gemkd.transfer.errors import DataError
 from gemkd.transfer.ray_cluster import ray_connected

@@ -7,12 +7,16 @@ from pathlib import Path
 
 import numpy as np
 
-from gemkd.transfer.data.dataset_writer import write_day
+from gemkd.transfer.data.dataset_writer import PART_ROWS, ROW_GROUP_SIZE, DayWriter
 from gemkd.transfer.data.ranges import N_AGE_BUCKETS
 from gemkd.transfer.data.schema import SCHEMA_FILE, DatasetSchema, Feature
-from gemkd.transfer.data.synth.impressions import impressions_for_day
+from gemkd.transfer.data.synth.impressions import (
+    add_clicks,
+    impression_table,
+    sample_impressions,
+)
 from gemkd.transfer.data.synth.synth_config import SynthConfig
-from gemkd.transfer.data.synth.timeline import N_ACTIONS, build_timeline
+from gemkd.transfer.data.synth.timeline import N_ACTIONS, Timeline, build_timeline
 from gemkd.transfer.data.synth.world import (
     N_AD_FORMATS,
     N_COUNTRIES,
@@ -57,39 +61,66 @@ def synth_schema(cfg: SynthConfig, n_ads_total: int) -> DatasetSchema:
     )
 
 
-def generate(cfg: SynthConfig, out: str | Path, overwrite: bool = False) -> DatasetSchema:
+def generate(cfg: SynthConfig, out: str | Path, overwrite: bool = False,
+             part_rows: int = PART_ROWS) -> DatasetSchema:
     """Write the synthetic world of ``cfg`` as a gemkd dataset.
 
-    Days are generated one at a time (memory bounded by one day) into a temporary directory,
-    renamed to ``out`` at the end; the same config and seed give byte-identical Parquet.
+    The background timeline is drawn first (the seed's stream draws every day's at once); then
+    day by day the impressions are drawn, the users' last ``max_history`` events are carried
+    from one day to the next (a merge, no re-sort of the timeline) and the day is written a row
+    group at a time into part files, so memory is bounded by one day's scalar columns, one row
+    group's histories and the users' carried events. The same config, seed and ``part_rows``
+    give byte-identical Parquet; ``part_rows`` only decides where a day's rows are cut into
+    files, not the rows.
 
     Parameters
     ----------
     cfg
         The world's knobs (docs/guides/data.md).
     out
-        The dataset directory (or s3:// URI).
+        The dataset directory (or s3:// URI), written in a temporary directory and renamed.
     overwrite
         Replace a dataset already at ``out``.
+    part_rows
+        Rows of a day's part file (``part-K.parquet``): a positive multiple of the row group
+        (16,384 rows).
 
     Returns
     -------
     DatasetSchema
         The schema written as ``schema.json``.
+
+    Raises
+    ------
+    ValueError
+        ``part_rows`` is not a positive multiple of the row group.
     """
+    if part_rows < ROW_GROUP_SIZE or part_rows % ROW_GROUP_SIZE:
+        raise ValueError(f"part_rows must be a positive multiple of {ROW_GROUP_SIZE} (whole "
+                         f"row groups), got {part_rows}")
     rng = np.random.default_rng(cfg.seed)
     world = build_world(cfg, rng)
-    timeline = build_timeline(world, rng)
+    background = build_timeline(world, rng)
     schema = synth_schema(cfg, world.n_ads_total)
     schema.generator = dict(vars(cfg))
     arrow_schema = schema.arrow_schema()
+    timeline = Timeline.empty()
     with output_directory(out, overwrite=overwrite, last=(SCHEMA_FILE,)) as tmp:
         next_id = 0
         for day in range(cfg.n_days):
-            table = impressions_for_day(world, timeline, day, next_id, rng)
-            next_id += table.num_rows
-            write_day(table.cast(arrow_schema), tmp, day)
-            schema.rows_per_day[str(day)] = table.num_rows
-            log.info("day %d: %d examples", day, table.num_rows)
+            row = world.day_row(day)
+            background.add_to(timeline, 0 if day == 0 else row, row + 1)
+            imp = sample_impressions(world, day, rng)
+            writer = DayWriter(Path(tmp), day, arrow_schema, part_rows)
+            for lo in range(0, len(imp), ROW_GROUP_SIZE):
+                rows = slice(lo, min(lo + ROW_GROUP_SIZE, len(imp)))
+                writer.add(impression_table(world, imp, rows, next_id, timeline)
+                           .cast(arrow_schema))
+            writer.close()
+            add_clicks(timeline, world, imp)
+            timeline.keep_last(cfg.max_history)
+            next_id += len(imp)
+            schema.rows_per_day[str(day)] = len(imp)
+            log.info("day %d: %d examples", day, len(imp))
         schema.save(tmp)
     return schema

@@ -1,7 +1,10 @@
 """Users' engagement timelines: organic views/likes and ad clicks/conversions, over time.
 
-Events are kept sorted by ``(user, time)`` in one int64 key, so the history of any number of
-impressions is two ``searchsorted`` calls and one gather: no Python loop over rows.
+The background events (pre-history and data days) are drawn at once, as the seed's stream has
+always drawn them, and kept in (day, user, time) order (``Background``); a ``Timeline`` holds only
+what the next impressions can see: each user's last ``max_history`` events, sorted by ``(user,
+time)`` in one int64 key, joined by a merge as days go by (no re-sort of the whole timeline), so
+the history of any number of impressions is two ``searchsorted`` calls and one gather.
 Times are seconds since the start of the pre-history (day ``-history_days``).
 """
 
@@ -11,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gemkd.transfer.data.ranges import age_buckets, gather_ranges
+from gemkd.transfer.data.ranges import age_buckets, gather_ranges, last_per_user, merge_at
 from gemkd.transfer.data.synth.world import World
 
 DAY = 86_400
@@ -22,19 +25,39 @@ INTEREST_TEMPERATURE = 4.0
 
 @dataclass
 class Timeline:
+    """Events sorted by ``(user, time)``, ties in the order they were added."""
+
     key: np.ndarray  # user << 32 | t, sorted
     item: np.ndarray  # int64: ad id, or n_ads_total + content id
     category: np.ndarray  # int32 topic
     action: np.ndarray  # int32
 
+    @classmethod
+    def empty(cls) -> Timeline:
+        return cls(np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0, np.int32),
+                   np.empty(0, np.int32))
+
     def add(self, users: np.ndarray, t: np.ndarray, item: np.ndarray, category: np.ndarray,
             action: np.ndarray) -> None:
-        key = np.concatenate([self.key, _key(users, t)])
+        """Merge events in, each after the events already held at the same (user, time) and
+        equal ones in the order given: the order of a stable sort of all of them, without it."""
+        key = _key(users, t)
         order = np.argsort(key, kind="stable")
-        self.key = key[order]
-        self.item = np.concatenate([self.item, item.astype(np.int64)])[order]
-        self.category = np.concatenate([self.category, category.astype(np.int32)])[order]
-        self.action = np.concatenate([self.action, action.astype(np.int32)])[order]
+        sorted_key = key[order]
+        where = (np.arange(len(self.key)) + np.searchsorted(sorted_key, self.key, side="left"),
+                 np.arange(len(key)) + np.searchsorted(self.key, sorted_key, side="right"),
+                 order)
+        del sorted_key
+        self.key = merge_at(self.key, key, where)
+        self.item = merge_at(self.item, item.astype(np.int64), where)
+        self.category = merge_at(self.category, category.astype(np.int32), where)
+        self.action = merge_at(self.action, action.astype(np.int32), where)
+
+    def keep_last(self, max_events: int) -> None:
+        """Keep each user's last ``max_events`` events: all a later impression's history reads."""
+        keep = last_per_user(self.key >> 32, max_events)
+        self.key, self.item = self.key[keep], self.item[keep]
+        self.category, self.action = self.category[keep], self.action[keep]
 
     def histories(self, users: np.ndarray, t: np.ndarray, max_history: int
                   ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
@@ -53,6 +76,25 @@ class Timeline:
         }
 
 
+@dataclass
+class Background:
+    """The background events of every day, in (day, user, time) order, ties in drawing order."""
+
+    user: np.ndarray
+    t: np.ndarray
+    item: np.ndarray
+    category: np.ndarray
+    action: np.ndarray
+    day_start: np.ndarray  # [days_total + 1]: the first event of each day from -history_days
+
+    def add_to(self, timeline: Timeline, first_day: int, end_day: int) -> None:
+        """Merge the events of days ``[first_day, end_day)`` (timeline days: 0 is the first day
+        of the pre-history) into ``timeline``."""
+        sl = slice(int(self.day_start[first_day]), int(self.day_start[end_day]))
+        timeline.add(self.user[sl], self.t[sl], self.item[sl], self.category[sl],
+                     self.action[sl])
+
+
 def _key(users: np.ndarray, t: np.ndarray) -> np.ndarray:
     return (users.astype(np.int64) << 32) | t.astype(np.int64)
 
@@ -69,15 +111,24 @@ def event_rate_scale(world: World) -> float:
     return cfg.mean_history / (mean_elapsed_days * float((w * act).sum() / w.sum()))
 
 
+PICK_CHUNK = 1 << 16  # events per vectorised block: bounds memory at chunk x candidates x k
+
+
 def sample_topics(world: World, users: np.ndarray, days: np.ndarray,
                   rng: np.random.Generator) -> np.ndarray:
-    """A topic per event from the user's interests on that day (Gumbel-max over topics)."""
-    vec = world.user_vec[days + world.cfg.history_days, users]
-    logits = INTEREST_TEMPERATURE * vec @ world.topic_centers.T
-    return np.argmax(logits + rng.gumbel(size=logits.shape), axis=1)
+    """A topic per event from the user's interests on that day (Gumbel-max over topics).
 
-
-PICK_CHUNK = 1 << 16  # events per vectorised block: bounds memory at chunk x candidates x k
+    In blocks of ``PICK_CHUNK`` events (the Gumbel noise drawn block after block is the same
+    stream as drawn at once): the ``[events, topics]`` float64 noise would be the generator's
+    largest array.
+    """
+    out = np.empty(len(users), dtype=np.int64)
+    for lo in range(0, len(users), PICK_CHUNK):
+        sl = slice(lo, lo + PICK_CHUNK)
+        vec = world.user_vec[days[sl] + world.cfg.history_days, users[sl]]
+        logits = INTEREST_TEMPERATURE * vec @ world.topic_centers.T
+        out[sl] = np.argmax(logits + rng.gumbel(size=logits.shape), axis=1)
+    return out
 
 
 def pick_by_affinity(pool: np.ndarray, pool_topic: np.ndarray, pool_vec: np.ndarray,
@@ -108,7 +159,7 @@ def pick_by_affinity(pool: np.ndarray, pool_topic: np.ndarray, pool_vec: np.ndar
     return out
 
 
-def build_timeline(world: World, rng: np.random.Generator) -> Timeline:
+def build_timeline(world: World, rng: np.random.Generator) -> Background:
     """Background engagement from the start of the pre-history to the last day.
 
     Each event's topic comes from the user's interests on that day; its item is picked among a
@@ -144,12 +195,13 @@ def build_timeline(world: World, rng: np.random.Generator) -> Timeline:
                                      world.ad_vec[world.day_row(int(day)), alive], topics[sel],
                                      uvec[sel], beta[sel], cfg.n_topics, cfg.event_candidates,
                                      rng)
+    del uvec, beta, topics, org, ad_events
 
     action = np.where(organic, np.where(is_like, ACTION_LIKE, ACTION_VIEW),
                       np.where(is_conv, ACTION_CONVERSION, ACTION_CLICK))
     category = np.where(organic, world.content_topic[np.maximum(item - world.n_ads_total, 0)],
                         world.ad_topic[np.minimum(item, world.n_ads_total - 1)])
-    timeline = Timeline(np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0, np.int32),
-                        np.empty(0, np.int32))
-    timeline.add(users, t, item, category, action)
-    return timeline
+    order = np.lexsort((t, users, days))  # stable: ties keep the drawing order
+    day_start = np.searchsorted(days[order], np.arange(-cfg.history_days, cfg.n_days + 1))
+    return Background(users[order], t[order], item[order], category[order].astype(np.int32),
+                      action[order].astype(np.int32), day_start)
