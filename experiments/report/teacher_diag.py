@@ -81,10 +81,10 @@ def _read_fit(step: Path, task: str) -> TeacherFit | None:
             val = frame.dropna(subset=[col])
             val = val[val["epoch"] < max(epochs, 1)].drop_duplicates("epoch", keep="last")
             curve = {int(e) + 1: float(v) for e, v in zip(val["epoch"], val[col], strict=True)}
-    best = summary.get("best_epoch")
+    best = summary.get("best_epoch")  # 1-based, as teacher_fit writes it (_epoch_of)
     return TeacherFit(int(seed) if isinstance(seed, int) else 0, list(cfg.get("train_days") or []),
                       cfg.get("val_days"), str(cfg.get("select", "last")), epochs,
-                      int(best) + 1 if isinstance(best, int) else None, curve, task)
+                      int(best) if isinstance(best, int) else None, curve, task)
 
 
 def _fits_of_lag(run: RunView) -> list[TeacherFit]:

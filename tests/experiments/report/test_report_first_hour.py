@@ -169,7 +169,8 @@ def _fake_fit(run: Path, world: int, curve: list[float], select: str = "last") -
     (step / "run" / "config.yaml").write_text(yaml.safe_dump(
         {"train_days": [0, 4], "val_days": [4, 5], "select": select, "max_epochs": 2}))
     (step / "run" / "val_metrics.json").write_text(json.dumps(
-        {"epochs": 2, "best_epoch": 0 if select == "best" else None}))
+        {"epochs": 2, "best_epoch": 1 + min(range(len(curve)), key=curve.__getitem__)
+         if select == "best" else None}))  # 1-based, as teacher_fit writes it
     rows = [{"epoch": e, "step": 10 * (e + 1), "val/ne/click/all": v}
             for e, v in enumerate(curve)] + [{"epoch": 2, "step": 21, "val/ne/click/all": 9.0}]
     pd.DataFrame(rows).to_csv(step / "run" / "metrics.csv", index=False)
@@ -212,6 +213,17 @@ def test_a_teacher_worse_on_ne_but_better_on_auc_is_told_as_such(tmp_path):
                 "keep it.") in section
     assert "What to try: a validation day with early stopping (`teacher_val_days: 1`" in section
     assert "one epoch (`teacher: {max_epochs: 1}`" in section
+
+
+def test_a_best_epoch_fit_reports_the_epoch_it_kept(tmp_path):
+    """``select: best`` kept epoch 1 (val_metrics.json's 1-based ``best_epoch``): the section
+    says so, and gives no advice to set what is already set."""
+    run = make_cluster_run(tmp_path / "best", worlds=(0,), users=150)
+    _fake_fit(run, 0, [0.8663, 0.9474], select="best")
+    section = render_report(run).split("## The teacher")[1].split("\n## ")[0]
+    assert ("(select: best); validation NE (click, every domain) by epoch: 1: 0.8663, "
+            "2: 0.9474; kept epoch 1.") in section
+    assert "would keep it" not in section
 
 
 def test_a_sound_teacher_gets_no_hint_and_the_constant_arm_is_computed(tmp_path):
