@@ -2,8 +2,12 @@
 PY ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 BIN := $(VENV)/bin
-# torch is pinned in the same pip command: without it pip picks a multi-GB CUDA build.
-TORCH_PIN := torch==2.13.0
+# torch is pinned in the same pip command as everything else, from PyTorch's CPU index: PyPI's
+# Linux wheel of torch is the CUDA build (several GB of nvidia wheels); the CPU index's
+# 2.13.0+cpu sorts above it. On a CUDA machine: make install TORCH_INDEX= (PyPI's build). An
+# index that cannot be reached costs pip a few retries and warnings, then pip goes on with PyPI.
+TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
+TORCH_PIN := torch==2.13.0 $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX))
 
 .PHONY: demo test typecheck test-slow test-gpu bench results teacher-curves reference lint install install-dev \
 	clean
