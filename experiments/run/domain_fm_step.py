@@ -79,7 +79,8 @@ def fit_domain_fms(cfg: TeacherTrainConfig, data: Path, data_key: dict, gem_stor
         for domain in domains:
             summary = fit_teacher(cfg, data, step / "fit" / domain, resume=True, progress=False,
                                   domains=[domain], distill_from=gem_store)
-            log(f"  domain FM {domain}: trained on days {list(cfg.train_days)}")
+            first, end = cfg.train_days
+            log(f"  domain FM {domain}: trained on days [{first}, {end})")
             models[schema.domains.index(domain)] = load_teacher(summary["checkpoint"], data).model
         model = PerDomainModels(models)
         export_model(model, cfg, data, step / "store",

@@ -137,3 +137,26 @@ def test_bad_date_ranges(tmp_path, capsys, days, expect):
     err = capsys.readouterr().err
     assert f"{path}: {expect}" in err and len(err.strip().splitlines()) == 1
     assert not (tmp_path / "out").exists()
+
+
+def test_summary_gives_each_calendar_day_its_local_date(tmp_path, capsys):
+    """`gemkd data summary` shows the date of each day of a log imported with calendar days
+    (in the mapping's time zone: a UTC+8 calendar moves an event at 20:00 UTC to the next
+    date), and no date column for a world without a calendar."""
+    from gemkd.transfer.data.dataset_summary import summarize
+
+    frame = log({0: 50, 1: 60, 3: 70})
+    frame["t"] = frame["t"] - frame["t"] % DAY + 20 * 3600  # every event at 20:00 UTC
+    run_import(tmp_path, capsys, frame, dict(MAPPING, days={"calendar": "Asia/Shanghai"}))
+    table = summarize(tmp_path / "out")
+    assert list(table.columns[:3]) == ["day", "date", "examples"]
+    assert table["date"].tolist() == ["2024-06-02", "2024-06-03", "2024-06-05", ""]
+    assert table["examples"].tolist() == [50, 60, 70, 180]
+    assert main(["data", "summary", str(tmp_path / "out")]) == 0
+    assert "2024-06-05" in capsys.readouterr().out
+
+
+def test_summary_of_a_synthetic_world_has_no_date(tiny_data):
+    from gemkd.transfer.data.dataset_summary import summarize
+
+    assert "date" not in summarize(tiny_data).columns

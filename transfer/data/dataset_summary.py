@@ -32,6 +32,15 @@ def day_tables(root: str | Path,
         yield day, validate.read_units(by_day.get(day, []), columns)
 
 
+def calendar_of(schema: DatasetSchema) -> str | None:
+    """The time zone of an imported dataset's calendar days (the mapping's ``days: {calendar:
+    TZ}``), None for other datasets (synthetic worlds, equal-count buckets)."""
+    mapping = (schema.generator or {}).get("mapping") or {}
+    days = mapping.get("days") if isinstance(mapping, dict) else None
+    calendar = days.get("calendar") if isinstance(days, dict) else None
+    return calendar if isinstance(calendar, str) else None
+
+
 def summarize(root: str | Path) -> pd.DataFrame:
     """A dataset's rates and histories per day (``gemkd data summary``).
 
@@ -43,7 +52,8 @@ def summarize(root: str | Path) -> pd.DataFrame:
     Returns
     -------
     pandas.DataFrame
-        One row per day plus ``all``: examples, each task's rate, the oracle's NE (against the
+        One row per day plus ``all``: the day's local date (a dataset imported with calendar
+        days), examples, each task's rate, the oracle's NE (against the
         base rate of all days, as DESIGN §6) where the data has one, history length statistics
         where it has histories.
 
@@ -56,7 +66,9 @@ def summarize(root: str | Path) -> pd.DataFrame:
     """
     schema = DatasetSchema.load(root)
     seq = schema.sequence[0].name if schema.sequence else None
-    cols = ["domain", *schema.tasks, *schema.oracle.values()] + ([seq] if seq else [])
+    calendar = calendar_of(schema)
+    cols = (["domain", *schema.tasks, *schema.oracle.values()] + ([seq] if seq else [])
+            + (["ts"] if calendar else []))
     n_dom = len(schema.domains)
     days: list[dict] = []
     n_all = 0
@@ -74,7 +86,11 @@ def summarize(root: str | Path) -> pd.DataFrame:
         n = len(part["domain"]) if part else 0
         if n == 0:
             continue
-        row: dict = {"day": day, "examples": n}
+        row: dict = {"day": day}
+        if calendar:  # the local date of the day's first event (imported with calendar days)
+            first = pd.Timestamp(int(part["ts"].min()), unit="s", tz="UTC")
+            row["date"] = first.tz_convert(calendar).date().isoformat()
+        row["examples"] = n
         for t in schema.tasks:
             row[f"{t}_rate"] = pd.Series(part[t]).mean()
             positives[t] += int(part[t].sum(dtype=np.int64))
@@ -100,7 +116,7 @@ def summarize(root: str | Path) -> pd.DataFrame:
     base = {t: positives[t] / n_all if n_all else math.nan for t in schema.tasks}
     rows = [_finish(row, schema, base) for row in days]
     if n_all:
-        row = {"day": "all", "examples": n_all}
+        row = {"day": "all", **({"date": ""} if calendar else {}), "examples": n_all}
         for t in schema.tasks:
             row[f"{t}_rate"] = base[t]
         for t in schema.oracle:
