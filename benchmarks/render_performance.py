@@ -30,7 +30,7 @@ TITLES = {"data": "Data layer", "loader": "Training loader (DataLoader workers)"
           "transfer": "KD overhead (student epoch)", "packs": "Student packs (K runs, one pass)",
           "student_phase": "Quickstart student phase (packs vs one run per pass)",
           "serving": "Serving latency", "sweep": "Benchmark sweep (from runs/benchmark)",
-          "scale": "Store side at scale (peak RSS as the log grows)"}
+          "scale": "Data path at scale (peak RSS as the log grows)"}
 
 
 def load(results: Path) -> list[dict]:
@@ -114,25 +114,37 @@ def render(runs: list[dict], command: str) -> str:
 
 
 def scale_section(runs: list[dict]) -> list[str]:
-    """``bench_scale``'s measurements: each step's seconds and peak RSS at every world size (and
-    the checkout it was compared with, when it ran with ``--before``)."""
+    """``bench_scale``'s measurements: each step's seconds and peak RSS at every log size, the
+    peak's growth per row (least squares) and the rows at which it would reach 24 GB (and the
+    checkout it was compared with, when it ran with ``--before``)."""
+    from benchmarks.bench_scale import LIMIT, fit
+
     out: list[str] = []
     for d in runs:
         if d["bench"] != "scale" or "table" not in d:
             continue
         sizes = d["rows"]
-        out += ["", "## Store side at scale", "",
-                "Seconds / peak RSS (MB) of each step in a fresh process "
-                "(`benchmarks/bench_scale.py`).", "",
-                "| step | code | " + " | ".join(f"{n:,} rows" for n in sizes) + " |",
-                "|---|---|" + "---:|" * len(sizes)]
-        steps = {s for code in d["table"].values() for s in code}
-        for step in [s for s in ("join", "codes", "summary", "validate") if s in steps]:
+        out += ["", "## Data path at scale", "",
+                "Seconds / peak RSS (MB) of each step in a fresh process at one thread "
+                "(`benchmarks/bench_scale.py`); growth: the peak's least-squares slope over the "
+                "sizes; 24 GB: the rows at which that line reaches 24 GB (a flat or falling peak: "
+                "never).", "",
+                "| step | code | " + " | ".join(f"{n:,} rows" for n in sizes)
+                + " | growth | 24 GB at |",
+                "|---|---|" + "---:|" * (len(sizes) + 2)]
+        steps = list(dict.fromkeys(s for code in d["table"].values() for s in code))
+        for step in steps:
             for code, by_step in d["table"].items():
-                cells = [by_step[step].get(str(n)) for n in sizes]
+                cells = [by_step.get(step, {}).get(str(n)) for n in sizes]
+                known = [(n, c["peak_mb"]) for n, c in zip(sizes, cells, strict=True) if c]
+                growth = oom = "—"
+                if len(known) > 1:
+                    a, b = fit([n for n, _ in known], [m for _, m in known])
+                    growth = f"{round(b):,} B/row"
+                    oom = f"{(LIMIT - a) / b:,.0f} rows" if b > 1 else "never"
                 out.append(f"| {step} | {code} | " + " | ".join(
                     "—" if c is None else f"{c['seconds']:.1f} s / {c['peak_mb']:.0f} MB"
-                    for c in cells) + " |")
+                    for c in cells) + f" | {growth} | {oom} |")
     return out
 
 

@@ -33,6 +33,20 @@ def test_rendered_section():
     run = {"bench": "scale", "rows": [100_000, 200_000, 400_000], "table": _table(),
            "figures": [], "_file": "scale.json", "command": "python -m benchmarks.bench_scale"}
     page = render([run], "make bench")
-    assert "## Store side at scale" in page
-    assert "| join | this tree | 2.0 s / 500 MB | 2.0 s / 500 MB | 2.0 s / 500 MB |" in page
-    assert "| join | before | 1.0 s / 495 MB | 2.0 s / 591 MB | 4.0 s / 781 MB |" in page
+    assert "## Data path at scale" in page
+    assert ("| join | this tree | 2.0 s / 500 MB | 2.0 s / 500 MB | 2.0 s / 500 MB | 0 B/row | "
+            "never |") in page
+    oom = (LIMIT - 400 * 2**20) / 1000
+    assert ("| join | before | 1.0 s / 495 MB | 2.0 s / 591 MB | 4.0 s / 781 MB | 1,000 B/row | "
+            f"{oom:,.0f} rows |") in page
+
+
+def test_a_step_measured_at_some_sizes_only():
+    """A step missing at a size (measured in another run) shows a dash; its growth comes from
+    the sizes it has."""
+    table = {"this tree": {"import": {"100000": {"seconds": 1.0, "peak_mb": 400.0},
+                                      "400000": {"seconds": 4.0, "peak_mb": 400.0}}}}
+    run = {"bench": "scale", "rows": [100_000, 200_000, 400_000], "table": table,
+           "figures": [], "_file": "scale.json", "command": "python -m benchmarks.bench_scale"}
+    page = render([run], "make bench")
+    assert "| import | this tree | 1.0 s / 400 MB | — | 4.0 s / 400 MB | 0 B/row | never |" in page
