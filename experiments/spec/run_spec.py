@@ -14,412 +14,44 @@ from pathlib import Path
 from typing import Annotated, Any
 
 from gemkd.experiments.spec.primary import PrimarySpec
+from gemkd.experiments.spec.sections import (
+    BootstrapSpec,
+    DataSpec,
+    PluginSpec,
+    ReprSpec,
+    SolarisSpec,
+    TeacherSpec,
+    TuningSpec,
+)
+from gemkd.experiments.spec.variants import (
+    BUILTIN_VARIANTS,
+    DEFAULT_VARIANTS,
+    VariantSpec,
+    expand_twins,
+    parse_variants,
+    twin_name,
+)
 from gemkd.transfer.constraints import (
     Rule,
     at_least,
     check_fields,
     half_open,
-    int_at_least,
     one_of,
     unique,
 )
-from gemkd.transfer.errors import ConfigError
 from gemkd.transfer.options import (
     ACCELERATORS,
     PROTOCOLS,
-    SAMPLERS,
     TABLE_OPTIMIZERS,
-    TEACHER_SOURCES,
     Accelerator,
-    Sampler,
     TableOptimizer,
     TeacherProtocol,
-    TeacherSource,
     TrackerKind,
-    TuningDraws,
 )
 
-#: KD whose temperature keeps the student's mean probability at the target's (losses.py)
-_KD_CAL = {"class_path": "kd", "init_args": {"loss": "bce_cal"}}
-BUILTIN_VARIANTS: dict[str, Any] = {
-    "baseline": [],
-    "kd": ["kd"],
-    "kd_aux": ["kd", "aux_head"],
-    "kd_aux_adapter": ["kd", "aux_head", "adapter"],
-    "kd_repr": ["kd", "repr"],
-    "hierarchical": {"teacher": "domain_fm", "methods": ["kd"]},
-    # KD on an aux head + LoopFM codes; the Student Adapter left out: inside it, it did not pay
-    # at lags 0/3/6 on the benchmark (docs/results/STALENESS.md; kd_aux_adapter keeps it)
-    "full": ["kd", "aux_head", "repr"],
-    # KD from a student whose embedding tables start from the teacher's (needs its checkpoint)
-    "kd_share": ["kd", "param_share"],
-    # KD with loss bce_cal, alone and on the Student Adapter's realigned targets
-    "kd_cal": [_KD_CAL],
-    "kd_adapter_cal": [_KD_CAL, "adapter"],
-    # KD + SOLARIS pair representations (docs/guides/solaris.md)
-    "kd_solaris": ["kd", "solaris"],
-    # full + SOLARIS pair representations beside the LoopFM codes
-    "full_solaris": ["kd", "aux_head", "repr", "solaris"],
-}
-#: The variants of a spec that names none: the first seven (the later ones are opt-in: kd_share
-#: needs a teacher checkpoint, and each adds a search to every run)
-DEFAULT_VARIANTS: tuple[str, ...] = ("baseline", "kd", "kd_aux", "kd_aux_adapter", "kd_repr",
-                                     "hierarchical", "full")
-
-
-def _open_section(cls, values: Any, where: str, fixed: tuple[str, ...]):
-    """A section with a few named keys; every other key is kept in ``overrides``."""
-    if not isinstance(values, dict):
-        raise ConfigError(f"{where}: expected a mapping, got {values!r}")
-    from gemkd.transfer.config import build_dataclass
-
-    named = {k: v for k, v in values.items() if k in fixed}
-    obj = build_dataclass(cls, named, where)
-    obj.overrides = {k: v for k, v in values.items() if k not in fixed}
-    return obj
-
-
-_WORLDS = unique("key 'seeds' must list at least one world seed, each once, got {value}")
-
-
-@dataclass
-class DataSpec:
-    """``source`` synthetic | movielens | kuairand | import; ``preset`` (synthetic: a name in
-    experiments/data or a YAML path); ``src`` (real data: the source directory or file);
-    ``seeds`` (synthetic: the world seeds the experiment is replicated over, one world each;
-    unset: the preset's one world); every other key overrides the source's own config (e.g.
-    ``examples_per_day``)."""
-
-    #: synthetic, movielens, kuairand, import (a log and its ``mapping``) or dataset (a gemkd
-    #: dataset made before: a directory or s3:// URI, read in place)
-    source: str = "synthetic"
-    #: synthetic: the world's config, a name in experiments/data or a YAML path
-    preset: str | None = None
-    #: real data: the source directory or file (dataset: the dataset itself)
-    src: str | None = None
-    #: synthetic: the worlds the experiment is replicated over, one seed each (each its own
-    #: data, teachers and students; a verdict must hold in most); null: the preset's one world
-    seeds: Annotated[list[int], _WORLDS] | None = None
-    #: every other key overrides a key of the source's own config (e.g. examples_per_day; an
-    #: import's mapping; movielens n_days; kuairand tasks)
-    overrides: dict[str, Any] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        check_fields(self)
-
-    @classmethod
-    def from_mapping(cls, values: Any, where: str) -> DataSpec:
-        obj = _open_section(cls, values, where, ("source", "preset", "src", "seeds"))
-        if obj.seeds is not None:
-            if obj.source != "synthetic":
-                raise ConfigError(f"{where}: key 'seeds' replicates the synthetic world; source "
-                                  f"{obj.source} is one dataset (replicate real data over "
-                                  "datasets: gemkd report --markdown RUN_DIR...)")
-            if "seed" in obj.overrides:
-                raise ConfigError(f"{where}: give the world's seed as 'seed' or its replicates "
-                                  "as 'seeds', not both")
-        return obj
-
-    def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"source": self.source}
-        if self.preset is not None:
-            out["preset"] = self.preset
-        if self.src is not None:
-            out["src"] = self.src
-        if self.seeds is not None:
-            out["seeds"] = list(self.seeds)
-        return {**out, **self.overrides}
-
-
-@dataclass
-class TeacherSpec:
-    """``config`` a teacher config (a name in experiments/teachers or a YAML path); ``store``
-    a verified teacher-output store to use instead of training one (``gemkd store import``);
-    every other key overrides a key of the teacher config (e.g. ``max_seq_len``)."""
-
-    #: a teacher config: a name in experiments/teachers or a path to a teacher config YAML
-    config: str = "small"
-    #: a verified teacher-output store (directory or s3:// URI) used instead of training a
-    #: teacher (gemkd store import)
-    store: str | None = None
-    #: every other key overrides a key of the teacher config (e.g. max_seq_len, init_from; the
-    #: days are set by the protocol)
-    overrides: dict[str, Any] = field(default_factory=dict)
-
-    @classmethod
-    def from_mapping(cls, values: Any, where: str) -> TeacherSpec:
-        return _open_section(cls, values, where, ("config", "store"))
-
-    def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"config": self.config}
-        if self.store is not None:
-            out["store"] = self.store
-        return {**out, **self.overrides}
-
-
-@dataclass
-class PluginSpec:
-    """``class_path`` (a built-in name or a dotted import path) and its ``init_args``."""
-
-    #: a built-in name or the dotted import path of your own class
-    class_path: str
-    #: keyword arguments of its constructor
-    init_args: dict[str, Any] = field(default_factory=dict)
-
-    @classmethod
-    def from_mapping(cls, values: Any, where: str) -> PluginSpec:
-        from gemkd.transfer.plugins import parse_plugin
-
-        return cls(*parse_plugin(values, where, {}))
-
-    def to_dict(self) -> Any:
-        return {"class_path": self.class_path, "init_args": dict(self.init_args)} \
-            if self.init_args else self.class_path
-
-
-@dataclass
-class VariantSpec:
-    """A variant: its transfer ``methods`` (in the order they run) and the ``teacher`` source
-    they learn from (``gem``, or ``domain_fm`` for hierarchical transfer); ``twin_of`` marks an
-    A/A twin (``twins:``), the same methods and teacher as the variant it names under another
-    name, so its own search draw: the run's check of its false verdicts."""
-
-    #: the variant's name (its key in ``variants``)
-    name: str
-    #: transfer methods in the order they run: built-in names (kd, aux_head, adapter, repr,
-    #: param_share) or import paths, each optionally {class_path, init_args}; empty: labels only
-    methods: list[PluginSpec] = field(default_factory=list)
-    #: the teacher the methods learn from: the run's GEM, or the per-domain FM (hierarchical)
-    teacher: TeacherSource = "gem"
-    #: an A/A twin of this variant (the same methods and teacher; made by twins:), or null
-    twin_of: str | None = None
-
-    @classmethod
-    def parse(cls, name: str, value: Any, where: str) -> VariantSpec:
-        if isinstance(value, list):
-            value = {"methods": value}
-        if not isinstance(value, dict):
-            raise ConfigError(f"{where}: variant {name!r} must be a list of methods or a "
-                              f"mapping with methods (and teacher), got {value!r}")
-        unknown = sorted(set(value) - {"methods", "teacher", "twin_of"})
-        if unknown:
-            raise ConfigError(f"{where}: variant {name!r}: unknown key {unknown[0]!r} "
-                              "(keys: methods, teacher, twin_of)")
-        twin_of = value.get("twin_of")
-        if twin_of is not None and not isinstance(twin_of, str):
-            raise ConfigError(f"{where}: variant {name!r}: twin_of must be a variant's name, "
-                              f"got {twin_of!r}")
-        methods = value.get("methods") or []
-        if not isinstance(methods, list):
-            raise ConfigError(f"{where}: variant {name!r}: methods must be a list")
-        teacher = value.get("teacher", "gem")
-        if teacher not in TEACHER_SOURCES:
-            raise ConfigError(f"{where}: variant {name!r}: teacher {teacher!r}; expected one of "
-                              f"{', '.join(TEACHER_SOURCES)}")
-        return cls(name, [PluginSpec.from_mapping(m, f"{where}.{name}[{i}]")
-                          for i, m in enumerate(methods)], teacher, twin_of)
-
-    def to_value(self) -> Any:
-        methods = [m.to_dict() for m in self.methods]
-        if self.twin_of is not None:
-            return {**({} if self.teacher == "gem" else {"teacher": self.teacher}),
-                    "methods": methods, "twin_of": self.twin_of}
-        return methods if self.teacher == "gem" else {"teacher": self.teacher,
-                                                       "methods": methods}
-
-
-def twin_name(original: str, k: int) -> str:
-    """The k-th A/A twin of ``original`` (1-based): ``kd_twin1``."""
-    return f"{original}_twin{k}"
-
-
-def expand_twins(variants: list[VariantSpec], twins: dict[str, int]) -> list[VariantSpec]:
-    """``variants`` with ``twins[name]`` A/A twins of each named variant appended (the same
-    methods and teacher, named :func:`twin_name`). A twin already listed (a spec.yaml written
-    by a run) is kept as it is; any other variant of a twin's name is a clash, and a twin must
-    be its original's copy. ValueErrors name the key."""
-    by_name = {v.name: v for v in variants}
-    for name, count in twins.items():
-        if name not in by_name or by_name[name].twin_of is not None:
-            raise ValueError(f"'twins': {name!r} is not a variant of the spec (variants: "
-                             f"{', '.join(v.name for v in variants if v.twin_of is None)})")
-        if isinstance(count, bool) or not isinstance(count, int) or count < 1:
-            raise ValueError(f"'twins': {name}: expected a number of twins >= 1, got {count!r}")
-        for k in range(1, count + 1):
-            twin = VariantSpec(twin_name(name, k), list(by_name[name].methods),
-                               by_name[name].teacher, name)
-            have = by_name.get(twin.name)
-            if have is None:
-                variants = [*variants, twin]
-                by_name[twin.name] = twin
-            elif have.twin_of != name:
-                raise ValueError(f"'twins': {name}: {count} twin(s) would be named "
-                                 f"{twin.name!r}, which the spec already uses for another "
-                                 "variant; rename that variant")
-    for v in variants:
-        if v.twin_of is None:
-            continue
-        original = by_name.get(v.twin_of)
-        if original is None or original.twin_of is not None:
-            raise ValueError(f"variant {v.name!r}: twin_of {v.twin_of!r} is not a variant of "
-                             "the spec (a twin's original cannot itself be a twin)")
-        if (v.teacher, [m.to_dict() for m in v.methods]) != \
-                (original.teacher, [m.to_dict() for m in original.methods]):
-            raise ValueError(f"variant {v.name!r} is marked twin_of {v.twin_of!r} but its "
-                             "methods or teacher differ: a twin is the same variant under "
-                             "another name")
-    return variants
-
-
-def parse_variants(value: Any, where: str = "spec variants") -> list[VariantSpec]:
-    """A list of built-in variant names, or a mapping name → methods (or {teacher, methods})."""
-    if isinstance(value, list):
-        unknown = [v for v in value if not isinstance(v, str) or v not in BUILTIN_VARIANTS]
-        if unknown:
-            raise ConfigError(f"{where}: unknown variant {unknown[0]!r}; built-in variants are "
-                              f"{', '.join(BUILTIN_VARIANTS)} (define your own as a mapping "
-                              "name: [methods])")
-        value = {v: BUILTIN_VARIANTS[v] for v in value}
-    if not isinstance(value, dict) or not value:
-        raise ConfigError(f"{where}: expected a non-empty list of variant names or a mapping "
-                          f"name: [methods], got {value!r}")
-    return [VariantSpec.parse(str(k), v, where) for k, v in value.items()]
-
-
-_TRIALS = at_least(1, "keys 'trials' and 'seeds' must be >= 1")
-
-
-@dataclass
-class TuningSpec:
-    """The equal-budget search of every variant's knobs (DESIGN §6): ``sampler`` (Optuna's
-    ``tpe``, ``random`` or ``grid``), ``trials`` per variant and draw (the same for every
-    variant, the labels-only baseline's learning rate included), each scored on the validation
-    day averaged over ``seeds`` training seeds. ``draws: per_seed`` gives every final seed a
-    search of its own, scored on validation seeds that are never final seeds, so the search's
-    luck varies with the seed and lies inside the intervals; ``shared`` is the single draw of
-    earlier versions (their run keys). ``seed`` seeds the samplers; another value redraws every
-    search with the training seeds unchanged. Every other key names a knob and replaces its
-    declared range: a list of values (categorical) or ``{low, high, log, int}``; ``lr`` and
-    ``ema_decay`` are the student's."""
-
-    #: Optuna's sampler (grid needs a list of values for every knob)
-    sampler: Annotated[Sampler, one_of(SAMPLERS, f"key 'sampler' must be one of "
-                                                 f"{', '.join(SAMPLERS)}, got {{value!r}}")] = "tpe"
-    #: trials per variant and draw, the same for every variant with knobs (the first at the
-    #: defaults; per_seed: the student's lr is a knob of every variant, the baseline's too)
-    trials: Annotated[int, _TRIALS] = 8
-    #: training seeds each trial's validation NE is averaged over
-    seeds: Annotated[int, _TRIALS] = 1
-    #: the samplers' seed (null: per_seed draws the final seed's own, shared the spec's first
-    #: training seed); another value redraws every search with the training seeds unchanged
-    seed: int | None = None
-    #: per_seed: each final seed s its own search, scored on validation seeds s + 1000, s + 2000,
-    #: ... (never a final seed), its choice trains seed s; shared: one search per (variant, lag,
-    #: world) for every seed, scored on the first seeds, lr and ema_decay searched only when
-    #: named below (the runs, and run keys, of earlier versions)
-    draws: TuningDraws = "per_seed"
-    #: candidates each search asks for at once (TPE's constant liar stands in for the scores
-    #: not yet known): a round trains batch × draws runs of a variant, which packs train in one
-    #: pass; 1 asks one at a time, each after the last one's score (the runs of earlier versions)
-    batch: Annotated[int, int_at_least(1, "key 'batch' must be an int >= 1 (candidates asked "
-                                          "for at once), got {value!r}")] = 1
-    #: every other key names a knob (alpha, kd_weight, temperature, aux_beta, adapter_hidden,
-    #: your method's, or the student's lr and ema_decay) and replaces its range: a list of values
-    #: or {low, high, log, int}
-    overrides: dict[str, Any] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        check_fields(self)
-
-    @classmethod
-    def from_mapping(cls, values: Any, where: str) -> TuningSpec:
-        obj = _open_section(cls, values, where, ("sampler", "trials", "seeds", "seed", "draws",
-                                                 "batch"))
-        for key, value in obj.overrides.items():
-            if isinstance(value, list) and value:
-                continue
-            if isinstance(value, dict) and {"low", "high"} <= set(value) \
-                    and set(value) <= {"low", "high", "log", "int"}:
-                continue
-            raise ConfigError(f"{where}: key {key!r} must be a non-empty list of values "
-                              f"to try or a range {{low, high, log, int}}, got {value!r}")
-        return obj
-
-    def to_dict(self) -> dict[str, Any]:
-        seed = {} if self.seed is None else {"seed": self.seed}  # unset: a spec's tag unchanged
-        batch = {} if self.batch == 1 else {"batch": self.batch}  # likewise
-        return {"sampler": self.sampler, "trials": self.trials, "seeds": self.seeds, **seed,
-                "draws": self.draws, **batch, **self.overrides}
-
-    @property
-    def knobs(self) -> dict[str, Any]:
-        """Knob → the spec's list or range for it."""
-        return dict(self.overrides)
-
-
-_SAMPLES = at_least(100, "bootstrap: key 'samples' must be >= 100, got {value}")
-
-
-@dataclass
-class BootstrapSpec:
-    """The paired, user-level cluster bootstrap of every interval (DESIGN §6): ``samples``
-    resamples, drawn from ``seed``."""
-
-    #: resamples of the evaluation users (at least 100)
-    samples: Annotated[int, _SAMPLES] = 1000
-    #: the resamples' random seed
-    seed: int = 0
-
-    def __post_init__(self) -> None:
-        check_fields(self)
-
-
-@dataclass
-class ReprSpec:
-    """How the LoopFM codes are made and read: the teacher ``layer`` the store keeps and the
-    compressor reads (None: the teacher config's ``repr_layer``), ``code_dim``, ``bits`` (8 or
-    4), the compressor's ``epochs``, and the ``max_events`` most recent codes a student example
-    reads."""
-
-    #: the teacher representation the store keeps and the compressor reads (null: the teacher
-    #: config's repr_layer)
-    layer: str | None = None
-    #: the width of a code
-    code_dim: int = 8
-    #: bits per code value (8 or 4)
-    bits: int = 8
-    #: the most recent codes of the user's history a student example reads
-    max_events: int = 50
-    #: the compressor's training epochs
-    epochs: int = 10
-
-
-@dataclass
-class SolarisSpec:
-    """How the SOLARIS pair representations of variants with ``solaris`` are precomputed
-    (docs/guides/solaris.md): for each student and evaluation day d, the speculation ``policy``
-    picks up to ``k`` items per user from the log before d, and the teacher as of d - 1 (under
-    streaming the freshest daily checkpoint, else the lag's teacher) computes each pair's
-    ``layer`` vector on a row of the user's history and the item's features."""
-
-    #: the speculation policy: recent, popular, cooccur or an import path, with its init_args
-    policy: PluginSpec = field(default_factory=lambda: PluginSpec("recent"))
-    #: the pairs precomputed per user and day (the policy's top k)
-    k: Annotated[int, int_at_least(1, "'k' must be an int >= 1, got {value!r}")] = 8
-    #: the teacher representation precomputed (null: repr.layer, else the teacher config's)
-    layer: str | None = None
-    #: the categorical feature naming a row's item (null: the schema's item id)
-    item_feature: str | None = None
-
-    def __post_init__(self) -> None:
-        if isinstance(self.policy, str):
-            self.policy = PluginSpec(self.policy)
-        check_fields(self)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"policy": self.policy.to_dict(), "k": self.k, "layer": self.layer,
-                "item_feature": self.item_feature}
-
+__all__ = ["BUILTIN_VARIANTS", "BootstrapSpec", "DEFAULT_VARIANTS", "DataSpec", "PluginSpec",
+           "PrimarySpec", "ReprSpec", "RunSpec", "SolarisSpec", "TeacherSpec", "TuningSpec",
+           "VariantSpec", "expand_twins", "parse_variants", "twin_name"]
 
 #: the rules of RunSpec's keys (checked by :func:`gemkd.transfer.constraints.check_fields`)
 _SEEDS = Rule(bool, "'seeds' must list at least one seed")

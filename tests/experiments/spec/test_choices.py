@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from gemkd.experiments.spec import run_spec as spec_model
+from gemkd.experiments.spec import sections
 from gemkd.experiments.spec import spec_from_mapping
 from gemkd.experiments.teacher_config import TeacherTrainConfig
 from gemkd.transfer import options
@@ -43,7 +44,7 @@ def test_the_users_read_the_one_list():
     from gemkd.teachers.gem import heads
     from gemkd.transfer import ops
 
-    assert search.SAMPLERS is options.SAMPLERS and spec_model.SAMPLERS is options.SAMPLERS
+    assert search.SAMPLERS is options.SAMPLERS and sections.SAMPLERS is options.SAMPLERS
     assert spec_model.PROTOCOLS is options.PROTOCOLS
     assert ops.KERNELS is options.KERNELS and heads.HEAD_TYPES is options.HEAD_TYPES
     hints = typing.get_type_hints(spec_model.RunSpec)

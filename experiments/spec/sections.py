@@ -1,0 +1,267 @@
+"""The spec's sections (DESIGN §6.1): ``data:``, ``teacher:`` / ``hierarchical:``, plug-ins
+(``class_path`` + ``init_args``), ``tuning:``, ``bootstrap:``, ``repr:``, ``solaris:`` — each a
+dataclass with its rules beside its fields (:mod:`gemkd.transfer.constraints`), built from YAML by
+:func:`gemkd.transfer.config.build_dataclass`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Annotated, Any
+
+from gemkd.transfer.constraints import (
+    at_least,
+    check_fields,
+    int_at_least,
+    one_of,
+    unique,
+)
+from gemkd.transfer.errors import ConfigError
+from gemkd.transfer.options import (
+    SAMPLERS,
+    Sampler,
+    TuningDraws,
+)
+
+
+def _open_section(cls, values: Any, where: str, fixed: tuple[str, ...]):
+    """A section with a few named keys; every other key is kept in ``overrides``."""
+    if not isinstance(values, dict):
+        raise ConfigError(f"{where}: expected a mapping, got {values!r}")
+    from gemkd.transfer.config import build_dataclass
+
+    named = {k: v for k, v in values.items() if k in fixed}
+    obj = build_dataclass(cls, named, where)
+    obj.overrides = {k: v for k, v in values.items() if k not in fixed}
+    return obj
+
+
+_WORLDS = unique("key 'seeds' must list at least one world seed, each once, got {value}")
+
+
+@dataclass
+class DataSpec:
+    """``source`` synthetic | movielens | kuairand | import; ``preset`` (synthetic: a name in
+    experiments/data or a YAML path); ``src`` (real data: the source directory or file);
+    ``seeds`` (synthetic: the world seeds the experiment is replicated over, one world each;
+    unset: the preset's one world); every other key overrides the source's own config (e.g.
+    ``examples_per_day``)."""
+
+    #: synthetic, movielens, kuairand, import (a log and its ``mapping``) or dataset (a gemkd
+    #: dataset made before: a directory or s3:// URI, read in place)
+    source: str = "synthetic"
+    #: synthetic: the world's config, a name in experiments/data or a YAML path
+    preset: str | None = None
+    #: real data: the source directory or file (dataset: the dataset itself)
+    src: str | None = None
+    #: synthetic: the worlds the experiment is replicated over, one seed each (each its own
+    #: data, teachers and students; a verdict must hold in most); null: the preset's one world
+    seeds: Annotated[list[int], _WORLDS] | None = None
+    #: every other key overrides a key of the source's own config (e.g. examples_per_day; an
+    #: import's mapping; movielens n_days; kuairand tasks)
+    overrides: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        check_fields(self)
+
+    @classmethod
+    def from_mapping(cls, values: Any, where: str) -> DataSpec:
+        obj = _open_section(cls, values, where, ("source", "preset", "src", "seeds"))
+        if obj.seeds is not None:
+            if obj.source != "synthetic":
+                raise ConfigError(f"{where}: key 'seeds' replicates the synthetic world; source "
+                                  f"{obj.source} is one dataset (replicate real data over "
+                                  "datasets: gemkd report --markdown RUN_DIR...)")
+            if "seed" in obj.overrides:
+                raise ConfigError(f"{where}: give the world's seed as 'seed' or its replicates "
+                                  "as 'seeds', not both")
+        return obj
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"source": self.source}
+        if self.preset is not None:
+            out["preset"] = self.preset
+        if self.src is not None:
+            out["src"] = self.src
+        if self.seeds is not None:
+            out["seeds"] = list(self.seeds)
+        return {**out, **self.overrides}
+
+
+@dataclass
+class TeacherSpec:
+    """``config`` a teacher config (a name in experiments/teachers or a YAML path); ``store``
+    a verified teacher-output store to use instead of training one (``gemkd store import``);
+    every other key overrides a key of the teacher config (e.g. ``max_seq_len``)."""
+
+    #: a teacher config: a name in experiments/teachers or a path to a teacher config YAML
+    config: str = "small"
+    #: a verified teacher-output store (directory or s3:// URI) used instead of training a
+    #: teacher (gemkd store import)
+    store: str | None = None
+    #: every other key overrides a key of the teacher config (e.g. max_seq_len, init_from; the
+    #: days are set by the protocol)
+    overrides: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_mapping(cls, values: Any, where: str) -> TeacherSpec:
+        return _open_section(cls, values, where, ("config", "store"))
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"config": self.config}
+        if self.store is not None:
+            out["store"] = self.store
+        return {**out, **self.overrides}
+
+
+@dataclass
+class PluginSpec:
+    """``class_path`` (a built-in name or a dotted import path) and its ``init_args``."""
+
+    #: a built-in name or the dotted import path of your own class
+    class_path: str
+    #: keyword arguments of its constructor
+    init_args: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_mapping(cls, values: Any, where: str) -> PluginSpec:
+        from gemkd.transfer.plugins import parse_plugin
+
+        return cls(*parse_plugin(values, where, {}))
+
+    def to_dict(self) -> Any:
+        return {"class_path": self.class_path, "init_args": dict(self.init_args)} \
+            if self.init_args else self.class_path
+
+_TRIALS = at_least(1, "keys 'trials' and 'seeds' must be >= 1")
+
+
+@dataclass
+class TuningSpec:
+    """The equal-budget search of every variant's knobs (DESIGN §6): ``sampler`` (Optuna's
+    ``tpe``, ``random`` or ``grid``), ``trials`` per variant and draw (the same for every
+    variant, the labels-only baseline's learning rate included), each scored on the validation
+    day averaged over ``seeds`` training seeds. ``draws: per_seed`` gives every final seed a
+    search of its own, scored on validation seeds that are never final seeds, so the search's
+    luck varies with the seed and lies inside the intervals; ``shared`` is the single draw of
+    earlier versions (their run keys). ``seed`` seeds the samplers; another value redraws every
+    search with the training seeds unchanged. Every other key names a knob and replaces its
+    declared range: a list of values (categorical) or ``{low, high, log, int}``; ``lr`` and
+    ``ema_decay`` are the student's."""
+
+    #: Optuna's sampler (grid needs a list of values for every knob)
+    sampler: Annotated[Sampler, one_of(SAMPLERS, f"key 'sampler' must be one of "
+                                                 f"{', '.join(SAMPLERS)}, got {{value!r}}")] = "tpe"
+    #: trials per variant and draw, the same for every variant with knobs (the first at the
+    #: defaults; per_seed: the student's lr is a knob of every variant, the baseline's too)
+    trials: Annotated[int, _TRIALS] = 8
+    #: training seeds each trial's validation NE is averaged over
+    seeds: Annotated[int, _TRIALS] = 1
+    #: the samplers' seed (null: per_seed draws the final seed's own, shared the spec's first
+    #: training seed); another value redraws every search with the training seeds unchanged
+    seed: int | None = None
+    #: per_seed: each final seed s its own search, scored on validation seeds s + 1000, s + 2000,
+    #: ... (never a final seed), its choice trains seed s; shared: one search per (variant, lag,
+    #: world) for every seed, scored on the first seeds, lr and ema_decay searched only when
+    #: named below (the runs, and run keys, of earlier versions)
+    draws: TuningDraws = "per_seed"
+    #: candidates each search asks for at once (TPE's constant liar stands in for the scores
+    #: not yet known): a round trains batch × draws runs of a variant, which packs train in one
+    #: pass; 1 asks one at a time, each after the last one's score (the runs of earlier versions)
+    batch: Annotated[int, int_at_least(1, "key 'batch' must be an int >= 1 (candidates asked "
+                                          "for at once), got {value!r}")] = 1
+    #: every other key names a knob (alpha, kd_weight, temperature, aux_beta, adapter_hidden,
+    #: your method's, or the student's lr and ema_decay) and replaces its range: a list of values
+    #: or {low, high, log, int}
+    overrides: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        check_fields(self)
+
+    @classmethod
+    def from_mapping(cls, values: Any, where: str) -> TuningSpec:
+        obj = _open_section(cls, values, where, ("sampler", "trials", "seeds", "seed", "draws",
+                                                 "batch"))
+        for key, value in obj.overrides.items():
+            if isinstance(value, list) and value:
+                continue
+            if isinstance(value, dict) and {"low", "high"} <= set(value) \
+                    and set(value) <= {"low", "high", "log", "int"}:
+                continue
+            raise ConfigError(f"{where}: key {key!r} must be a non-empty list of values "
+                              f"to try or a range {{low, high, log, int}}, got {value!r}")
+        return obj
+
+    def to_dict(self) -> dict[str, Any]:
+        seed = {} if self.seed is None else {"seed": self.seed}  # unset: a spec's tag unchanged
+        batch = {} if self.batch == 1 else {"batch": self.batch}  # likewise
+        return {"sampler": self.sampler, "trials": self.trials, "seeds": self.seeds, **seed,
+                "draws": self.draws, **batch, **self.overrides}
+
+    @property
+    def knobs(self) -> dict[str, Any]:
+        """Knob → the spec's list or range for it."""
+        return dict(self.overrides)
+
+
+_SAMPLES = at_least(100, "bootstrap: key 'samples' must be >= 100, got {value}")
+
+
+@dataclass
+class BootstrapSpec:
+    """The paired, user-level cluster bootstrap of every interval (DESIGN §6): ``samples``
+    resamples, drawn from ``seed``."""
+
+    #: resamples of the evaluation users (at least 100)
+    samples: Annotated[int, _SAMPLES] = 1000
+    #: the resamples' random seed
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        check_fields(self)
+
+
+@dataclass
+class ReprSpec:
+    """How the LoopFM codes are made and read: the teacher ``layer`` the store keeps and the
+    compressor reads (None: the teacher config's ``repr_layer``), ``code_dim``, ``bits`` (8 or
+    4), the compressor's ``epochs``, and the ``max_events`` most recent codes a student example
+    reads."""
+
+    #: the teacher representation the store keeps and the compressor reads (null: the teacher
+    #: config's repr_layer)
+    layer: str | None = None
+    #: the width of a code
+    code_dim: int = 8
+    #: bits per code value (8 or 4)
+    bits: int = 8
+    #: the most recent codes of the user's history a student example reads
+    max_events: int = 50
+    #: the compressor's training epochs
+    epochs: int = 10
+
+
+@dataclass
+class SolarisSpec:
+    """How the SOLARIS pair representations of variants with ``solaris`` are precomputed
+    (docs/guides/solaris.md): for each student and evaluation day d, the speculation ``policy``
+    picks up to ``k`` items per user from the log before d, and the teacher as of d - 1 (under
+    streaming the freshest daily checkpoint, else the lag's teacher) computes each pair's
+    ``layer`` vector on a row of the user's history and the item's features."""
+
+    #: the speculation policy: recent, popular, cooccur or an import path, with its init_args
+    policy: PluginSpec = field(default_factory=lambda: PluginSpec("recent"))
+    #: the pairs precomputed per user and day (the policy's top k)
+    k: Annotated[int, int_at_least(1, "'k' must be an int >= 1, got {value!r}")] = 8
+    #: the teacher representation precomputed (null: repr.layer, else the teacher config's)
+    layer: str | None = None
+    #: the categorical feature naming a row's item (null: the schema's item id)
+    item_feature: str | None = None
+
+    def __post_init__(self) -> None:
+        if isinstance(self.policy, str):
+            self.policy = PluginSpec(self.policy)
+        check_fields(self)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"policy": self.policy.to_dict(), "k": self.k, "layer": self.layer,
+                "item_feature": self.item_feature}
