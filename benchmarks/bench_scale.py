@@ -13,7 +13,9 @@ RSS (``ru_maxrss`` of ``wait4``, what ``/usr/bin/time -v`` reports) and wall tim
 - ``codes``: ``build_codes`` (window: the first 9 days, ``code_dim`` 8, 1 epoch);
 - ``summary``: ``summarize`` and ``impressions_per_user`` (``gemkd data summary`` without the
   two-day feature oracle);
-- ``validate``: ``validate_dataset`` (``gemkd data validate``).
+- ``validate``: ``validate_dataset`` (``gemkd data validate``);
+- ``reader``: a ``DatasetReader`` pass over every row alone (batches of 4,096, each dropped once
+  made, as ``validate`` consumes them).
 
 ``--before TREE`` measures the same steps with another checkout's gemkd (e.g. main's) in the same
 run. Figures per step: the peak's growth per row (least squares over the sizes), the peak at the
@@ -35,7 +37,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-STEPS = ("join", "codes", "summary", "validate")
+STEPS = ("join", "codes", "summary", "validate", "reader")
 SMALL_ROWS, SMALL_USERS, DAYS, STUDENT_DAYS, WINDOW = 280_000, 1300, 14, 5, 9
 EMB = 128
 LIMIT = 24 * 2**30
@@ -124,6 +126,14 @@ def _validate(data: Path) -> None:
     validate_dataset(data)
 
 
+def _reader(data: Path) -> None:
+    from collections import deque
+
+    from gemkd.transfer.data.reader import DatasetReader
+
+    deque(DatasetReader(data), maxlen=0)
+
+
 def child(step: str, data: Path, store: Path, tmp: Path, rows: int) -> None:
     import torch
 
@@ -140,6 +150,8 @@ def child(step: str, data: Path, store: Path, tmp: Path, rows: int) -> None:
         _summary(data)
     elif step == "validate":
         _validate(data)
+    elif step == "reader":
+        _reader(data)
     else:
         raise SystemExit(f"unknown step {step!r}")
 
