@@ -15,6 +15,7 @@ itself and may not import the model packages; ``gemkd.adapters.compressor`` re-e
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -260,6 +261,13 @@ class CodeStore:
     def read(self, columns: list[str] | None = None) -> pa.Table:
         """The whole table (or ``columns`` of it), rows sorted by ``(user_id, ts, example_id)``."""
         return pq.read_table(fs.open_input(self.file), columns=columns)
+
+    def iter_row_groups(self, columns: list[str] | None = None) -> Iterator[pa.Table]:
+        """The table a row group at a time, in file order (sorted by ``(user_id, ts,
+        example_id)``): a pass over the store in the memory of one row group."""
+        pf = pq.ParquetFile(fs.open_input(self.file))
+        for i in range(pf.metadata.num_row_groups):
+            yield pf.read_row_group(i, columns=columns)
 
     def codes_q(self, table: pa.Table) -> np.ndarray:
         """The ``code`` column of ``table`` as raw bytes ``[n, nbytes]`` uint8."""
