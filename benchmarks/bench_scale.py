@@ -15,7 +15,11 @@ RSS (``ru_maxrss`` of ``wait4``, what ``/usr/bin/time -v`` reports) and wall tim
   two-day feature oracle);
 - ``validate``: ``validate_dataset`` (``gemkd data validate``);
 - ``reader``: a ``DatasetReader`` pass over every row alone (batches of 4,096, each dropped once
-  made, as ``validate`` consumes them).
+  made, as ``validate`` consumes them);
+- ``asof``: the student's as-of index of the LoopFM codes (``AsOfCodes``, max_events 50; scoped
+  to the student's days where the tree has ``days``, else the whole code store) and its pooled
+  codes for every row of its days and domain in batches of 1,024. The code store (random 8-byte
+  codes of every store row) is made once per size by this tree.
 
 ``--before TREE`` measures the same steps with another checkout's gemkd (e.g. main's) in the same
 run. Figures per step: the peak's growth per row (least squares over the sizes), the peak at the
@@ -37,7 +41,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-STEPS = ("join", "codes", "summary", "validate", "reader")
+STEPS = ("join", "codes", "summary", "validate", "reader", "asof")
 SMALL_ROWS, SMALL_USERS, DAYS, STUDENT_DAYS, WINDOW = 280_000, 1300, 14, 5, 9
 EMB = 128
 LIMIT = 24 * 2**30
@@ -134,6 +138,41 @@ def _reader(data: Path) -> None:
     deque(DatasetReader(data), maxlen=0)
 
 
+def _code_store(store: Path, out: Path) -> None:
+    import numpy as np
+
+    from gemkd.transfer.repr_features.code_sort import write_code_store_streamed
+    from gemkd.transfer.store import TeacherStore
+
+    ts, rng = TeacherStore(store), np.random.default_rng(0)
+    keys = ("example_id", "user_id", "ts", "day")
+    chunks = ((*(t.column(k).to_numpy() for k in keys),
+               rng.integers(-127, 128, (t.num_rows, 8)).astype(np.int8))
+              for t in ts.iter_row_groups(None, list(keys)))
+    write_code_store_streamed(out, chunks, 8, 8, {"teacher_version": "0" * 64})
+
+
+def _asof(data: Path, codes: Path) -> None:
+    import inspect
+
+    import pyarrow.parquet as pq
+
+    from gemkd.transfer.data.reader import DatasetReader
+    from gemkd.transfer.repr_features import AsOfCodes, CodeStore
+
+    days = (DAYS - STUDENT_DAYS, DAYS)
+    scoped = "days" in inspect.signature(AsOfCodes).parameters
+    asof = AsOfCodes(CodeStore(codes), 50, **({"days": days} if scoped else {}))
+    found = 0
+    for u in DatasetReader(data, days=days, batch_size=1).units:
+        t = pq.ParquetFile(u.path).read_row_group(u.row_group, columns=["user_id", "ts", "domain"])
+        mine = t.column("domain").to_numpy() == 0
+        uid, ts = t.column("user_id").to_numpy()[mine], t.column("ts").to_numpy()[mine]
+        for lo in range(0, len(uid), 1024):
+            found += int((asof.lookup_mean(uid[lo:lo + 1024], ts[lo:lo + 1024]) != 0).any(1).sum())
+    print(json.dumps({"codes_kept": len(asof), "rows_with_codes": found}))
+
+
 def child(step: str, data: Path, store: Path, tmp: Path, rows: int) -> None:
     import torch
 
@@ -152,6 +191,10 @@ def child(step: str, data: Path, store: Path, tmp: Path, rows: int) -> None:
         _validate(data)
     elif step == "reader":
         _reader(data)
+    elif step == "codestore":
+        _code_store(store, store.parent / f"{store.name}-codes")
+    elif step == "asof":
+        _asof(data, store.parent / f"{store.name}-codes")
     else:
         raise SystemExit(f"unknown step {step!r}")
 
@@ -239,6 +282,8 @@ def main() -> None:
                 print(f"world of {n:,} rows: {measure('world', ROOT, data, store, n)}")
             if not (store / "manifest.json").is_file():
                 print(f"store of {n:,} rows: {measure('store', ROOT, data, store, n)}")
+            if "asof" in steps and not (work / f"store-{n}-codes" / "codes.json").is_file():
+                print(f"codes of {n:,} rows: {measure('codestore', ROOT, data, store, n)}")
             for code, tree in trees.items():
                 for s in steps:
                     table[code][s][str(n)] = r = measure(s, tree, data, store, n)
