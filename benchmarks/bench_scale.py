@@ -19,7 +19,10 @@ RSS (``ru_maxrss`` of ``wait4``, what ``/usr/bin/time -v`` reports) and wall tim
 - ``asof``: the student's as-of index of the LoopFM codes (``AsOfCodes``, max_events 50; scoped
   to the student's days where the tree has ``days``, else the whole code store) and its pooled
   codes for every row of its days and domain in batches of 1,024. The code store (random 8-byte
-  codes of every store row) is made once per size by this tree.
+  codes of every store row) is made once per size by this tree;
+- ``codewrite``: the codes step's write alone: random codes of every store row into a code
+  store (a tree without ``code_sort``: every row's keys and code held, then ``write_code_store``,
+  as its codes step did).
 
 ``--before TREE`` measures the same steps with another checkout's gemkd (e.g. main's) in the same
 run. Figures per step: the peak's growth per row (least squares over the sizes), the peak at the
@@ -41,7 +44,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-STEPS = ("join", "codes", "summary", "validate", "reader", "asof")
+STEPS = ("join", "codes", "summary", "validate", "reader", "asof", "codewrite")
 SMALL_ROWS, SMALL_USERS, DAYS, STUDENT_DAYS, WINDOW = 280_000, 1300, 14, 5, 9
 EMB = 128
 LIMIT = 24 * 2**30
@@ -141,7 +144,6 @@ def _reader(data: Path) -> None:
 def _code_store(store: Path, out: Path) -> None:
     import numpy as np
 
-    from gemkd.transfer.repr_features.code_sort import write_code_store_streamed
     from gemkd.transfer.store import TeacherStore
 
     ts, rng = TeacherStore(store), np.random.default_rng(0)
@@ -149,7 +151,16 @@ def _code_store(store: Path, out: Path) -> None:
     chunks = ((*(t.column(k).to_numpy() for k in keys),
                rng.integers(-127, 128, (t.num_rows, 8)).astype(np.int8))
               for t in ts.iter_row_groups(None, list(keys)))
-    write_code_store_streamed(out, chunks, 8, 8, {"teacher_version": "0" * 64})
+    meta = {"teacher_version": "0" * 64}
+    try:
+        from gemkd.transfer.repr_features.code_sort import write_code_store_streamed
+    except ImportError:  # a checkout before it: held whole, as its codes step did
+        from gemkd.transfer.repr_features import write_code_store
+
+        parts = list(zip(*chunks, strict=True))
+        write_code_store(out, *(np.concatenate(p) for p in parts), 8, 8, meta)
+        return
+    write_code_store_streamed(out, chunks, 8, 8, meta)
 
 
 def _asof(data: Path, codes: Path) -> None:
@@ -193,6 +204,8 @@ def child(step: str, data: Path, store: Path, tmp: Path, rows: int) -> None:
         _reader(data)
     elif step == "codestore":
         _code_store(store, store.parent / f"{store.name}-codes")
+    elif step == "codewrite":
+        _code_store(store, tmp / "codes")
     elif step == "asof":
         _asof(data, store.parent / f"{store.name}-codes")
     else:
