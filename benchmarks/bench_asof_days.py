@@ -6,7 +6,8 @@ whole, each in a fresh process.
 grow with them; this isolates the log's length. Code stores: ``--users`` users, ``--per-day``
 rows a day over each ``--days`` count, Zipf-distributed activity, random int8 codes of width 8,
 written by the streamed writer. Each child opens the index for the last 5 days and looks up every
-row of them in batches of 1,024 (``lookup_mean``). Usage::
+row of them in batches of 1,024 (``lookup_mean``); the writer's own peak is reported as
+``write``. Usage::
 
     python -m benchmarks.bench_asof_days [--days 10,20,40] [--per-day 100000] [--users 20000]
         [--work DIR] [--json OUT] [--threads 1]
@@ -106,8 +107,11 @@ def main() -> None:
             codes = work / f"codes-{n}d-{args.per_day}-{args.users}"
             common = ["--codes", str(codes), "--n-days", str(n), "--per-day",
                       str(args.per_day), "--users", str(args.users)]
-            if not (codes / "codes.json").is_file():
-                _run(["--child", "make", *common])
+            if not (codes / "codes.json").is_file():  # the streamed writer's peak, too
+                _, secs, peak = _run(["--child", "make", *common])
+                rows.append({"days": n, "index": "write", "rows": n * args.per_day,
+                             "seconds": round(secs, 1), "peak_mb": round(peak, 1)})
+                print(json.dumps(rows[-1]), flush=True)
             for kind in ("whole", "scoped"):
                 got, secs, peak = _run(["--child", kind, *common])
                 rows.append({"days": n, "index": kind, **got, "seconds": round(secs, 1),
