@@ -44,7 +44,8 @@ def _files(path):
 @pytest.mark.parametrize("bits, bucket_rows, row_group, n_users, user_lo", [
     (8, 100, 64, 40, 0),         # many buckets, split twice, row groups across buckets
     (4, 1000, 1 << 20, 300, 5),  # one bucket, one row group
-    (8, 50, 77, 3, 0),           # a few users, each larger than a bucket: sorted whole
+    (8, 50, 77, 3, 0),           # a few users, each larger than a bucket: split by time
+    (4, 64, 100, 1, 9),          # one user
     (8, 90, 128, 500, -2**62),   # ids far apart and negative: unsigned offsets
 ])
 def test_streamed_bytes_equal_whole_write(tmp_path, bits, bucket_rows, row_group, n_users,
@@ -83,6 +84,27 @@ def test_split_is_used_and_bounded(tmp_path, monkeypatch):
     write_code_store_streamed(tmp_path / "c", _chunks(w, [1000, 1000, 1000]), 8, 5, META,
                               bucket_rows=200)
     assert sum(held) == 3000 and len(held) >= 15 and max(held) <= 200
+
+
+@pytest.mark.parametrize("n_users, most", [(3, 200), (1, 200)])
+def test_heavy_users_are_split_by_time(tmp_path, monkeypatch, n_users, most):
+    held = []
+    table_of = code_sort.sorted_code_table
+    monkeypatch.setattr(code_sort, "sorted_code_table",
+                        lambda eid, *rest: held.append(len(eid)) or table_of(eid, *rest))
+    w = _rows(np.random.default_rng(5), 3000, n_users)
+    write_code_store_streamed(tmp_path / "c", _chunks(w, [3000]), 8, 5, META, bucket_rows=200)
+    assert sum(held) == 3000 and max(held) <= most
+
+
+def test_one_user_one_second_is_sorted_whole(tmp_path):
+    rng = np.random.default_rng(6)
+    w = _rows(rng, 500, 1)
+    w["ts"][:] = 42
+    want = write_code_store(tmp_path / "whole", *w.values(), 8, 5, META, row_group_size=64)
+    got = write_code_store_streamed(tmp_path / "streamed", _chunks(w, [100, 400]), 8, 5, META,
+                                    bucket_rows=50, row_group_size=64)
+    assert _files(got) == _files(want)
 
 
 def test_empty_store_equals_whole_write(tmp_path):

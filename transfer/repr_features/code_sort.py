@@ -6,12 +6,14 @@ in export order, so the whole store's keys and codes would have to be held to so
 a row at the write's peak). Instead this is an external distribution sort: the chunks are
 spilled to disk as they come (Arrow IPC streams beside the output), then split by user-id range
 into buckets of at most ``bucket_rows`` rows — equal-width ranges, a bucket still too large
-split again by its own range — and the buckets, each sorted in memory, are written in user
-order. Users never straddle buckets, so the buckets' sorted rows in order are the whole sort:
-the file has the bytes :func:`gemkd.transfer.repr_features.codes.write_code_store` writes for
-the same rows (row groups of ``row_group_size`` rows cut across buckets). Memory: one bucket
-and one row group of the output, whatever the store's length; a single user with more than
-``bucket_rows`` rows is sorted whole. Disk: the spill, ~30 B a row, twice at most per level.
+split again by its own range, one user's rows by time range — and the buckets, each sorted in
+memory, are written in order. A (user, second) never straddles buckets, so the buckets' sorted
+rows in order are the whole sort: the file has the bytes
+:func:`gemkd.transfer.repr_features.codes.write_code_store` writes for the same rows (row groups
+of ``row_group_size`` rows cut across buckets). Memory: one bucket
+and one row group of the output, whatever the store's length (only a single user's rows of a
+single second are never split). Disk: the spill, ~30 B a row (written once more by each
+level of splitting).
 
 A merge of sorted runs (one per store row group) was the alternative; its memory grows with the
 number of runs (a buffer per run), and its merge is a Python loop or a re-sort per step, where
@@ -46,28 +48,39 @@ from gemkd.transfer.repr_features.codes import (
     write_code_info,
 )
 
-#: rows a bucket holds at most before it is split (~30 B a row kept, ~3x that while sorting)
-BUCKET_ROWS = 1 << 20
-#: the most buckets one split makes (files open at once)
-MAX_FANOUT = 64
+#: rows a bucket holds at most before it is split (~30 B a row kept, ~5x that while sorting):
+#: with the output's row group (2^20 rows) pending beside it, a write's peak was flat from 4M to
+#: 8M rows at 2^18 (at 2^20 it still rose ~11 B a row: the allocator's leftovers of larger sorts)
+BUCKET_ROWS = 1 << 18
+#: the most buckets one split makes (files open at once): 1B rows take two levels
+MAX_FANOUT = 256
 
 Chunk = tuple[Any, Any, Any, Any, Any]  # (example_id, user_id, ts, day, codes_q)
 
 
 @dataclass
 class _Spill:
-    """Rows spilled to one Arrow IPC stream: where, how many, their user-id range."""
+    """Rows spilled to one Arrow IPC stream: where, how many, their user-id and time ranges."""
 
     path: Path
     rows: int = 0
     lo: int = 0
     hi: int = -1
+    t_lo: int = 0
+    t_hi: int = -1
 
-    def add(self, uid: np.ndarray) -> None:
+    def add(self, uid: np.ndarray, ts: np.ndarray) -> None:
         if len(uid):
-            lo, hi = int(uid.min()), int(uid.max())
-            self.lo, self.hi = (lo, hi) if self.rows == 0 else (min(self.lo, lo), max(self.hi, hi))
+            lo, hi, t_lo, t_hi = int(uid.min()), int(uid.max()), int(ts.min()), int(ts.max())
+            if self.rows:
+                lo, hi = min(self.lo, lo), max(self.hi, hi)
+                t_lo, t_hi = min(self.t_lo, t_lo), max(self.t_hi, t_hi)
+            self.lo, self.hi, self.t_lo, self.t_hi = lo, hi, t_lo, t_hi
             self.rows += len(uid)
+
+    def splittable(self) -> bool:
+        """More than one user, or one user over more than one second."""
+        return self.lo < self.hi or self.t_lo < self.t_hi
 
 
 def write_code_store_streamed(out: str | Path, chunks: Iterable[Chunk], bits: int,
@@ -86,7 +99,7 @@ def write_code_store_streamed(out: str | Path, chunks: Iterable[Chunk], bits: in
     bits, code_dim, meta, overwrite
         As :func:`gemkd.transfer.repr_features.codes.write_code_store`.
     bucket_rows
-        The most rows sorted in memory at once (a single user's rows excepted).
+        The most rows sorted in memory at once (one user's rows of one second excepted).
     row_group_size
         Rows per row group of the code file.
 
@@ -114,7 +127,7 @@ def write_code_store_streamed(out: str | Path, chunks: Iterable[Chunk], bits: in
                     eid, uid, t, d, q = check_code_rows(out, *chunk, bits, code_dim)
                     if len(eid):
                         w.write_table(_table(eid, uid, t, d, q, schema))
-                        spill.add(uid)
+                        spill.add(uid, t)
             rows = 0
             with pq.ParquetWriter(tmp / CODES_FILE, schema, **PARQUET_OPTIONS) as writer:
                 for table in _row_groups(_sorted_buckets(out, spill, bucket_rows, schema),
@@ -143,8 +156,8 @@ def _sorted_buckets(out: fs.Where, spill: _Spill, bucket_rows: int, schema: pa.S
     if spill.rows == 0:
         spill.path.unlink()
         return
-    if spill.rows <= bucket_rows or spill.lo == spill.hi:
-        with pa.memory_map(str(spill.path)) as source:
+    if spill.rows <= bucket_rows or not spill.splittable():
+        with pa.OSFile(str(spill.path)) as source:
             table = pa.ipc.open_stream(source).read_all()
         spill.path.unlink()
         cols = {k: table.column(k).to_numpy() for k in ("example_id", "user_id", "ts", "day")}
@@ -160,24 +173,28 @@ def _sorted_buckets(out: fs.Where, spill: _Spill, bucket_rows: int, schema: pa.S
 
 
 def _split(spill: _Spill, bucket_rows: int, schema: pa.Schema) -> list[_Spill]:
-    """Split a spill by equal-width user-id ranges into files (in user order), removing it.
-    Ranges are taken as unsigned offsets from the lowest id, so any int64 span is exact."""
+    """Split a spill into files in sort order, removing it: by equal-width user-id ranges, or,
+    for one user's rows, by equal-width time ranges (a user with more than a bucket's rows).
+    Ranges are taken as unsigned offsets from the lowest value, so any int64 span is exact."""
+    by_user = spill.lo < spill.hi
+    column, first, last = (1, spill.lo, spill.hi) if by_user else (2, spill.t_lo, spill.t_hi)
     k = int(min(MAX_FANOUT, max(2, -(-spill.rows // bucket_rows))))
-    width = np.uint64((spill.hi - spill.lo) // k + 1)
-    lo = np.int64(spill.lo).view(np.uint64)
+    width = np.uint64((last - first) // k + 1)
+    lo = np.int64(first).view(np.uint64)
     parts = [_Spill(spill.path.with_name(f"{spill.path.stem}.{i}.arrow")) for i in range(k)]
     writers = [pa.ipc.new_stream(p.path, schema) for p in parts]
     try:
-        with pa.memory_map(str(spill.path)) as source:
+        with pa.OSFile(str(spill.path)) as source:
             for batch in pa.ipc.open_stream(source):
-                uid = batch.column(1).to_numpy()
-                which = (uid.view(np.uint64) - lo) // width
+                uid, ts = batch.column(1).to_numpy(), batch.column(2).to_numpy()
+                key = batch.column(column).to_numpy()
+                which = (key.view(np.uint64) - lo) // width
                 order = np.argsort(which, kind="stable")
                 cuts = np.searchsorted(which[order], np.arange(k + 1, dtype=np.uint64))
                 for i in np.flatnonzero(np.diff(cuts)).tolist():
                     rows = order[cuts[i]:cuts[i + 1]]
                     writers[i].write_batch(batch.take(pa.array(rows)))
-                    parts[i].add(uid[rows])
+                    parts[i].add(uid[rows], ts[rows])
     finally:
         for w in writers:
             w.close()
