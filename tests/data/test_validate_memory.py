@@ -4,6 +4,8 @@ docs/notes/2026-12-04-store-scale-2.md)."""
 
 from __future__ import annotations
 
+import gc
+
 import pyarrow as pa
 
 from gemkd.transfer.data.audit import validate_dataset
@@ -19,11 +21,13 @@ def test_validate_pass_keeps_no_earlier_row_group(tiny_data, monkeypatch):
         return load(self, unit, pf)
 
     monkeypatch.setattr(DatasetReader, "_load", spy)
+    gc.collect()
+    base = pa.total_allocated_bytes()  # what other tests' caches hold
     reader = validate_dataset(tiny_data)
     assert len(at_load) == len(reader.units) > 2
     # a loop variable holding the last batch (views of its row group's Arrow buffers) would
     # leave the previous row group allocated here
-    assert at_load == [0] * len(at_load)
+    assert max(at_load) <= base
 
 
 def test_a_held_batch_keeps_its_row_group(tiny_data, monkeypatch):
@@ -36,6 +40,8 @@ def test_a_held_batch_keeps_its_row_group(tiny_data, monkeypatch):
         return load(self, unit, pf)
 
     monkeypatch.setattr(DatasetReader, "_load", spy)
+    gc.collect()
+    base = pa.total_allocated_bytes()
     for _batch in DatasetReader(tiny_data, batch_size=65536):
         pass
-    assert at_load[0] == 0 and min(at_load[1:]) > 0
+    assert at_load[0] <= base < min(at_load[1:])
