@@ -157,8 +157,8 @@ def _code_store(store: Path, out: Path) -> None:
     except ImportError:  # a checkout before it: held whole, as its codes step did
         from gemkd.transfer.repr_features import write_code_store
 
-        parts = list(zip(*chunks, strict=True))
-        write_code_store(out, *(np.concatenate(p) for p in parts), 8, 8, meta)
+        eid, uid, t, d, q = (np.concatenate(p) for p in zip(*chunks, strict=True))
+        write_code_store(out, eid, uid, t, d, q, 8, 8, meta)
         return
     write_code_store_streamed(out, chunks, 8, 8, meta)
 
