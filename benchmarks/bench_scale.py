@@ -19,7 +19,16 @@ RSS (``ru_maxrss`` of ``wait4``, what ``/usr/bin/time -v`` reports) and wall tim
   written once beside the world;
 - ``export``: a teacher's export over the whole world into a store (``export_model`` of the tiny
   GEM with its initial weights, batch 4,096, float16 trunk embeddings): the predict loop and the
-  store writer, not a trained model's numbers.
+  store writer, not a trained model's numbers;
+- ``reader``: a ``DatasetReader`` pass over every row alone (batches of 4,096, each dropped once
+  made, as ``validate`` consumes them);
+- ``asof``: the student's as-of index of the LoopFM codes (``AsOfCodes``, max_events 50; scoped
+  to the student's days where the tree has ``days``, else the whole code store) and its pooled
+  codes for every row of its days and domain in batches of 1,024. The code store (random 8-byte
+  codes of every store row) is made once per size by this tree;
+- ``codewrite``: the codes step's write alone: random codes of every store row into a code
+  store (a tree without ``code_sort``: every row's keys and code held, then ``write_code_store``,
+  as its codes step did).
 
 ``--before TREE`` measures the same steps with another checkout's gemkd (e.g. main's) in the same
 run. Figures per step: the peak's growth per row (least squares over the sizes), the peak at the
@@ -41,7 +50,8 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-STEPS = ("import", "summary", "validate", "export", "join", "codes")
+STEPS = ("import", "summary", "validate", "reader", "export", "join", "codes", "codewrite",
+         "asof")
 SMALL_ROWS, SMALL_USERS, DAYS, STUDENT_DAYS, WINDOW = 280_000, 1300, 14, 5, 9
 EMB = 128
 LIMIT = 24 * 2**30
@@ -59,7 +69,7 @@ def _make_world(out: Path, rows: int) -> None:
     generate(cfg, out)
 
 
-def _reader() -> type:
+def _reader_class() -> type:
     """``DatasetReader``, from this checkout or (``--before``) one before its module's rename."""
     try:
         from gemkd.transfer.data.dataset_reader import DatasetReader
@@ -74,7 +84,7 @@ def _make_store(data: Path, out: Path) -> None:
 
     from gemkd.transfer.store import StoreWriter
 
-    DatasetReader = _reader()
+    DatasetReader = _reader_class()
 
     reader = DatasetReader(data, batch_size=1)
     tasks = list(reader.schema.tasks)
@@ -96,7 +106,7 @@ def _join(data: Path, store: Path) -> None:
 
     from gemkd.transfer.store import TeacherStore
 
-    DatasetReader = _reader()
+    DatasetReader = _reader_class()
 
     ts = TeacherStore(store)
     days = (DAYS - STUDENT_DAYS, DAYS)
@@ -170,6 +180,56 @@ def _export(data: Path, tmp: Path) -> None:
     export_model(model, cfg, data, tmp / "store", teacher_version="0" * 64, progress=False)
 
 
+def _reader(data: Path) -> None:
+    from collections import deque
+
+    deque(_reader_class()(data), maxlen=0)
+
+
+def _code_store(store: Path, out: Path) -> None:
+    import numpy as np
+
+    from gemkd.transfer.store import TeacherStore
+
+    ts, rng = TeacherStore(store), np.random.default_rng(0)
+    keys = ("example_id", "user_id", "ts", "day")
+    chunks = ((*(t.column(k).to_numpy() for k in keys),
+               rng.integers(-127, 128, (t.num_rows, 8)).astype(np.int8))
+              for t in ts.iter_row_groups(None, list(keys)))
+    meta = {"teacher_version": "0" * 64}
+    try:
+        from gemkd.transfer.repr_features.code_sort import write_code_store_streamed
+    except ImportError:  # a checkout before it: held whole, as its codes step did
+        from gemkd.transfer.repr_features import write_code_store
+
+        eid, uid, t, d, q = (np.concatenate(p) for p in zip(*chunks, strict=True))
+        write_code_store(out, eid, uid, t, d, q, 8, 8, meta)
+        return
+    write_code_store_streamed(out, chunks, 8, 8, meta)
+
+
+def _asof(data: Path, codes: Path) -> None:
+    import inspect
+
+    import pyarrow.parquet as pq
+
+    from gemkd.transfer.repr_features import AsOfCodes, CodeStore
+
+    DatasetReader = _reader_class()
+
+    days = (DAYS - STUDENT_DAYS, DAYS)
+    scoped = "days" in inspect.signature(AsOfCodes).parameters
+    asof = AsOfCodes(CodeStore(codes), 50, **({"days": days} if scoped else {}))
+    found = 0
+    for u in DatasetReader(data, days=days, batch_size=1).units:
+        t = pq.ParquetFile(u.path).read_row_group(u.row_group, columns=["user_id", "ts", "domain"])
+        mine = t.column("domain").to_numpy() == 0
+        uid, ts = t.column("user_id").to_numpy()[mine], t.column("ts").to_numpy()[mine]
+        for lo in range(0, len(uid), 1024):
+            found += int((asof.lookup_mean(uid[lo:lo + 1024], ts[lo:lo + 1024]) != 0).any(1).sum())
+    print(json.dumps({"codes_kept": len(asof), "rows_with_codes": found}))
+
+
 def child(step: str, data: Path, store: Path, tmp: Path, rows: int) -> None:
     import torch
 
@@ -192,6 +252,14 @@ def child(step: str, data: Path, store: Path, tmp: Path, rows: int) -> None:
         _import(data.parent / f"log-{rows}", tmp)
     elif step == "export":
         _export(data, tmp)
+    elif step == "reader":
+        _reader(data)
+    elif step == "codestore":
+        _code_store(store, store.parent / f"{store.name}-codes")
+    elif step == "codewrite":
+        _code_store(store, tmp / "codes")
+    elif step == "asof":
+        _asof(data, store.parent / f"{store.name}-codes")
     else:
         raise SystemExit(f"unknown step {step!r}")
 
@@ -281,6 +349,8 @@ def main() -> None:
                 print(f"store of {n:,} rows: {measure('store', ROOT, data, store, n)}")
             if "import" in steps and not (work / f"log-{n}" / "mapping.yaml").is_file():
                 print(f"event log of {n:,} rows: {measure('log', ROOT, data, store, n)}")
+            if "asof" in steps and not (work / f"store-{n}-codes" / "codes.json").is_file():
+                print(f"codes of {n:,} rows: {measure('codestore', ROOT, data, store, n)}")
             for code, tree in trees.items():
                 for s in steps:
                     table[code][s][str(n)] = r = measure(s, tree, data, store, n)

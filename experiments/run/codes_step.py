@@ -3,16 +3,16 @@ row's code quantised into a code store (cached).
 
 Bounded memory: the compressor fits on at most ``FIT_ROWS`` (262,144) embeddings of its window
 (all of them, as before, when the window is smaller: every shipped spec), and rows are encoded
-one store row group at a time; what stays is each row's keys and code (~36 B a row at
-``code_dim`` 8, which the code store's one sorted file and the students' as-of index need), never
-the float embeddings.
+one store row group at a time and spilled to disk; the code store's one file, sorted by
+(user, ts, example_id), is written from the spill by an external sort
+(``transfer/repr_features/code_sort.py``): memory is one store row group and one sort bucket,
+whatever the store's length.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
 import torch
 
 from gemkd.experiments.run.cache import cached_step
@@ -31,7 +31,8 @@ def build_codes(store: fs.Where, window: tuple[int, int], repr_cfg, seed: int, c
     """LoopFM codes: a compressor fitted on the teacher's embeddings of its own window's days
     encodes every stored row; codes are quantised into a code store."""
     from gemkd.adapters.compressor import fit_compressor
-    from gemkd.transfer.repr_features import code_nbytes, quantize_codes, write_code_store
+    from gemkd.transfer.repr_features import quantize_codes
+    from gemkd.transfer.repr_features.code_sort import write_code_store_streamed
     from gemkd.transfer.store import TeacherStore
     from gemkd.transfer.store.sample import sample_embeddings
 
@@ -46,25 +47,17 @@ def build_codes(store: fs.Where, window: tuple[int, int], repr_cfg, seed: int, c
         del emb
         log(f"  compressor R² by prefix: "
             f"{ {p: round(r, 3) for p, r in info['r2'].items()} }")
-        keys: dict[str, list[np.ndarray]] = {k: [] for k in _KEYS}
-        codes_q: list[np.ndarray] = []
-        with torch.no_grad():
+
+        def chunks():
             for table in ts.iter_row_groups(None, [*_KEYS, *ts.emb_columns]):
-                for k in _KEYS:
-                    keys[k].append(table.column(k).to_numpy())
-                codes = model.encode(torch.from_numpy(ts.embeddings(table))).numpy()
-                codes_q.append(quantize_codes(codes, bits))
-        cat = {k: _cat(v, np.int32 if k == "day" else np.int64) for k, v in keys.items()}
-        q = (np.concatenate(codes_q) if codes_q
-             else np.zeros((0, code_nbytes(bits, code_dim)), np.int8))
-        write_code_store(step / "codes", cat["example_id"], cat["user_id"], cat["ts"],
-                         cat["day"], q, bits, code_dim,
-                         {"teacher_version": ts.manifest.teacher_version,
-                          "r2": {str(k): float(v) for k, v in info["r2"].items()}},
-                         overwrite=True)
+                with torch.no_grad():
+                    codes = model.encode(torch.from_numpy(ts.embeddings(table))).numpy()
+                yield (*(table.column(k).to_numpy() for k in _KEYS), quantize_codes(codes, bits))
+
+        write_code_store_streamed(step / "codes", chunks(), bits, code_dim,
+                                  {"teacher_version": ts.manifest.teacher_version,
+                                   "r2": {str(k): float(v) for k, v in info["r2"].items()}},
+                                  overwrite=True)
 
     return cached_step(cache, "codes", key, run, log) / "codes"
 
-
-def _cat(parts: list[np.ndarray], dtype: type) -> np.ndarray:
-    return np.concatenate(parts) if parts else np.zeros(0, dtype)

@@ -37,15 +37,15 @@ class InputPaths:
         """The opened inputs (in this process)."""
         from gemkd.experiments.run.student import Inputs
         from gemkd.experiments.teacher_checkpoint import model_weights
-        from gemkd.transfer.repr_features import AsOfCodes, CodeStore
+        from gemkd.transfer.repr_features import CodeStore
         from gemkd.transfer.solaris import PairStore
 
-        codes = (None if self.codes is None
-                 else AsOfCodes(CodeStore(self.codes), max_events=max_events))
+        # verified once here; each student scope opens its as-of index (Inputs.codes_for)
+        codes = None if self.codes is None else CodeStore(self.codes)
         ckpt = self.ckpt
         weights = None if ckpt is None else (lambda: model_weights(ckpt))
         pairs = None if self.pairs is None else PairStore(self.pairs)
-        return Inputs(dict(self.stores), codes, weights, pairs)
+        return Inputs(dict(self.stores), codes, weights, pairs, max_events=max_events)
 
 
 @dataclass(frozen=True)
@@ -77,7 +77,7 @@ class StudentRun:
 
 
 #: Inputs opened by this process, by what they were opened from: a worker pays for opening a
-#: store's join index or the code store's as-of index once, not once per run.
+#: store's join index or a scope's as-of index of the codes once, not once per run.
 _OPEN: dict[tuple, Any] = {}
 
 

@@ -22,6 +22,7 @@ from gemkd.transfer.distill import DistillModule, StoreTeacher
 from gemkd.transfer.io import fs
 from gemkd.transfer.methods import MethodContext
 from gemkd.transfer.metrics.clusters import ClusterLoss
+from gemkd.transfer.repr_features import AsOfCodes, CodeStore
 from gemkd.transfer.store import TeacherStore
 from gemkd.transfer.store.stream_join import StreamJoin
 from gemkd.transfer.training import make_trainer
@@ -41,16 +42,29 @@ class StudentJob:
 @dataclass
 class Inputs:
     """What the lag's upstream steps made: the teacher sources' stores (``gem``, ``domain_fm``),
-    the LoopFM codes (an ``AsOfCodes``, shared by every student of the lag) and a loader of the
-    GEM teacher's weights (None for an imported store) and the SOLARIS pair store (a
-    ``PairStore``)."""
+    the LoopFM codes (a verified ``CodeStore``, whose as-of index each student scope opens, or
+    one ``AsOfCodes`` every student shares) and a loader of the GEM teacher's weights (None for
+    an imported store) and the SOLARIS pair store (a ``PairStore``)."""
 
     stores: dict[str, fs.Where]
     codes: Any = None
     teacher_weights: Any = None
     pairs: Any = None
+    max_events: int = 50
     _joins: dict[tuple, StreamJoin] = field(default_factory=dict, repr=False)
     _stores: dict[str, TeacherStore] = field(default_factory=dict, repr=False)
+    _asof: dict[tuple[int, int], AsOfCodes] = field(default_factory=dict, repr=False)
+
+    def codes_for(self, days: tuple[int, int]) -> AsOfCodes | None:
+        """The as-of index of the codes for one student reading ``days`` (half-open): the days'
+        codes and each user's ``max_events`` latest before them, not the whole store; students
+        of one scope share it, and one scope's index is held at a time."""
+        if not isinstance(self.codes, CodeStore):
+            return self.codes
+        if days not in self._asof:
+            self._asof.clear()
+            self._asof[days] = AsOfCodes(self.codes, max_events=self.max_events, days=days)
+        return self._asof[days]
 
     def teacher(self, source: str, tasks: list[str], with_emb: bool, days: tuple[int, int],
                 domains: list[int] | None) -> StoreTeacher:
@@ -117,8 +131,10 @@ def build_module(spec: RunSpec, job: StudentJob, data: fs.Where, inputs: Inputs,
     methods = build_methods(spec, job.variant, job.params)
     needs = variant_needs(job.variant)
     teacher = None
+    scope = (min(job.train_days[0], job.eval_days[0]), max(job.train_days[1],
+                                                           job.eval_days[1]))
     ctx = MethodContext(schema=schema, tasks=tasks, domains=schema.domains, lr=spec.lr,
-                        codes=inputs.codes, pairs=inputs.pairs,
+                        codes=inputs.codes_for(scope), pairs=inputs.pairs,
                         trained_until_day=job.trained_until_day,
                         teacher_weights=inputs.teacher_weights,
                         sample_batch=lambda: _sample_batch(spec, job, data, ctx.student))
@@ -129,8 +145,6 @@ def build_module(spec: RunSpec, job: StudentJob, data: fs.Where, inputs: Inputs,
     student = build_student({"class_path": spec.student.class_path, "init_args": init_args},
                             schema, tasks)
     if needs & {"teacher", "teacher_emb"}:
-        scope = (min(job.train_days[0], job.eval_days[0]), max(job.train_days[1],
-                                                               job.eval_days[1]))
         domains = ([schema.domains.index(spec.student_domain)] if spec.student_domain
                    else None)
         teacher = inputs.teacher(job.variant.teacher, tasks, with_emb="teacher_emb" in needs,

@@ -112,6 +112,11 @@ class DatasetReader(IterableDataset):
         With ``shuffle``, keep the days in time order (row groups and rows shuffled within each
         day only): one time-ordered pass, as a recurring production model trains.
 
+    A pass holds one row group's arrays (nothing per row of the dataset). Batches are views of
+    them, so a consumer that keeps a batch while asking for the next holds that row group too
+    while the next is read: a whole pass then peaks at two row groups (``validate`` drops each
+    batch at once: one).
+
     Raises
     ------
     DataError

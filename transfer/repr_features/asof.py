@@ -16,6 +16,7 @@ import torch
 import torch.nn.functional as F
 
 from gemkd.transfer.ops import segment_mean
+from gemkd.transfer.repr_features.asof_scope import scoped_rows
 from gemkd.transfer.repr_features.codes import CodeStore
 
 
@@ -42,22 +43,26 @@ class AsOfCodes:
 
     Memory: ``M * code_dim`` float32 values plus two int64 arrays of length M (a third, the
     distinct timestamps, for rank keys; an int64 rank table over the user id span when ids are
-    dense).
+    dense). M is the whole store, or with ``days`` (a student's days, half-open) only what
+    examples of those days can read: the days' codes and each user's ``max_events`` latest
+    before them (:mod:`gemkd.transfer.repr_features.asof_scope`), read a row group at a time;
+    a lookup outside the days is then a ValueError, and every lookup inside them gives what the
+    whole store's index gives, bit for bit.
     """
 
-    def __init__(self, code_store: CodeStore, max_events: int = 50) -> None:
+    def __init__(self, code_store: CodeStore, max_events: int = 50,
+                 days: tuple[int, int] | None = None) -> None:
         if not isinstance(max_events, int) or max_events < 1:
             raise ValueError(f"max_events must be a positive int, got {max_events!r}")
-        self.store, self.max_events = code_store, max_events
+        self.store, self.max_events, self.days = code_store, max_events, days
         self.code_dim = code_store.code_dim
         # lookup_mean's answers by batch: every student of a sweep reads the same batches
         self._means: OrderedDict[tuple[bytes, bytes], torch.Tensor] = OrderedDict()
         self._means_bytes = 0
-        table = code_store.read(["user_id", "ts", "code"])
-        uid = table.column("user_id").to_numpy()
-        ts = table.column("ts").to_numpy()
-        codes = code_store.codes(table)
-        if len(uid) > 1 and not _is_sorted(uid, ts):  # the writer sorts; cheap check first
+        rows = scoped_rows(code_store, max_events, days)
+        uid, ts, codes = rows.user_id, rows.ts, rows.codes
+        self._scope = (rows.lo, rows.hi)
+        if len(uid) > 1 and not rows.is_sorted:  # the writer sorts (never with days)
             order = np.lexsort((ts, uid))
             uid, ts, codes = uid[order], ts[order], codes[order]
         self._codes = np.ascontiguousarray(codes, dtype=np.float32)
@@ -150,6 +155,7 @@ class AsOfCodes:
         t = _as_int64("ts", ts)
         if len(u) != len(t):
             raise ValueError(f"user_id has {len(u)} rows but ts has {len(t)}")
+        self._check_scope(t)
         b = len(u)
         if len(self._users) == 0 or b == 0:
             return None, np.zeros(b, dtype=np.int64)
@@ -165,6 +171,15 @@ class AsOfCodes:
         first = np.cumsum(lengths) - lengths  # each example's first row in the concatenation
         rows = np.repeat(start - first, lengths) + np.arange(int(lengths.sum()), dtype=np.int64)
         return rows, lengths
+
+    def _check_scope(self, t: np.ndarray) -> None:
+        """A scoped index answers exactly only inside its days' seconds (asof_scope)."""
+        lo, hi = self._scope
+        if len(t) and ((lo is not None and t.min() < lo) or (hi is not None and t.max() > hi)):
+            bad = int(t.min()) if lo is not None and t.min() < lo else int(t.max())
+            raise ValueError(f"{self.store.file}: as-of lookup at ts {bad}, outside the index's "
+                             f"days {list(self.days or ())} (ts {lo}..{hi}); open AsOfCodes "
+                             f"with days that cover the examples")
 
     def _ts_part(self, t: np.ndarray) -> np.ndarray:
         """The time part of the query keys: every stored ``ts < t`` has a smaller one. Offsets:
@@ -193,11 +208,6 @@ def _offsets(lengths: np.ndarray) -> torch.Tensor:
     offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
     np.cumsum(lengths, out=offsets[1:])
     return torch.from_numpy(offsets)
-
-
-def _is_sorted(uid: np.ndarray, ts: np.ndarray) -> bool:
-    du = np.diff(uid)
-    return bool((du >= 0).all() and (np.diff(ts)[du == 0] >= 0).all())
 
 
 def pool_mean(values: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:

@@ -15,6 +15,7 @@ itself and may not import the model packages; ``gemkd.adapters.compressor`` re-e
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -104,16 +105,40 @@ def code_schema(nbytes: int) -> pa.Schema:
     ])
 
 
+#: rows per row group of the code file, and how it is written (both writers: the same bytes)
+ROW_GROUP_ROWS = 1 << 20
+PARQUET_OPTIONS: dict[str, Any] = {"use_dictionary": ["day"],
+                                   "write_statistics": ["user_id", "ts", "day"]}
+
+
 def write_code_store(out: str | Path, example_id: Any, user_id: Any, ts: Any, day: Any,
                      codes_q: np.ndarray, bits: int, code_dim: int, meta: dict[str, Any],
-                     overwrite: bool = False) -> fs.Where:
+                     overwrite: bool = False, row_group_size: int = ROW_GROUP_ROWS) -> fs.Where:
     """Write quantised codes to ``out`` atomically; returns ``out``.
 
     Rows are stored sorted by ``(user_id, ts, example_id)``, the order the as-of join reads them
     in. ``meta`` must carry ``teacher_version`` (the codes are meaningless without the teacher
-    and compressor that produced them); it is stored verbatim in ``codes.json``.
+    and compressor that produced them); it is stored verbatim in ``codes.json``. Everything is
+    held at once: a store's codes arriving a row group at a time are written in bounded memory
+    by :func:`gemkd.transfer.repr_features.code_sort.write_code_store_streamed` (same bytes).
     """
     out = fs.as_where(out)
+    check_code_args(out, bits, code_dim, meta)
+    eid, uid, t, d, q = check_code_rows(out, example_id, user_id, ts, day, codes_q, bits,
+                                        code_dim)
+    if len(eid) > 1 and np.unique(eid).size != len(eid):
+        raise StoreError(f"{out}: example_id has duplicates")
+    table = sorted_code_table(eid, uid, t, d, q)
+    with output_directory(out, overwrite=overwrite, last=(CODES_JSON,)) as tmp:
+        pq.write_table(table, tmp / CODES_FILE, row_group_size=row_group_size,
+                       **PARQUET_OPTIONS)
+        write_code_info(tmp, bits, code_dim, table.num_rows, meta)
+    return out
+
+
+def check_code_args(out: fs.Where, bits: int, code_dim: int, meta: dict[str, Any]) -> None:
+    """The store-wide arguments of a code write: ``bits``, ``code_dim``, a JSON ``meta`` with
+    ``teacher_version``; a StoreError naming ``out`` otherwise."""
     if bits not in BITS:
         raise StoreError(f"{out}: bits must be one of {list(BITS)}, got {bits!r}")
     if not isinstance(code_dim, int) or code_dim < 1:
@@ -121,6 +146,17 @@ def write_code_store(out: str | Path, example_id: Any, user_id: Any, ts: Any, da
     if not isinstance(meta, dict) or not isinstance(meta.get("teacher_version"), str) \
             or not meta["teacher_version"]:
         raise StoreError(f"{out}: meta must be a dict with a non-empty 'teacher_version'")
+    try:
+        json.dumps(meta)
+    except (TypeError, ValueError) as e:
+        raise StoreError(f"{out}: meta is not JSON-serialisable ({e})") from None
+
+
+def check_code_rows(out: fs.Where, example_id: Any, user_id: Any, ts: Any, day: Any,
+                    codes_q: Any, bits: int, code_dim: int
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Rows of codes as ``(example_id, user_id, ts, day, codes_q)`` arrays (int64 keys), or a
+    StoreError naming ``out`` and the array that is wrong."""
     eid = int_ids("example_id", example_id, str(out))
     m = len(eid)
     uid, t, d = (int_ids(n, a, str(out), m)
@@ -132,26 +168,28 @@ def write_code_store(out: str | Path, example_id: Any, user_id: Any, ts: Any, da
     if q.shape != (m, nbytes) or q.dtype.itemsize != 1 or q.dtype.kind not in "iu":
         raise StoreError(f"{out}: codes_q must be 1-byte integers [{m}, {nbytes}] for "
                          f"bits={bits}, code_dim={code_dim}; got {q.dtype}{list(q.shape)}")
-    if m > 1 and np.unique(eid).size != m:
-        raise StoreError(f"{out}: example_id has duplicates")
+    return eid, uid, t, d, q
+
+
+def sorted_code_table(eid: np.ndarray, uid: np.ndarray, t: np.ndarray, d: np.ndarray,
+                      q: np.ndarray) -> pa.Table:
+    """Checked rows (:func:`check_code_rows`) as a code table sorted by
+    ``(user_id, ts, example_id)``."""
     order = np.lexsort((eid, t, uid))
+    m, nbytes = q.shape
     code = pa.FixedSizeBinaryArray.from_buffers(
         pa.binary(nbytes), m, [None, pa.py_buffer(np.ascontiguousarray(q[order]).view(np.uint8))])
-    table = pa.Table.from_arrays(
+    return pa.Table.from_arrays(
         [pa.array(eid[order]), pa.array(uid[order]), pa.array(t[order]),
          pa.array(d[order].astype(np.int32)), code], schema=code_schema(nbytes))
-    try:
-        json.dumps(meta)
-    except (TypeError, ValueError) as e:
-        raise StoreError(f"{out}: meta is not JSON-serialisable ({e})") from None
-    with output_directory(out, overwrite=overwrite, last=(CODES_JSON,)) as tmp:
-        pq.write_table(table, tmp / CODES_FILE, row_group_size=1 << 20,
-                       use_dictionary=["day"], write_statistics=["user_id", "ts", "day"])
-        info = {"format_version": FORMAT_VERSION, "bits": bits, "code_dim": code_dim,
-                "rows": m, "file": CODES_FILE, "sha256": sha256_file(tmp / CODES_FILE),
-                "meta": meta}
-        (tmp / CODES_JSON).write_text(json.dumps(info, indent=2, sort_keys=True) + "\n")
-    return out
+
+
+def write_code_info(tmp: Path, bits: int, code_dim: int, rows: int, meta: dict[str, Any]) -> None:
+    """``codes.json`` beside the finished code file in ``tmp`` (its commit marker)."""
+    info = {"format_version": FORMAT_VERSION, "bits": bits, "code_dim": code_dim,
+            "rows": rows, "file": CODES_FILE, "sha256": sha256_file(tmp / CODES_FILE),
+            "meta": meta}
+    (tmp / CODES_JSON).write_text(json.dumps(info, indent=2, sort_keys=True) + "\n")
 
 
 class CodeStore:
@@ -223,6 +261,13 @@ class CodeStore:
     def read(self, columns: list[str] | None = None) -> pa.Table:
         """The whole table (or ``columns`` of it), rows sorted by ``(user_id, ts, example_id)``."""
         return pq.read_table(fs.open_input(self.file), columns=columns)
+
+    def iter_row_groups(self, columns: list[str] | None = None) -> Iterator[pa.Table]:
+        """The table a row group at a time, in file order (sorted by ``(user_id, ts,
+        example_id)``): a pass over the store in the memory of one row group."""
+        pf = pq.ParquetFile(fs.open_input(self.file))
+        for i in range(pf.metadata.num_row_groups):
+            yield pf.read_row_group(i, columns=columns)
 
     def codes_q(self, table: pa.Table) -> np.ndarray:
         """The ``code`` column of ``table`` as raw bytes ``[n, nbytes]`` uint8."""

@@ -1,4 +1,5 @@
-"""The codes step, streamed row group by row group, writes the codes the whole-store path wrote."""
+"""The codes step, streamed row group by row group and written by an external sort, writes the
+code store the whole-store path wrote, byte for byte."""
 
 from __future__ import annotations
 
@@ -9,7 +10,13 @@ import torch
 
 from gemkd.adapters.compressor import fit_compressor
 from gemkd.experiments.run.codes_step import build_codes
-from gemkd.transfer.repr_features import CodeStore, quantize_codes
+from gemkd.transfer.repr_features import (
+    CODES_FILE,
+    CODES_JSON,
+    CodeStore,
+    quantize_codes,
+    write_code_store,
+)
 from gemkd.transfer.store import TeacherStore
 from tests.store.helpers import make_rows, write_store
 
@@ -36,3 +43,9 @@ def test_streamed_codes_equal_whole_store_codes(tmp_path):
     np.testing.assert_array_equal(got.codes_q(t)[by_id].view(np.int8), want[order])
     for k in ("user_id", "ts", "day"):
         np.testing.assert_array_equal(t[k].to_numpy()[by_id], table[k].to_numpy()[order])
+    # the former write: every row's keys and code held, sorted and written at once
+    whole = write_code_store(tmp_path / "whole", *(table[k].to_numpy() for k in
+                                                   ("example_id", "user_id", "ts", "day")),
+                             want, 8, 4, got.meta)
+    for name in (CODES_FILE, CODES_JSON):
+        assert (out / name).read_bytes() == (whole / name).read_bytes()
