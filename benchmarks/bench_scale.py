@@ -41,6 +41,7 @@ largest size, and the rows at which the peak would reach 24 GB. Usage::
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import subprocess
@@ -74,7 +75,7 @@ def _reader_class() -> type:
     try:
         from gemkd.transfer.data.dataset_reader import DatasetReader
     except ImportError:
-        from gemkd.transfer.data.reader import DatasetReader  # type: ignore[import-not-found,no-redef]
+        return importlib.import_module("gemkd.transfer.data.reader").DatasetReader
     return DatasetReader
 
 
@@ -142,10 +143,8 @@ def _summary(data: Path) -> None:
     try:
         from gemkd.transfer.data.dataset_summary import impressions_per_user, summarize
     except ImportError:  # a checkout before the module's rename (--before)
-        from gemkd.transfer.data.summary import (  # type: ignore[import-not-found,no-redef]
-            impressions_per_user,
-            summarize,
-        )
+        old = importlib.import_module("gemkd.transfer.data.summary")
+        impressions_per_user, summarize = old.impressions_per_user, old.summarize
 
     summarize(data)
     impressions_per_user(data)

@@ -12,8 +12,7 @@ from pathlib import Path
 import pytest
 
 from gemkd.experiments.spec import run_spec as spec_model
-from gemkd.experiments.spec import sections
-from gemkd.experiments.spec import spec_from_mapping
+from gemkd.experiments.spec import sections, spec_from_mapping
 from gemkd.experiments.teacher_config import TeacherTrainConfig
 from gemkd.transfer import options
 from gemkd.transfer.config import build_dataclass
