@@ -45,9 +45,10 @@ def serving_inputs(spec: dict | None) -> dict[str, list[str]] | None:
         return None
 
 
-def speed_ratios(run: RunView) -> dict[str, tuple[float, float]]:
+def speed_ratios(run: RunView) -> dict[str, tuple[float, float, float, float]]:
     """Variant → (mean over runs of its examples/s over the baseline's on the same world and
-    seed, its mean examples/s) on the main lag; empty without the column or a baseline."""
+    seed, its mean examples/s, the lowest and the highest ratio) on the main lag; empty without
+    the column or a baseline."""
     cell = run.cell()
     if "examples_per_second" not in cell.columns:
         return {}
@@ -63,7 +64,8 @@ def speed_ratios(run: RunView) -> dict[str, tuple[float, float]]:
         ratio = pd.to_numeric(g["ratio"], errors="coerce").dropna()
         speed = pd.to_numeric(g["examples_per_second"], errors="coerce").dropna()
         if len(ratio):
-            out[str(variant)] = (float(ratio.mean()), float(speed.mean()))
+            out[str(variant)] = (float(ratio.mean()), float(speed.mean()),
+                                 float(ratio.min()), float(ratio.max()))
     return out
 
 
@@ -83,8 +85,10 @@ def cost_section(run: RunView) -> list[str]:
     for v in run.variants:
         if v == BASELINE:
             continue
-        ratio, speed = speeds.get(v, (math.nan, math.nan))
-        speed_cell = (f"{ratio:.2f}× ({speed:,.0f} /s)" if math.isfinite(ratio) else "—")
+        ratio, speed, low, high = speeds.get(v, (math.nan,) * 4)
+        spread = f"{low:.2f}–{high:.2f}×, " if high > low else ""
+        speed_cell = (f"{ratio:.2f}× ({spread}{speed:,.0f} /s)" if math.isfinite(ratio)
+                      else "—")
         extra = ("unknown" if serving is None or v not in serving else
                  "; ".join(serving[v]) or "none")
         table.append([v, gains.get(v, "—"), speed_cell, extra])
@@ -93,7 +97,9 @@ def cost_section(run: RunView) -> list[str]:
     return [f"## What each gain costs (domain {run.domain}, task {run.task})", "",
             f"Training speed is each run's examples/s against the labels-only baseline's{where} "
             "on the same world and seed (mean over runs; the teacher lookups and the methods' "
-            "own work included, so it measures this machine, not a served model). Extra inputs "
+            "own work included, so it measures this machine, not a served model; the range is the "
+            "runs' lowest and highest ratio: on a machine other jobs share, a range wider than "
+            "the differences between variants says the speeds mean nothing). Extra inputs "
             "at serving are what the served student reads beyond the baseline's features: KD, "
             "the auxiliary head, the Student Adapter and parameter sharing use the teacher in "
             "training only.", "",
