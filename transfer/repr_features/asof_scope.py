@@ -1,5 +1,5 @@
 """The rows of a code store an as-of index over a day range needs, read a row group at a time
-(DESIGN §5, LoopFM; issue 43).
+(DESIGN §5, LoopFM).
 
 A student reads its own days. An example at time t reads its user's ``max_events`` latest codes
 with ``ts < t``, so of everything before its days only each user's ``max_events`` latest codes

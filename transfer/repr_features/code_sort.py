@@ -1,5 +1,5 @@
 """A code store written from codes that arrive a chunk at a time, in bounded memory (DESIGN §5,
-LoopFM; issue 43).
+LoopFM).
 
 The code file is sorted by ``(user_id, ts, example_id)`` while a teacher store's row groups come
 in export order, so the whole store's keys and codes would have to be held to sort them (~80 B
