@@ -6,12 +6,15 @@ import dataclasses
 import inspect
 import logging
 from collections.abc import Mapping
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 from torch import nn
 
+from gemkd.transfer.config import build_dataclass
 from gemkd.transfer.data.schema import DatasetSchema
 from gemkd.transfer.errors import ConfigError
+
+C = TypeVar("C", bound="ModelConfig")
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +39,61 @@ def resolve_use_sequence(owner: str, requested: bool | None, schema: DatasetSche
                     "(auto) to silence this", owner)
         return False
     return bool(requested)
+
+
+class ModelConfig:
+    """Base of a teacher's frozen config dataclass (``GEMConfig``, ``MLPRankerConfig``): built
+    from a ``model:`` mapping by the one validator, turned back into one, copied with changes.
+    ``source`` (what errors name) defaults to :attr:`OWNER`."""
+
+    #: the model class the errors name by default
+    OWNER: ClassVar[str] = "model"
+
+    @classmethod
+    def from_mapping(cls: type[C], values: Mapping[str, Any], source: str | None = None) -> C:
+        """Build from a ``model:`` mapping.
+
+        Parameters
+        ----------
+        values
+            The keys and their values.
+        source
+            What the errors name (the model class, or a file; default :attr:`OWNER`).
+
+        Returns
+        -------
+        ModelConfig
+            An instance of the class it is called on.
+
+        Raises
+        ------
+        ConfigError
+            Naming ``source`` and the key: an unknown key, a wrong type, a value outside its
+            choices or a broken rule.
+        """
+        return build_dataclass(cls, dict(values), source or cls.OWNER)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The keys as a plain mapping (YAML-able: what a ``model:`` section holds)."""
+        return {f.name: getattr(self, f.name)
+                for f in dataclasses.fields(self)}  # type: ignore[arg-type]
+
+    def replace(self: C, source: str | None = None, **changes: Any) -> C:
+        """A copy with ``changes``, checked as :meth:`from_mapping` checks."""
+        return type(self).from_mapping({**self.to_dict(), **changes}, source)
+
+
+def built_config(config_class: type[C], config: C | None, hparams: dict[str, Any],
+                 owner: str) -> C:
+    """A model's config from ``Model(schema, config)`` or ``Model(schema, key=...)``: keys given
+    beside a config replace its values; anything but a ``config_class`` instance is refused."""
+    if config is None:
+        return config_class.from_mapping(hparams, owner)
+    if not isinstance(config, config_class):
+        article = "an" if config_class.__name__[0] in "AEIMO" else "a"  # an MLP..., a GEM...
+        raise ConfigError(f"{owner}: config must be {article} {config_class.__name__}, got "
+                          f"{type(config).__name__} (a mapping: {owner}.from_config)")
+    return config.replace(owner, **hparams) if hparams else config
 
 
 class ConfigurableTeacher(nn.Module):

@@ -15,12 +15,11 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor, nn
 
-from gemkd.teachers.configurable import ConfigurableTeacher
+from gemkd.teachers.configurable import ConfigurableTeacher, built_config
 from gemkd.teachers.gem.embeddings import FeatureEmbeddings, HashedEmbedding
 from gemkd.teachers.mlp_ranker_config import MLPRankerConfig
 from gemkd.transfer.data.batch import Batch
 from gemkd.transfer.data.schema import DatasetSchema
-from gemkd.transfer.errors import ConfigError
 from gemkd.transfer.models import TeacherOutput
 from gemkd.transfer.ops import keep_last
 
@@ -53,13 +52,7 @@ class MLPRanker(ConfigurableTeacher):
         """
         super().__init__()
         owner = type(self).__name__
-        if config is None:
-            config = self.config_class.from_mapping(hparams, owner)
-        elif not isinstance(config, MLPRankerConfig):
-            raise ConfigError(f"{owner}: config must be an MLPRankerConfig, got "
-                              f"{type(config).__name__} (a mapping: {owner}.from_config)")
-        elif hparams:
-            config = config.replace(owner, **hparams)
+        config = built_config(MLPRankerConfig, config, hparams, owner)
         #: the hyper-parameters as built: use_sequence and max_history resolved for the schema
         self.config: MLPRankerConfig = config.resolve(schema, owner)
         c = self.config

@@ -13,13 +13,11 @@ the key). The keys the ranker shares with GEM carry GEM's rules. What depends on
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TypeVar
 
-from gemkd.teachers.configurable import resolve_use_sequence
+from gemkd.teachers.configurable import ModelConfig, resolve_use_sequence
 from gemkd.teachers.gem.gem_config import Dropout, History, NonNegative, Positive, Tristate
-from gemkd.transfer.config import build_dataclass
 from gemkd.transfer.constraints import check_fields, is_int
 from gemkd.transfer.data.schema import DatasetSchema
 from gemkd.transfer.errors import ConfigError
@@ -28,8 +26,10 @@ C = TypeVar("C", bound="MLPRankerConfig")
 
 
 @dataclass(frozen=True)
-class MLPRankerConfig:
+class MLPRankerConfig(ModelConfig):
     """The MLP ranker's hyper-parameters (a teacher config's ``model:`` keys)."""
+
+    OWNER = "MLPRanker"
 
     d: Positive = 32  # embedding width
     hidden: Positive = 256  # width of both hidden layers (and of the ``trunk`` representation)
@@ -47,36 +47,6 @@ class MLPRankerConfig:
         check_fields(self)  # build_dataclass names the source
         if self.shared_tables is not None:  # a copy: the frozen config owns its mapping
             object.__setattr__(self, "shared_tables", dict(self.shared_tables))
-
-    @classmethod
-    def from_mapping(cls: type[C], values: Mapping[str, Any], source: str = "MLPRanker") -> C:
-        """Build from a ``model:`` mapping.
-
-        Parameters
-        ----------
-        values
-            The keys and their values.
-        source
-            What the errors name (the model class, or a file).
-
-        Returns
-        -------
-        MLPRankerConfig
-
-        Raises
-        ------
-        ConfigError
-            Naming ``source`` and the key: an unknown key, a wrong type or a broken rule.
-        """
-        return build_dataclass(cls, dict(values), source)
-
-    def to_dict(self) -> dict[str, Any]:
-        """The keys as a plain mapping (YAML-able: what a ``model:`` section holds)."""
-        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
-
-    def replace(self: C, source: str = "MLPRanker", **changes: Any) -> C:
-        """A copy with ``changes``, checked as :meth:`from_mapping` checks."""
-        return type(self).from_mapping({**self.to_dict(), **changes}, source)
 
     def resolve(self: C, schema: DatasetSchema, owner: str) -> C:
         """This config for ``schema``: ``use_sequence`` and ``max_history`` resolved (see

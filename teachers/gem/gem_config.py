@@ -12,12 +12,10 @@ by :meth:`GEMConfig.resolve`. See :class:`gemkd.teachers.gem.gem_model.GEM` for 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, TypeVar
 
-from gemkd.teachers.configurable import resolve_use_sequence
-from gemkd.transfer.config import build_dataclass
+from gemkd.teachers.configurable import ModelConfig, resolve_use_sequence
 from gemkd.transfer.constraints import Rule, check_fields, int_at_least, is_int, one_of
 from gemkd.transfer.data.schema import DatasetSchema
 from gemkd.transfer.errors import ConfigError
@@ -43,8 +41,10 @@ Tristate = Annotated[bool, Rule(lambda v: v in (True, False), "use_sequence must
 
 
 @dataclass(frozen=True)
-class GEMConfig:
+class GEMConfig(ModelConfig):
     """GEM's hyper-parameters (a teacher config's ``model:`` keys); defaults are GEM's."""
+
+    OWNER = "GEM"
 
     d: Positive = 32  # embedding / token width
     n_layers: Positive = 2  # interleaved [cross, Wukong] layers
@@ -90,20 +90,6 @@ class GEMConfig:
             raise ValueError("; ".join(problems))
         if self.shared_tables is not None:  # a copy: the frozen config owns its mapping
             object.__setattr__(self, "shared_tables", dict(self.shared_tables))
-
-    @classmethod
-    def from_mapping(cls: type[C], values: Mapping[str, Any], source: str = "GEM") -> C:
-        """Build from a ``model:`` mapping: an unknown key, a wrong type, a value outside its
-        choices or a broken rule is a :class:`ConfigError` naming ``source`` and the key."""
-        return build_dataclass(cls, dict(values), source)
-
-    def to_dict(self) -> dict[str, Any]:
-        """The keys as a plain mapping (YAML-able: what a ``model:`` section holds)."""
-        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
-
-    def replace(self: C, source: str = "GEM", **changes: Any) -> C:
-        """A copy with ``changes``, checked as :meth:`from_mapping` checks."""
-        return type(self).from_mapping({**self.to_dict(), **changes}, source)
 
     def resolve(self: C, schema: DatasetSchema, owner: str) -> C:
         """This config for ``schema``: ``use_sequence`` and ``max_history`` resolved (see

@@ -16,7 +16,7 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor, nn
 
-from gemkd.teachers.configurable import ConfigurableTeacher
+from gemkd.teachers.configurable import ConfigurableTeacher, built_config
 from gemkd.teachers.gem.blocks import masked_mean
 from gemkd.teachers.gem.embeddings import FeatureEmbeddings, HashedEmbedding
 from gemkd.teachers.gem.gem_config import GEMConfig
@@ -26,7 +26,6 @@ from gemkd.teachers.gem.pyramid import PyramidCompressor, layer_token_budgets
 from gemkd.teachers.gem.wukong import WukongLayer
 from gemkd.transfer.data.batch import Batch
 from gemkd.transfer.data.schema import DatasetSchema
-from gemkd.transfer.errors import ConfigError
 from gemkd.transfer.models import TeacherOutput
 from gemkd.transfer.ops import keep_last
 
@@ -78,13 +77,7 @@ class GEM(ConfigurableTeacher):
         :meth:`GEMConfig.from_mapping`); keys given beside a config replace its values."""
         super().__init__()
         owner = type(self).__name__
-        if config is None:
-            config = self.config_class.from_mapping(hparams, owner)
-        elif not isinstance(config, GEMConfig):
-            raise ConfigError(f"{owner}: config must be a GEMConfig, got "
-                              f"{type(config).__name__} (a mapping: {owner}.from_config)")
-        elif hparams:
-            config = config.replace(owner, **hparams)
+        config = built_config(GEMConfig, config, hparams, owner)
         #: the hyper-parameters as built: use_sequence and max_history resolved for the schema
         self.config: GEMConfig = config.resolve(schema, owner)
         c = self.config
