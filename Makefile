@@ -2,12 +2,17 @@
 PY ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 BIN := $(VENV)/bin
-# torch is pinned in the same pip command as everything else, from PyTorch's CPU index: PyPI's
-# Linux wheel of torch is the CUDA build (several GB of nvidia wheels); the CPU index's
-# 2.13.0+cpu sorts above it. On a CUDA machine: make install TORCH_INDEX= (PyPI's build). An
-# index that cannot be reached costs pip a few retries and warnings, then pip goes on with PyPI.
+# torch is pinned in the same pip command as everything else (so nothing upgrades it), after a
+# first command that takes it from PyTorch's CPU index: PyPI's Linux wheel of torch is the CUDA
+# build (several GB of nvidia wheels), and the pin is satisfied by the 2.13.0+cpu installed first.
+# Where that index cannot be reached (a machine with PyPI alone) the first command fails in a few
+# seconds and the pinned one takes what pip finds. On a CUDA machine: make install TORCH_INDEX=
+# (PyPI's build).
 TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
-TORCH_PIN := torch==2.13.0 $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX))
+TORCH_PIN := torch==2.13.0
+TORCH_FIRST = $(if $(TORCH_INDEX),$(BIN)/pip install --quiet --retries 1 --timeout 15 \
+	$(TORCH_PIN) --index-url $(TORCH_INDEX) 2>/dev/null || echo "note: $(TORCH_INDEX) not \
+	reachable; torch from the other indexes",true)
 
 .PHONY: demo test typecheck test-slow test-gpu bench results teacher-curves reference lint install install-dev \
 	clean
@@ -34,6 +39,7 @@ FORCE:
 $(BIN)/gemkd: pyproject.toml $(PKG_FILES)
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
+	$(TORCH_FIRST)
 	$(BIN)/pip install --quiet $(TORCH_PIN) -e . --config-settings editable_mode=strict
 	touch $(BIN)/gemkd
 
