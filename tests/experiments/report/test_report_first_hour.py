@@ -262,8 +262,8 @@ def test_each_gain_has_its_training_speed_and_serving_inputs_beside_it(tmp_path)
     assert "baseline" not in rows
     assert rows["kd"] == "| kd | 0.0100 | 0.80× (80,000 /s) | none |"
     # seeds 0 and 2 at 0.5×, seed 1 at 0.25×: the mean of the ratios
-    assert rows["kd_repr"].startswith("| kd_repr | 0.0110 | 0.42× (0.25–0.50×, 41,667 /s) | the user's "
-                                      "LoopFM codes")
+    assert rows["kd_repr"].startswith("| kd_repr | 0.0110 | 0.42× (0.25–0.50×, 41,667 /s) | "
+                                      "the user's LoopFM codes")
     assert "LoopFM codes" in rows["full"] and rows["kd_aux_adapter"].endswith("| none |")
     assert text.index("## What each gain costs") < text.index("## What it means")
     # a variant that cannot be resolved here: its serving inputs are unknown, not "none"
