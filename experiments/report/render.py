@@ -185,10 +185,22 @@ def _sources(run: RunView) -> list[str]:
     other = rows[(rows["ne_source_mean"] - rows["ne_teacher_mean"]).abs() > 1e-9]
     if other.empty:
         return []
-    parts = [f"{r['variant']} learned from a teacher of NE "
-             f"{pm(r['ne_source_mean'], r['ne_source_std'])}" for _, r in other.iterrows()]
-    gem = pm(*seed_stats(run.cell()["ne_teacher"]))
-    return [f"Teachers on the same data: GEM {gem}; " + "; ".join(parts) + ".", ""]
+    gem_ne, gem_sd = seed_stats(run.cell()["ne_teacher"])
+    parts, worse = [], []
+    for _, r in other.iterrows():
+        parts.append(f"{r['variant']} learned from a teacher of NE "
+                     f"{pm(r['ne_source_mean'], r['ne_source_std'])}")
+        if r["ne_source_mean"] > gem_ne:
+            worse.append(str(r["variant"]))
+    out = [f"Teachers on the same data: GEM {pm(gem_ne, gem_sd)}; " + "; ".join(parts) + "."]
+    if worse:
+        out.append(f"**{', '.join(worse)}'s teacher is worse than GEM** on these evaluation days: "
+                   "it passes on less than GEM knows. A domain FM fine-tuned from GEM "
+                   "(`hierarchical: {init_from: gem}`) trains GEM's days again, as a further "
+                   "epoch would, and over-fits where GEM's own fit kept its first epoch; a "
+                   "from-scratch domain FM (`hierarchical: {config: domain_fm}`) or fewer "
+                   "epochs at a lower `lr` may hold up better (docs/results/HIERARCHICAL.md).")
+    return [" ".join(out), ""]
 
 
 def lag_section(run: RunView) -> list[str]:

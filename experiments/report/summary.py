@@ -121,13 +121,24 @@ def f4(x: float) -> str:
     return f"{0.0 if r == 0 else r:.4f}"
 
 
+def bound(x: float) -> str:
+    """An interval's end at 4 decimals, or with as many more (up to 8) as its sign needs: an end
+    of 2e-05 is what makes a verdict "beats KD", one of -2e-05 "not resolved", and both would
+    read 0.0000."""
+    decimals = 4
+    while x != 0 and round(float(x), decimals) == 0 and decimals < 8:
+        decimals += 1
+    return f4(x) if decimals == 4 else f"{float(x):.{decimals}f}"
+
+
 def ci(point: float, lo: float, hi: float) -> str:
-    """``0.0079 [0.0061, 0.0098]``; the point alone where there is no interval."""
+    """``0.0079 [0.0061, 0.0098]``; the point alone where there is no interval; an end that
+    would round to 0.0000 keeps the digits that show its sign (:func:`bound`)."""
     if not math.isfinite(point):
         return "—"
     if not (math.isfinite(lo) and math.isfinite(hi)):
         return f4(point)
-    return f"{f4(point)} [{f4(lo)}, {f4(hi)}]"
+    return f"{f4(point)} [{bound(lo)}, {bound(hi)}]"
 
 
 def pm(mean: float, std: float) -> str:

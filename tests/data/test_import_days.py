@@ -156,6 +156,22 @@ def test_summary_gives_each_calendar_day_its_local_date(tmp_path, capsys):
     assert "2024-06-05" in capsys.readouterr().out
 
 
+def test_a_days_date_is_its_bulk_not_a_stray_row_from_the_evening_before(tmp_path, capsys):
+    """`date_column` puts rows stamped the evening before into a day (KuaiRand's 141 rows of
+    04-24 in its 04-25): the summary names the day by its bulk's date."""
+    from gemkd.transfer.data.dataset_summary import summarize
+
+    frame = log({0: 100, 1: 100})
+    frame["date"] = np.where(frame["t"] < T0 + DAY, "2024-06-01", "2024-06-02")
+    early = frame.index[:5]  # stamped an hour before midnight, dated the next day
+    frame.loc[early, "t"] = T0 - 3600
+    frame.loc[early, "date"] = "2024-06-01"
+    run_import(tmp_path, capsys, frame, dict(MAPPING, days={"calendar": "UTC",
+                                                            "date_column": "date"}))
+    table = summarize(tmp_path / "out")
+    assert table["date"].tolist()[:2] == ["2024-06-01", "2024-06-02"]
+
+
 def test_summary_of_a_synthetic_world_has_no_date(tiny_data):
     from gemkd.transfer.data.dataset_summary import summarize
 

@@ -87,9 +87,10 @@ def summarize(root: str | Path) -> pd.DataFrame:
         if n == 0:
             continue
         row: dict = {"day": day}
-        if calendar:  # the local date of the day's first event (imported with calendar days)
-            first = pd.Timestamp(int(part["ts"].min()), unit="s", tz="UTC")
-            row["date"] = first.tz_convert(calendar).date().isoformat()
+        if calendar:  # the local date of the day's median event (imported with calendar days;
+            # not its first: a `date_column` may put a few rows stamped the evening before in it)
+            mid = pd.Timestamp(int(np.median(part["ts"])), unit="s", tz="UTC")
+            row["date"] = mid.tz_convert(calendar).date().isoformat()
         row["examples"] = n
         for t in schema.tasks:
             row[f"{t}_rate"] = pd.Series(part[t]).mean()
