@@ -5,29 +5,51 @@ docs/notes/2026-12-04-store-scale-2.md)."""
 from __future__ import annotations
 
 import gc
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pyarrow as pa
 
+from gemkd.transfer.data.dataset_reader import DatasetReader
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+CHILD = """
+import gc, json, sys
+import pyarrow as pa
 from gemkd.transfer.data.audit import validate_dataset
 from gemkd.transfer.data.dataset_reader import DatasetReader
 
+at_load = []
+load = DatasetReader._load
 
-def test_validate_pass_keeps_no_earlier_row_group(tiny_data, monkeypatch):
-    at_load: list[int] = []
-    load = DatasetReader._load
+def spy(self, unit, pf):
+    at_load.append(pa.total_allocated_bytes())
+    return load(self, unit, pf)
 
-    def spy(self, unit, pf):
-        at_load.append(pa.total_allocated_bytes())
-        return load(self, unit, pf)
+DatasetReader._load = spy
+gc.collect()
+base = pa.total_allocated_bytes()
+reader = validate_dataset(sys.argv[1])
+print(json.dumps({"base": base, "at_load": at_load, "units": len(reader.units)}))
+"""
 
-    monkeypatch.setattr(DatasetReader, "_load", spy)
-    gc.collect()
-    base = pa.total_allocated_bytes()  # what other tests' caches hold
-    reader = validate_dataset(tiny_data)
-    assert len(at_load) == len(reader.units) > 2
+
+def test_validate_pass_keeps_no_earlier_row_group(tiny_data):
+    """In a process of its own: Arrow's allocation counter is the process's, and a thread an
+    earlier test left (a loader's prefetch finishing) would count in it."""
+    out = subprocess.run([sys.executable, "-c", CHILD, str(tiny_data)], capture_output=True,
+                         text=True, check=True, cwd=ROOT,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)})
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert len(got["at_load"]) == got["units"] > 2
     # a loop variable holding the last batch (views of its row group's Arrow buffers) would
     # leave the previous row group allocated here
-    assert max(at_load) <= base
+    assert max(got["at_load"]) <= got["base"]
 
 
 def test_a_held_batch_keeps_its_row_group(tiny_data, monkeypatch):
