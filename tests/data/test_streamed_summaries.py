@@ -89,7 +89,9 @@ def test_summary_equals_whole_dataset_summary(tiny_data):
     np.testing.assert_allclose(got[ne].iloc[-1], want[ne].iloc[-1], rtol=1e-12)
 
 
-def test_impressions_per_user_as_before(tiny_data):
+def test_impressions_per_user_counts_the_users_of_each_window(tiny_data):
+    """Each window's figures are over the users with a row in it (a user first seen later is
+    not a zero of the first days': a new user's trial read a mean of 6.1 for 6.5)."""
     got = impressions_per_user(tiny_data, first_days=3)
     schema = DatasetSchema.load(tiny_data)
     user = np.concatenate([pq.read_table(day_path(tiny_data, d), columns=["user_id"])
@@ -99,7 +101,8 @@ def test_impressions_per_user_as_before(tiny_data):
     ids, idx = np.unique(user, return_inverse=True)
     for row, m in zip(got.itertuples(), [day >= 0, day <= schema.days[2]], strict=True):
         counts = np.bincount(idx[m], minlength=len(ids))
-        assert row.users == len(ids) and row.mean == counts.mean()
+        counts = counts[counts > 0]
+        assert row.users == len(counts) and row.mean == counts.mean()
         assert (row.p10, row.p50, row.p90) == (np.percentile(counts, 10), np.median(counts),
                                                np.percentile(counts, 90))
 

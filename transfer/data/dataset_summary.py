@@ -172,7 +172,8 @@ def _quantile_of_counts(values: np.ndarray, counts: np.ndarray, q: float) -> flo
 
 def impressions_per_user(root: str | Path, first_days: int = 9) -> pd.DataFrame:
     """Impressions per user (p10/p50/p90, mean) over all days and over the first ``first_days``
-    days (the quickstart teacher's window); users are those with any row in the dataset.
+    days (the quickstart teacher's window), each over the users with a row in that window
+    (``users``: how many; a user of later days only is not a zero in the first days' figures).
 
     A day at a time: memory is the users' counts, not the rows."""
     schema = DatasetSchema.load(root)
@@ -188,12 +189,11 @@ def impressions_per_user(root: str | Path, first_days: int = 9) -> pd.DataFrame:
     every = counts["all"]
     rows = []
     windows = [("all days", every)]
-    if first:
-        windows.append((f"days {first[0]}-{first[-1]}",
-                        counts["first"].reindex(every.index, fill_value=0)))
+    if first and len(counts["first"]):
+        windows.append((f"days {first[0]}-{first[-1]}", counts["first"]))
     for name, c in windows:
         c = c.to_numpy()
-        rows.append({"window": name, "users": len(every), "p10": np.percentile(c, 10),
+        rows.append({"window": name, "users": len(c), "p10": np.percentile(c, 10),
                      "p50": np.median(c), "p90": np.percentile(c, 90), "mean": c.mean()})
     return pd.DataFrame(rows)
 

@@ -34,8 +34,10 @@ def day_count_warnings(present: np.ndarray, counts: np.ndarray, day0: np.datetim
         out.append(f"{'day' if len(names) == 1 else 'days'} {_and(names)} {verb} "
                    f"{_and([f'{c:,}' for c in counts[few]])} rows, under "
                    f"{100 * STRAGGLER_SHARE:g} % of the median day's {median:,.0f}: partial "
-                   "days (the edge of an export, a clock's stragglers?); leave them out of the "
-                   "spec's days, where metrics would rest on a handful of rows")
+                   "days (the edge of an export, a clock's stragglers?); leave them out, where "
+                   "metrics would rest on a handful of rows: the mapping's `days: {from: DATE, "
+                   "to: DATE}` drops them at import (the days are then renumbered from `from`), "
+                   "or a spec's `teacher_window_days` can start after a first one")
     gaps = [(int(a) + 1, int(b) - 1) for a, b in zip(present[:-1], present[1:], strict=True)
             if b - a > 1]
     for lo, hi in gaps[:MAX_LISTED]:
