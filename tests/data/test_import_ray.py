@@ -17,7 +17,13 @@ from gemkd.transfer.errors import ConfigError, DataError
 from gemkd.transfer.ray_cluster import kept_handlers
 from tests.conftest import KUAIRAND_MAPPING, ROOT
 from tests.data import test_import, test_import_days, test_kuairand
-from tests.data.test_import_stream import T0, assert_same_bytes, mapping_file
+from tests.data.test_import_stream import (
+    MANY,
+    T0,
+    assert_same_bytes,
+    many_log,
+    mapping_file,
+)
 
 
 @pytest.fixture(scope="module")
@@ -83,29 +89,15 @@ def test_a_date_range_and_stragglers(tmp_path, ray_local, monkeypatch):
 
 
 def many_files(tmp_path: Path) -> Path:
-    """5,000 unsorted rows over 12 days with minute ties, 40 users, in three files (CSV and
-    Parquet): ties between files keep file order, histories reach across dates and files."""
-    rng = np.random.default_rng(3)
-    n = 5000
-    log = pd.DataFrame({
-        "t": T0 + 60 * rng.integers(0, 12 * 1440, n), "user": rng.integers(0, 40, n) * 1000,
-        "item": rng.zipf(1.5, n) % 300, "surface": rng.choice(["a", "b", "c", "d"], n,
-                                                               p=[.5, .3, .19, .01]),
-        "click": rng.integers(0, 2, n), "dwell": rng.exponential(20, n)})
+    """:func:`many_log` in three files (CSV and Parquet): ties between files keep file order,
+    histories reach across dates and files."""
+    log = many_log()
     src = tmp_path / "src"
     src.mkdir()
     log.iloc[:2000].to_csv(src / "a.csv", index=False)
     log.iloc[2000:3500].to_parquet(src / "b.parquet", index=False)
     log.iloc[3500:].to_csv(src / "c.csv", index=False)
     return src
-
-
-MANY = {"time": "t", "user": "user", "item": "item",
-        "domain": {"column": "surface", "min_share": 0.05},
-        "labels": {"click": "click"}, "categorical": [{"column": "dwell", "bucket": "log2"}],
-        "history": {"max_events": 6, "fields": {"item_id": "item", "click": {"label": "click"},
-                                                "dwell": {"feature": "dwell"},
-                                                "surface": "domain", "age": "age"}}}
 
 
 @pytest.mark.parametrize(("days", "shards"), [({"calendar": "UTC"}, 1),

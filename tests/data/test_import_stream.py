@@ -107,27 +107,35 @@ def test_kuairand_levels_date_column_and_optional_sides(tmp_path):
     assert_same_bytes(*both(tmp_path, src, m, notes, batch_rows=4))
 
 
-def test_many_users_and_dates_carry_histories_across_dates(tmp_path):
-    """5,000 unsorted rows over 12 days with minute ties, 40 users, domains by share, histories
-    of 6: every date's histories reach into earlier dates through the carried state."""
+def many_log() -> pd.DataFrame:
+    """5,000 unsorted rows over 12 days with minute ties, 40 users, 4 surfaces (one rare)."""
     rng = np.random.default_rng(3)
     n = 5000
-    log = pd.DataFrame({
+    return pd.DataFrame({
         "t": T0 + 60 * rng.integers(0, 12 * 1440, n), "user": rng.integers(0, 40, n) * 1000,
         "item": rng.zipf(1.5, n) % 300, "surface": rng.choice(["a", "b", "c", "d"], n,
                                                                p=[.5, .3, .19, .01]),
         "click": rng.integers(0, 2, n), "dwell": rng.exponential(20, n)})
-    m = {"time": "t", "user": "user", "item": "item",
-         "domain": {"column": "surface", "min_share": 0.05},
-         "labels": {"click": "click"}, "categorical": [{"column": "dwell", "bucket": "log2"}],
-         "history": {"max_events": 6, "fields": {"item_id": "item", "click": {"label": "click"},
-                                                 "dwell": {"feature": "dwell"},
-                                                 "surface": "domain", "age": "age"}}}
+
+
+#: :func:`many_log`'s mapping: domains by share, a bucketed dense column, histories of 6
+MANY = {"time": "t", "user": "user", "item": "item",
+        "domain": {"column": "surface", "min_share": 0.05},
+        "labels": {"click": "click"}, "categorical": [{"column": "dwell", "bucket": "log2"}],
+        "history": {"max_events": 6, "fields": {"item_id": "item", "click": {"label": "click"},
+                                                "dwell": {"feature": "dwell"},
+                                                "surface": "domain", "age": "age"}}}
+
+
+def test_many_users_and_dates_carry_histories_across_dates(tmp_path):
+    """:func:`many_log` in a CSV and a Parquet file: every date's histories reach into earlier
+    dates through the carried state."""
+    log = many_log()
     src = tmp_path / "src"
     src.mkdir()
     log.iloc[:2000].to_csv(src / "a.csv", index=False)
     log.iloc[2000:].to_parquet(src / "b.parquet", index=False)
-    assert_same_bytes(*both(tmp_path, src, load_mapping(mapping_file(tmp_path, m)),
+    assert_same_bytes(*both(tmp_path, src, load_mapping(mapping_file(tmp_path, MANY)),
                             batch_rows=777))
 
 
