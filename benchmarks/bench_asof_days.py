@@ -17,11 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
-import sys
 import tempfile
-import time
 from pathlib import Path
 
 STUDENT_DAYS, SECONDS_A_DAY = 5, 86_400
@@ -66,17 +62,11 @@ def _lookups(codes: Path, days: int, scoped: bool) -> None:
 
 def _run(args: list[str]) -> tuple[dict, float, float]:
     """A child's printed JSON, wall seconds and peak RSS (MB)."""
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    t0 = time.perf_counter()
-    proc = subprocess.Popen([sys.executable, "-m", "benchmarks.bench_asof_days", *args],
-                            env=env, stdout=subprocess.PIPE, text=True)
-    out = proc.stdout.read() if proc.stdout else ""
-    _, status, usage = os.wait4(proc.pid, 0)
-    if os.waitstatus_to_exitcode(status) != 0:
-        raise SystemExit(f"child {args} failed")
-    lines = [ln for ln in out.splitlines() if ln.startswith("{")]
-    return (json.loads(lines[-1]) if lines else {}, time.perf_counter() - t0,
-            usage.ru_maxrss / 1024)
+    from benchmarks.common import run_child
+
+    r = run_child(["-m", "benchmarks.bench_asof_days", *args], f"child {args}")
+    lines = [ln for ln in r.stdout.splitlines() if ln.startswith("{")]
+    return json.loads(lines[-1]) if lines else {}, r.seconds, r.peak_mb
 
 
 def main() -> None:

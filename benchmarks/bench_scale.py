@@ -43,9 +43,6 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
-import os
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -266,18 +263,14 @@ def child(step: str, data: Path, store: Path, tmp: Path, rows: int) -> None:
 # ---- the parent: worlds, stores and measured children ------------------------------------------
 def measure(step: str, tree: Path, data: Path, store: Path, rows: int) -> dict:
     """Run one step in a child that imports gemkd from ``tree``; its wall time and peak RSS."""
-    env = {**os.environ, "PYTHONPATH": str(tree), "OMP_NUM_THREADS": "1",
-           "PYTHONDONTWRITEBYTECODE": "1"}  # never write into the other checkout
+    from benchmarks.common import run_child
+
     with tempfile.TemporaryDirectory(dir=data.parent) as tmp:
-        cmd = [sys.executable, str(Path(__file__).resolve()), "--child", step, "--data",
-               str(data), "--store", str(store), "--tmp", tmp, "--rows", str(rows)]
-        t0 = time.perf_counter()
-        proc = subprocess.Popen(cmd, env=env, cwd=tmp)
-        _, status, usage = os.wait4(proc.pid, 0)
-        seconds = time.perf_counter() - t0
-    if os.waitstatus_to_exitcode(status) != 0:
-        raise SystemExit(f"{step} at {rows} rows ({tree}) failed")
-    return {"seconds": round(seconds, 2), "peak_mb": round(usage.ru_maxrss / 1024, 1)}
+        r = run_child([str(Path(__file__).resolve()), "--child", step, "--data", str(data),
+                       "--store", str(store), "--tmp", tmp, "--rows", str(rows)],
+                      f"{step} at {rows} rows ({tree})", tree=tree, cwd=Path(tmp),
+                      capture=False)
+    return {"seconds": round(r.seconds, 2), "peak_mb": round(r.peak_mb, 1)}
 
 
 def fit(sizes: list[int], peaks_mb: list[float]) -> tuple[float, float]:

@@ -22,8 +22,6 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -47,21 +45,13 @@ else:
 
 def child(tree: Path, data: Path, out: Path, rows: int, threads: int) -> dict[str, float]:
     """One fit (or the world, when ``data`` is not there yet) with ``tree``'s gemkd."""
-    env = {**os.environ, "PYTHONPATH": str(tree), "OMP_NUM_THREADS": str(threads),
-           "PYTHONDONTWRITEBYTECODE": "1"}  # never write into the other checkout
-    with tempfile.TemporaryFile("w+") as stdout, tempfile.TemporaryFile("w+") as stderr:
-        proc = subprocess.Popen([sys.executable, "-c", CHILD, str(data), str(out), str(rows),
-                                 str(threads)], env=env, cwd=tree, stdout=stdout, stderr=stderr,
-                                text=True)
-        _, status, usage = os.wait4(proc.pid, 0)
-        stdout.seek(0)
-        stderr.seek(0)
-        if os.waitstatus_to_exitcode(status) != 0:
-            raise SystemExit(f"{tree}: the streamed day failed:\n{stderr.read()[-3000:]}")
-        row = json.loads(stdout.read().strip().splitlines()[-1])
-    # the process's CPU seconds (user + system): at one thread, what the work costs whatever
-    # else the machine runs (its wall time is not)
-    return {**row, "cpu_seconds": usage.ru_utime + usage.ru_stime}
+    from benchmarks.common import run_child
+
+    r = run_child(["-c", CHILD, str(data), str(out), str(rows), str(threads)],
+                  f"{tree}: the streamed day", tree=tree, cwd=tree, threads=threads)
+    # the process's CPU seconds: at one thread, what the work costs whatever else the machine
+    # runs (its wall time is not)
+    return {**json.loads(r.stdout.strip().splitlines()[-1]), "cpu_seconds": r.cpu_seconds}
 
 
 def main() -> None:

@@ -19,10 +19,13 @@ import os
 import platform
 import shlex
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
 import warnings
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -85,6 +88,43 @@ def quiet_lightning() -> None:
     for name in ("lightning.pytorch", "lightning.fabric"):
         logging.getLogger(name).setLevel(logging.ERROR)
     warnings.filterwarnings("ignore")
+
+
+@dataclass(frozen=True)
+class ChildRun:
+    """What a measured child process left: its stdout (empty unless captured), wall seconds,
+    CPU seconds (user + system) and peak RSS in MB (``ru_maxrss`` of ``wait4``, what
+    ``/usr/bin/time -v`` reports)."""
+
+    stdout: str
+    seconds: float
+    cpu_seconds: float
+    peak_mb: float
+
+
+def run_child(argv: list[str], what: str, *, tree: Path | None = None, cwd: Path | None = None,
+              threads: int = 1, capture: bool = True) -> ChildRun:
+    """Run ``python argv`` in a fresh process and measure it: memory and CPU time are the
+    process's own, whatever else the machine runs. ``tree``: import gemkd and the benchmarks
+    from that checkout (another commit's, for a side-by-side), never writing bytecode into it.
+    ``capture``: keep stdout (and stderr, for the error) instead of passing them through. A
+    child that fails is a ``SystemExit`` naming ``what`` (and the end of its stderr)."""
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "PYTHONDONTWRITEBYTECODE": "1"}
+    if tree is not None:
+        env["PYTHONPATH"] = str(tree)
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        t0 = time.perf_counter()
+        proc = subprocess.Popen([sys.executable, *argv], env=env, cwd=cwd, text=True,
+                                stdout=out if capture else None,
+                                stderr=err if capture else None)
+        _, status, usage = os.wait4(proc.pid, 0)
+        seconds = time.perf_counter() - t0
+        out.seek(0)
+        err.seek(0)
+        if os.waitstatus_to_exitcode(status) != 0:
+            raise SystemExit(f"{what} failed" + (f":\n{err.read()[-3000:]}" if capture else ""))
+        return ChildRun(out.read(), seconds, usage.ru_utime + usage.ru_stime,
+                        usage.ru_maxrss / 1024)
 
 
 def add_common_args(p: argparse.ArgumentParser, device: bool = False) -> None:
