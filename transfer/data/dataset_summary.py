@@ -26,8 +26,6 @@ def day_tables(root: str | Path,
     by_day: dict[int, list] = {}
     for u in reader.units:
         by_day.setdefault(u.day, []).append(u)
-
-
     for day in reader.days:
         yield day, validate.read_units(by_day.get(day, []), columns)
 
