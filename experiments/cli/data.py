@@ -88,9 +88,15 @@ def _summary(args: argparse.Namespace) -> None:
 def _validate(args: argparse.Namespace) -> None:
     from gemkd.transfer.data.audit import validate_dataset
 
+    from gemkd.transfer.data.part_digests import NO_DIGESTS
+
     reader = validate_dataset(**arguments(args))
+    digests = reader.schema.part_sha256
+    if not digests:
+        print(f"note: {NO_DIGESTS.format(root=args.data)}")
     print(f"ok: {reader.num_rows} rows in {len(reader.units)} row groups match "
-          f"{args.data}/schema.json; example_id unique")
+          f"{args.data}/schema.json; example_id unique"
+          + (f"; {len(digests)} part files match their sha256" if digests else ""))
 
 
 def print_table(frame) -> None:

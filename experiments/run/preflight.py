@@ -142,6 +142,15 @@ def teacher_windows(spec: RunSpec) -> list[tuple[str, tuple[int, int]]]:
     return [(key, window) for window, key in out.items()]
 
 
+def read_days(spec: RunSpec) -> tuple[int, int]:
+    """The half-open days a run reads: from the first day a teacher (or the student) reads to
+    the last evaluation day (what :func:`gemkd.transfer.data.audit.check_days` verifies)."""
+    firsts = [spec.student_days[0], spec.eval_days[0]]
+    if spec.teacher.store is None:
+        firsts += [window[0] for _, window in teacher_windows(spec)]
+    return min(firsts), spec.eval_days[1]
+
+
 def data_name(spec: RunSpec) -> str:
     d = spec.data
     if d.source == "synthetic":

@@ -24,7 +24,7 @@ from gemkd.experiments.run.context import RunContext
 from gemkd.experiments.run.data_sources import prepare_data
 from gemkd.experiments.run.executors import LocalProcesses, Serial
 from gemkd.experiments.run.inputs import lag_inputs
-from gemkd.experiments.run.preflight import check_data, data_name
+from gemkd.experiments.run.preflight import check_data, data_name, read_days
 from gemkd.experiments.run.progress import PlainLog, clock
 from gemkd.experiments.run_dir import RunDir
 from gemkd.experiments.spec.run_spec import RunSpec
@@ -36,13 +36,18 @@ def fm_domains(spec: RunSpec, domains: list[str]) -> list[str]:
 
 
 def world_steps(ctx: RunContext, world: int | None) -> tuple[Any, dict, Any]:
-    """One world's data step, checked against the spec: ``(data, data_key, schema)``."""
+    """One world's data step, checked against the spec and, for the days the run reads,
+    against its own record (sha256 of each part, rows, unique ids): ``(data, data_key,
+    schema)``."""
+    from gemkd.transfer.data.audit import check_days
     from gemkd.transfer.data.schema import DatasetSchema
 
     spec = ctx.spec
     data, data_key = prepare_data(spec, ctx.cache, ctx.log, world)
     schema = DatasetSchema.load(data)
     check_data(spec, schema.days, schema.domains, schema.tasks, data_name(spec), mismatch=True)
+    if (note := check_days(data, read_days(spec))) is not None:
+        ctx.log(f"note: {note}")
     return data, data_key, schema
 
 

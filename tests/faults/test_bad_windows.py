@@ -16,6 +16,7 @@ import pytest
 import yaml
 
 from gemkd.transfer.data.dataset_writer import ROW_GROUP_SIZE
+from gemkd.transfer.data.schema import DatasetSchema
 from gemkd.transfer.errors import ConfigError
 from tests.faults.conftest import ROOT, SPEC, TinyRun, cli_error, export_argv
 
@@ -89,6 +90,7 @@ def test_repeated_example_id_fails_validate(tiny_run, tmp_path, capsys):
     table = table.set_column(table.schema.get_field_index("example_id"), "example_id",
                              pa.array(ids))
     pq.write_table(table, path, row_group_size=ROW_GROUP_SIZE, compression="snappy")
+    DatasetSchema.load(data).save(data)  # as a writer of that id would: its sha256 recorded
     err = cli_error(capsys, "data", "validate", str(data))
     assert err == (f"error: {path}: column 'example_id' row 10: example_id {repeated} is "
                    f"repeated (first at {data / 'day=3' / 'part-0.parquet'} row 7); ids must be "

@@ -122,7 +122,6 @@ def write(root: Path, cols: dict[str, list], wrong: str | None, extra: bool) -> 
     """The day file of ``cols`` (``wrong``: that column cast to its wrong type) and a
     schema.json for it."""
     n = len(next(iter(cols.values())))
-    schema(n).save(root)
     arrays = {k: pa.array(v, type=TYPES[k]) for k, v in cols.items()}
     if wrong is not None:
         arrays[wrong] = pc.cast(arrays[wrong], WRONG_TYPES[wrong], safe=False)
@@ -131,6 +130,7 @@ def write(root: Path, cols: dict[str, list], wrong: str | None, extra: bool) -> 
     path = day_path(root, 0)
     path.parent.mkdir(parents=True, exist_ok=True)
     pq.write_table(pa.table(arrays), path)
+    schema(n).save(root)  # last, as every writer: it records the file's sha256
     return path
 
 

@@ -1,7 +1,9 @@
-"""The whole-dataset checks of ``gemkd data validate``: every row read and checked against
+"""The whole-dataset checks of ``gemkd data validate``: every part file hashing to the sha256
+``schema.json`` lists, every row read (its pages' CRC32s verified) and checked against
 ``schema.json`` (the reader's checks), every day file holding the rows ``schema.json`` lists, and
 ``example_id`` unique across all files — a repeated id would corrupt every join by id (teacher
-stores, codes), so it is named with both places it occurs."""
+stores, codes), so it is named with both places it occurs. ``check_days`` is the part of them a
+``gemkd run`` affords before it reads a dataset: digests, rows and ids of the days it reads."""
 
 from __future__ import annotations
 
@@ -13,12 +15,19 @@ import numpy as np
 
 from gemkd.transfer.data import validate
 from gemkd.transfer.data.dataset_reader import DatasetReader
+from gemkd.transfer.data.part_digests import NO_DIGESTS, verify_parts
+from gemkd.transfer.data.schema import DatasetSchema
 from gemkd.transfer.errors import DataError
+from gemkd.transfer.io import fs
 
 
 def validate_dataset(root: str | Path) -> DatasetReader:
-    """Read and check every row of the dataset at ``root``; returns its reader (``num_rows``,
-    ``units``). Any problem is a DataError naming the file, column and row."""
+    """Hash, read and check every file and row of the dataset at ``root``; returns its reader
+    (``num_rows``, ``units``, ``schema.part_sha256``: empty for a dataset written before
+    digests, whose bytes are then checked by the reader alone). Any problem is a DataError
+    naming the file, column and row."""
+    schema = DatasetSchema.load(fs.as_where(root))
+    verify_parts(fs.as_where(root), schema.part_sha256, schema.days)
     reader = DatasetReader(root, batch_size=65536, oracle=True)
     # the reader checks types, nulls, labels and ids row group by row group. Its batches are
     # views of their row group's buffers, so a loop variable holding the last one while the
@@ -27,6 +36,28 @@ def validate_dataset(root: str | Path) -> DatasetReader:
     deque(reader, maxlen=0)
     check_unique_ids(reader)
     return reader
+
+
+def check_days(root: str | Path, days: tuple[int, int]) -> str | None:
+    """What a run checks before it reads the half-open ``days`` of the dataset at ``root``:
+    each part file of those days hashes to its sha256 in ``schema.json``, each day holds the
+    rows listed there, and ``example_id`` is unique over those days (the ids alone are read).
+    Returns a note for a dataset without digests (None when every byte was checked).
+
+    Raises
+    ------
+    DataError
+        One line naming the file (and row) that differs.
+    """
+    where = fs.as_where(root)
+    schema = DatasetSchema.load(where)
+    first, end = days
+    chosen = [d for d in schema.days if first <= d < end]
+    verify_parts(where, schema.part_sha256, chosen)
+    reader = DatasetReader(where, days=days, categorical=[], dense=[], sequence=[], tasks=[],
+                           oracle=False)  # the footers: every day's rows against schema.json
+    check_unique_ids(reader)
+    return None if schema.part_sha256 else NO_DIGESTS.format(root=where)
 
 
 def check_unique_ids(reader: DatasetReader) -> None:

@@ -18,6 +18,9 @@ from gemkd.transfer.io import fs
 _PART = re.compile(r"part-(\d+)\.parquet")
 ROW_GROUP_SIZE = 16_384  # the unit of parallel reading: workers split the row groups
 PART_ROWS = 64 * ROW_GROUP_SIZE  # rows of a day's part file (1,048,576) for streaming writers
+#: how every dataset file is written: snappy, and a CRC32 in every page header, which the
+#: readers verify (``validate.open_parquet``) so a damaged page is an error, not other values
+WRITE_OPTIONS = {"compression": "snappy", "write_page_checksum": True}
 
 
 def day_path(root: str | Path, day: int) -> str | Path:
@@ -54,7 +57,7 @@ def write_day(table: pa.Table, root: Path, day: int) -> Path:
     is deterministic for the same table (byte-identical)."""
     path = Path(day_path(root, day))
     path.parent.mkdir(parents=True, exist_ok=True)
-    pq.write_table(table, path, row_group_size=ROW_GROUP_SIZE, compression="snappy")
+    pq.write_table(table, path, row_group_size=ROW_GROUP_SIZE, **WRITE_OPTIONS)
     return path
 
 
@@ -90,7 +93,7 @@ class DayWriter:
                 self.writer.close()
             path = Path(part_path(self.root, self.day, self.parts))
             path.parent.mkdir(parents=True, exist_ok=True)
-            self.writer = pq.ParquetWriter(path, self.schema, compression="snappy")
+            self.writer = pq.ParquetWriter(path, self.schema, **WRITE_OPTIONS)
             self.parts += 1
             self.in_part = 0
         self.writer.write_table(group.combine_chunks(), row_group_size=ROW_GROUP_SIZE)

@@ -61,6 +61,9 @@ class DatasetSchema:
     rows_per_day: dict[str, int] = field(default_factory=dict)
     generator: dict = field(default_factory=dict)
     negatives: dict | None = None  # {per_positive, from, seed} when negatives were sampled
+    #: ``day=N/part-K.parquet`` → its sha256 (``part_digests``), taken by :meth:`save`; empty
+    #: in a dataset of a gemkd that did not record them
+    part_sha256: dict[str, str] = field(default_factory=dict)
     schema_version: int = SCHEMA_VERSION
 
     @property
@@ -95,9 +98,17 @@ class DatasetSchema:
         d["column_types"] = {f.name: str(f.type) for f in self.arrow_schema()}
         if d["negatives"] is None:  # logged data only: schema.json as before the key existed
             del d["negatives"]
+        if not d["part_sha256"]:  # no part files (yet): no key, as before digests existed
+            del d["part_sha256"]
         return json.dumps(d, indent=2, sort_keys=True)
 
     def save(self, directory: str | Path) -> None:
+        """Write ``schema.json`` into the local folder of a dataset being made, with the
+        sha256 of every part file of its days there (``part_sha256``): every writer saves the
+        schema last, once its files are complete, so every dataset records its digests."""
+        from gemkd.transfer.data.part_digests import digest_parts
+
+        self.part_sha256 = digest_parts(directory, self.days)
         Path(directory, SCHEMA_FILE).write_text(self.to_json() + "\n")
 
     @classmethod
@@ -128,6 +139,11 @@ class DatasetSchema:
             schema = cls(**raw)
         except (KeyError, TypeError) as e:
             raise DataError(f"{path}: malformed schema ({e})") from None
+        digests = schema.part_sha256
+        if not isinstance(digests, dict) or not all(
+                isinstance(k, str) and isinstance(v, str) and len(v) == 64
+                for k, v in digests.items()):
+            raise DataError(f"{path}: 'part_sha256' must map part files to 64-digit sha256s")
         return schema
 
 

@@ -16,13 +16,15 @@ from gemkd.transfer.io import fs
 
 def open_parquet(path: str | Path) -> pq.ParquetFile:
     """Open a Parquet file's footer (a path or an ``s3://`` URI); an empty, truncated or
-    foreign file is a DataError."""
+    foreign file is a DataError. Its pages' CRC32s (``dataset_writer.WRITE_OPTIONS``) are
+    verified as they are read: a page that fails is an error of the read (a file written
+    without them is read as before)."""
     if not fs.is_file(path):
         raise DataError(f"{path}: missing Parquet file (listed in schema.json)")
     if fs.size(path) == 0:
         raise DataError(f"{path}: empty file, expected Parquet")
     try:
-        return pq.ParquetFile(fs.open_input(path))
+        return pq.ParquetFile(fs.open_input(path), page_checksum_verification=True)
     except (pa.ArrowException, OSError) as e:
         raise DataError(f"{path}: not a readable Parquet file ({_short(e)})") from None
 
@@ -35,7 +37,12 @@ def read_units(units: Iterable[Any], columns: list[str]) -> Iterator[pa.Table]:
         if u.path != path:
             path, pf = u.path, open_parquet(u.path)
         assert pf is not None
-        yield pf.read_row_group(u.row_group, columns=columns)
+        try:
+            table = pf.read_row_group(u.row_group, columns=columns)
+        except (pa.ArrowException, OSError) as e:
+            raise DataError(f"{u.path}: row group {u.row_group} unreadable ({_short(e)})"
+                            ) from None
+        yield table
 
 
 def check_columns(path: fs.Where, physical: pa.Schema, expected: dict[str, pa.DataType]) -> None:
