@@ -3,7 +3,9 @@ reader names the file it could not read."""
 
 from __future__ import annotations
 
+import csv
 import hashlib
+import io
 import json
 import logging
 import re
@@ -213,21 +215,52 @@ class RunDirReaders(RunDirLayout):
         return path.read_text().strip() if path.is_file() else ""
 
 
+def ledger_check(line: str) -> str:
+    """The check a ledger record carries (its last field, ``check``): the first 16 hex digits
+    of the sha256 of its line without it. A line torn by a kill is not JSON, or lacks its line
+    end; a changed byte (a flipped bit in a metric) breaks the check: neither reads as a
+    record."""
+    return hashlib.sha256(line.encode()).hexdigest()[:16]
+
+
 def read_ledger(path: Path) -> dict[str, dict[str, Any]]:
-    """A ledger file (``runs.jsonl``): key → record; a line torn by a kill is left out."""
+    """A ledger file (``runs.jsonl``): key → record. A line that is not a whole record (torn by
+    a kill: no line end, not JSON; or failing its ``check``) is left out, with a warning naming
+    the file and line, and that run is trained again; a record of a ledger written before the
+    check existed has none and is read as it is."""
     done: dict[str, dict[str, Any]] = {}
-    if path.is_file():
-        for line in path.read_text().splitlines():
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            done[rec.pop("key")] = rec
+    if not path.is_file():
+        return done
+    for i, line in enumerate(path.read_bytes().decode(errors="replace").split("\n"), 1):
+        if not line:
+            continue  # the end of the file after its last line end (or a blank line)
+        rec = _ledger_record(line)
+        if rec is None:
+            log.warning("%s line %d: not a whole ledger record (torn by a kill or changed); "
+                        "left out: that run is trained again", path, i)
+            continue
+        done[rec.pop("key")] = rec
     return done
 
 
+def _ledger_record(line: str) -> dict[str, Any] | None:
+    try:
+        rec = json.loads(line)
+    except json.JSONDecodeError:
+        return None
+    if not isinstance(rec, dict) or not isinstance(rec.get("key"), str):
+        return None
+    check = rec.pop("check", None)
+    if check is not None and check != ledger_check(json.dumps(rec)):
+        return None
+    return rec
+
+
 def read_csv(path: Path) -> pd.DataFrame:
-    """A CSV of the run directory; empty or unreadable is a ConfigError naming it."""
+    """A CSV of the run directory; empty, unreadable or torn (a row with another number of
+    fields than the header, or a last row without its line end: the file was cut) is a
+    ConfigError naming it (and the line)."""
+    check_whole_rows(path)
     try:
         return pd.read_csv(path)
     except pd.errors.EmptyDataError:
@@ -235,6 +268,28 @@ def read_csv(path: Path) -> pd.DataFrame:
     except (pd.errors.ParserError, UnicodeDecodeError, ValueError) as e:
         msg = " ".join(str(e).split())
         raise ConfigError(f"{path}: not a readable CSV: {msg}") from None
+
+
+def check_whole_rows(path: Path) -> None:
+    """Every row of the CSV at ``path`` is whole: as many fields as the header, and a line end
+    after the last (the run directory's CSVs are written whole, so a row that is not was cut
+    or damaged after: pandas would read its missing fields as empty values)."""
+    try:
+        text = path.read_text()
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{path}: not a readable CSV: {e}") from None
+    if not text:
+        return
+    rows = csv.reader(io.StringIO(text))
+    header = next(rows, [])
+    for row in rows:
+        if row and len(row) != len(header):
+            raise ConfigError(f"{path} line {rows.line_num}: torn row: {len(row)} fields, the "
+                              f"header has {len(header)} (the file was cut or changed after "
+                              "it was written)")
+    if not text.endswith("\n"):
+        raise ConfigError(f"{path} line {rows.line_num}: torn row: the file ends inside it, "
+                          "without its line end (the file was cut after it was written)")
 
 
 def _truthy(value: Any, path: Path) -> bool:

@@ -5,6 +5,7 @@ never sees a torn file), except the ledger's and the log's lines, which are appe
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -12,6 +13,7 @@ import pandas as pd
 import yaml
 
 from gemkd.experiments.run_dir_layout import LAYOUT_VERSION, RunDirLayout, read_layout_version
+from gemkd.experiments.run_dir_readers import ledger_check
 from gemkd.transfer.io.atomic import atomic_write_bytes
 
 
@@ -65,10 +67,20 @@ class RunDirWriters(RunDirLayout):
         self._record(self.TEACHER_FIT, world, lag, entry)
 
     def append_ledger(self, key: str, record: dict[str, Any]) -> dict[str, Any]:
-        """Add a finished student run to ``runs.jsonl`` (one line, appended: a line torn by a
-        kill is left out by :meth:`ledger`, and that run redone); returns ``record``."""
-        with open(self.ledger_path, "a") as f:
-            f.write(json.dumps({"key": key, **record}) + "\n")
+        """Add a finished student run to ``runs.jsonl``: one line, its ``check`` last
+        (:func:`~gemkd.experiments.run_dir_readers.ledger_check`), written by one ``write``
+        to the end of the file. A line torn by a kill is never read as a record
+        (:meth:`ledger` leaves it out and that run is redone); a torn tail is cut off before
+        the next line is appended, so the new line is not glued to it. Returns ``record``."""
+        line = json.dumps({"key": key, **record})
+        data = (line[:-1] + f', "check": "{ledger_check(line)}"}}\n').encode()
+        fd = os.open(self.ledger_path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            _cut_torn_tail(fd)
+            while data:
+                data = data[os.write(fd, data):]
+        finally:
+            os.close(fd)
         return record
 
     def _record(self, name: str, world: int | None, lag: int | float,
@@ -79,3 +91,19 @@ class RunDirWriters(RunDirLayout):
 
     def _write(self, name: str, text: str) -> None:
         atomic_write_bytes(self.path / name, text.encode())
+
+
+def _cut_torn_tail(fd: int) -> None:
+    """Truncate a file that does not end with a line end to its last line end (what a kill
+    in the middle of an append leaves: a part of a line)."""
+    size = os.fstat(fd).st_size
+    if size == 0 or os.pread(fd, 1, size - 1) == b"\n":
+        return
+    keep, step = 0, 1 << 16
+    for end in range(size, 0, -step):
+        chunk = os.pread(fd, min(step, end), max(0, end - step))
+        at = chunk.rfind(b"\n")
+        if at >= 0:
+            keep = max(0, end - step) + at + 1
+            break
+    os.ftruncate(fd, keep)

@@ -87,7 +87,6 @@ def _summary(args: argparse.Namespace) -> None:
 
 def _validate(args: argparse.Namespace) -> None:
     from gemkd.transfer.data.audit import validate_dataset
-
     from gemkd.transfer.data.part_digests import NO_DIGESTS
 
     reader = validate_dataset(**arguments(args))
