@@ -14,6 +14,7 @@ from gemkd.transfer.errors import ConfigError
 from gemkd.transfer.methods import MethodContext, StepState, TransferMethod
 from gemkd.transfer.methods.losses import masked_mean
 from gemkd.transfer.methods.space import IntRange, Range
+from gemkd.transfer.packs.member_wise import member_wise
 
 OBJECTIVES = ("bce", "brier")
 OPTIMIZERS = {"adam": torch.optim.Adam, "adamw": torch.optim.AdamW, "sgd": torch.optim.SGD}
@@ -106,7 +107,11 @@ class Adapter(TransferMethod):
         return [self._opt]
 
     def _objective(self, z: Tensor, y: Tensor) -> Tensor:
-        if self.objective == "bce":  # (labels [B, T] for a stacked pack's z [K, B, T])
+        """(labels [B, T] for a stacked pack's z [K, B, T]: a member at a time, member_wise)"""
+        return member_wise(self._objective_of, z, y)
+
+    def _objective_of(self, z: Tensor, y: Tensor) -> Tensor:
+        if self.objective == "bce":
             return F.binary_cross_entropy_with_logits(z, y.expand_as(z), reduction="none")
         return (torch.sigmoid(z) - y).pow(2)
 

@@ -27,6 +27,7 @@ from gemkd.transfer.methods.base import StepState, TransferMethod
 from gemkd.transfer.methods.losses import KD_LOSSES, masked_mean
 from gemkd.transfer.methods.space import LogUniform, Range, Uniform
 from gemkd.transfer.models import StudentOutput
+from gemkd.transfer.packs.member_wise import member_wise
 
 
 class KD(TransferMethod):
@@ -85,13 +86,16 @@ class KD(TransferMethod):
             return {}
         target, found = step.kd_target()
         kd_fn = KD_LOSSES[self.kd_loss]
+
+        def kd(logits: Tensor, target: Tensor, temperature: float | Tensor) -> Tensor:
+            return kd_fn(logits, target, temperature=temperature, found=found)
+
+        # a stacked pack's members one at a time (member_wise: their numbers their own)
         if step.distill_logits is not None:
             value = _scaled(step.distill_weight, masked_mean(
-                kd_fn(step.distill_logits, target, temperature=self.temperature, found=found),
-                found))
+                member_wise(kd, step.distill_logits, target, self.temperature), found))
         else:
-            value = masked_mean(kd_fn(out.logits, target, temperature=self.temperature,
-                                      found=found), found)
+            value = masked_mean(member_wise(kd, out.logits, target, self.temperature), found)
         step.log("train/kd_loss", value)
         return {"kd": _scaled(self.kd_weight, value)}
 

@@ -25,6 +25,7 @@ from gemkd.transfer.data.batch import Batch
 from gemkd.transfer.metrics import RankingMetrics
 from gemkd.transfer.metrics.numerics import logit
 from gemkd.transfer.models import TeacherOutput, fsdp_units, start_output_bias
+from gemkd.transfer.packs.member_wise import member_wise
 from gemkd.transfer.training.compile_cache import use_compile_cache
 from gemkd.transfer.training.flat_adamw import FlatAdamW
 from gemkd.transfer.training.table_optim import (
@@ -285,12 +286,11 @@ class RankingModule(pl.LightningModule):
         member's: ``([K], [K, T])``."""
         logits = logits.float()
         if mask is None:
-            per_task = F.binary_cross_entropy_with_logits(
-                logits, labels.expand_as(logits), reduction="none").mean(dim=-2)
+            per_task = member_wise(_bce, logits, labels.expand_as(logits)).mean(dim=-2)
         else:
             w = mask.to(logits.dtype)
             y = torch.where(mask, labels, torch.zeros_like(labels)).expand_as(logits)
-            bce = F.binary_cross_entropy_with_logits(logits, y, reduction="none") * w
+            bce = member_wise(_bce, logits, y) * w
             per_task = bce.sum(dim=-2) / w.sum(dim=0).clamp_min(1.0)
         total = (per_task * self.task_weight.to(per_task.dtype)).sum(dim=-1)
         return total, per_task
@@ -371,3 +371,8 @@ class RankingModule(pl.LightningModule):
             "logits": out.logits.detach().float(),
             "emb": reprs[self.repr_layer].detach().float(),
         }
+
+
+def _bce(logits: Tensor, labels: Tensor) -> Tensor:
+    """Elementwise BCE-with-logits (``member_wise``'s op: a stacked pack's member at a time)."""
+    return F.binary_cross_entropy_with_logits(logits, labels, reduction="none")
