@@ -31,7 +31,8 @@ def member_wise(fn: Callable[..., Tensor], *args: Tensor | float, members: int |
         return fn(*args)
 
     def part(a: Tensor | float, i: int) -> Tensor | float:
-        stacked = isinstance(a, Tensor) and a.dim() == 3 and a.shape[0] == k
-        return a[i:i + 1] if stacked else a
+        if isinstance(a, Tensor) and a.dim() == 3 and a.shape[0] == k:
+            return a[i:i + 1]
+        return a
 
     return torch.cat([fn(*(part(a, i) for a in args)) for i in range(k)])
