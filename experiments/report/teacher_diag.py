@@ -23,13 +23,8 @@ import yaml
 
 from gemkd.experiments.report.base_rate import constant_of
 from gemkd.experiments.report.summary import RunView, f4, md_table, pm, seed_stats
+from gemkd.experiments.report.teacher_try import try_sentence
 from gemkd.experiments.results_schema import ALL, BASELINE
-
-#: What to try when the teacher is not better than the labels-only student (or a constant).
-TRY = ("What to try: a validation day with early stopping (`teacher_val_days: 1` in the spec, "
-       "with `select: best` and `patience: 1` in `teacher:`), one epoch (`teacher: "
-       "{max_epochs: 1}`: a second pass over the same days can memorise ids), or a smaller "
-       "teacher config; then rerun (the students are retrained against the new teacher).")
 
 
 @dataclass(frozen=True)
@@ -85,7 +80,7 @@ def _read_fit(step: Path, task: str) -> TeacherFit | None:
                       int(best) if isinstance(best, int) else None, curve, task)
 
 
-def _fits_of_lag(run: RunView) -> list[TeacherFit]:
+def fits_of_lag(run: RunView) -> list[TeacherFit]:
     """The fits of the main lag: those whose training days are the lag's teacher days
     (``teacher_data.json``), else every fit (an older run without the file)."""
     fits = teacher_fits(run)
@@ -135,7 +130,7 @@ def teacher_section(run: RunView) -> list[str]:
     out += [f"- {c}" for c in checks] + [""]
     out += fit_lines(run)
     if any("worse" in c or "no better" in c for c in checks):
-        out += [TRY, ""]
+        out += [try_sentence(run), ""]
     return out
 
 
@@ -179,7 +174,7 @@ def teacher_auc_better(run: RunView, task: str | None = None) -> bool | None:
 
 def fit_lines(run: RunView) -> list[str]:
     """The teacher fit's validation curve and kept epoch (per world), when the cache holds it."""
-    fits = _fits_of_lag(run)
+    fits = fits_of_lag(run)
     if not fits:
         return ["The teacher's fit is not in this run's cache (an imported store, or a cleaned "
                 "cache): no validation curve to show.", ""]
