@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from gemkd.experiments.report.day_unit import in_units, report_unit
 from gemkd.experiments.report.forest import write_forest_plots
 from gemkd.experiments.report.summary import RunView, f4, lag_str, variant_order
 from gemkd.experiments.report.table_names import CURVE_METRICS
@@ -190,7 +191,7 @@ def _plot_ne_vs_lag(run: RunView, Figure: Any, colors: dict, path: Path) -> Path
                         color=colors[v], label=v)
         teacher = [run.reference(lag=lag, task=task)["ne_teacher"][0] for lag in run.lags]
         ax.plot(run.lags, teacher, color="black", linestyle="-.", marker="x", label="teacher")
-        ax.set_xlabel("teacher lag (days)")
+        ax.set_xlabel(in_units("teacher lag (days)", report_unit(run.run_dir, run.spec)[0]))
         ax.set_ylabel("NE (lower is better)")
         ax.set_title(f"{task}: domain {run.domain}")
         ax.legend(fontsize=7)
