@@ -260,8 +260,11 @@ def teacher_val_curves(run: RunView, lag: Any) -> TeacherCurves:
     """The teacher fits' validation NE by epoch at ``lag`` (``teacher_fit.json``): label (task,
     and world where there are several) → (epochs, NE, the epoch kept); empty for a fit without
     validation days, an imported store or a run before the file."""
-    fits = {w: e.get(lag_str(lag)) for w, e in run.run_dir.teacher_fit().items()}
-    fits = {w: e for w, e in fits.items() if isinstance(e, dict) and e.get("val_curve")}
+    fits: dict[str, dict[str, Any]] = {}
+    for w, entries in run.run_dir.teacher_fit().items():
+        e = entries.get(lag_str(lag))
+        if isinstance(e, dict) and e.get("val_curve"):
+            fits[w] = e
     out: TeacherCurves = {}
     for w, e in sorted(fits.items()):
         tasks = list(dict.fromkeys(t for p in e["val_curve"] for t in p.get("ne", {})))

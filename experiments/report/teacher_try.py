@@ -58,7 +58,8 @@ def fits_as_run(run: RunView) -> list[FitAsRun]:
 def try_sentence(run: RunView) -> str:
     """The section's "What to try" line: what is already in effect, then what is not."""
     spec = run.spec or {}
-    teacher = spec.get("teacher") if isinstance(spec.get("teacher"), dict) else {}
+    found = spec.get("teacher")
+    teacher: dict[str, Any] = found if isinstance(found, dict) else {}
     if teacher.get("store"):
         return ("What to try: the teacher is an imported store (`teacher.store`), so a better "
                 "one is made outside this run; or train one here (leave `store` out).")
