@@ -22,6 +22,8 @@ existed reads as version 1)::
     sampled_negatives.json    how a positive-only log's negatives were drawn (when they were)
     curves/<variant>_seed<S>_lag<L>[_w<W>].csv                 a final run's training curve
     clusters/world=<W>/lag=<L>/<variant>__seed<S>.npz           per-user evaluation sums
+                              (compressed, float32 loss: transfer.metrics.clusters; the
+                              float64 np.savez files of older runs read the same way)
     clusters/world=<W>/lag=<L>/teacher__<source>.npz            ... of a teacher's store
     cache/<step>-<hash>/{config.json, DONE, ...}              cached steps (run.cache)
     logs/prepare_world<W>.txt                                 a worker's lines per prepared world

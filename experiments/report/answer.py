@@ -14,6 +14,7 @@ import math
 
 import pandas as pd
 
+from gemkd.experiments.report.family import PRIMARY
 from gemkd.experiments.report.intervals import BEATS, BELOW, GAIN, LOSS, UNRESOLVED
 from gemkd.experiments.report.summary import RunView, ci, f4, lag_str, pm
 from gemkd.experiments.report.teacher_diag import teacher_auc_better
@@ -99,7 +100,7 @@ def _interval_clause(run: RunView, task: str, detail: bool) -> str:
         kd = rows.loc[KD]
         d = (ci(kd["delta_ne"], kd["delta_ne_lo"], kd["delta_ne_hi"]) if detail
              else f4(kd["delta_ne"]))
-        out += f"; KD ΔNE {d}, {_word(kd['gain_verdict'])}"
+        out += f"; KD ΔNE {d}, {_word(kd['gain_verdict'])}{_exploratory(kd)}"
     return out + f"; {_verdicts(run, task, rows)}."
 
 
@@ -113,6 +114,13 @@ def _teacher_clause(r: pd.Series, rows: pd.DataFrame, detail: bool) -> str:
     shown = f" [{f4(lo)}, {f4(hi)}]" if detail and math.isfinite(lo) else ""
     return (f"teacher {how} labels only (NE {f4(r['teacher_ne'])} vs {base}, "
             f"difference {f4(t)}{shown})")
+
+
+def _exploratory(r: pd.Series) -> str:
+    """`` (exploratory)`` after a resolved verdict outside the primary family: the tables say
+    so, and a first paragraph that did not read as a Holm-adjusted result."""
+    resolved = r.get("gain_verdict") in (GAIN, LOSS)
+    return " (exploratory)" if resolved and r.get("gain_family") != PRIMARY else ""
 
 
 def _word(verdict: object) -> str:

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from gemkd.experiments.report.day_unit import in_units, report_unit
 from gemkd.experiments.report.family import PRIMARY
 from gemkd.experiments.report.summary import RunView, lag_str
 from gemkd.experiments.results_schema import BASELINE, KD
@@ -98,7 +99,8 @@ def _plot(run: RunView, lag: Any, task: str, path: Path) -> bool:
         handles.append(ax.plot([], [], linestyle="none", marker="x", color="tab:blue",
                                label="each world's point")[0])
     fig.legend(handles=handles, fontsize=8, loc="outside lower center", ncol=len(handles))
-    ax.set_title(f"{run.name}: {task}, domain {run.domain}, teacher lag {lag_str(lag)} days",
+    ax.set_title(in_units(f"{run.name}: {task}, domain {run.domain}, teacher lag {lag_str(lag)} "
+                          "days", report_unit(run.run_dir, run.spec)[0]),
                  fontsize=10)
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=100)

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from gemkd.experiments.report.day_unit import in_units, report_unit
 from gemkd.experiments.report.forest import write_forest_plots
 from gemkd.experiments.report.summary import RunView, f4, lag_str, variant_order
 from gemkd.experiments.report.table_names import CURVE_METRICS
@@ -190,7 +191,7 @@ def _plot_ne_vs_lag(run: RunView, Figure: Any, colors: dict, path: Path) -> Path
                         color=colors[v], label=v)
         teacher = [run.reference(lag=lag, task=task)["ne_teacher"][0] for lag in run.lags]
         ax.plot(run.lags, teacher, color="black", linestyle="-.", marker="x", label="teacher")
-        ax.set_xlabel("teacher lag (days)")
+        ax.set_xlabel(in_units("teacher lag (days)", report_unit(run.run_dir, run.spec)[0]))
         ax.set_ylabel("NE (lower is better)")
         ax.set_title(f"{task}: domain {run.domain}")
         ax.legend(fontsize=7)
@@ -213,12 +214,15 @@ def _plot_curves(run: RunView, curves: pd.DataFrame, Figure: Any, colors: dict,
     variants = variant_order(c["variant"], run.order)
     with_loss = [v for v in variants if losses and c.loc[c["variant"] == v, losses]
                  .notna().any().any()]
+    teacher = teacher_val_curves(run, lag)
     ncols = max(1, len(with_loss))
-    nrows = max(1, len(shared) + len(losses))
+    nrows = max(1, len(shared) + len(losses) + bool(teacher))
     fig = Figure(figsize=(3.6 * ncols, 3.2 * nrows), layout="constrained")
     grid = fig.subplots(nrows, ncols, squeeze=False)
     for ax in grid.flat:
         ax.set_axis_off()
+    if teacher:
+        _plot_teacher(grid[nrows - 1][0], teacher)
     if shared:
         ax = grid[0][0]
         ax.set_axis_on()
@@ -242,6 +246,47 @@ def _plot_curves(run: RunView, curves: pd.DataFrame, Figure: Any, colors: dict,
             ax.set_ylabel(metric)
             ax.set_title(f"{v}: {metric} (its own objective)", fontsize=9)
     title = (f"{run.name}: training curves, teacher lag {lag_str(lag)} (mean over seeds; each "
-             "variant's losses on their own axes)")
+             "variant's losses on their own axes" + ("; the teacher fit's validation NE"
+                                                     if teacher else "") + ")")
     fig.suptitle("\n".join(textwrap.wrap(title, 60 * ncols)), fontsize=10)
     return _save(fig, path)
+
+
+#: label → (epochs, validation NE, the epoch kept)
+TeacherCurves = dict[str, tuple[list[int], list[float], int | None]]
+
+
+def teacher_val_curves(run: RunView, lag: Any) -> TeacherCurves:
+    """The teacher fits' validation NE by epoch at ``lag`` (``teacher_fit.json``): label (task,
+    and world where there are several) → (epochs, NE, the epoch kept); empty for a fit without
+    validation days, an imported store or a run before the file."""
+    fits: dict[str, dict[str, Any]] = {}
+    for w, entries in run.run_dir.teacher_fit().items():
+        e = entries.get(lag_str(lag))
+        if isinstance(e, dict) and e.get("val_curve"):
+            fits[w] = e
+    out: TeacherCurves = {}
+    for w, e in sorted(fits.items()):
+        tasks = list(dict.fromkeys(t for p in e["val_curve"] for t in p.get("ne", {})))
+        for task in tasks:
+            points = [(int(p["epoch"]), float(p["ne"][task])) for p in e["val_curve"]
+                      if task in p.get("ne", {})]
+            label = task + (f", world {w}" if len(fits) > 1 else "")
+            out[label] = ([x for x, _ in points], [y for _, y in points], e.get("chosen_epoch"))
+    return out
+
+
+def _plot_teacher(ax: Any, curves: TeacherCurves) -> None:
+    """The teacher fit's validation NE per epoch, a line per task (and world), the kept epoch
+    circled: the curve that shows a teacher memorising ids after its first epoch."""
+    ax.set_axis_on()
+    for label, (epochs, ne, kept) in curves.items():
+        line = ax.plot(epochs, ne, marker=".", label=label)[0]
+        if kept in epochs:
+            ax.plot([kept], [ne[epochs.index(kept)]], marker="o", markersize=9,
+                    markerfacecolor="none", color=line.get_color())
+    ax.set_xticks(sorted({e for epochs, _, _ in curves.values() for e in epochs}))
+    ax.set_xlabel("teacher epoch")
+    ax.set_ylabel("validation NE")
+    ax.set_title("teacher (GEM) fit: validation NE by epoch (○ kept)", fontsize=9)
+    ax.legend(fontsize=7)

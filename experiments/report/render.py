@@ -7,6 +7,7 @@ from typing import Any
 
 from gemkd.experiments.report.answer import answer_paragraph
 from gemkd.experiments.report.cost import cost_section
+from gemkd.experiments.report.day_unit import text_in_units
 from gemkd.experiments.report.family_text import family_section
 from gemkd.experiments.report.forest import PREFIX, forest_name
 from gemkd.experiments.report.missing import missing_note, missing_runs
@@ -142,7 +143,7 @@ def render(run: RunView) -> str:
     if present or no_ratio:
         out += ["## Plots", ""] + [f"![{n[:-4]}](plots/{n})" for n in present] + [""]
         out += _note(f"`transfer_ratio.png` is not drawn: {no_ratio}." if no_ratio else "")
-    return "\n".join(out).rstrip() + "\n"
+    return text_in_units(run.run_dir, run.spec, "\n".join(out).rstrip() + "\n", after=1)
 
 
 def _note(text: str) -> list[str]:
@@ -377,4 +378,4 @@ def report_command(run_dir: str | Path) -> str:
              *_note(ne_above_one(run)),
              " ".join(sentences(run)), "",
              f"wrote {report}", f"wrote {intervals}"] + [f"wrote {p}" for p in plots]
-    return "\n".join(lines)
+    return text_in_units(run.run_dir, run.spec, "\n".join(lines), after=0)

@@ -15,6 +15,7 @@ from collections import Counter
 from pathlib import Path
 
 from gemkd.experiments.report.answer import answer_paragraph
+from gemkd.experiments.report.day_unit import lines_in_units
 from gemkd.experiments.report.family import PRIMARY
 from gemkd.experiments.report.family_text import DAGGER
 from gemkd.experiments.report.intervals import UNRESOLVED
@@ -146,6 +147,7 @@ def render_results(run_dirs: list[str | Path], title: str = "gemkd results") -> 
            "not a gain.", "",
            "## ΔNE vs the labels-only student, side by side", "", _summary(runs, labels), ""]
     for run, label in zip(runs, labels, strict=True):
+        start = len(out)
         where = (f"domain {run.domain}, task {run.task}, teacher lag {lag_str(run.lag)} days, "
                  f"{int(run.rows()['n_seeds'].max())} seeds")
         marked = f" ({SAMPLED})" if _sampled(run) else ""
@@ -165,6 +167,7 @@ def render_results(run_dirs: list[str | Path], title: str = "gemkd results") -> 
             lag = lag_section(run)
             out += ["#" + lag[0], *lag[1:]]
         out += adapter_probe_section(run.run_dir)
+        out[start:] = lines_in_units(run.run_dir, run.spec, out[start:], 4)  # after the answer
     return "\n".join(out).rstrip() + "\n"
 
 

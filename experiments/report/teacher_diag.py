@@ -18,20 +18,13 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 import yaml
 
-from gemkd.experiments.report.cluster_files import has_clusters, load_eval_sets
+from gemkd.experiments.report.base_rate import constant_of
 from gemkd.experiments.report.summary import RunView, f4, md_table, pm, seed_stats
+from gemkd.experiments.report.teacher_try import try_sentence
 from gemkd.experiments.results_schema import ALL, BASELINE
-from gemkd.transfer.metrics.numerics import binary_entropy
-
-#: What to try when the teacher is not better than the labels-only student (or a constant).
-TRY = ("What to try: a validation day with early stopping (`teacher_val_days: 1` in the spec, "
-       "with `select: best` and `patience: 1` in `teacher:`), one epoch (`teacher: "
-       "{max_epochs: 1}`: a second pass over the same days can memorise ids), or a smaller "
-       "teacher config; then rerun (the students are retrained against the new teacher).")
 
 
 @dataclass(frozen=True)
@@ -87,7 +80,7 @@ def _read_fit(step: Path, task: str) -> TeacherFit | None:
                       int(best) if isinstance(best, int) else None, curve, task)
 
 
-def _fits_of_lag(run: RunView) -> list[TeacherFit]:
+def fits_of_lag(run: RunView) -> list[TeacherFit]:
     """The fits of the main lag: those whose training days are the lag's teacher days
     (``teacher_data.json``), else every fit (an older run without the file)."""
     fits = teacher_fits(run)
@@ -100,26 +93,10 @@ def _fits_of_lag(run: RunView) -> list[TeacherFit]:
 
 def constant_arm(run: RunView, task: str) -> tuple[float, float]:
     """(NE, calibration Σp/Σy) of predicting the training days' base rate p̄ for every
-    evaluation row of the main slice, mean over worlds: NE = CE(q, p̄) / H(p̄) with q the
-    evaluation days' positive rate (from the per-user files; nan without them)."""
-    if not has_clusters(run.run_dir):
-        return math.nan, math.nan
-    ne, cal = [], []
-    for es in load_eval_sets(run.run_dir):
-        if es.lag != run.lag or task not in es.tasks:
-            continue
-        t = es.tasks.index(task)
-        keep = (np.ones(es.sums.domain.shape, bool) if run.domain == ALL and ALL not in
-                es.domains else es.sums.domain == es.groups.index(run.domain))
-        n, pos = es.sums.n[keep, t].sum(), es.sums.pos[keep, t].sum()
-        p, q = float(es.sums.base_rate[t]), float(pos / n) if n else math.nan
-        if not math.isfinite(p):
-            p = q
-        if not (0 < p < 1 and math.isfinite(q) and q > 0):
-            continue
-        ne.append((-q * math.log(p) - (1 - q) * math.log(1 - p)) / float(binary_entropy(p)))
-        cal.append(p / q)
-    return (float(np.mean(ne)) if ne else math.nan, float(np.mean(cal)) if cal else math.nan)
+    evaluation row of the main slice, mean over worlds (:func:`constant_of`; nan without the
+    per-user files)."""
+    c = constant_of(run, task)
+    return (c.ne, c.calibration) if c is not None else (math.nan, math.nan)
 
 
 def teacher_section(run: RunView) -> list[str]:
@@ -153,7 +130,7 @@ def teacher_section(run: RunView) -> list[str]:
     out += [f"- {c}" for c in checks] + [""]
     out += fit_lines(run)
     if any("worse" in c or "no better" in c for c in checks):
-        out += [TRY, ""]
+        out += [try_sentence(run), ""]
     return out
 
 
@@ -197,7 +174,7 @@ def teacher_auc_better(run: RunView, task: str | None = None) -> bool | None:
 
 def fit_lines(run: RunView) -> list[str]:
     """The teacher fit's validation curve and kept epoch (per world), when the cache holds it."""
-    fits = _fits_of_lag(run)
+    fits = fits_of_lag(run)
     if not fits:
         return ["The teacher's fit is not in this run's cache (an imported store, or a cleaned "
                 "cache): no validation curve to show.", ""]

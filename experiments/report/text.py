@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from gemkd.experiments.report.base_rate import above_one_sentence
 from gemkd.experiments.report.summary import RunView, f4, lag_str, md_table, pm, seed_stats
 from gemkd.experiments.report.verdicts import interval_sentences, interval_table
 from gemkd.experiments.results_schema import BASELINE, KD
@@ -66,8 +67,9 @@ def reference_line(run: RunView, task: str) -> str:
 
 def ne_above_one(run: RunView, tasks: list[str] | None = None) -> str:
     """Why an NE above 1 in the shown rows (``tasks``: the main task by default) is not a bug:
-    the sentence to put under the table, empty when every NE is at most 1."""
-    parts = []
+    the sentence to put under the table (:mod:`gemkd.experiments.report.base_rate`), empty when
+    every NE is at most 1."""
+    above: dict[str, tuple[list[str], dict[str, float]]] = {}
     for task in tasks or [run.task]:
         if run.has_intervals:
             iv = run.interval_rows(task=task)
@@ -75,17 +77,10 @@ def ne_above_one(run: RunView, tasks: list[str] | None = None) -> str:
         else:
             rows = run.rows(task=task)
             ne = dict(zip(rows["variant"], rows["ne_mean"], strict=True))
-        above = [v for v, x in ne.items() if math.isfinite(x) and x > 1]
-        if above:
-            parts.append(f"{task}: " + ("every variant" if len(above) == len(ne)
-                                        else ", ".join(above)))
-    if not parts:
-        return ""
-    return (f"NE above 1 ({'; '.join(parts)}) means worse than predicting the training days' "
-            "base rate for every impression (NE 1): on a rare task that constant is a hard "
-            "predictor to beat, and a student whose calibration (Σp/Σy) is off, or whose "
-            "evaluation days' rate moved from its training days', pays for it in NE. ΔNE "
-            "still compares the variants on the same rows.")
+        over = [v for v, x in ne.items() if math.isfinite(x) and x > 1]
+        if over:
+            above[task] = (over, ne)
+    return above_one_sentence(run, above) if above else ""
 
 
 def pct(mean: float, std: float) -> str:
