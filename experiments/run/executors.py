@@ -25,6 +25,7 @@ from gemkd.experiments.run.packs import DEFAULT_PACK_SIZE, execute_pack, group_p
 from gemkd.experiments.run.packs import run_alone as execute  # a run alone: a pack of one
 from gemkd.transfer.errors import ConfigError
 from gemkd.transfer.options import EXECUTORS
+from gemkd.transfer.process_reaper import reap_on_death
 from gemkd.transfer.ray_cluster import import_ray, kept_handlers
 
 Done = Callable[[StudentRun, dict[str, Any]], None]
@@ -287,6 +288,7 @@ class RayTasks:
                 ray.init(address=address or os.environ.get("RAY_ADDRESS"),
                          include_dashboard=False, log_to_driver=False,
                          runtime_env={"env_vars": {"OMP_NUM_THREADS": str(threads)}})
+            reap_on_death()  # a local instance's agents outlive a killed driver by ~60 s
         self._task = ray.remote(num_cpus=threads)(_ray_execute)
         self.parallel = max(1, int(ray.cluster_resources().get("CPU", 1) // threads))
 

@@ -23,6 +23,7 @@ import pytest
 import yaml
 
 from gemkd.experiments.run.executors import die_with
+from gemkd.transfer.process_reaper import reap_on_death
 from tests.faults.conftest import ROOT, SPEC
 from tests.faults.test_term_workers import HANGS
 
@@ -171,6 +172,39 @@ def test_a_process_dies_with_the_one_it_watches(tmp_path):
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.kill(grandchild, signal.SIGKILL)
+
+
+def test_the_reaper_ends_what_outlives_its_process(tmp_path):
+    """reap_on_death, for what ``ray.init`` starts: a descendant in a session of its own,
+    which nothing else ends, is ended once the process that started the watchdog is killed."""
+    pids = tmp_path / "pids"
+    driver = os.fork()
+    if driver == 0:
+        try:
+            watchdog = reap_on_death()
+            assert watchdog is not None
+            orphan = subprocess.Popen(["sleep", "600"], start_new_session=True)
+            time.sleep(2.5)  # the watchdog notes the descendants every second
+            pids.write_text(f"{orphan.pid} {watchdog.pid}")
+            time.sleep(600)
+        finally:
+            os._exit(1)
+    try:
+        deadline = time.monotonic() + 60
+        while not pids.exists():
+            assert time.monotonic() < deadline, "the driver never started its orphan"
+            time.sleep(0.05)
+        orphan, watchdog = map(int, pids.read_text().split())
+        assert _running(orphan) and _running(watchdog)
+    finally:
+        os.kill(driver, signal.SIGKILL)
+        os.waitpid(driver, 0)
+    try:
+        assert not _survivors({orphan, watchdog}, 15), "alive after the driver was killed"
+    finally:
+        for p in (orphan, watchdog):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(p, signal.SIGKILL)
 
 
 @pytest.mark.slow  # a run of two worlds whose steps run on two workers: ~1 min
