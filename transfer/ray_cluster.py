@@ -11,6 +11,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from gemkd.transfer.errors import ConfigError
+from gemkd.transfer.process_reaper import reap_on_death
 
 
 @contextmanager
@@ -63,6 +64,7 @@ def ray_connected(what: str, **init: Any) -> Iterator[Any]:
         try:
             with kept_handlers():  # ray.init makes SIGTERM sys.exit(15) for good
                 ray.init(address=address, include_dashboard=False, log_to_driver=False, **init)
+            reap_on_death()  # a local instance's agents outlive a killed driver by ~60 s
         except ConnectionError as e:
             first = str(e).splitlines()[0] if str(e) else type(e).__name__
             raise ConfigError(

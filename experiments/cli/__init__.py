@@ -64,6 +64,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             return interrupt.exit_code()
         except BrokenPipeError:  # `gemkd data summary DIR | head`: the reader has what it wanted
             _quiet_stdout()
+        except Exception as e:  # a full disk: one line naming the output, not a traceback
+            from gemkd.transfer.io.disk_full import disk_full_error
+
+            full = disk_full_error(e, getattr(args, "out", None))
+            if full is None:
+                raise
+            print(f"error: {full}", file=sys.stderr)
+            return 2
         finally:
             if "gemkd.transfer.training.trainer" in sys.modules:  # a command that trained
                 from gemkd.transfer.training import release_process_group

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import select
 import signal
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
@@ -23,6 +25,7 @@ from gemkd.experiments.run.packs import DEFAULT_PACK_SIZE, execute_pack, group_p
 from gemkd.experiments.run.packs import run_alone as execute  # a run alone: a pack of one
 from gemkd.transfer.errors import ConfigError
 from gemkd.transfer.options import EXECUTORS
+from gemkd.transfer.process_reaper import reap_on_death
 from gemkd.transfer.ray_cluster import import_ray, kept_handlers
 
 Done = Callable[[StudentRun, dict[str, Any]], None]
@@ -88,14 +91,17 @@ class Serial:
         pass
 
 
-def _start_worker(threads: int, verbose: bool, path: list[str], env: dict[str, str]) -> None:
+def _start_worker(threads: int, verbose: bool, path: list[str], env: dict[str, str],
+                  command: int | None = None) -> None:
     """A worker's process-wide settings, as the command has them: torch threads, quiet
     logging, the import path (a user's plug-ins) and the environment (the fork server that
-    starts workers may be older than both)."""
+    starts workers may be older than both); and its end with the command (pid ``command``)."""
     import torch
 
     from gemkd.experiments.cli import output
 
+    if command is not None:
+        die_with(command)
     sys.path[:] = path
     os.environ.clear()
     os.environ.update(env)
@@ -119,6 +125,50 @@ def _worker_stop(signum: int, frame: object) -> None:
     os._exit(128 + signum)
 
 
+def die_with(pid: int) -> None:
+    """End this process (``os._exit``) as soon as process ``pid`` ends, however it ends.
+
+    A pool's workers are the fork server's children, not the command's, and wait on a queue
+    whose write end every worker holds too: a command killed by SIGKILL, which has no chance
+    to stop them, would leave them waiting for work forever, and with them the fork server
+    (which runs while a worker holds its "alive" pipe) and multiprocessing's resource tracker
+    (while any of them holds its pipe). Once the workers end, those two end by themselves.
+    A daemon thread waits on a pidfd (Linux >= 5.3: readable when ``pid`` exits) or, where
+    there is none, polls ``pid`` every second."""
+    try:
+        fd: int | None = os.pidfd_open(pid)
+    except ProcessLookupError:  # gone already
+        os._exit(128 + signal.SIGHUP)
+    except (AttributeError, OSError):  # no pidfd here: poll
+        fd = None
+
+    def watch() -> None:
+        if fd is not None:
+            select.select([fd], [], [])
+        else:
+            while _running(pid):
+                time.sleep(1.0)
+        sys.stderr.flush()
+        os._exit(128 + signal.SIGHUP)  # the shell's code for "its terminal (owner) went away"
+
+    threading.Thread(target=watch, name=f"gemkd-die-with-{pid}", daemon=True).start()
+
+
+def _running(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie, exited but not yet reaped, does not)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[-1].split()[0] != "Z"
+    except OSError:
+        return True  # no /proc: os.kill's word
+
+
 class LocalProcesses:
     """``workers`` processes on this machine, each with ``threads`` torch threads. Started on
     first use and kept for the whole sweep: a worker opens a lag's stores and codes once. The
@@ -138,7 +188,8 @@ class LocalProcesses:
                                         "gemkd.experiments.run.student"])
             self._pool = ProcessPoolExecutor(
                 self.workers, mp_context=ctx, initializer=_start_worker,
-                initargs=(self.threads, self.verbose, list(sys.path), dict(os.environ)))
+                initargs=(self.threads, self.verbose, list(sys.path), dict(os.environ),
+                          os.getpid()))
         return self._pool
 
     def run(self, runs: list[StudentRun], done: Done) -> None:
@@ -237,6 +288,7 @@ class RayTasks:
                 ray.init(address=address or os.environ.get("RAY_ADDRESS"),
                          include_dashboard=False, log_to_driver=False,
                          runtime_env={"env_vars": {"OMP_NUM_THREADS": str(threads)}})
+            reap_on_death()  # a local instance's agents outlive a killed driver by ~60 s
         self._task = ray.remote(num_cpus=threads)(_ray_execute)
         self.parallel = max(1, int(ray.cluster_resources().get("CPU", 1) // threads))
 

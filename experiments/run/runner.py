@@ -49,6 +49,7 @@ from gemkd.experiments.run_dir import RunDir
 from gemkd.experiments.spec.run_spec import RunSpec
 from gemkd.transfer.data.schema import day_range
 from gemkd.transfer.errors import GemkdError
+from gemkd.transfer.io.disk_full import disk_full_error
 from gemkd.transfer.io.lock import exclusive
 from gemkd.transfer.training import training_base_rates
 
@@ -98,10 +99,15 @@ def run_experiment(spec: RunSpec, out: str | Path, sync: Callable[[], None] | No
             results = _run(spec, out, tracker, sync, executor)
         aborted = False
         return results
-    except GemkdError as e:  # bad input found only once the data was read
-        if created and (isinstance(e, DataMismatch) or not _holds_work(run)):
+    except Exception as e:  # bad input found only once the data was read, or a full disk
+        error = e if isinstance(e, GemkdError) else disk_full_error(e, out)
+        if error is None:
+            raise
+        if created and (isinstance(error, DataMismatch) or not _holds_work(run)):
             shutil.rmtree(out, ignore_errors=True)
-        raise
+        if error is e:
+            raise
+        raise error from e
     finally:
         executor.close(abort=aborted)
 
@@ -135,8 +141,8 @@ def _run(spec: RunSpec, out: Path, tracker, sync, executor: Executor) -> pd.Data
     try:
         return _steps(ctx)
     except Exception as e:  # the run's log ends with what stopped it, as stderr does
-        log.record(f"error: {e}" if isinstance(e, GemkdError) else
-                   f"error: {type(e).__name__}: {e}")
+        said = e if isinstance(e, GemkdError) else disk_full_error(e, out)
+        log.record(f"error: {said}" if said is not None else f"error: {type(e).__name__}: {e}")
         raise
     finally:
         log.close()

@@ -22,6 +22,12 @@ Why it is built so:
 - **Resumable.** The study lives in ``storage_dir/<name>.journal`` (Optuna's ``JournalStorage``,
   one file per study): a killed run's completed trials are not repeated, and the trial the kill
   interrupted is handed out again by ``next()``.
+- **No lock outlives its process.** An append to a journal is guarded by an OS lock on the
+  journal file itself (:class:`_KernelLock`, ``flock``), which the kernel drops when its holder
+  exits or is killed: a rerun after a SIGKILL at any moment never waits. (Optuna's default, a
+  symlink ``<name>.journal.lock``, stays behind when its holder is killed inside an append, and
+  its stale-lock recovery never fires where the link's target is a relative path: the rerun
+  waited forever. Such a link, left by an earlier version, is removed at start, with a note.)
 - **Deterministic.** The sampler is built afresh for every ask, seeded by (``seed``,
   ``seed_key``, trial number), and reads the history from storage; asks and tells are strictly
   sequential per study. So trial k's params depend on trials 0..k−1 only — not on a kill and
@@ -45,6 +51,7 @@ import json
 import math
 import os
 import re
+import sys
 import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -59,7 +66,8 @@ from optuna.distributions import (
     IntDistribution,
 )
 from optuna.storages import JournalStorage
-from optuna.storages.journal import JournalFileBackend
+from optuna.storages.journal import JournalFileBackend, JournalFileSymlinkLock
+from optuna.storages.journal._file import LOCK_FILE_SUFFIX, BaseJournalFileLock
 from optuna.trial import TrialState
 
 from gemkd.transfer.errors import ConfigError
@@ -154,11 +162,13 @@ class Search:
     """One study (see the module docstring): ``space`` knob → range (e.g.
     ``gemkd.experiments.run.methods.search_space``), ``sampler`` tpe | random | grid, ``trials`` its
     budget, ``seed`` the spec's seed, ``storage_dir`` where the study is kept (the run's
-    ``tuning/``), ``name`` the study (:func:`study_name`). Resuming a study with another space,
-    sampler or seed is a ``ConfigError``; with another ``trials`` it stops at the new count."""
+    ``tuning/``), ``name`` the study (:func:`study_name`), ``note`` where a stale lock's removal
+    is said (the run's log; None: stderr). Resuming a study with another space, sampler or seed
+    is a ``ConfigError``; with another ``trials`` it stops at the new count."""
 
     def __init__(self, space: Mapping[str, Range], sampler: str, trials: int, seed: int,
-                 storage_dir: Path, name: str, seed_key: str | None = None) -> None:
+                 storage_dir: Path, name: str, seed_key: str | None = None,
+                 note: Callable[[str], None] | None = None) -> None:
         if sampler not in SAMPLERS:
             raise ConfigError(f"spec tuning: sampler must be one of {', '.join(SAMPLERS)}, "
                               f"got {sampler!r}")
@@ -171,11 +181,13 @@ class Search:
         self._grid_size = math.prod(len(v) for v in (self._grid or {}).values())
         self._codec = _Codec(self.space)
         self._dists = self._codec.distributions()
-        self.path = Path(storage_dir) / f"{_file_stem(name)}.journal"
+        # absolute: the journal is found wherever the process's working directory goes
+        self.path = Path(storage_dir).absolute() / f"{_file_stem(name)}.journal"
         self.path.parent.mkdir(parents=True, exist_ok=True)
         _drop_torn_line(self.path)
+        _drop_stale_symlink_lock(self.path, note)
         optuna.logging.set_verbosity(optuna.logging.WARNING)  # gemkd is quiet: no per-trial INFO
-        storage = JournalStorage(JournalFileBackend(str(self.path)))
+        storage = JournalStorage(JournalFileBackend(str(self.path), journal_lock(self.path)))
         self._study = optuna.create_study(storage=storage, study_name=name,
                                           direction="minimize", load_if_exists=True,
                                           sampler=self._make_sampler(0))
@@ -383,3 +395,54 @@ def _drop_torn_line(path: Path) -> None:
         f.truncate(data.rfind(b"\n") + 1)
         f.flush()
         os.fsync(f.fileno())
+
+
+class _KernelLock(BaseJournalFileLock):
+    """Optuna's journal lock as ``flock`` on the journal file itself: an OS lock, dropped by the
+    kernel when the process holding it exits or is killed, so no lock outlives its holder and
+    nothing is left beside the journal. Opened for writing (never written: Optuna appends
+    through its own handle), as an exclusive lock emulated over NFS needs."""
+
+    def __init__(self, path: Path) -> None:
+        self._path = str(path)
+        self._fd: int | None = None
+
+    def acquire(self) -> bool:
+        import fcntl
+
+        fd = os.open(self._path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        except BaseException:
+            os.close(fd)
+            raise
+        self._fd = fd
+        return True
+
+    def release(self) -> None:
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            os.close(fd)  # the last descriptor of the open file: the lock goes with it
+
+
+def journal_lock(path: Path) -> BaseJournalFileLock:
+    """The lock of the journal at ``path``: :class:`_KernelLock` where ``flock`` exists (POSIX),
+    else Optuna's symlink lock with an absolute target (its stale-lock recovery needs one)."""
+    if sys.platform == "win32":
+        return JournalFileSymlinkLock(str(Path(path).absolute()))
+    return _KernelLock(path)
+
+
+def _drop_stale_symlink_lock(path: Path, note: Callable[[str], None] | None) -> None:
+    """Remove Optuna's symlink lock ``<journal>.lock`` where one was left: gemkd takes
+    :class:`_KernelLock` instead, so such a link is a killed process's (an earlier version's),
+    and its owner is gone (one run at a time holds the run directory)."""
+    lock = Path(f"{path}{LOCK_FILE_SUFFIX}")
+    if sys.platform == "win32" or not os.path.lexists(lock):
+        return
+    lock.unlink(missing_ok=True)
+    message = f"removed a stale tuning lock left by a killed run: {lock}"
+    if note is None:
+        print(f"note: {message}", file=sys.stderr)
+    else:
+        note(message)

@@ -57,7 +57,7 @@ def make_tuner(ctx: RunContext, cell: LagCell, variant: VariantSpec, draw: int |
     return SearchTuner(Search(search_space(spec, variant), spec.tuning.sampler,
                               spec.tuning.trials, search_seed(spec, draw), ctx.out / "tuning",
                               f"{key}-{variant_tag(cell.tag, spec, variant, cell.inputs)}",
-                              seed_key=key), spec.tuning.batch)
+                              seed_key=key, note=ctx.log), spec.tuning.batch)
 
 
 def search_seed(spec: RunSpec, draw: int | None = None) -> int:
