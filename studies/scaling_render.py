@@ -30,7 +30,14 @@ from studies.scaling_rank import RankAgreement, rank_agreement, verdict_agreemen
 if TYPE_CHECKING:
     from studies.scaling_study import ScalingConfig
 
-CURVES_PNG, RANKS_PNG = "scaling_curves.png", "scaling_ranks.png"
+
+
+def png_names(page: Path) -> tuple[str, str]:
+    """The page's two plots, named after it (SCALING.md: scaling_curves.png, scaling_ranks.png)
+    so that two studies' pages can share a folder."""
+    stem = page.stem.lower()
+    return f"{stem}_curves.png", f"{stem}_ranks.png"
+
 
 AXIS = """\
 **The axis: days of history, every surface.** Every point is the same three-domain world; the
@@ -302,11 +309,12 @@ def _phase_lines(points: list[Point]) -> list[str]:
                     "the machine and load it ran on."]
 
 
-def render(cfg: ScalingConfig, command: str, task: str = "click"
+def render(cfg: ScalingConfig, command: str, page: Path, task: str = "click"
            ) -> tuple[str, dict[str, bytes]]:
-    """The page's text and its plots' bytes (name → PNG) from the finished points."""
+    """The text of ``page`` and its plots' bytes (name → PNG) from the finished points."""
     import io
 
+    curves_png, ranks_png = png_names(page)
     ready = [d for d in cfg.teacher_days if (cfg.run_dir(d) / RunDir.INTERVALS).is_file()]
     missing = [d for d in cfg.teacher_days if d not in ready]
     if len(ready) < 2:
@@ -347,7 +355,7 @@ def render(cfg: ScalingConfig, command: str, task: str = "click"
               "teacher's share of the oracle gap is (NE(baseline) − NE(teacher)) / "
               "(NE(baseline) − NE(oracle)), mean ± std over worlds.", "",
               *_result_table(points, summ, shares, variants), "",
-              f"![curves]({CURVES_PNG})", "",
+              f"![curves]({curves_png})", "",
               f"From the smallest to the largest teacher ({small.multiple:.1f}× → "
               f"{large.multiple:.1f}× the student's rows; the teacher's share of the oracle gap "
               f"{100 * shares[small.days]['share'].mean():.1f} % → "
@@ -355,20 +363,20 @@ def render(cfg: ScalingConfig, command: str, task: str = "click"
               *_trend_lines(points, summ, variants), "",
               "## Do small runs predict large ones?", "",
               *_rank_lines(ra, small, large, agree, adjacent), "",
-              f"![ranks]({RANKS_PNG})", "",
+              f"![ranks]({ranks_png})", "",
               "## The 16M-row run", "", LARGE_LOG.format(per_user=per_user), "",
               "## Cost", "", *_phase_lines(points), ""]
     curves, ranks = io.BytesIO(), io.BytesIO()
     plot_curves(points, summ, shares, variants, curves)
     plot_ranks(small, large, deltas, ranks)
-    pngs = {CURVES_PNG: curves.getvalue(), RANKS_PNG: ranks.getvalue()}
+    pngs = {curves_png: curves.getvalue(), ranks_png: ranks.getvalue()}
     return "\n".join(lines), pngs
 
 
 def write_page(cfg: ScalingConfig, path: Path, command: str, task: str = "click") -> Path:
     """Render the page and write it and its PNGs beside it, each atomically."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    text, pngs = render(cfg, command, task)
+    text, pngs = render(cfg, command, path, task)
     for name, data in pngs.items():
         atomic_write_bytes(path.parent / name, data)
     atomic_write_bytes(path, text.encode("utf-8"))

@@ -17,7 +17,7 @@ from gemkd.experiments.results_schema import RESULT_COLUMNS
 from gemkd.experiments.spec.load import load_spec
 from gemkd.transfer.errors import ConfigError
 from studies.scaling_points import check_student_rows, read_point, teacher_share
-from studies.scaling_rank import rank_agreement
+from studies.scaling_rank import rank_agreement, tau_b_rows
 from studies.scaling_study import ROOT, load_config, main, run_order
 
 GOOD = {"base": "experiments/benchmark.yaml", "teacher_days": [1, 4, 16], "window_cap": 4,
@@ -26,7 +26,8 @@ GOOD = {"base": "experiments/benchmark.yaml", "teacher_days": [1, 4, 16], "windo
 
 
 def _config(tmp_path: Path, **change) -> Path:
-    raw = {**GOOD, "out": str(tmp_path / "runs"), "markdown": str(tmp_path / "S.md"), **change}
+    raw = {**GOOD, "out": str(tmp_path / "runs"), "markdown": str(tmp_path / "SCALING.md"),
+           **change}
     path = tmp_path / "scaling.yaml"
     path.write_text(yaml.safe_dump(raw))
     return path
@@ -117,6 +118,17 @@ def test_rank_agreement_matches_scipy_and_widens_with_noise():
     assert rank_agreement(small, large.drop(index=(2, 1)), n_boot=50).n_units == 5
     with pytest.raises(ValueError, match="at least 3 variants"):
         rank_agreement(small[["a", "b"]], large[["a", "b"]])
+
+
+def test_tau_b_rows_is_scipys_with_ties():
+    rng = np.random.default_rng(0)
+    a = rng.integers(0, 3, size=(200, 5)).astype(float)  # many ties
+    b = rng.integers(0, 3, size=(200, 5)).astype(float)
+    a[0], b[1] = 1.0, 2.0  # constant rows: no ranking, nan
+    mine = tau_b_rows(a, b)
+    ref = np.array([stats.kendalltau(x, y).statistic for x, y in zip(a, b, strict=True)])
+    assert np.isnan(mine[:2]).all() and np.isnan(ref[:2]).all()
+    np.testing.assert_allclose(mine[2:], ref[2:], rtol=1e-12)
 
 
 # --- the page from fake run directories -----------------------------------------------------
