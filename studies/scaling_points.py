@@ -33,6 +33,7 @@ class Point:
     intervals: pd.DataFrame  # the cell's intervals.csv rows, one per variant
     results: pd.DataFrame  # the cell's results.csv rows (every world, seed and variant)
     phases: dict[str, float] | None
+    data_steps: tuple[str, ...] = ()  # the cached data steps (cache/data-<hash>): the worlds
 
     @property
     def multiple(self) -> float:
@@ -59,13 +60,20 @@ def read_point(days: int, run: Path, domain: str, task: str) -> Point:
     res = res[(res.teacher_lag_days == 0) & (res.domain == domain) & (res.task == task)]
     if iv.empty or res.empty:
         raise ConfigError(f"{run}: no lag-0 rows of domain {domain!r}, task {task!r}")
+    steps = tuple(sorted(p.name for p in rd.steps("data")))
     return Point(days, Path(run), data, iv.set_index("variant"), res.reset_index(drop=True),
-                 rd.phases())
+                 rd.phases(), steps)
 
 
 def check_student_rows(points: list[Point]) -> pd.DataFrame:
     """The student's training rows per world (rows) at every point (columns): the study's
-    premise is that they are the same; a point where they differ is a ConfigError."""
+    premise is that they are the same, from the same worlds (the same cached data steps, whose
+    names hash the data's config and code); a point where either differs is a ConfigError."""
+    steps = {p.data_steps for p in points}
+    if len(steps) > 1:
+        raise ConfigError("the points' worlds are different data steps ("
+                          + "; ".join(f"D = {p.days}: {', '.join(p.data_steps)}" for p in points)
+                          + "): the points are not the same worlds")
     table = pd.DataFrame({p.days: p.data.set_index("world")["student_rows"] for p in points})
     differ = table[table.nunique(axis=1) > 1]
     if len(differ):

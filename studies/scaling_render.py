@@ -50,10 +50,12 @@ and a long history. Both are teacher-only data here — the student learns from 
 while the student's rows stay byte for byte the same: more surfaces or more users would need
 another world (the generator draws users, ads and domain mixes from one seed, so
 `n_domains` or `n_users` changes every row the student sees), and more users would grow the
-student's own data too. At D = 1 the teacher has seen every surface for one day (about the
-student's rows); every point keeps all surfaces, so the curves measure history at a fixed
-surface count. The domain FMs (`hierarchical`) and the LoopFM codes (`kd_repr`, `full`) learn
-from the last min(D, {cap}) days (`teacher_window_days`): never more than GEM itself saw."""
+student's own data too. At D = 1 the teacher has seen every surface for one day; every point
+keeps all surfaces, so the curves measure history at a fixed surface count. The domain FMs
+(`hierarchical`) and the LoopFM codes (`kd_repr`, `full`) learn from the last min(D, {cap})
+days (`teacher_window_days`): never more than GEM itself saw. The teacher's capacity is not a
+second axis here (every point's GEM is `small_lean`): a second axis doubles the study, which
+the 2-core budget does not afford."""
 
 LARGE_LOG = """\
 **The 16M-row recipe is not a point of this curve**, and why its picture differs
@@ -184,7 +186,10 @@ def _setup_lines(cfg: ScalingConfig, points: list[Point], spec: dict[str, Any],
         f" days {spec.get('student_days')} of "
         f"`{spec.get('student_domain')}` and is evaluated on {spec.get('eval_days')}; "
         f"{len(spec.get('seeds', []))} training seeds per world; each variant's knobs searched "
-        f"with {tuning.get('trials')} trials per final seed; lag 0.", "",
+        f"with {tuning.get('trials')} trials per final seed; lag 0. (The benchmark, "
+        "experiments/benchmark.yaml, runs 8 worlds × 3 seeds and 8 trials; the study at that "
+        "size, 1 to 32 days, is `studies/scaling_large.yaml`, run by `studies/scaling_gpu.sh`.)",
+        "",
         "| point | teacher's days | teacher rows per world | student rows per world | "
         "teacher ÷ student (mean, range) | domain FM / codes window |",
         "|---|---|---|---|---|---|"]
@@ -196,9 +201,12 @@ def _setup_lines(cfg: ScalingConfig, points: list[Point], spec: dict[str, Any],
             + ", ".join(f"{int(r):,}" for r in d["student_rows"]) + " | "
             f"{p.multiple:.1f}× ({d['ratio'].min():.1f}–{d['ratio'].max():.1f}) | "
             f"{_days(min(p.days, cfg.window_cap))} |")
-    lines += ["", "The student's rows are the same at every point, world by world (checked by "
-              "the study, which stops where they differ): only the teacher's data moves. The "
-              "multiple varies by world because each world draws its own domain mix."]
+    same = (f" of the same worlds (the cached data steps {', '.join(points[0].data_steps)} at "
+            "every point)" if points[0].data_steps else "")
+    lines += ["", f"The student's rows are the same at every point, world by world,{same} — "
+              "checked by the study, which stops where they differ: only the teacher's data "
+              "moves. The multiple varies by world because each world draws its own domain "
+              "mix."]
     return lines
 
 

@@ -221,6 +221,15 @@ def test_points_read_back_and_student_rows_checked(tmp_path, capsys):
     assert main(["--config", str(cfg.path), "--report-only"]) == 2
     assert "world 1: the student's rows differ" in capsys.readouterr().err
     assert not cfg.markdown.exists()
+    # the same rows from other worlds (another data step) are not the same student data
+    (cfg.run_dir(4) / "teacher_data.json").write_text(
+        (cfg.run_dir(1) / "teacher_data.json").read_text())
+    for d, key in ((1, "aaaa"), (4, "bbbb")):
+        (cfg.run_dir(d) / "cache" / f"data-{key}").mkdir(parents=True)
+        (cfg.run_dir(d) / "cache" / f"data-{key}" / "DONE").touch()
+    a, b = (read_point(d, cfg.run_dir(d), "stories", "click") for d in (1, 4))
+    with pytest.raises(ConfigError, match="D = 1: data-aaaa; D = 4: data-bbbb"):
+        check_student_rows([a, b])
     with pytest.raises(ConfigError, match="no intervals.csv"):
         (cfg.run_dir(4) / "intervals.csv").unlink()
         read_point(4, cfg.run_dir(4), "stories", "click")
