@@ -14,7 +14,8 @@ TORCH_FIRST = $(if $(TORCH_INDEX),$(BIN)/pip install --quiet --retries 1 --timeo
 	$(TORCH_PIN) --index-url $(TORCH_INDEX) 2>/dev/null || echo "note: $(TORCH_INDEX) not \
 	reachable; torch from the other indexes",true)
 
-.PHONY: demo test typecheck test-slow test-gpu bench results teacher-curves reference lint install install-dev \
+.PHONY: demo test typecheck test-slow test-gpu bench results teacher-curves scaling reference lint \
+	install install-dev \
 	clean
 
 # editable_mode=strict: the install is a tree of links to the package's files on sys.path, a
@@ -129,6 +130,19 @@ teacher-curves: install
 	$(BIN)/python -m studies.teacher_days_grid --world 0 \
 		--runs $(foreach d,$(TEACHER_DAYS),runs/teacher_days_$(d)) runs/benchmark \
 		--markdown $(RESULTS)/teacher_days_grid.md --plot $(RESULTS)/teacher_days_grid.png
+
+# docs/results/SCALING.md and its plots: how transfer changes as the teacher knows more (the
+# student's data fixed, the teacher's days of every domain grown 1, 4, 16x; one `gemkd run` per
+# point under runs/scaling/, then the report's intervals, the curves and the rank agreement of
+# the methods between the smallest and the largest point). Cached: a rerun only reports.
+# ~1 h on 2 cores; a bigger study on a GPU machine: studies/scaling_gpu.sh.
+SCALING_CONFIG ?= studies/scaling.yaml
+SCALING_ARGS ?=
+scaling: install
+	$(BIN)/python -m studies.scaling_study --config $(SCALING_CONFIG) --threads 1 --workers 2 \
+		--command "make scaling$(if $(filter studies/scaling.yaml,$(SCALING_CONFIG)),, \
+		SCALING_CONFIG=$(SCALING_CONFIG))$(if $(SCALING_ARGS), SCALING_ARGS='$(SCALING_ARGS)')" \
+		$(SCALING_ARGS)
 
 # docs/reference/{cli,spec,teacher}.md, generated from the parser and the config dataclasses
 # (tests/experiments/cli/test_reference.py fails while the committed pages differ)

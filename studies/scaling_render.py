@@ -1,0 +1,401 @@
+"""docs/results/SCALING.md and its plots from the transfer-scaling study's run directories
+(:mod:`studies.scaling_study`): the points' rows, the report's intervals at each point, the
+curves against the teacher's data, and the rank agreement of the methods between the smallest
+and the largest point. Every sentence that states a finding is made from the numbers, so a
+rerun at another size rewrites it."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import IO, TYPE_CHECKING, Any
+
+import pandas as pd
+
+from gemkd.experiments.results_schema import BASELINE, KD
+from gemkd.experiments.run_dir import RunDir
+from gemkd.transfer.io.atomic import atomic_write_bytes
+from studies.scaling_points import (
+    Point,
+    check_student_rows,
+    phase_table,
+    read_point,
+    seed_deltas,
+    summary,
+    teacher_share,
+    vs_kd_order,
+)
+from studies.scaling_rank import RankAgreement, rank_agreement, verdict_agreement
+
+if TYPE_CHECKING:
+    from studies.scaling_study import ScalingConfig
+
+
+
+def png_names(page: Path) -> tuple[str, str]:
+    """The page's two plots, named after it (SCALING.md: scaling_curves.png, scaling_ranks.png)
+    so that two studies' pages can share a folder."""
+    stem = page.stem.lower()
+    return f"{stem}_curves.png", f"{stem}_ranks.png"
+
+
+AXIS = """\
+**The axis: days of history, every surface.** Every point is the same three-domain world; the
+teacher (GEM, `small_lean`) streams every domain over the last D days before the student's days
+begin (`teacher_stream_start = T − D`), so every point's teacher is as old as the others (its
+last day is the day before the student's first) and differs only in how much it has seen.
+GEM's claim is that the foundation model sees far more than any vertical model: all surfaces
+and a long history. Both are teacher-only data here — the student learns from one surface
+(stories) over a few days at every point — and of the two, history is the one that can grow
+while the student's rows stay byte for byte the same: more surfaces or more users would need
+another world (the generator draws users, ads and domain mixes from one seed, so
+`n_domains` or `n_users` changes every row the student sees), and more users would grow the
+student's own data too. At D = 1 the teacher has seen every surface for one day; every point
+keeps all surfaces, so the curves measure history at a fixed surface count. The domain FMs
+(`hierarchical`) and the LoopFM codes (`kd_repr`, `full`) learn from the last min(D, {cap})
+days (`teacher_window_days`): never more than GEM itself saw. The teacher's capacity is not a
+second axis here (every point's GEM is `small_lean`): a second axis doubles the study, which
+the 2-core budget does not afford."""
+
+LARGE_LOG = """\
+**The 16M-row recipe is not a point of this curve**, and why its picture differs
+([../guides/scale.md](../guides/scale.md#a-16m-row-log-from-import-to-report-on-one-machine)):
+there plain KD gained nothing (ΔNE +0.0022 [−0.0008, +0.0051]) and `kd_repr` beat KD by
++0.0504 [+0.0461, +0.0547]. What differs from these worlds: (1) the generator — an imported
+event log (`benchmarks.import_log --signal`: click and buy from user and item factors, no
+drift, no domains that interact) instead of the synthetic ads world; (2) the student's data
+per id — 1.2M rows over 200,000 users (~6 a user) against ~{per_user:.0f} a user here, so the
+student's own user table learns little there and the teacher's codes carry what it cannot;
+(3) the teacher — 2 days of 1M rows against the feed student's 1.2M (~1.7×; this page's points
+are {multiples}), one epoch of a wider GEM with tables for every id rather than a stream over
+the days before, and far ahead of its student at that multiple (NE 0.8924 against the
+labels-only student's 0.9522), where this page's smallest teacher is not. So that run moved the
+student's sparsity and the teacher's lead at a small multiple, not the teacher's history;
+its reversal says that the teacher's codes pay most where the student sees each user rarely,
+which is a different axis from this page's."""
+
+
+def _ci(v: float, lo: float, hi: float, digits: int = 4) -> str:
+    if math.isnan(v):
+        return "—"
+    if math.isnan(lo) or math.isnan(hi):
+        return f"{v:+.{digits}f}"
+    return f"{v:+.{digits}f} [{lo:+.{digits}f}, {hi:+.{digits}f}]"
+
+
+def _days(n: int) -> str:
+    return f"{n} day" if n == 1 else f"{n} days"
+
+
+def _mark(verdict: Any) -> str:
+    return " **✓**" if isinstance(verdict, str) and verdict in ("real gain", "beats KD") else \
+        (" **✗**" if isinstance(verdict, str) and verdict in ("real loss", "below KD") else "")
+
+
+def _x_label(p: Point) -> str:
+    return f"D = {p.days} ({p.multiple:.1f}×)"
+
+
+def plot_curves(points: list[Point], summ: pd.DataFrame, shares: dict[int, pd.DataFrame],
+                variants: list[str], path: Path | IO[bytes]) -> None:
+    """Four panels against the teacher's rows over the student's (log scale): ΔNE,
+    ΔNE − ΔNE(KD), the transfer ratio, and the teacher's share of the oracle gap."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(2, 2, figsize=(11, 8))
+    x = {p.days: p.multiple for p in points}
+    panels = [("delta_ne", "ΔNE vs the labels-only student", [v for v in variants
+                                                              if v != BASELINE]),
+              ("vs_kd", "ΔNE − ΔNE(KD)", vs_kd_order(variants)),
+              ("tr", "transfer ratio (ΔNE / teacher's own ΔNE)", [v for v in variants
+                                                                   if v != BASELINE])]
+    for ax, (stat, title, vs) in zip(axes.flat[:3], panels, strict=True):
+        for i, v in enumerate(vs):
+            d = summ[summ.variant == v].sort_values("days")
+            if d.empty:
+                continue
+            xs = d["days"].map(x) * (1 + 0.04 * (i - len(vs) / 2))  # side by side
+            y = d[stat]
+            ax.errorbar(xs, y, yerr=[(y - d[f"{stat}_lo"]).clip(lower=0),
+                                     (d[f"{stat}_hi"] - y).clip(lower=0)],
+                        marker="o", capsize=3, label=v)
+        ax.axhline(0, color="grey", lw=0.8)
+        ax.set_title(title, fontsize=10)
+    ax = axes.flat[3]
+    for p in points:
+        s = shares[p.days]["share"]
+        ax.scatter([x[p.days]] * len(s), 100 * s, color="grey", s=12, zorder=2)
+    m = [100 * shares[p.days]["share"].mean() for p in points]
+    ax.plot([x[p.days] for p in points], m, marker="o", color="black", zorder=3,
+            label="mean over worlds")
+    ax.set_title("teacher's share of the student's gap to the oracle (%)", fontsize=10)
+    for ax in axes.flat:
+        ax.set_xscale("log", base=2)
+        ax.set_xticks([x[p.days] for p in points], [_x_label(p) for p in points], fontsize=8)
+        ax.minorticks_off()
+        ax.set_xlabel("teacher's days of every domain (teacher rows ÷ student rows)", fontsize=8)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100, format="png")
+    plt.close(fig)
+
+
+def plot_ranks(small: Point, large: Point, deltas: dict[int, pd.DataFrame],
+               path: Path | IO[bytes]) -> None:
+    """Each variant's mean ΔNE at the smallest point against the largest: per world (small
+    markers) and over worlds (large)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 5))
+    a = deltas[small.days].groupby(level=0).mean()
+    b = deltas[large.days].groupby(level=0).mean()
+    for i, v in enumerate(a.columns):
+        color = f"C{i}"
+        ax.scatter(a[v], b[v], color=color, s=14, alpha=0.6)
+        ax.scatter(a[v].mean(), b[v].mean(), color=color, s=80, edgecolor="black", label=v)
+    lo = min(a.min().min(), b.min().min())
+    hi = max(a.max().max(), b.max().max())
+    ax.plot([lo, hi], [lo, hi], color="grey", lw=0.8, ls="--")
+    ax.set_xlabel(f"ΔNE at {_x_label(small)}")
+    ax.set_ylabel(f"ΔNE at {_x_label(large)}")
+    ax.set_title("the same variants at the smallest and the largest teacher", fontsize=10)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100, format="png")
+    plt.close(fig)
+
+
+def _setup_lines(cfg: ScalingConfig, points: list[Point], spec: dict[str, Any],
+                 rows: pd.DataFrame) -> list[str]:
+    data = spec.get("data", {})
+    tuning = spec.get("tuning", {})
+    worlds = list(rows.index)
+    student = (spec.get("student") or {}).get("class_path")
+    lines = [
+        f"Worlds: {len(worlds)} replicate worlds (seeds {worlds}) of the `{data.get('preset')}` "
+        f"preset at {data.get('n_users', 0):,} users and {data.get('examples_per_day', 0):,} "
+        f"impressions a day over {data.get('n_days')} days; the student ({student}) streams"
+        f" days {spec.get('student_days')} of "
+        f"`{spec.get('student_domain')}` and is evaluated on {spec.get('eval_days')}; "
+        f"{len(spec.get('seeds', []))} training seeds per world; each variant's knobs searched "
+        f"with {tuning.get('trials')} trials per final seed; lag 0. (The benchmark, "
+        "experiments/benchmark.yaml, runs 8 worlds × 3 seeds and 8 trials; the study at that "
+        "size, 1 to 32 days, is `studies/scaling_large.yaml`, run by `studies/scaling_gpu.sh`.)",
+        "",
+        "| point | teacher's days | teacher rows per world | student rows per world | "
+        "teacher ÷ student (mean, range) | domain FM / codes window |",
+        "|---|---|---|---|---|---|"]
+    for p in points:
+        d = p.data.set_index("world")
+        lines.append(
+            f"| D = {p.days} | {list(d['teacher_days'].iloc[0])} | "
+            + ", ".join(f"{int(r):,}" for r in d["teacher_rows"]) + " | "
+            + ", ".join(f"{int(r):,}" for r in d["student_rows"]) + " | "
+            f"{p.multiple:.1f}× ({d['ratio'].min():.1f}–{d['ratio'].max():.1f}) | "
+            f"{_days(min(p.days, cfg.window_cap))} |")
+    same = (f" of the same worlds (the cached data steps {', '.join(points[0].data_steps)} at "
+            "every point)" if points[0].data_steps else "")
+    lines += ["", f"The student's rows are the same at every point, world by world,{same} — "
+              "checked by the study, which stops where they differ: only the teacher's data "
+              "moves. The multiple varies by world because each world draws its own domain "
+              "mix."]
+    return lines
+
+
+def _result_table(points: list[Point], summ: pd.DataFrame, shares: dict[int, pd.DataFrame],
+                  variants: list[str]) -> list[str]:
+    lines = ["| point | teacher NE | labels-only NE | teacher's share of the oracle gap | "
+             + " | ".join(f"{v} ΔNE" for v in variants if v != BASELINE) + " |",
+             "|---|---:|---:|---:|" + "---:|" * len([v for v in variants if v != BASELINE])]
+    for p in points:
+        sh = shares[p.days]
+        cells = []
+        for v in variants:
+            if v == BASELINE:
+                continue
+            r = summ[(summ.days == p.days) & (summ.variant == v)]
+            cells.append(_ci(*r[["delta_ne", "delta_ne_lo", "delta_ne_hi"]].iloc[0])
+                         + _mark(r["gain_verdict"].iloc[0]) if len(r) else "—")
+        lines.append(f"| {_x_label(p)} | {sh['ne_teacher'].mean():.4f} | "
+                     f"{sh['ne_baseline'].mean():.4f} | {100 * sh['share'].mean():.1f} % ± "
+                     f"{100 * sh['share'].std(ddof=1):.1f} | " + " | ".join(cells) + " |")
+    lines += ["", "| point | " + " | ".join(f"{v} − KD" for v in vs_kd_order(variants))
+              + " | " + " | ".join(f"TR {v}" for v in variants if v != BASELINE) + " |",
+              "|---|" + "---:|" * (len(vs_kd_order(variants))
+                                   + len([v for v in variants if v != BASELINE]))]
+    for p in points:
+        s = summ[summ.days == p.days].set_index("variant")
+        cells = [(_ci(*s.loc[v, ["vs_kd", "vs_kd_lo", "vs_kd_hi"]]) + _mark(s.loc[v, "kd_verdict"]))
+                 if v in s.index else "—" for v in vs_kd_order(variants)]
+        cells += [_ci(s.loc[v, "tr"], s.loc[v, "tr_lo"], s.loc[v, "tr_hi"], digits=2)
+                  if v in s.index else "—" for v in variants if v != BASELINE]
+        lines.append(f"| {_x_label(p)} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def _trend_lines(points: list[Point], summ: pd.DataFrame, variants: list[str]) -> list[str]:
+    a, b = points[0].days, points[-1].days
+    out = []
+    for v in [KD, *vs_kd_order(variants)]:
+        s = summ[summ.variant == v].set_index("days")
+        if a not in s.index or b not in s.index:
+            continue
+        stat = "delta_ne" if v == KD else "vs_kd"
+        name = "ΔNE(kd)" if v == KD else f"ΔNE({v}) − ΔNE(KD)"
+        pa, pb = s.loc[a], s.loc[b]
+        change = pb[stat] - pa[stat]
+        out.append(f"- {name}: {_ci(pa[stat], pa[stat + '_lo'], pa[stat + '_hi'])} at D = {a} "
+                   f"→ {_ci(pb[stat], pb[stat + '_lo'], pb[stat + '_hi'])} at D = {b} "
+                   f"({change:+.4f}; verdict {pa['kd_verdict' if v != KD else 'gain_verdict']}"
+                   f" → {pb['kd_verdict' if v != KD else 'gain_verdict']}).")
+    return out
+
+
+def _rank_lines(ra: RankAgreement, small: Point, large: Point,
+                agree: pd.DataFrame, adjacent: list[tuple[int, int, RankAgreement]]) -> list[str]:
+    lines = [
+        f"Ranked by mean ΔNE (the labels-only student at 0), best first: at D = {small.days} "
+        f"{', '.join(ra.order_small)}; at D = {large.days} {', '.join(ra.order_large)}.", "",
+        f"**Kendall's tau between the two orders: {ra.tau:+.2f} "
+        f"[{ra.tau_lo:+.2f}, {ra.tau_hi:+.2f}]** (95 % percentile interval of {ra.n_boot:,} "
+        f"resamples of the worlds and of the seeds within them, {ra.n_units} world × seed "
+        f"units paired across the points; tau > 0 in {100 * ra.p_positive:.0f} % of them); "
+        f"Spearman's rho {ra.rho:+.2f}. Per world: "
+        + ", ".join(f"world {w} {t:+.2f}" for w, t in ra.per_world.items())
+        + f". The best variant is the same at both points in {100 * ra.same_best:.0f} % of the "
+        "resamples.", ""]
+    if adjacent:
+        lines += ["Neighbouring points: " + "; ".join(
+            f"D = {a} → {b}: tau {r.tau:+.2f} [{r.tau_lo:+.2f}, {r.tau_hi:+.2f}]"
+            for a, b, r in adjacent) + ".", ""]
+    if len(agree):
+        kept = int(agree["same"].sum())
+        lines += [f"The report's verdicts against KD at D = {small.days} and D = {large.days}: "
+                  f"{kept} of {len(agree)} the same ("
+                  + "; ".join(f"{v}: {r.small} → {r.large}" for v, r in agree.iterrows())
+                  + ").", ""]
+    best = ("the same best variant" if ra.order_small[0] == ra.order_large[0] else
+            f"a different best variant ({ra.order_small[0]} → {ra.order_large[0]})")
+    if ra.tau_lo > 0:
+        head = (f"**Finding: the smallest teacher's order of the methods agrees with the "
+                f"largest's more than chance would** (tau {ra.tau:+.2f}, the interval above 0), "
+                f"with {best}.")
+    elif ra.tau_hi < 0:
+        head = (f"**Finding: the order of the methods reversed between the smallest and the "
+                f"largest teacher** (tau {ra.tau:+.2f}, the interval below 0), with {best}.")
+    else:
+        head = (f"**Finding: not resolved — this study cannot say that a pilot at the smallest "
+                f"teacher ranks the methods as the largest does** (tau {ra.tau:+.2f}, the "
+                f"interval includes 0), with {best}.")
+    lines += [head, "",
+              "What a pilot at the smallest teacher supports and what it does not, from this "
+              "page's numbers:",
+              "- it measures the student side at full size (the student's data are the same "
+              "rows), so a method that fails there for reasons of the student's own data "
+              "(its capacity, its tuning, a broken pipeline) fails at every point;",
+              "- it does not measure the teacher's side: how far a method's gain grows with "
+              "the teacher's knowledge is what the curves above show, method by method, and "
+              "a difference between methods that is near the line at one point can change "
+              "sign at another (the verdicts above);",
+              "- with few worlds the interval on tau is wide whatever the truth: a tau near 1 "
+              "from a pilot of this size is a hint to check at size, not a ranking to ship."]
+    return lines
+
+
+def _phase_lines(points: list[Point]) -> list[str]:
+    ph = phase_table(points)
+    if ph.empty or ph.values.sum() == 0:
+        return ["No phases.json in the run directories (the runs did no work this time)."]
+    cols = list(ph.columns)
+    lines = ["| point | " + " | ".join(cols) + " | total |", "|---|" + "---:|" * (len(cols) + 1)]
+    for d, r in ph.iterrows():
+        lines.append(f"| D = {d} | " + " | ".join(f"{r[c]:.1f}" for c in cols)
+                     + f" | {r.sum():.1f} |")
+    return lines + ["", "Wall minutes per phase of each point's `gemkd run` (phases.json), on "
+                    "the machine and load it ran on."]
+
+
+def render(cfg: ScalingConfig, command: str, page: Path, task: str = "click"
+           ) -> tuple[str, dict[str, bytes]]:
+    """The text of ``page`` and its plots' bytes (name → PNG) from the finished points."""
+    import io
+
+    curves_png, ranks_png = png_names(page)
+    ready = [d for d in cfg.teacher_days if (cfg.run_dir(d) / RunDir.INTERVALS).is_file()]
+    missing = [d for d in cfg.teacher_days if d not in ready]
+    if len(ready) < 2:
+        raise ValueError(f"the study needs at least two finished points; finished: {ready} "
+                         f"(run directories under {cfg.out})")
+    spec = RunDir(cfg.run_dir(ready[0])).spec() or {}
+    domain = str(spec.get("student_domain"))
+    variants = [str(v) for v in cfg.sets.get("variants", spec.get("variants", []))]
+    points = [read_point(d, cfg.run_dir(d), domain, task) for d in ready]
+    rows = check_student_rows(points)
+    summ = summary(points, variants)
+    shares = {p.days: teacher_share(p) for p in points}
+    deltas = {p.days: seed_deltas(p, variants) for p in points}
+    small, large = points[0], points[-1]
+    ra = rank_agreement(deltas[small.days], deltas[large.days])
+    adjacent = [(a.days, b.days, rank_agreement(deltas[a.days], deltas[b.days]))
+                for a, b in zip(points, points[1:], strict=False)] if len(points) > 2 else []
+    others = summ[summ.variant.isin(vs_kd_order(variants))]
+    agree = verdict_agreement(others[others.days == small.days],
+                              others[others.days == large.days], "kd_verdict")
+    users = (spec.get("data") or {}).get("n_users") or 1
+    per_user = float(rows.iloc[:, 0].mean()) / users
+    lines = ["# How transfer changes as the teacher knows more", "",
+             f"Generated by `{command}`; do not edit by hand. The run "
+             f"directories are under `{cfg.out.name}/` of the study's `out` "
+             f"({cfg.out}); each point's report.md and intervals.csv are there.", ""]
+    if missing:
+        lines += [f"**Incomplete:** the points D = {missing} have not finished; the page shows "
+                  f"D = {ready}. Rerun the same command to finish them (finished steps are "
+                  "cached).", ""]
+    lines += ["## Setup", "", AXIS.format(cap=cfg.window_cap), "",
+              *_setup_lines(cfg, points, spec, rows), "",
+              "## Transfer against the teacher's data", "",
+              f"`{task}` on `{domain}`, lag 0. Every interval is the report's (`gemkd report`: t "
+              "intervals over the worlds' seed-averaged values; intervals.csv of each point); "
+              "**✓** / **✗** the report's verdict at that point, a real gain / loss (ΔNE) or "
+              "beats / below KD (− KD columns): Holm-adjusted within the point's primary family "
+              "(the report's rule), so an interval that excludes 0 without a mark is resolved "
+              "only unadjusted. TR = ΔNE / (NE(baseline) − NE(teacher)), — where the teacher "
+              "does not beat the labels-only student (TR undefined). The "
+              "teacher's share of the oracle gap is (NE(baseline) − NE(teacher)) / "
+              "(NE(baseline) − NE(oracle)), mean ± std over worlds.", "",
+              *_result_table(points, summ, shares, variants), "",
+              f"![curves]({curves_png})", "",
+              f"From the smallest to the largest teacher ({small.multiple:.1f}× → "
+              f"{large.multiple:.1f}× the student's rows; the teacher's share of the oracle gap "
+              f"{100 * shares[small.days]['share'].mean():.1f} % → "
+              f"{100 * shares[large.days]['share'].mean():.1f} %):", "",
+              *_trend_lines(points, summ, variants), "",
+              "## Do small runs predict large ones?", "",
+              *_rank_lines(ra, small, large, agree, adjacent), "",
+              f"![ranks]({ranks_png})", "",
+              "## The 16M-row run", "", LARGE_LOG.format(per_user=per_user, multiples=", ".join(
+                  f"{p.multiple:.1f}×" for p in points)), "",
+              "## Cost", "", *_phase_lines(points), ""]
+    curves, ranks = io.BytesIO(), io.BytesIO()
+    plot_curves(points, summ, shares, variants, curves)
+    plot_ranks(small, large, deltas, ranks)
+    pngs = {curves_png: curves.getvalue(), ranks_png: ranks.getvalue()}
+    return "\n".join(lines), pngs
+
+
+def write_page(cfg: ScalingConfig, path: Path, command: str, task: str = "click") -> Path:
+    """Render the page and write it and its PNGs beside it, each atomically."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    text, pngs = render(cfg, command, path, task)
+    for name, data in pngs.items():
+        atomic_write_bytes(path.parent / name, data)
+    atomic_write_bytes(path, text.encode("utf-8"))
+    return path
