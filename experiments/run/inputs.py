@@ -77,8 +77,9 @@ def inputs_tag(spec: RunSpec, inputs: InputPaths, threads: int) -> str:
     difference). A rerun into the same RUN_DIR after changing any of them redoes the student
     runs instead of reusing stale lines of runs.jsonl. Where results are tracked (``logger``)
     is not part, nor which students it keeps, nor which variants the spec lists, nor
-    ``solaris`` (its settings reach a variant through the pair step's name): :func:`variant_tag` adds a variant's own
-    definition and what it reads, so adding a variant reuses every other's searches and runs.
+    ``solaris`` (its settings reach a variant through the pair step's name): :func:`variant_tag`
+    adds a variant's own definition and what it reads, so adding a variant reuses every
+    other's searches and runs.
     (``inputs``: the cell's upstream steps, read by :func:`variant_tag`, not here.)"""
     from gemkd.experiments.run.cache import code_hash, plugin_key, step_sources
 

@@ -174,7 +174,8 @@ def train_student(spec: RunSpec, job: StudentJob, data: fs.Where, inputs: Inputs
     ``clusters_path``: write the evaluation's per-user loss sums there (the bootstrap's input,
     :mod:`gemkd.transfer.metrics.clusters`); ``on_trained``: called with the module as it
     was evaluated (its weight average in place) and the metrics. The job's params set the
-    student's ``lr`` and ``ema_decay`` where they hold them (:mod:`gemkd.experiments.run.train_knobs`)."""
+    student's ``lr`` and ``ema_decay`` where they hold them
+    (:mod:`gemkd.experiments.run.train_knobs`)."""
     spec = with_train_knobs(spec, job.params)
     pl.seed_everything(job.seed, verbose=False)
     module, teacher = build_module(spec, job, data, inputs, base_rates)
