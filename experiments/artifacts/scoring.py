@@ -44,10 +44,28 @@ def check_schema(artifact: StudentArtifact, data: DatasetSchema, where: str) -> 
 
 def score_artifact(artifact: str | Path, data: str | Path, days: tuple[int, int],
                    out: str | Path, batch_size: int = 4096) -> dict[str, float]:
-    """Score the artifact's domain's rows of ``data`` on ``days`` (half-open) into the Parquet
-    file ``out`` (``example_id``, ``user_id``, ``day``, ``domain``, then ``logit_<task>`` and
-    ``p_<task>`` per task; written atomically); returns the metrics (``ne/<task>/all``,
-    ``auc/...``, ``calibration/...``, per domain too).
+    """Score the artifact's domain's rows of a dataset's days by its exported program
+    (``gemkd score``).
+
+    Parameters
+    ----------
+    artifact
+        The artifact folder (``gemkd student export``).
+    data
+        A gemkd dataset with the artifact's features (its schema's).
+    days
+        The half-open day range ``(first, end)`` to score.
+    out
+        The Parquet file to write atomically: ``example_id``, ``user_id``, ``day``,
+        ``domain``, then ``logit_<task>`` and ``p_<task>`` per task.
+    batch_size
+        Rows per program call.
+
+    Returns
+    -------
+    dict
+        The metrics against the run's training base rates: ``ne/<task>/<domain>``,
+        ``auc/...``, ``calibration/...`` and ``n/...`` (domain ``all`` and each domain).
 
     Raises
     ------

@@ -58,8 +58,26 @@ def find_kept(run: RunDir, variant: str, seed: int | None = None, lag: float | N
 def export_student(run_dir: str | Path, variant: str, out: str | Path, seed: int | None = None,
                    lag: float | None = None, world: int | None = None,
                    overwrite: bool = False) -> Path:
-    """Write the artifact of ``variant``'s kept student of the run at ``run_dir`` to ``out``
-    (atomically); returns ``out``.
+    """Write the artifact of ``variant``'s kept student of a run to ``out``, atomically
+    (``gemkd student export``).
+
+    Parameters
+    ----------
+    run_dir
+        The run directory (``gemkd run``'s ``--out``) whose ``students/`` holds the student.
+    variant
+        The variant whose student to export.
+    out
+        The artifact folder to create.
+    seed, lag, world
+        Which kept student (None: the one the run kept; needed when it kept several).
+    overwrite
+        Replace an existing artifact at ``out``.
+
+    Returns
+    -------
+    pathlib.Path
+        ``out``.
 
     Raises
     ------
