@@ -30,7 +30,8 @@ TITLES = {"data": "Data layer", "loader": "Training loader (DataLoader workers)"
           "transfer": "KD overhead (student epoch)", "packs": "Student packs (K runs, one pass)",
           "student_phase": "Quickstart student phase (packs vs one run per pass)",
           "serving": "Serving latency",
-          "artifact": "Student artifact (gemkd student export)", "sweep": "Benchmark sweep (from runs/benchmark)",
+          "artifact": "Student artifact (gemkd student export)",
+          "sweep": "Benchmark sweep (from runs/benchmark)",
           "scale": "Data path at scale (peak RSS as the log grows)"}
 
 

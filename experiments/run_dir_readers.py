@@ -215,7 +215,9 @@ class RunDirReaders(RunDirLayout):
         out = []
         for wdir in sorted(self.students_dir.glob("world=*")):
             w = _WORLD_DIR.match(wdir.name)
-            for ldir in sorted(wdir.glob("lag=*")) if w else []:
+            if w is None:
+                continue
+            for ldir in sorted(wdir.glob("lag=*")):
                 m = _LAG_DIR.match(ldir.name)
                 if m is not None:
                     out.append((int(w["world"]), _lag(m["lag"]), ldir))

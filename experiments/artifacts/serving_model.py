@@ -16,7 +16,7 @@ cannot learn a batch's longest history without a host sync, so it trusts the cut
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import Tensor, nn
@@ -54,7 +54,8 @@ class ServingModel(nn.Module):
             out = self.student(batch)
         else:
             assert code_values is not None and code_offsets is not None
-            features = self.codes.pool_codes(categorical, code_values, code_offsets)
+            pool = cast(Any, self.codes).pool_codes  # Repr.pool_codes (typed as a Module)
+            features = pool(categorical, code_values, code_offsets)
             out = self.student(batch, features)
         return as_student_output(out).logits
 

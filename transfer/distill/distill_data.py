@@ -93,15 +93,15 @@ class DistillDataModule(pl.LightningDataModule):
                  **reader_args: Any) -> None:
         super().__init__()
         self.data, self.tasks = data, list(tasks)
-        self.days = {"train": tuple(train_days), "val": None if val_days is None
-                     else tuple(val_days)}
+        self.train_days = (int(train_days[0]), int(train_days[1]))
+        self.val_days = None if val_days is None else (int(val_days[0]), int(val_days[1]))
         self.batch_size, self.domains, self.with_emb = batch_size, domains, with_emb
         self.reader_args = {"oracle": False, **reader_args}
         self.store = TeacherStore(store)
         self.trained_until_day = int(self.store.manifest.trained_until_day)
         self.code_store = None if codes is None else CodeStore(codes)
         self.max_events = max_events
-        schema = DatasetReader(data, days=self.days["train"], batch_size=1).schema
+        schema = DatasetReader(data, days=self.train_days, batch_size=1).schema
         self.domain_ids = None if domains is None else [schema.domains.index(d)
                                                         for d in domains]
 
@@ -119,11 +119,10 @@ class DistillDataModule(pl.LightningDataModule):
                           batch_size=None)
 
     def train_dataloader(self) -> DataLoader:
-        return self.loader(self.days["train"])  # type: ignore[arg-type]
+        return self.loader(self.train_days)
 
     def val_dataloader(self) -> DataLoader | list:
-        val = self.days["val"]
-        return [] if val is None else self.loader(val)  # type: ignore[arg-type]
+        return [] if self.val_days is None else self.loader(self.val_days)
 
     @property
     def code_dim(self) -> int:
