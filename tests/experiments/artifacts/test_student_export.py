@@ -188,3 +188,17 @@ def test_the_input_contract_is_written(tiny_data, tmp_path):
     assert meta["codes"] is None and meta["student"]["init_args"] == STUDENTS["seq_pool"]
     assert set(meta["files"]) == {"schema.json", "weights.pt", "program.pt2"}
     assert np.isfinite(meta["metrics"]["ne/click/all"])
+
+
+def test_a_run_through_lightning_keeps_its_evaluated_weights(tiny_data, tmp_path):
+    """A run alone through Lightning (a tracker, an accelerator, an unstackable student) keeps
+    the module it evaluated, its weight average in place: the artifact scores the run's NE."""
+    from gemkd.experiments.run.jobs import execute
+
+    run = RunDir(tmp_path / "run")
+    (one,) = _runs(_spec("mlp"), tiny_data, run)[:1]
+    record = execute(one)
+    out = export_student(run.path, "baseline", tmp_path / "a")
+    metrics = score_artifact(out, tiny_data, (5, 6), tmp_path / "s.parquet")
+    for key in ("ne/click/all", "ne/conversion/all", "auc/click/all"):
+        assert metrics[key] == pytest.approx(float(record["metrics"][key]), abs=1e-6)
