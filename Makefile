@@ -99,6 +99,7 @@ bench: install
 	$(BIN)/python -m benchmarks.bench_teacher_stream --json $(RESULTS)/teacher_stream.json $(BENCH_ARGS)
 	$(BIN)/python -m benchmarks.bench_transfer --json $(RESULTS)/transfer.json --device $(BENCH_DEVICE) $(BENCH_ARGS)
 	$(BIN)/python -m benchmarks.bench_serving --json $(RESULTS)/serving.json --device $(BENCH_DEVICE) $(BENCH_ARGS)
+	$(BIN)/python -m benchmarks.bench_artifact --json $(RESULTS)/artifact.json $(BENCH_ARGS)
 	$(BIN)/python -m benchmarks.bench_packs --json $(RESULTS)/packs.json $(BENCH_ARGS)
 	$(BIN)/python -m benchmarks.bench_scale --json $(RESULTS)/scale.json $(BENCH_ARGS)
 	$(BIN)/python -m benchmarks.bench_student_phase --run runs/quickstart --json $(RESULTS)/student_phase.json

@@ -21,7 +21,7 @@ from benchmarks.common import command as this_command
 from benchmarks.common import fmt
 
 ORDER = ["data", "loader", "jagged", "store", "teacher", "step_ops", "teacher_stream", "transfer",
-         "packs", "student_phase", "serving", "sweep", "scale"]
+         "packs", "student_phase", "serving", "artifact", "sweep", "scale"]
 TITLES = {"data": "Data layer", "loader": "Training loader (DataLoader workers)",
           "jagged": "Jagged ops", "store": "Teacher-output store",
           "teacher": "GEM teacher",
@@ -29,7 +29,9 @@ TITLES = {"data": "Data layer", "loader": "Training loader (DataLoader workers)"
           "teacher_stream": "Streaming teacher (one day)",
           "transfer": "KD overhead (student epoch)", "packs": "Student packs (K runs, one pass)",
           "student_phase": "Quickstart student phase (packs vs one run per pass)",
-          "serving": "Serving latency", "sweep": "Benchmark sweep (from runs/benchmark)",
+          "serving": "Serving latency",
+          "artifact": "Student artifact (gemkd student export)",
+          "sweep": "Benchmark sweep (from runs/benchmark)",
           "scale": "Data path at scale (peak RSS as the log grows)"}
 
 

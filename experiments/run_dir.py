@@ -25,6 +25,8 @@ existed reads as version 1)::
                               (compressed, float32 loss: transfer.metrics.clusters; the
                               float64 np.savez files of older runs read the same way)
     clusters/world=<W>/lag=<L>/teacher__<source>.npz            ... of a teacher's store
+    students/world=<W>/lag=<L>/<variant>__seed<S>.pt            a kept final student (its
+                              evaluated weights and what rebuilds it; spec keep_students)
     cache/<step>-<hash>/{config.json, DONE, ...}              cached steps (run.cache)
     logs/prepare_world<W>.txt                                 a worker's lines per prepared world
     logs/...                                                  a tracker's files (the spec's logger)
@@ -39,14 +41,16 @@ from gemkd.experiments.run_dir_readers import (
     CURVE_METRICS,
     TUNING_REQUIRED,
     FinalRun,
+    KeptStudent,
     RunDirReaders,
     read_csv,
     read_ledger,
 )
-from gemkd.experiments.run_dir_writers import RunDirWriters
+from gemkd.experiments.run_dir_writers import RunDirWriters, write_student_file
 
-__all__ = ["CURVE_METRICS", "LAYOUT_VERSION", "TUNING_REQUIRED", "FinalRun", "RunDir",
-           "RunDirLayout", "read_csv", "read_layout_version", "read_ledger"]
+__all__ = ["CURVE_METRICS", "LAYOUT_VERSION", "TUNING_REQUIRED", "FinalRun", "KeptStudent",
+           "RunDir", "RunDirLayout", "read_csv", "read_layout_version", "read_ledger",
+           "write_student_file"]
 
 
 class RunDir(RunDirReaders, RunDirWriters):

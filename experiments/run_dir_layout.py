@@ -33,6 +33,7 @@ class RunDirLayout:
     NEGATIVES = "sampled_negatives.json"
     CURVES = "curves"
     CLUSTERS = "clusters"
+    STUDENTS = "students"
     CACHE = "cache"
     LOGS = "logs"
     PLOTS = "plots"
@@ -108,6 +109,15 @@ class RunDirLayout:
         """Per-user evaluation sums of ``name`` (``<variant>__seed<S>`` or
         ``teacher__<source>``) at one world and lag."""
         return self.clusters_dir / f"world={world}" / f"lag={lag}" / f"{name}.npz"
+
+    @property
+    def students_dir(self) -> Path:
+        return self.path / self.STUDENTS
+
+    def student_path(self, world: int, lag: int | float, variant: str, seed: int) -> Path:
+        """A kept final student (``keep_students``): its evaluated weights and what rebuilds
+        it (:mod:`gemkd.experiments.run.kept_students`)."""
+        return self.students_dir / f"world={world}" / f"lag={lag}" / f"{variant}__seed{seed}.pt"
 
     def _json(self, name: str) -> Any:
         path = self.path / name

@@ -33,6 +33,7 @@ _CURVE = re.compile(r"^(?P<variant>.+)_seed(?P<seed>-?\d+)_lag(?P<lag>-?\d+(?:\.
 _WORLD_DIR = re.compile(r"^world=(?P<world>-?\d+)$")
 _LAG_DIR = re.compile(r"^lag=(?P<lag>-?\d+(?:\.\d+)?)$")
 _WORLD_KEY = re.compile(r"^w(?P<world>-?\d+)$")
+_STUDENT = re.compile(r"^(?P<variant>.+)__seed(?P<seed>-?\d+)\.pt$")
 
 
 def _lag(text: str) -> int | float:
@@ -50,6 +51,17 @@ class FinalRun:
     lag: int | float
     world: int | None
     record: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class KeptStudent:
+    """A final student the run kept (``students/world=W/lag=L/<variant>__seed<S>.pt``)."""
+
+    variant: str
+    seed: int
+    lag: int | float
+    world: int
+    path: Path
 
 
 class RunDirReaders(RunDirLayout):
@@ -189,6 +201,44 @@ class RunDirReaders(RunDirLayout):
                     continue
                 out.append((int(w["world"]), _lag(m["lag"]), ldir))
         return out
+
+    def kept_students(self) -> list[KeptStudent]:
+        """Every kept final student, sorted by world, lag, variant and seed."""
+        out = []
+        for world, lag, _ in self._student_folders():
+            folder = self.student_path(world, lag, "x", 0).parent
+            for f in sorted(folder.glob("*.pt")):
+                m = _STUDENT.match(f.name)
+                if m is not None:
+                    out.append(KeptStudent(m["variant"], int(m["seed"]), lag, world, f))
+        return sorted(out, key=lambda k: (k.world, k.lag, k.variant, k.seed))
+
+    def _student_folders(self) -> list[tuple[int, int | float, Path]]:
+        out = []
+        for wdir in sorted(self.students_dir.glob("world=*")):
+            w = _WORLD_DIR.match(wdir.name)
+            if w is None:
+                continue
+            for ldir in sorted(wdir.glob("lag=*")):
+                m = _LAG_DIR.match(ldir.name)
+                if m is not None:
+                    out.append((int(w["world"]), _lag(m["lag"]), ldir))
+        return out
+
+    def read_student(self, kept: KeptStudent) -> dict[str, Any]:
+        """A kept student's payload (``torch.load(weights_only=True)``: tensors and plain
+        values only); an unreadable file is a ConfigError naming it."""
+        import pickle
+
+        import torch
+
+        try:
+            payload = torch.load(kept.path, map_location="cpu", weights_only=True)
+        except (OSError, RuntimeError, EOFError, pickle.UnpicklingError) as e:
+            raise ConfigError(f"{kept.path}: not a readable kept student ({e})") from None
+        if not isinstance(payload, dict) or "state_dict" not in payload:
+            raise ConfigError(f"{kept.path}: not a kept student (no state_dict)")
+        return payload
 
     def steps(self, name: str) -> list[Path]:
         """The finished cached steps ``cache/<name>-<hash>`` (those with ``DONE``), sorted."""

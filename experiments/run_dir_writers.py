@@ -4,9 +4,11 @@ never sees a torn file), except the ledger's and the log's lines, which are appe
 
 from __future__ import annotations
 
+import io
 import json
 import os
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
@@ -83,6 +85,14 @@ class RunDirWriters(RunDirLayout):
             os.close(fd)
         return record
 
+    def remove_students(self, paths: Sequence[Path]) -> None:
+        """Drop kept students the spec's ``keep_students`` does not keep (the median policy,
+        once every seed of a variant has finished)."""
+        for p in paths:
+            if p.parent.parent.parent != self.students_dir:
+                raise ValueError(f"{p}: not a kept student of {self.path}")
+            p.unlink(missing_ok=True)
+
     def _record(self, name: str, world: int | None, lag: int | float,
                 entry: dict[str, Any]) -> None:
         table = self._json(name) or {}
@@ -107,3 +117,13 @@ def _cut_torn_tail(fd: int) -> None:
             keep = max(0, end - step) + at + 1
             break
     os.ftruncate(fd, keep)
+def write_student_file(path: str | Path, payload: Mapping[str, Any]) -> None:
+    """Write a kept student (``RunDirLayout.student_path``; tensors, numbers, strings, lists
+    and dicts, loadable with ``torch.load(weights_only=True)``) atomically. A worker process
+    writes it, as it writes its run's per-user sums, so it is a function of the path."""
+    import torch
+
+    buf = io.BytesIO()
+    torch.save(dict(payload), buf)
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_bytes(path, buf.getvalue())

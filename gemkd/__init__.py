@@ -61,6 +61,16 @@ _API: dict[str, str] = {
     "TeacherOutput": "gemkd.transfer.models",
     "StudentOutput": "gemkd.transfer.models",
     "build_student": "gemkd.students",
+    # distillation in a training loop of one's own (docs/guides/own_loop.md)
+    "DistillDataModule": "gemkd.transfer.distill",
+    "TeacherBatch": "gemkd.transfer.distill",
+    "kd_bce": "gemkd.transfer.methods.losses",
+    "StudentAdapter": "gemkd.adapters.student_adapter",
+    "AsOfCodes": "gemkd.transfer.repr_features",
+    # student artifacts (docs/guides/experiments.md)
+    "export_student": "gemkd.experiments.artifacts",
+    "score_artifact": "gemkd.experiments.artifacts",
+    "StudentArtifact": "gemkd.experiments.artifacts",
 }
 _RENAMED = {"summarize_data": "summarize"}
 

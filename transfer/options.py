@@ -65,6 +65,9 @@ ColumnType = Literal["str", "int", "float"]
 #: or lazy Adam over row-sparse gradients (only the rows a batch looked up), or dense AdamW
 #: over every row (the reference)
 TableOptimizer = Literal["rowwise_adagrad", "sparse_adam", "dense_adamw"]
+#: Which of a run's final students it keeps in ``RUN_DIR/students`` for ``gemkd student
+#: export``: none, the median-NE seed of each variant (per lag and world), or every one
+KeepStudents = Literal["none", "median", "all"]
 
 
 def choices(kind: typing.Any) -> tuple[str, ...]:
@@ -78,6 +81,7 @@ STRATEGIES = choices(Strategy)
 EMB_DTYPES = choices(EmbDtype)
 TRACKERS = choices(TrackerKind)
 PROTOCOLS = choices(TeacherProtocol)
+KEEP_STUDENTS = choices(KeepStudents)
 ACCELERATORS = choices(Accelerator)
 SAMPLERS = choices(Sampler)
 KERNELS = choices(Kernel)

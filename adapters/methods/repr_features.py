@@ -7,9 +7,11 @@ from torch import Tensor
 
 from gemkd.adapters.code_attention import CodeAttentionPool
 from gemkd.transfer.data.batch import Batch
+from gemkd.transfer.data.schema import DatasetSchema
 from gemkd.transfer.errors import ConfigError
 from gemkd.transfer.layers import HashedEmbedding
 from gemkd.transfer.methods import MethodContext, TransferMethod
+from gemkd.transfer.ops import segment_mean
 from gemkd.transfer.repr_features import AsOfCodes
 
 POOLINGS = ("mean", "attention")
@@ -47,25 +49,38 @@ class Repr(TransferMethod):
 
     def setup(self, ctx: MethodContext) -> None:
         self.asof = self._codes(ctx)
+        self.setup_serving(ctx.schema, self.asof.code_dim)
+
+    def setup_serving(self, schema: DatasetSchema, code_dim: int) -> None:
+        """Build the pooling's parameters without the codes: a served student's host looks
+        its codes up and hands them to :meth:`pool_codes` (a student artifact)."""
         if self.pooling == "mean":
             return
-        names = [f.name for f in ctx.schema.categorical]
+        names = [f.name for f in schema.categorical]
         feature = self.query_feature or next((n for n in ITEM_FEATURES if n in names), None)
         if feature not in names:
             raise ConfigError(f"method {self.name}: query_feature {feature!r} is not a "
                               f"categorical feature of the dataset ({', '.join(names)})")
         self.query_col = names.index(feature)
-        card = ctx.schema.categorical[self.query_col].cardinality
+        card = schema.categorical[self.query_col].cardinality
         self.query = HashedEmbedding(min(card, self.max_rows), self.query_dim)
-        self.pool = CodeAttentionPool(self.asof.code_dim, self.query_dim)
+        self.pool = CodeAttentionPool(code_dim, self.query_dim)
 
     def features(self, batch: Batch) -> Tensor:
         assert self.asof is not None, "setup() first"
         if self.pool is None:  # the mean, without gathering the codes (AsOfCodes.lookup_mean)
             return self.asof.lookup_mean(batch.user_id, batch.ts)
-        assert self.query is not None  # setup() builds it with the pool
         values, offsets = self.asof.lookup(batch.user_id, batch.ts)
         device = batch.categorical.device
-        q = self.query(batch.categorical[:, self.query_col])
-        return self.pool(q, values.to(device, non_blocking=True),
-                         offsets.to(device, non_blocking=True))
+        return self.pool_codes(batch.categorical, values.to(device, non_blocking=True),
+                               offsets.to(device, non_blocking=True))
+
+    def pool_codes(self, categorical: Tensor, values: Tensor, offsets: Tensor) -> Tensor:
+        """``[B, code_dim]``: the as-of codes ``values [N, code_dim]`` (segments ``offsets
+        [B+1]``) pooled as :meth:`features` pools them, from tensors alone: what an exported
+        serving program runs after the host's as-of lookup (the mean to float rounding: the
+        training path sums with ``embedding_bag``)."""
+        if self.pool is None:
+            return segment_mean(values, offsets)
+        assert self.query is not None  # setup() builds it with the pool
+        return self.pool(self.query(categorical[:, self.query_col]), values, offsets)

@@ -109,4 +109,6 @@ class LagCell:
             pairs=None if self.inputs.pairs is None else str(self.inputs.pairs),
             curve=str(curve) if final else None,
             clusters=str(self.clusters(ctx.run, f"{variant}__seed{seed}")) if final else None,
+            student=str(ctx.run.student_path(self.world, self.lag, variant, seed))
+            if final and ctx.spec.keep_students != "none" else None,
             tracker=ctx.tracker)

@@ -76,15 +76,17 @@ def inputs_tag(spec: RunSpec, inputs: InputPaths, threads: int) -> str:
     threads the run uses (torch's CPU sums depend on the count, and a search amplifies the
     difference). A rerun into the same RUN_DIR after changing any of them redoes the student
     runs instead of reusing stale lines of runs.jsonl. Where results are tracked (``logger``)
-    is not part, nor which variants the spec lists, nor ``solaris`` (its settings reach a
-    variant through the pair step's name): :func:`variant_tag` adds a variant's own
-    definition and what it reads, so adding a variant reuses every other's searches and runs.
+    is not part, nor which students it keeps, nor which variants the spec lists, nor
+    ``solaris`` (its settings reach a variant through the pair step's name): :func:`variant_tag`
+    adds a variant's own definition and what it reads, so adding a variant reuses every
+    other's searches and runs.
     (``inputs``: the cell's upstream steps, read by :func:`variant_tag`, not here.)"""
     from gemkd.experiments.run.cache import code_hash, plugin_key, step_sources
 
     spec_part = {k: v for k, v in spec.to_dict().items()
                  if k not in ("name", "seeds", "variants", "teacher_lag_days", "logger",
-                              "primary", "twins", "solaris")}
+                              "primary", "twins", "solaris",
+                              "keep_students")}
     # which other worlds the run replicates over is not an input of this world's students (its
     # own data is, through the upstream steps' names): adding a world reuses the others' runs
     spec_part["data"] = {k: v for k, v in spec_part["data"].items() if k != "seeds"}

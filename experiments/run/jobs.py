@@ -52,7 +52,8 @@ class InputPaths:
 class StudentRun:
     """``key`` is the run's line in ``runs.jsonl``; ``phase`` ``tune`` (a validation run of a
     search trial) or ``final``; ``clusters``: where to write the per-user loss sums of the
-    evaluation (final runs), ``curve``: the training-loss CSV."""
+    evaluation (final runs), ``curve``: the training-loss CSV, ``student``: where to keep the
+    evaluated student (spec ``keep_students``; :mod:`gemkd.experiments.run.kept_students`)."""
 
     key: str
     phase: str
@@ -73,6 +74,7 @@ class StudentRun:
     pairs: str | None = None
     curve: str | None = None
     clusters: str | None = None
+    student: str | None = None
     tracker: Any = None  # a gemkd.transfer.training.loggers.Tracker, or None
 
 
@@ -102,6 +104,15 @@ def peak_rss_mb() -> float:
     return round(peak / (1 << 20 if sys.platform == "darwin" else 1 << 10), 1)
 
 
+def _keeper(run: StudentRun) -> Any:
+    """What keeps ``run``'s evaluated student (None: the run keeps none)."""
+    if run.student is None:
+        return None
+    from gemkd.experiments.run.kept_students import save_student
+
+    return lambda module, metrics: save_student(run, module, metrics)
+
+
 def execute(run: StudentRun) -> dict[str, Any]:
     """Train and evaluate ``run``; returns ``runs.jsonl``'s record of it (metrics, timing —
     ``train_seconds``, ``eval_seconds`` and the whole ``run_seconds`` — teacher coverage, the
@@ -117,6 +128,7 @@ def execute(run: StudentRun) -> dict[str, Any]:
                             dict(run.params))
     res = train_student(run.spec, job, fs.as_where(run.data), _inputs(run), dict(run.base_rates),
                         curve_path=Path(run.curve) if run.curve else None, logger=logger,
-                        clusters_path=Path(run.clusters) if run.clusters else None)
+                        clusters_path=Path(run.clusters) if run.clusters else None,
+                        on_trained=_keeper(run))
     # the whole run as its worker saw it: training + evaluation + every fixed cost
     return {**res, "run_seconds": time.perf_counter() - t0, "max_rss_mb": peak_rss_mb()}

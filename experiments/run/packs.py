@@ -117,6 +117,7 @@ def _train_pack(runs: list[StudentRun], batched: bool = False) -> list[dict[str,
     import lightning.pytorch as pl
 
     from gemkd.experiments.run.jobs import _inputs
+    from gemkd.experiments.run.kept_students import save_student
     from gemkd.experiments.run.student import StudentJob, build_module, student_datamodule
     from gemkd.experiments.run.train_knobs import with_train_knobs
     from gemkd.transfer.data.schema import day_range
@@ -181,6 +182,8 @@ def _train_pack(runs: list[StudentRun], batched: bool = False) -> list[dict[str,
         if s is not None and r.clusters is not None:  # one comes with the other
             s.save(Path(r.clusters), list(spec.student_tasks), list(m.domains),
                    dict(r.base_rates))
+        if r.student is not None:  # the member's evaluated weights (its average in place)
+            save_student(r, pack.member(k), metrics)
         if r.curve:
             _write_curve(Path(r.curve), [(i + 1, float(x[k])) for i, x in enumerate(steps)])
         own = train_seconds / k_runs

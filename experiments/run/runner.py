@@ -37,6 +37,7 @@ from gemkd.experiments.run.evaluation import (
 from gemkd.experiments.run.executors import Executor, Serial
 from gemkd.experiments.run.inputs import inputs_tag, lag_inputs, variant_tag
 from gemkd.experiments.run.jobs import StudentRun
+from gemkd.experiments.run.kept_students import keep_students
 from gemkd.experiments.run.methods import variant_needs
 from gemkd.experiments.run.preflight import DataMismatch, check_spec
 from gemkd.experiments.run.prepare import fm_domains, prepare_worlds, world_steps
@@ -239,6 +240,7 @@ def _world(ctx: RunContext, world: int | None, tuning_rows: list[dict]) -> list[
             chosen = tune_variants(ctx, cell, tuning_rows)
         with ctx.phase("final runs"):
             finals = _final_runs(ctx, cell, chosen)
+            keep_students(ctx, cell, finals)
         refs = References(sources["gem"], oracle, feature, tasks, only or domains, label, lag)
         for variant in spec.variants:
             source = sources[variant.teacher] if variant_needs(variant) & TEACHER_NEEDS else {}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -142,8 +143,8 @@ def build_module(spec: RunSpec, job: StudentJob, data: fs.Where, inputs: Inputs,
     init_args = dict(spec.student.init_args)
     if feature_dim:
         init_args["repr_dim"] = feature_dim
-    student = build_student({"class_path": spec.student.class_path, "init_args": init_args},
-                            schema, tasks)
+    config = {"class_path": spec.student.class_path, "init_args": init_args}
+    student = build_student(config, schema, tasks)
     if needs & {"teacher", "teacher_emb"}:
         domains = ([schema.domains.index(spec.student_domain)] if spec.student_domain
                    else None)
@@ -156,20 +157,25 @@ def build_module(spec: RunSpec, job: StudentJob, data: fs.Where, inputs: Inputs,
                            trained_until_day=job.trained_until_day, lr=spec.lr,
                            base_rates=base_rates, table_optimizer=spec.table_optimizer,
                            table_min_rows=spec.table_min_rows)
+    module.student_config = config  # what rebuilds the student (a kept student's file)
     return module, teacher
 
 
 def train_student(spec: RunSpec, job: StudentJob, data: fs.Where, inputs: Inputs,
                   base_rates: dict[str, float], curve_path: Path | None = None,
                   callbacks: list[pl.Callback] | None = None,
-                  logger: Any = False, clusters_path: Path | None = None) -> dict[str, Any]:
+                  logger: Any = False, clusters_path: Path | None = None,
+                  on_trained: Callable[[DistillModule, dict[str, float]], None] | None = None
+                  ) -> dict[str, Any]:
     """Returns ``{"metrics": {...}, "train_seconds", "eval_seconds", "examples_per_second",
     "coverage"}``;
     ``callbacks`` are added to the student's Trainer (e.g. a benchmark's clock); ``logger`` a
     Lightning logger for the fit and the evaluation (False: none, the default);
     ``clusters_path``: write the evaluation's per-user loss sums there (the bootstrap's input,
-    :mod:`gemkd.transfer.metrics.clusters`). The job's params set the student's ``lr`` and
-    ``ema_decay`` where they hold them (:mod:`gemkd.experiments.run.train_knobs`)."""
+    :mod:`gemkd.transfer.metrics.clusters`); ``on_trained``: called with the module as it
+    was evaluated (its weight average in place) and the metrics. The job's params set the
+    student's ``lr`` and ``ema_decay`` where they hold them
+    (:mod:`gemkd.experiments.run.train_knobs`)."""
     spec = with_train_knobs(spec, job.params)
     pl.seed_everything(job.seed, verbose=False)
     module, teacher = build_module(spec, job, data, inputs, base_rates)
@@ -195,6 +201,8 @@ def train_student(spec: RunSpec, job: StudentJob, data: fs.Where, inputs: Inputs
     t1 = time.perf_counter()
     trainer.test(module, dataloaders=dm.test_dataloader(), verbose=False)
     eval_seconds = time.perf_counter() - t1
+    if on_trained is not None:
+        on_trained(module, module.last_metrics["test"])
     if user_loss is not None and clusters_path is not None:  # one comes with the other
         user_loss.sums.save(clusters_path, list(spec.student_tasks), list(module.domains),
                             base_rates)

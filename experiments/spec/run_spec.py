@@ -41,9 +41,11 @@ from gemkd.transfer.constraints import (
 )
 from gemkd.transfer.options import (
     ACCELERATORS,
+    KEEP_STUDENTS,
     PROTOCOLS,
     TABLE_OPTIMIZERS,
     Accelerator,
+    KeepStudents,
     TableOptimizer,
     TeacherProtocol,
     TrackerKind,
@@ -157,6 +159,11 @@ class RunSpec:
     ema_decay: Annotated[float, _EMA] | None = None
     #: the experiment tracker every fit of the run logs to (null: none); --logger overrides it
     logger: TrackerKind | None = None
+    #: which final students the run keeps in RUN_DIR/students for `gemkd student export`:
+    #: median (each variant's median-NE seed per lag and world), all, or none
+    keep_students: Annotated[KeepStudents, one_of(
+        KEEP_STUDENTS, "'keep_students' must be one of "
+        f"{', '.join(KEEP_STUDENTS)}, got {{value!r}}")] = "median"
 
     def __post_init__(self) -> None:
         #: the spec file's folder (load_spec sets it): relative config paths in the spec are

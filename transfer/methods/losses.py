@@ -14,6 +14,21 @@ def kd_bce(student_logits: torch.Tensor, teacher_logits: torch.Tensor,
     no gradient (targets are data). At T = 1 (the default) the divisions and the scale are
     skipped: ``x / 1`` and ``1 · x`` are ``x`` bit for bit, and so are their gradients. A tensor
     ``temperature`` (a pack's per-member knob) always takes the general form.
+
+    Parameters
+    ----------
+    student_logits
+        The student's logits ``[B, T]`` (or any shape the teacher's broadcast to).
+    teacher_logits
+        The teacher's (or a Student Adapter's) logits; detached here.
+    temperature
+        T > 0: softens both sides; the loss is scaled by T².
+
+    Returns
+    -------
+    torch.Tensor
+        The loss per element, in ``student_logits``' shape (mask rows without a teacher
+        before reducing).
     """
     t = _knob(temperature, student_logits)
     if not isinstance(t, torch.Tensor) and t == 1.0:

@@ -316,6 +316,24 @@ class PackedDistill:
         self._averaged = True
 
     @torch.no_grad()
+    def member(self, k: int) -> DistillModule:
+        """Member ``k``'s module holding its weights as the pack has them now (after
+        :meth:`use_average`: the averaged, evaluated weights): a batched pack trains stacked
+        copies, so its members' own modules are brought up to date here (an exact pack's
+        already are: their parameters are views of the stacked ones)."""
+        if not 0 <= k < self.k:
+            raise IndexError(f"member {k} of a pack of {self.k}")
+        module = self.members[k]
+        own = dict(module.named_parameters())
+        bufs = dict(module.named_buffers())
+        for name, stacked_ in self.params.items():
+            if own[name].data_ptr() != stacked_[k].data_ptr():
+                own[name].copy_(stacked_[k])
+        for name, stacked_ in self.buffers.items():
+            bufs[name].copy_(stacked_[k])
+        return module
+
+    @torch.no_grad()
     def serving_logits(self, batch: Batch) -> Tensor:
         """``[K, B, T]``: every member's evaluated logits for ``batch``."""
         if self.batched:

@@ -21,9 +21,11 @@ never fewer than needed).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
+import pyarrow as pa
 
 from gemkd.transfer.errors import StoreError
 from gemkd.transfer.repr_features.codes import CodeStore, dequantize_codes
@@ -119,3 +121,18 @@ def _keep(uid: np.ndarray, ts: np.ndarray, max_events: int, lo: int | None, hi: 
 def _is_sorted(uid: np.ndarray, ts: np.ndarray) -> bool:
     du = np.diff(uid)
     return bool((du >= 0).all() and (np.diff(ts)[du == 0] >= 0).all())
+
+
+def rows_from_day(store: CodeStore, max_events: int, first_day: int) -> Iterator[pa.Table]:
+    """The store's rows (every column, codes still quantised) an as-of index from day
+    ``first_day`` on needs, a row group at a time: every code from that day on and each
+    user's ``max_events`` latest before it. A smaller code store written from them answers
+    every lookup at or after the day as the whole store does (a student artifact's code
+    table)."""
+    lo, _ = scope_bounds(store, (first_day, np.iinfo(np.int32).max))
+    for table in store.iter_row_groups():
+        uid, ts = table.column("user_id").to_numpy(), table.column("ts").to_numpy()
+        if not _is_sorted(uid, ts):
+            raise StoreError(f"{store.file}: rows not sorted by (user_id, ts)")
+        keep = _keep(uid, ts, max_events, lo, None)
+        yield table if keep is None else table.filter(pa.array(keep))
