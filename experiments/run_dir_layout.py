@@ -36,6 +36,7 @@ class RunDirLayout:
     CACHE = "cache"
     LOGS = "logs"
     PLOTS = "plots"
+    PERTURBED = "perturbed"
     REPORT = "report.md"
     INTERVALS = "intervals.csv"
     LOCK = ".lock"

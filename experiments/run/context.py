@@ -34,6 +34,10 @@ class RunContext:
     done: dict[str, dict] = field(default_factory=dict)
     #: wall seconds per phase of the run (:meth:`phase`), in the order first entered
     phases: dict[str, float] = field(default_factory=dict)
+    #: this context's student runs perturbed (``robustness.perturb``): the repeat's context
+    perturb: str | None = None
+    #: the repeat under perturbed numerics (:mod:`gemkd.experiments.run.perturbed`), or None
+    perturbed: Any = None
 
     @contextmanager
     def phase(self, name: str) -> Iterator[None]:
@@ -109,4 +113,4 @@ class LagCell:
             pairs=None if self.inputs.pairs is None else str(self.inputs.pairs),
             curve=str(curve) if final else None,
             clusters=str(self.clusters(ctx.run, f"{variant}__seed{seed}")) if final else None,
-            tracker=ctx.tracker)
+            tracker=ctx.tracker, perturb=ctx.perturb)

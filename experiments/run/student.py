@@ -37,6 +37,7 @@ class StudentJob:
     train_days: tuple[int, int]
     eval_days: tuple[int, int]
     trained_until_day: int
+    perturb: str | None = None  # robustness's repeat: the initial weights moved (perturbed.py)
 
 
 @dataclass
@@ -156,6 +157,10 @@ def build_module(spec: RunSpec, job: StudentJob, data: fs.Where, inputs: Inputs,
                            trained_until_day=job.trained_until_day, lr=spec.lr,
                            base_rates=base_rates, table_optimizer=spec.table_optimizer,
                            table_min_rows=spec.table_min_rows)
+    if job.perturb:
+        from gemkd.experiments.run.perturbed import perturb_weights
+
+        perturb_weights(module, job.perturb, job.seed)
     return module, teacher
 
 
