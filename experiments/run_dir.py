@@ -31,6 +31,9 @@ existed reads as version 1)::
     logs/prepare_world<W>.txt                                 a worker's lines per prepared world
     logs/...                                                  a tracker's files (the spec's logger)
     .lock                                                     held by the run that owns it
+    perturbed/                the repeat under perturbed numerics (spec key robustness): a run
+                              directory of its own (run.json, spec.yaml, runs.jsonl, results.csv,
+                              tuning.csv, tuning/, curves/, clusters/), no cache
     report.md, intervals.csv, plots/                          written by ``gemkd report``
 """
 

@@ -37,6 +37,7 @@ class RunDirLayout:
     CACHE = "cache"
     LOGS = "logs"
     PLOTS = "plots"
+    PERTURBED = "perturbed"
     REPORT = "report.md"
     INTERVALS = "intervals.csv"
     LOCK = ".lock"

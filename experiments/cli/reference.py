@@ -145,6 +145,7 @@ def spec_page() -> str:
                 "tuning": (run_spec.TuningSpec, spec.tuning),
                 "bootstrap": (run_spec.BootstrapSpec, spec.bootstrap),
                 "primary": (run_spec.PrimarySpec, spec.primary),
+                "robustness": (run_spec.RobustnessSpec, spec.robustness),
                 "repr": (run_spec.ReprSpec, spec.repr),
                 "solaris": (run_spec.SolarisSpec, spec.solaris),
                 "hierarchical": (run_spec.TeacherSpec, spec.hierarchical)}

@@ -16,6 +16,7 @@ import pandas as pd
 
 from gemkd.experiments.report.family import PRIMARY
 from gemkd.experiments.report.intervals import BEATS, BELOW, GAIN, LOSS, UNRESOLVED
+from gemkd.experiments.report.robustness import suffix, unresolved_fragile
 from gemkd.experiments.report.summary import RunView, ci, f4, lag_str, pm
 from gemkd.experiments.report.teacher_diag import teacher_auc_better
 from gemkd.experiments.report.teacher_first import teacher_better, teacher_row
@@ -100,7 +101,8 @@ def _interval_clause(run: RunView, task: str, detail: bool) -> str:
         kd = rows.loc[KD]
         d = (ci(kd["delta_ne"], kd["delta_ne_lo"], kd["delta_ne_hi"]) if detail
              else f4(kd["delta_ne"]))
-        out += f"; KD ΔNE {d}, {_word(kd['gain_verdict'])}{_exploratory(kd)}"
+        fragile = " (fragile)" if kd.get("gain_robustness") == "fragile" else ""
+        out += f"; KD ΔNE {d}, {_word(kd['gain_verdict'])}{fragile}{_exploratory(kd)}"
     return out + f"; {_verdicts(run, task, rows)}."
 
 
@@ -134,7 +136,9 @@ def _verdicts(run: RunView, task: str, rows: pd.DataFrame) -> str:
     if fam is not None and fam.size and task == fam.task and run.domain == fam.domain \
             and run.lag == fam.lag:
         resolved = fam.resolved()
-        said = "; ".join(_short(r["a"], r["b"], r["verdict"]) for _, r in resolved.iterrows())
+        said = "; ".join([*(_short(r["a"], r["b"], r["verdict"]) + suffix(fam, r["a"], r["b"])
+                            for _, r in resolved.iterrows()),
+                          *(f"{c} not resolved (fragile)" for c in unresolved_fragile(fam))])
         head = f"Holm resolves {len(resolved)} of {fam.size} primary comparisons"
         return head + (f" ({said})" if said else "")
     found = []

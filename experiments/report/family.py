@@ -47,7 +47,8 @@ COLUMNS = ["a", "b", "diff", "lo", "hi", "p", "holm_p", "rank", "alpha", "adj_lo
 #: comparisons' Holm-adjusted p-values and intervals (empty elsewhere).
 CSV_COLUMNS = ["gain_family", "kd_family", "delta_ne_holm_p", "delta_ne_adj_level",
                "delta_ne_adj_lo", "delta_ne_adj_hi", "vs_kd_holm_p", "vs_kd_adj_level",
-               "vs_kd_adj_lo", "vs_kd_adj_hi", "efficiency_adj_lo", "efficiency_adj_hi"]
+               "vs_kd_adj_lo", "vs_kd_adj_hi", "efficiency_adj_lo", "efficiency_adj_hi",
+               "gain_robustness", "kd_robustness"]
 
 
 @dataclass(frozen=True)
@@ -88,8 +89,9 @@ class Family:
         out = table.copy()
         out["gain_family"] = np.where(out["gain_verdict"].fillna("") != "", EXPLORATORY, "")
         out["kd_family"] = np.where(out["kd_verdict"].fillna("") != "", EXPLORATORY, "")
-        for col in CSV_COLUMNS[2:]:
+        for col in CSV_COLUMNS[2:-2]:
             out[col] = np.nan
+        out[CSV_COLUMNS[-2:]] = ""  # fragile or holds: a primary verdict in the repeat
         for c in self.table.itertuples():
             rejected = c.verdict != UNRESOLVED
             if c.b in (BASELINE, KD):
@@ -110,6 +112,7 @@ class Family:
         stat, kind = ("delta_ne", "gain") if b == BASELINE else ("vs_kd", "kd")
         lo, hi = (c.adj_lo, c.adj_hi) if sign > 0 else (-c.adj_hi, -c.adj_lo)
         out.loc[at, [f"{kind}_family", f"{kind}_verdict"]] = [PRIMARY, verdict]
+        out.loc[at, f"{kind}_robustness"] = getattr(c, "robustness", "")
         out.loc[at, [f"{stat}_holm_p", f"{stat}_adj_level", f"{stat}_adj_lo",
                      f"{stat}_adj_hi"]] = [c.holm_p, 1 - c.alpha, lo, hi]
         if b == KD and sign > 0:

@@ -79,7 +79,8 @@ def headline(run: RunView) -> str:
         return (f"None of the {fam.size} primary comparisons {where(fam)} is resolved after "
                 f"Holm's adjustment ({fam.describe()}), so this run backs no difference "
                 "between these methods.")
-    phrases = "; ".join(_phrase(r) for _, r in resolved.iterrows())
+    phrases = "; ".join(_phrase(r) + (" (fragile)" if r.get("robustness") == "fragile" else "")
+                        for _, r in resolved.iterrows())
     k = len(resolved)
     return (f"Of the {fam.size} primary comparisons {where(fam)}, {k} {'is' if k == 1 else 'are'}"
             f" resolved after Holm's adjustment: {phrases}.")

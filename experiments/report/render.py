@@ -12,6 +12,7 @@ from gemkd.experiments.report.family_text import family_section
 from gemkd.experiments.report.forest import PREFIX, forest_name
 from gemkd.experiments.report.missing import missing_note, missing_runs
 from gemkd.experiments.report.plots import no_ratio_reason, write_run_plots
+from gemkd.experiments.report.robustness import section as robustness_section
 from gemkd.experiments.report.summary import (
     RunView,
     lag_str,
@@ -93,6 +94,7 @@ def render(run: RunView) -> str:
                 f"{int(few['n_seeds'].min())}); DESIGN §6 asks for ≥ 3.", ""]
 
     out += family_section(run)
+    out += robustness_section(run)
     out += [f"## Main result ({where})", "", main_table(run), ""]
     forest = run.dir / RunDir.PLOTS / forest_name(run.task, run.lag)
     if forest.is_file():

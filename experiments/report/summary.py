@@ -15,6 +15,7 @@ import pandas as pd
 
 from gemkd.experiments.report.family import CSV_COLUMNS, Family, primary_family, shown
 from gemkd.experiments.report.intervals import COLUMNS, Intervals, run_intervals
+from gemkd.experiments.report.robustness import mark, repeat_family
 from gemkd.experiments.report.table_names import (
     ALL,
     CELL_KEYS,
@@ -197,9 +198,10 @@ class RunView:
     @cached_property
     def family(self) -> Family | None:
         """The primary comparisons, Holm-adjusted (gemkd.experiments.report.family); None
-        without intervals."""
-        return primary_family(self.dir, self.intervals, self.spec, self.lags, self.tasks,
-                              self.domains, self.variants)
+        without intervals. Each comparison carries whether its verdict held in the repeat
+        under perturbed numerics (gemkd.experiments.report.robustness), where the run has one."""
+        return mark(primary_family(self.dir, self.intervals, self.spec, self.lags, self.tasks,
+                                   self.domains, self.variants), repeat_family(self))
 
     @cached_property
     def csv_table(self) -> pd.DataFrame:

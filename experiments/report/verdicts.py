@@ -13,6 +13,7 @@ import pandas as pd
 from gemkd.experiments.report.family import EXPLORATORY, PRIMARY
 from gemkd.experiments.report.family_text import DAGGER, family_sentence, headline
 from gemkd.experiments.report.intervals import GAIN, LOSS, METHOD_TEXT, UNRESOLVED
+from gemkd.experiments.report.robustness import sentence as robustness_sentence
 from gemkd.experiments.report.summary import RunView, ci, f4, lag_str, md_table, pm
 from gemkd.experiments.report.teacher_diag import teacher_auc_better
 from gemkd.experiments.report.teacher_first import teacher_better
@@ -42,7 +43,8 @@ def verdict_cell(r: pd.Series, kind: str) -> str:
     col = "worlds_agree_delta_ne" if kind == "gain" else "worlds_agree_vs_kd"
     n = int(r["n_worlds"])
     family = r.get(f"{kind}_family", "")
-    tags = (["primary, Holm"] if family == PRIMARY else
+    fragile = ", fragile" if r.get(f"{kind}_robustness") == "fragile" else ""
+    tags = ([f"primary, Holm{fragile}"] if family == PRIMARY else
             ["exploratory"] if family == EXPLORATORY and text != UNRESOLVED else [])
     tags += [f"{int(r[col])}/{n} worlds"] if n > 1 else []
     return f"{text} ({'; '.join(tags)})" if tags else text
@@ -240,7 +242,7 @@ def interval_sentences(run: RunView) -> list[str]:
         tr = ratio_ci(r["transfer_ratio"], r["tr_lo"], r["tr_hi"])
         second = (f"Plain KD {verb} against the labels-only baseline (TR {tr}), "
                   f"{_gain(r, 'KD', better, auc_better)}.")
-    return [first, second]
+    return [first, second, *robustness_sentence(run)]
 
 
 def _gain(r: pd.Series, who: str, teacher_better: bool | None = None,

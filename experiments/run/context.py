@@ -34,6 +34,10 @@ class RunContext:
     done: dict[str, dict] = field(default_factory=dict)
     #: wall seconds per phase of the run (:meth:`phase`), in the order first entered
     phases: dict[str, float] = field(default_factory=dict)
+    #: this context's student runs perturbed (``robustness.perturb``): the repeat's context
+    perturb: str | None = None
+    #: the repeat under perturbed numerics (:mod:`gemkd.experiments.run.perturbed`), or None
+    perturbed: Any = None
 
     @contextmanager
     def phase(self, name: str) -> Iterator[None]:
@@ -111,4 +115,4 @@ class LagCell:
             clusters=str(self.clusters(ctx.run, f"{variant}__seed{seed}")) if final else None,
             student=str(ctx.run.student_path(self.world, self.lag, variant, seed))
             if final and ctx.spec.keep_students != "none" else None,
-            tracker=ctx.tracker)
+            tracker=ctx.tracker, perturb=ctx.perturb)

@@ -86,7 +86,7 @@ def inputs_tag(spec: RunSpec, inputs: InputPaths, threads: int) -> str:
     spec_part = {k: v for k, v in spec.to_dict().items()
                  if k not in ("name", "seeds", "variants", "teacher_lag_days", "logger",
                               "primary", "twins", "solaris",
-                              "keep_students")}
+                              "keep_students", "robustness")}
     # which other worlds the run replicates over is not an input of this world's students (its
     # own data is, through the upstream steps' names): adding a world reuses the others' runs
     spec_part["data"] = {k: v for k, v in spec_part["data"].items() if k != "seeds"}

@@ -53,7 +53,9 @@ class StudentRun:
     """``key`` is the run's line in ``runs.jsonl``; ``phase`` ``tune`` (a validation run of a
     search trial) or ``final``; ``clusters``: where to write the per-user loss sums of the
     evaluation (final runs), ``curve``: the training-loss CSV, ``student``: where to keep the
-    evaluated student (spec ``keep_students``; :mod:`gemkd.experiments.run.kept_students`)."""
+    evaluated student (spec ``keep_students``; :mod:`gemkd.experiments.run.kept_students`);
+    ``perturb``: the run's numerics perturbed (``ulp``:
+    :func:`gemkd.experiments.run.perturbed.perturb_weights`), the repeat of ``robustness:``."""
 
     key: str
     phase: str
@@ -76,6 +78,7 @@ class StudentRun:
     clusters: str | None = None
     student: str | None = None
     tracker: Any = None  # a gemkd.transfer.training.loggers.Tracker, or None
+    perturb: str | None = None
 
 
 #: Inputs opened by this process, by what they were opened from: a worker pays for opening a
@@ -123,7 +126,7 @@ def execute(run: StudentRun) -> dict[str, Any]:
     t0 = time.perf_counter()
     variant = run.spec.variant(run.variant)
     job = StudentJob(variant, dict(run.params), run.seed, day_range(run.train_days),
-                     day_range(run.eval_days), run.trained_until_day)
+                     day_range(run.eval_days), run.trained_until_day, run.perturb)
     logger = student_logger(run.tracker, run.phase, run.variant, run.seed, run.lag,
                             dict(run.params))
     res = train_student(run.spec, job, fs.as_where(run.data), _inputs(run), dict(run.base_rates),

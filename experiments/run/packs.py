@@ -132,7 +132,7 @@ def _train_pack(runs: list[StudentRun], batched: bool = False) -> list[dict[str,
     for r in runs:  # each member built as its run builds it: seeded, then built
         spec = with_train_knobs(r.spec, r.params)
         job = StudentJob(spec.variant(r.variant), dict(r.params), r.seed, day_range(r.train_days),
-                         day_range(r.eval_days), r.trained_until_day)
+                         day_range(r.eval_days), r.trained_until_day, r.perturb)
         pl.seed_everything(r.seed, verbose=False)
         module, _ = build_module(spec, job, data, _inputs(r), dict(r.base_rates))
         modules.append(module)

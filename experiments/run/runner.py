@@ -39,6 +39,7 @@ from gemkd.experiments.run.inputs import inputs_tag, lag_inputs, variant_tag
 from gemkd.experiments.run.jobs import StudentRun
 from gemkd.experiments.run.kept_students import keep_students
 from gemkd.experiments.run.methods import variant_needs
+from gemkd.experiments.run.perturbed import copy_teacher_sums, finish, open_repeat, repeat_cell
 from gemkd.experiments.run.preflight import DataMismatch, check_spec
 from gemkd.experiments.run.prepare import fm_domains, prepare_worlds, world_steps
 from gemkd.experiments.run.progress import Progress, clock
@@ -116,9 +117,11 @@ def run_experiment(spec: RunSpec, out: str | Path, sync: Callable[[], None] | No
 def count_work(spec: RunSpec, makes_data: bool) -> tuple[int, int]:
     """``(student runs, cached steps)`` the run will go through, before any starts: tuning
     trials (at most; a repeated suggestion costs no run) per variant × draw (one per final seed,
-    or one) and final runs per variant × seed, per lag; the data step and, per lag, teacher +
-    store, domain FMs and codes as the variants need; all of it once per world."""
+    or one) and final runs per variant × seed, per lag (twice under ``robustness.perturb``);
+    the data step and, per lag, teacher + store, domain FMs and codes as the variants need;
+    all of it once per world."""
     per_lag = sum(planned_runs(spec, v) + len(spec.seeds) for v in spec.variants)
+    per_lag *= 2 if spec.robustness.perturb else 1
     needs = set().union(*(variant_needs(v) for v in spec.variants))
     lag_steps = (2 if spec.teacher.store is None else 0)
     lag_steps += any(v.teacher == "domain_fm" for v in spec.variants) + ("codes" in needs)
@@ -139,6 +142,7 @@ def _run(spec: RunSpec, out: Path, tracker, sync, executor: Executor) -> pd.Data
     run = RunDir(out)
     log = Progress(run.log_path, runs, n_steps, on_change=sync)
     ctx = RunContext(spec, out, log, executor, tracker, run.ledger())
+    ctx.perturbed = open_repeat(ctx)
     try:
         return _steps(ctx)
     except Exception as e:  # the run's log ends with what stopped it, as stderr does
@@ -168,6 +172,8 @@ def _steps(ctx: RunContext) -> pd.DataFrame:
     run.write_tuning(pd.DataFrame(tuning_rows, columns=list(TUNING_COLUMNS)))
     results = derive(pd.DataFrame(rows))
     run.write_results(results)
+    if ctx.perturbed is not None:
+        finish(ctx.perturbed, spec, derive)
     log_results(ctx.tracker, results, run)
     log(f"wrote {run.results_path} ({len(results)} rows)")
     _write_phases(ctx, started)
@@ -242,11 +248,27 @@ def _world(ctx: RunContext, world: int | None, tuning_rows: list[dict]) -> list[
             finals = _final_runs(ctx, cell, chosen)
             keep_students(ctx, cell, finals)
         refs = References(sources["gem"], oracle, feature, tasks, only or domains, label, lag)
-        for variant in spec.variants:
-            source = sources[variant.teacher] if variant_needs(variant) & TEACHER_NEEDS else {}
-            for seed in spec.seeds:
-                rows += rows_of(variant.name, seed, ctx.done[finals[variant.name, seed]], refs,
-                                source)
+        rows += _rows(ctx, finals, refs, sources)
+        repeat = ctx.perturbed
+        if repeat is not None:  # robustness: the cell's search and final runs, perturbed
+            p_cell = repeat_cell(cell, repeat.perturb)
+            copy_teacher_sums(ctx, repeat, cell)
+            with ctx.phase("perturbed"):
+                p_chosen = tune_variants(repeat, p_cell, repeat.tuning_rows)
+                repeat.rows += _rows(repeat, _final_runs(repeat, p_cell, p_chosen), refs,
+                                     sources)
+    return rows
+
+
+def _rows(ctx: RunContext, finals: dict[tuple[str, int], str], refs: References,
+          sources: dict[str, dict]) -> list[dict]:
+    """results.csv's rows of a cell's final runs (``finals``: their ledger keys)."""
+    rows = []
+    for variant in ctx.spec.variants:
+        source = sources[variant.teacher] if variant_needs(variant) & TEACHER_NEEDS else {}
+        for seed in ctx.spec.seeds:
+            rows += rows_of(variant.name, seed, ctx.done[finals[variant.name, seed]], refs,
+                            source)
     return rows
 
 

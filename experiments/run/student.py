@@ -38,6 +38,7 @@ class StudentJob:
     train_days: tuple[int, int]
     eval_days: tuple[int, int]
     trained_until_day: int
+    perturb: str | None = None  # robustness's repeat: the initial weights moved (perturbed.py)
 
 
 @dataclass
@@ -158,6 +159,10 @@ def build_module(spec: RunSpec, job: StudentJob, data: fs.Where, inputs: Inputs,
                            base_rates=base_rates, table_optimizer=spec.table_optimizer,
                            table_min_rows=spec.table_min_rows)
     module.student_config = config  # what rebuilds the student (a kept student's file)
+    if job.perturb:
+        from gemkd.experiments.run.perturbed import perturb_weights
+
+        perturb_weights(module, job.perturb, job.seed)
     return module, teacher
 
 

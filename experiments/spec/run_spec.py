@@ -19,6 +19,7 @@ from gemkd.experiments.spec.sections import (
     DataSpec,
     PluginSpec,
     ReprSpec,
+    RobustnessSpec,
     SolarisSpec,
     TeacherSpec,
     TuningSpec,
@@ -52,8 +53,8 @@ from gemkd.transfer.options import (
 )
 
 __all__ = ["BUILTIN_VARIANTS", "BootstrapSpec", "DEFAULT_VARIANTS", "DataSpec", "PluginSpec",
-           "PrimarySpec", "ReprSpec", "RunSpec", "SolarisSpec", "TeacherSpec", "TuningSpec",
-           "VariantSpec", "expand_twins", "parse_variants", "twin_name"]
+           "PrimarySpec", "ReprSpec", "RobustnessSpec", "RunSpec", "SolarisSpec", "TeacherSpec",
+           "TuningSpec", "VariantSpec", "expand_twins", "parse_variants", "twin_name"]
 
 #: the rules of RunSpec's keys (checked by :func:`gemkd.transfer.constraints.check_fields`)
 _SEEDS = Rule(bool, "'seeds' must list at least one seed")
@@ -142,6 +143,9 @@ class RunSpec:
     #: the report's primary family: the comparisons its verdicts and headline rest on, adjusted
     #: together (Holm, 5 %); left out: every variant vs kd and kd vs baseline
     primary: PrimarySpec = field(default_factory=PrimarySpec)
+    #: repeat the search and final runs under perturbed numerics and mark the primary verdicts
+    #: that flip as fragile (null perturb: no repeat)
+    robustness: RobustnessSpec = field(default_factory=RobustnessSpec)
     #: A/A twins: variant name -> how many copies to add (kd: 2 adds kd_twin1, kd_twin2, each
     #: with its own search draw); the report counts how many of them come out resolved
     twins: dict[str, int] = field(default_factory=dict)
@@ -267,8 +271,8 @@ class RunSpec:
             value = getattr(self, f.name)
             if f.name == "variants":
                 value = {v.name: v.to_value() for v in value}
-            elif f.name in ("primary", "twins"):
-                value = value.to_dict() if f.name == "primary" else dict(value)
+            elif f.name in ("primary", "twins", "robustness"):
+                value = value.to_dict() if f.name != "twins" else dict(value)
                 if not value:
                     continue  # unset: a spec.yaml (and inputs tag) as before these keys
             elif hasattr(value, "to_dict"):

@@ -1,12 +1,13 @@
 """The spec's sections (DESIGN §6.1): ``data:``, ``teacher:`` / ``hierarchical:``, plug-ins
-(``class_path`` + ``init_args``), ``tuning:``, ``bootstrap:``, ``repr:``, ``solaris:`` — each a
+(``class_path`` + ``init_args``), ``tuning:``, ``bootstrap:``, ``robustness:``, ``repr:``,
+``solaris:`` — each a
 dataclass with its rules beside its fields (:mod:`gemkd.transfer.constraints`), built from YAML by
 :func:`gemkd.transfer.config.build_dataclass`."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from gemkd.transfer.constraints import (
     at_least,
@@ -201,6 +202,25 @@ class TuningSpec:
     def knobs(self) -> dict[str, Any]:
         """Knob → the spec's list or range for it."""
         return dict(self.overrides)
+
+
+@dataclass
+class RobustnessSpec:
+    """Whether the verdicts survive another CPU (DESIGN §6, verdict robustness): ``perturb:
+    ulp`` repeats every variant's search and final runs with each student's initial weights
+    moved by one unit in the last place (up or down, drawn from the run's seed; zeros kept),
+    into ``RUN_DIR/perturbed/`` under keys of their own, and the report marks a primary verdict
+    that differs there as fragile. A run is deterministic on one machine, but another CPU rounds
+    its sums differently, and the training and the search amplify a last-bit difference into
+    other choices and other numbers; the repeat is such a difference, made on purpose. It costs
+    the student runs once more (not the teacher, store or codes, which it shares)."""
+
+    #: null: no repeat; ulp: repeat the search and the final runs with every student's initial
+    #: weights moved by one ulp, and mark the primary verdicts that flip as fragile
+    perturb: Literal["ulp"] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"perturb": self.perturb} if self.perturb else {}
 
 
 _SAMPLES = at_least(100, "bootstrap: key 'samples' must be >= 100, got {value}")
