@@ -19,6 +19,7 @@ the host over ``codes/``; its values and offsets are program inputs (serving_mod
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from functools import cached_property
 from pathlib import Path
@@ -32,6 +33,7 @@ from gemkd.transfer.data.batch import Batch
 from gemkd.transfer.data.schema import DatasetSchema
 from gemkd.transfer.errors import ConfigError
 from gemkd.transfer.io.integrity import sha256_file
+from gemkd.transfer.ops import keep_last
 
 ARTIFACT_JSON = "artifact.json"
 WEIGHTS = "weights.pt"
@@ -143,11 +145,20 @@ class StudentArtifact:
                               "read users' codes it does not hold")
 
     def inputs(self, batch: Batch) -> tuple[Any, ...]:
-        """The program's inputs for ``batch`` (read with the artifact's sequence fields, cut
-        to its ``max_seq_len``): the batch's tensors and its as-of codes."""
+        """The program's inputs for ``batch``: its tensors, its histories cut to the
+        artifact's ``max_seq_len`` most recent events (here, on the host, where a reader has
+        not cut them already) and its as-of codes."""
         codes = None
         if self.asof is not None:
             codes = self.asof.lookup(batch.user_id, batch.ts)
+        if self.max_seq_len is not None and batch.seq_max_len > self.max_seq_len:
+            index, offsets, longest = keep_last(batch.seq_offsets, self.max_seq_len,
+                                                batch.seq_max_len)
+            assert index is not None  # something was cut
+            batch = dataclasses.replace(
+                batch, seq_offsets=offsets, seq_max_len=longest,
+                seq_values={n: batch.seq_values[n].index_select(0, index)
+                            for n in self.sequence})
         return example_inputs(batch, self.sequence, codes)
 
     @torch.no_grad()
