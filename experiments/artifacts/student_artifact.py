@@ -77,6 +77,22 @@ def build_serving(config: dict[str, Any], codes_method: dict[str, Any] | None,
     return ServingModel(student, sequence, method)
 
 
+def program_inputs(batch: Batch, sequence: list[str], max_seq_len: int | None,
+                   asof: Any = None) -> tuple[Any, ...]:
+    """A serving program's inputs for ``batch``: its tensors, its histories (the fields of
+    ``sequence``) cut to the ``max_seq_len`` most recent events (here, on the host, where a
+    reader has not cut them already) and, with ``asof`` (an ``AsOfCodes``), each row's
+    user's codes strictly before its time."""
+    codes = None if asof is None else asof.lookup(batch.user_id, batch.ts)
+    if max_seq_len is not None and batch.seq_max_len > max_seq_len:
+        index, offsets, longest = keep_last(batch.seq_offsets, max_seq_len, batch.seq_max_len)
+        assert index is not None  # something was cut
+        batch = dataclasses.replace(
+            batch, seq_offsets=offsets, seq_max_len=longest,
+            seq_values={n: batch.seq_values[n].index_select(0, index) for n in sequence})
+    return example_inputs(batch, sequence, codes)
+
+
 class StudentArtifact:
     """A verified artifact folder: ``artifact.json`` agrees with every file it lists (a
     difference is a ConfigError naming the file)."""
@@ -145,21 +161,8 @@ class StudentArtifact:
                               "read users' codes it does not hold")
 
     def inputs(self, batch: Batch) -> tuple[Any, ...]:
-        """The program's inputs for ``batch``: its tensors, its histories cut to the
-        artifact's ``max_seq_len`` most recent events (here, on the host, where a reader has
-        not cut them already) and its as-of codes."""
-        codes = None
-        if self.asof is not None:
-            codes = self.asof.lookup(batch.user_id, batch.ts)
-        if self.max_seq_len is not None and batch.seq_max_len > self.max_seq_len:
-            index, offsets, longest = keep_last(batch.seq_offsets, self.max_seq_len,
-                                                batch.seq_max_len)
-            assert index is not None  # something was cut
-            batch = dataclasses.replace(
-                batch, seq_offsets=offsets, seq_max_len=longest,
-                seq_values={n: batch.seq_values[n].index_select(0, index)
-                            for n in self.sequence})
-        return example_inputs(batch, self.sequence, codes)
+        """The program's inputs for ``batch`` (:func:`program_inputs`)."""
+        return program_inputs(batch, self.sequence, self.max_seq_len, self.asof)
 
     @torch.no_grad()
     def predict(self, batch: Batch) -> Tensor:
