@@ -10,8 +10,9 @@ impression's time) is a host index over the artifact's code table, outside the p
 :class:`~gemkd.experiments.artifacts.student_artifact.StudentArtifact` does it.
 
 Histories must arrive cut to the student's ``max_seq_len`` most recent events (the reader does
-this for gemkd datasets; a serving client does it when it builds the request): the program
-cannot learn a batch's longest history without a host sync, so it trusts the cut.
+this for gemkd datasets, ``StudentArtifact.inputs`` for any batch; a serving client does it
+when it builds the request): the program cannot learn a batch's longest history without a host
+sync, so it trusts the cut.
 """
 
 from __future__ import annotations

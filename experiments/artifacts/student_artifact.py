@@ -19,6 +19,7 @@ the host over ``codes/``; its values and offsets are program inputs (serving_mod
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from functools import cached_property
 from pathlib import Path
@@ -32,6 +33,7 @@ from gemkd.transfer.data.batch import Batch
 from gemkd.transfer.data.schema import DatasetSchema
 from gemkd.transfer.errors import ConfigError
 from gemkd.transfer.io.integrity import sha256_file
+from gemkd.transfer.ops import keep_last
 
 ARTIFACT_JSON = "artifact.json"
 WEIGHTS = "weights.pt"
@@ -73,6 +75,22 @@ def build_serving(config: dict[str, Any], codes_method: dict[str, Any] | None,
                               "features a student artifact cannot compute (only repr's codes)")
         setup(schema, code_dim)
     return ServingModel(student, sequence, method)
+
+
+def program_inputs(batch: Batch, sequence: list[str], max_seq_len: int | None,
+                   asof: Any = None) -> tuple[Any, ...]:
+    """A serving program's inputs for ``batch``: its tensors, its histories (the fields of
+    ``sequence``) cut to the ``max_seq_len`` most recent events (here, on the host, where a
+    reader has not cut them already) and, with ``asof`` (an ``AsOfCodes``), each row's
+    user's codes strictly before its time."""
+    codes = None if asof is None else asof.lookup(batch.user_id, batch.ts)
+    if max_seq_len is not None and batch.seq_max_len > max_seq_len:
+        index, offsets, longest = keep_last(batch.seq_offsets, max_seq_len, batch.seq_max_len)
+        assert index is not None  # something was cut
+        batch = dataclasses.replace(
+            batch, seq_offsets=offsets, seq_max_len=longest,
+            seq_values={n: batch.seq_values[n].index_select(0, index) for n in sequence})
+    return example_inputs(batch, sequence, codes)
 
 
 class StudentArtifact:
@@ -143,12 +161,8 @@ class StudentArtifact:
                               "read users' codes it does not hold")
 
     def inputs(self, batch: Batch) -> tuple[Any, ...]:
-        """The program's inputs for ``batch`` (read with the artifact's sequence fields, cut
-        to its ``max_seq_len``): the batch's tensors and its as-of codes."""
-        codes = None
-        if self.asof is not None:
-            codes = self.asof.lookup(batch.user_id, batch.ts)
-        return example_inputs(batch, self.sequence, codes)
+        """The program's inputs for ``batch`` (:func:`program_inputs`)."""
+        return program_inputs(batch, self.sequence, self.max_seq_len, self.asof)
 
     @torch.no_grad()
     def predict(self, batch: Batch) -> Tensor:

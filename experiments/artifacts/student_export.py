@@ -23,8 +23,8 @@ from gemkd.experiments.artifacts.student_artifact import (
     PROGRAM,
     SCHEMA,
     WEIGHTS,
-    StudentArtifact,
     build_serving,
+    program_inputs,
     student_sequence,
 )
 from gemkd.experiments.run_dir import KeptStudent, RunDir
@@ -125,11 +125,13 @@ def export_student(run_dir: str | Path, variant: str, out: str | Path, seed: int
                           "bits": codes_store.bits, "max_events": int(payload["max_events"]),
                           "from_day": eval_days[0], "source": str(payload["codes"])}
         meta = _meta(payload, kept, run, schema, sequence, max_seq_len, codes_meta)
-        (tmp / ARTIFACT_JSON).write_text(json.dumps({**meta, "files": {}}) + "\n")
-        artifact = StudentArtifact.__new__(StudentArtifact)  # not verified yet: no program
-        artifact.path, artifact.meta, artifact.schema = tmp, meta, schema
-        artifact.tasks, artifact.sequence, artifact.max_seq_len = tasks, sequence, max_seq_len
-        args = artifact.inputs(_trace_batch(data, payload, sequence, max_seq_len, eval_days))
+        asof = None
+        if codes_meta is not None:
+            from gemkd.transfer.repr_features import AsOfCodes, CodeStore
+
+            asof = AsOfCodes(CodeStore(tmp / CODES_DIR), max_events=int(payload["max_events"]))
+        batch = _trace_batch(data, payload, sequence, max_seq_len, eval_days)
+        args = program_inputs(batch, sequence, max_seq_len, asof)
         torch.export.save(export_program(model, args), str(tmp / PROGRAM))
         meta["files"] = {name: sha256_file(tmp / name) for name in files}
         (tmp / ARTIFACT_JSON).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")

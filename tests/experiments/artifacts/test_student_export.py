@@ -202,3 +202,16 @@ def test_a_run_through_lightning_keeps_its_evaluated_weights(tiny_data, tmp_path
     metrics = score_artifact(out, tiny_data, (5, 6), tmp_path / "s.parquet")
     for key in ("ne/click/all", "ne/conversion/all", "auc/click/all"):
         assert metrics[key] == pytest.approx(float(record["metrics"][key]), abs=1e-6)
+
+
+def test_histories_longer_than_the_contract_are_cut_on_the_host(tiny_data, tmp_path):
+    """A batch read without the artifact's cut (every event, every field) scores as the cut
+    one does: the host keeps the most recent max_seq_len events before the program runs."""
+    run = RunDir(tmp_path / "run")
+    packs.execute_pack(_runs(_spec("seq_pool"), tiny_data, run)[:1])
+    art = StudentArtifact(export_student(run.path, "baseline", tmp_path / "a"))
+    cut = next(iter(_eval_batches(art, tiny_data)))
+    whole = next(iter(DatasetReader(tiny_data, days=(5, 6), batch_size=97, tasks=TASKS,
+                                    oracle=False)))
+    assert whole.seq_max_len > art.max_seq_len >= cut.seq_max_len
+    torch.testing.assert_close(art.predict(whole), art.predict(cut), rtol=0, atol=0)
