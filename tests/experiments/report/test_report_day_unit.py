@@ -94,3 +94,24 @@ def test_a_calendar_run_s_report_says_day(tmp_path):
         {"days": [0, 1, 2], "generator": {"mapping": {"days": {"calendar": "UTC"}}}}))
     text = render_report(_run_on(tmp_path / "c", dataset))
     assert "teacher lag 0 days" in text and "bucket" not in text.lower()
+
+
+def test_an_imported_log_s_schema_is_found_in_the_run_s_data_step(tmp_path, bucketed):
+    """``data: {source: import}``: the dataset is the run's cached data step; a remote or
+    missing dataset reads as days."""
+    from gemkd.experiments.report.day_unit import dataset_schema, report_unit
+    from gemkd.experiments.run_dir import RunDir
+
+    run = RunDir(tmp_path / "run")
+    spec = {"data": {"source": "import", "src": "reviews.csv"}}
+    assert dataset_schema(run, spec) is None and report_unit(run, spec) == (DAY, "")
+    step = tmp_path / "run" / "cache" / "data-0123abcd"
+    (step / "data").mkdir(parents=True)
+    (step / "data" / "schema.json").write_text((bucketed / "schema.json").read_text())
+    assert report_unit(run, spec)[0] == DAY  # not finished: no DONE
+    (step / "DONE").write_text("")
+    unit, note = report_unit(run, spec)
+    assert unit == BUCKET and note.startswith("**Buckets, not days:** this dataset's time unit "
+                                              "is 6 equal-count time buckets")
+    remote = {"data": {"source": "dataset", "src": "s3://bucket/data"}}
+    assert dataset_schema(RunDir(tmp_path / "other"), remote) is None
