@@ -67,6 +67,10 @@ def test_in_units_leaves_code_spans_and_identifiers():
         "teacher lag 0 buckets; a validation bucket (`teacher_val_days: 1`); Buckets [0, 4); "
         "the training buckets' rate; teacher_lag_days; Monday; `days: {buckets: 8}`")
     assert in_units(text, DAY) == text
+    # a run's own name keeps its words; a name that is the word itself protects nothing
+    assert in_units("# gemkd report: ten-day-trial, 3 days", BUCKET, keep=("ten-day-trial",)) \
+        == "# gemkd report: ten-day-trial, 3 buckets"
+    assert in_units("lag 0 days", BUCKET, keep=("days", "")) == "lag 0 buckets"
 
 
 def test_a_bucketed_run_s_report_says_bucket(tmp_path, bucketed):
