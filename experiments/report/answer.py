@@ -119,8 +119,8 @@ def _teacher_clause(r: pd.Series, rows: pd.DataFrame, detail: bool) -> str:
 
 
 def _exploratory(r: pd.Series) -> str:
-    """`` (exploratory)`` after a resolved verdict outside the primary family: the tables say
-    so, and a first paragraph that did not read as a Holm-adjusted result."""
+    """`` (exploratory)`` after a resolved verdict outside the primary family, as the tables
+    mark it: without it the first paragraph read as a Holm-adjusted result."""
     resolved = r.get("gain_verdict") in (GAIN, LOSS)
     return " (exploratory)" if resolved and r.get("gain_family") != PRIMARY else ""
 

@@ -63,11 +63,14 @@ def buckets_of(schema: dict[str, Any]) -> int | None:
     return n if isinstance(n, int) and not isinstance(n, bool) else None
 
 
-def in_units(text: str, unit: str) -> str:
-    """``text`` with day/days/Day/Days as ``unit`` outside backtick code spans."""
+def in_units(text: str, unit: str, keep: tuple[str, ...] = ()) -> str:
+    """``text`` with day/days/Day/Days as ``unit`` outside backtick code spans and outside the
+    names in ``keep`` (a run's or dataset's own name may hold the word)."""
     if unit == DAY:
         return text
-    parts = _CODE.split(text)
+    names = "".join(f"|{re.escape(k)}" for k in sorted(keep, key=len, reverse=True)
+                    if k and not _DAY.fullmatch(k))  # a name that is the word itself is not
+    parts = re.split(f"(`[^`\n]*`{names})", text) if names else _CODE.split(text)
     for i in range(0, len(parts), 2):  # the even parts lie outside code spans
         parts[i] = _DAY.sub(lambda m: ("B" if m[1] == "D" else "b") + unit[1:] + m[2], parts[i])
     return "".join(parts)
@@ -92,18 +95,20 @@ def report_unit(run_dir: RunDir, spec: dict[str, Any] | None) -> tuple[str, str]
 
 
 def text_in_units(run_dir: RunDir, spec: dict[str, Any] | None, text: str,
-                  after: int) -> str:
-    """A report's Markdown ``text`` in the run's unit, the unit's note (if any) as a paragraph
-    after paragraph ``after`` (0-based; the first paragraph stays the answer)."""
-    return "\n".join(lines_in_units(run_dir, spec, text.split("\n"), _line_of(text, after)))
+                  after: int, keep: tuple[str, ...] = ()) -> str:
+    """A report's Markdown ``text`` in the run's unit (``keep``: names left as they are), the
+    unit's note (if any) as a paragraph after paragraph ``after`` (0-based; the first paragraph
+    stays the answer)."""
+    return "\n".join(lines_in_units(run_dir, spec, text.split("\n"), _line_of(text, after),
+                                    keep))
 
 
 def lines_in_units(run_dir: RunDir, spec: dict[str, Any] | None, lines: list[str],
-                   at: int) -> list[str]:
-    """Markdown ``lines`` in the run's unit, the unit's note (if any) inserted at line ``at``
-    as a paragraph of its own."""
+                   at: int, keep: tuple[str, ...] = ()) -> list[str]:
+    """Markdown ``lines`` in the run's unit (``keep``: names left as they are), the unit's note
+    (if any) inserted at line ``at`` as a paragraph of its own."""
     unit, note = report_unit(run_dir, spec)
-    out = [in_units(line, unit) for line in lines]
+    out = [in_units(line, unit, keep) for line in lines]
     return out[:at] + [note, ""] + out[at:] if note else out
 
 

@@ -100,7 +100,7 @@ def _plot(run: RunView, lag: Any, task: str, path: Path) -> bool:
                                label="each world's point")[0])
     fig.legend(handles=handles, fontsize=8, loc="outside lower center", ncol=len(handles))
     ax.set_title(in_units(f"{run.name}: {task}, domain {run.domain}, teacher lag {lag_str(lag)} "
-                          "days", report_unit(run.run_dir, run.spec)[0]),
+                          "days", report_unit(run.run_dir, run.spec)[0], keep=(run.name,)),
                  fontsize=10)
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=100)

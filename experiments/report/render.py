@@ -145,7 +145,8 @@ def render(run: RunView) -> str:
     if present or no_ratio:
         out += ["## Plots", ""] + [f"![{n[:-4]}](plots/{n})" for n in present] + [""]
         out += _note(f"`transfer_ratio.png` is not drawn: {no_ratio}." if no_ratio else "")
-    return text_in_units(run.run_dir, run.spec, "\n".join(out).rstrip() + "\n", after=1)
+    return text_in_units(run.run_dir, run.spec, "\n".join(out).rstrip() + "\n", after=1,
+                         keep=(run.name,))
 
 
 def _note(text: str) -> list[str]:
@@ -380,4 +381,4 @@ def report_command(run_dir: str | Path) -> str:
              *_note(ne_above_one(run)),
              " ".join(sentences(run)), "",
              f"wrote {report}", f"wrote {intervals}"] + [f"wrote {p}" for p in plots]
-    return text_in_units(run.run_dir, run.spec, "\n".join(lines), after=0)
+    return text_in_units(run.run_dir, run.spec, "\n".join(lines), after=0, keep=(run.name,))

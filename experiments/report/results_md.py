@@ -167,7 +167,8 @@ def render_results(run_dirs: list[str | Path], title: str = "gemkd results") -> 
             lag = lag_section(run)
             out += ["#" + lag[0], *lag[1:]]
         out += adapter_probe_section(run.run_dir)
-        out[start:] = lines_in_units(run.run_dir, run.spec, out[start:], 4)  # after the answer
+        out[start:] = lines_in_units(run.run_dir, run.spec, out[start:], 4,  # after the answer
+                                     keep=(run.name, label, _dataset(run)))
     return "\n".join(out).rstrip() + "\n"
 
 

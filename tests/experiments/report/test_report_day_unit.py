@@ -67,6 +67,10 @@ def test_in_units_leaves_code_spans_and_identifiers():
         "teacher lag 0 buckets; a validation bucket (`teacher_val_days: 1`); Buckets [0, 4); "
         "the training buckets' rate; teacher_lag_days; Monday; `days: {buckets: 8}`")
     assert in_units(text, DAY) == text
+    # a run's own name keeps its words; a name that is the word itself protects nothing
+    assert in_units("# gemkd report: ten-day-trial, 3 days", BUCKET, keep=("ten-day-trial",)) \
+        == "# gemkd report: ten-day-trial, 3 buckets"
+    assert in_units("lag 0 days", BUCKET, keep=("days", "")) == "lag 0 buckets"
 
 
 def test_a_bucketed_run_s_report_says_bucket(tmp_path, bucketed):
@@ -94,3 +98,24 @@ def test_a_calendar_run_s_report_says_day(tmp_path):
         {"days": [0, 1, 2], "generator": {"mapping": {"days": {"calendar": "UTC"}}}}))
     text = render_report(_run_on(tmp_path / "c", dataset))
     assert "teacher lag 0 days" in text and "bucket" not in text.lower()
+
+
+def test_an_imported_log_s_schema_is_found_in_the_run_s_data_step(tmp_path, bucketed):
+    """``data: {source: import}``: the dataset is the run's cached data step; a remote or
+    missing dataset reads as days."""
+    from gemkd.experiments.report.day_unit import dataset_schema, report_unit
+    from gemkd.experiments.run_dir import RunDir
+
+    run = RunDir(tmp_path / "run")
+    spec = {"data": {"source": "import", "src": "reviews.csv"}}
+    assert dataset_schema(run, spec) is None and report_unit(run, spec) == (DAY, "")
+    step = tmp_path / "run" / "cache" / "data-0123abcd"
+    (step / "data").mkdir(parents=True)
+    (step / "data" / "schema.json").write_text((bucketed / "schema.json").read_text())
+    assert report_unit(run, spec)[0] == DAY  # not finished: no DONE
+    (step / "DONE").write_text("")
+    unit, note = report_unit(run, spec)
+    assert unit == BUCKET and note.startswith("**Buckets, not days:** this dataset's time unit "
+                                              "is 6 equal-count time buckets")
+    remote = {"data": {"source": "dataset", "src": "s3://bucket/data"}}
+    assert dataset_schema(RunDir(tmp_path / "other"), remote) is None
