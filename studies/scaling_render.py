@@ -92,6 +92,13 @@ def _mark(verdict: Any) -> str:
         (" **✗**" if isinstance(verdict, str) and verdict in ("real loss", "below KD") else "")
 
 
+def _color(variant: str, variants: list[str]) -> str:
+    """One colour per variant on every panel and plot (the baseline black)."""
+    if variant == BASELINE:
+        return "black"
+    return f"C{[v for v in variants if v != BASELINE].index(variant)}"
+
+
 def _x_label(p: Point) -> str:
     return f"D = {p.days} ({p.multiple:.1f}×)"
 
@@ -121,7 +128,7 @@ def plot_curves(points: list[Point], summ: pd.DataFrame, shares: dict[int, pd.Da
             y = d[stat]
             ax.errorbar(xs, y, yerr=[(y - d[f"{stat}_lo"]).clip(lower=0),
                                      (d[f"{stat}_hi"] - y).clip(lower=0)],
-                        marker="o", capsize=3, label=v)
+                        marker="o", capsize=3, label=v, color=_color(v, variants))
         ax.axhline(0, color="grey", lw=0.8)
         ax.set_title(title, fontsize=10)
     ax = axes.flat[3]
@@ -134,6 +141,7 @@ def plot_curves(points: list[Point], summ: pd.DataFrame, shares: dict[int, pd.Da
     ax.set_title("teacher's share of the student's gap to the oracle (%)", fontsize=10)
     for ax in axes.flat:
         ax.set_xscale("log", base=2)
+        ax.margins(x=0.12)
         ax.set_xticks([x[p.days] for p in points], [_x_label(p) for p in points], fontsize=8)
         ax.minorticks_off()
         ax.set_xlabel("teacher's days of every domain (teacher rows ÷ student rows)", fontsize=8)
@@ -156,8 +164,8 @@ def plot_ranks(small: Point, large: Point, deltas: dict[int, pd.DataFrame],
     fig, ax = plt.subplots(figsize=(6, 5))
     a = deltas[small.days].groupby(level=0).mean()
     b = deltas[large.days].groupby(level=0).mean()
-    for i, v in enumerate(a.columns):
-        color = f"C{i}"
+    for v in a.columns:
+        color = _color(v, list(a.columns))
         ax.scatter(a[v], b[v], color=color, s=14, alpha=0.6)
         ax.scatter(a[v].mean(), b[v].mean(), color=color, s=80, edgecolor="black", label=v)
     lo = min(a.min().min(), b.min().min())
