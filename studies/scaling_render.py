@@ -249,6 +249,22 @@ def _result_table(points: list[Point], summ: pd.DataFrame, shares: dict[int, pd.
     return lines
 
 
+def _step_lines(points: list[Point], summ: pd.DataFrame, shares: dict[int, pd.DataFrame],
+                variants: list[str]) -> list[str]:
+    """Point to point: the teacher's share of the oracle gap and each variant's ΔNE, changed."""
+    out = []
+    moved = [v for v in variants if v != BASELINE]
+    for p, q in zip(points, points[1:], strict=False):
+        d = summ.set_index(["days", "variant"])["delta_ne"]
+        cells = [f"{d[q.days, v] - d[p.days, v]:+.4f} ({v})" for v in moved
+                 if (p.days, v) in d.index and (q.days, v) in d.index]
+        share = 100 * (shares[q.days]["share"].mean() - shares[p.days]["share"].mean())
+        out.append(f"- D = {p.days} → {q.days} ({p.multiple:.1f}× → {q.multiple:.1f}×): the "
+                   f"teacher's share of the oracle gap {share:+.1f} points; ΔNE "
+                   + ", ".join(cells) + ".")
+    return out
+
+
 def _trend_lines(points: list[Point], summ: pd.DataFrame, variants: list[str]) -> list[str]:
     a, b = points[0].days, points[-1].days
     out = []
@@ -429,6 +445,8 @@ def render(cfg: ScalingConfig, command: str, page: Path, task: str = "click"
               f"{100 * shares[small.days]['share'].mean():.1f} % → "
               f"{100 * shares[large.days]['share'].mean():.1f} %):", "",
               *_trend_lines(points, summ, variants), "",
+              "Point by point (the means; their intervals are in the tables):", "",
+              *_step_lines(points, summ, shares, variants), "",
               "## Do small runs predict large ones?", "",
               *_rank_lines(ra, small, large, agree, adjacent, summ, shares, variants), "",
               f"![ranks]({ranks_png})", "",
