@@ -406,6 +406,8 @@ def render(cfg: ScalingConfig, command: str, page: Path, task: str = "click"
     variants = [str(v) for v in cfg.sets.get("variants", spec.get("variants", []))]
     points = [read_point(d, cfg.run_dir(d), domain, task) for d in ready]
     rows = check_student_rows(points)
+    print("[scaling] the student's training rows per world (rows) at each point's D (columns), "
+          f"the same at every point:\n{rows.to_string()}", flush=True)
     summ = summary(points, variants)
     shares = {p.days: teacher_share(p) for p in points}
     deltas = {p.days: seed_deltas(p, variants) for p in points}
