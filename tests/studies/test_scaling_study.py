@@ -203,6 +203,12 @@ def test_page_from_fake_runs(tmp_path):
             "more than chance would** (tau +0.33, the interval above 0), with a different best "
             "variant (kd_repr → kd).") in text
     assert "| D = 16 | 16.0 | 2.0 | 18.0 |" in text  # minutes per phase
+    assert ("- not the sizes: ΔNE changed by +0.0200 (kd), +0.0080 (kd_repr) from D = 1 to "
+            "D = 16; every gain grew with the teacher") in text
+    assert ("- D = 1 → 16 (1.2× → 19.7×): the teacher's share of the oracle gap +39.6 "
+            "points; ΔNE +0.0200 (kd), +0.0080 (kd_repr).") in text
+    assert "- not the verdicts: no comparison against KD is resolved after Holm at either" in text
+    assert "the transfer ratio is 0.50 for KD and 0.50 (1.0×) for kd_repr" in text
     for png in ("scaling_curves.png", "scaling_ranks.png"):
         assert (tmp_path / png).read_bytes()[:4] == b"\x89PNG"
         assert (tmp_path / png).stat().st_size > 5000
