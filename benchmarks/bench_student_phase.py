@@ -50,13 +50,15 @@ def _link(src: str, dst: str) -> None:
 
 def student_seconds(run: Path, out: Path, pack_size: int, workers: int) -> tuple[float, int]:
     """Seconds of the student phase (tuning + final runs) of the quickstart rerun into ``out``
-    from ``run``'s cached steps at ``pack_size``, and its student runs."""
+    from ``run``'s cached steps at ``pack_size``, and its student runs (without the robustness
+    repeat, which would time the same phase again)."""
     from gemkd.experiments.cli import main
 
     _link_cache(run, out)
     with contextlib.redirect_stdout(io.StringIO()):  # the run's table: not a figure
         code = main(["run", str(run / RunDir.SPEC), "--out", str(out), "--threads", "1",
-                     "--workers", str(workers), "--pack-size", str(pack_size)])
+                     "--workers", str(workers), "--pack-size", str(pack_size),
+                     "--set", "robustness.perturb=null"])
     if code != 0:
         raise RuntimeError(f"gemkd run into {out} exited {code}")
     done = RunDir(out)

@@ -118,9 +118,11 @@ def sentence(run: RunView) -> list[str]:
                 "for another CPU's rounding)."]
     named = ", ".join(f"{r.a} vs {r.b} ({r.verdict} here, {r.perturbed_verdict} there)"
                       for r in flips.itertuples())
-    return [f"{len(flips)} of {fam.size} primary verdicts are fragile: repeated with every "
-            f"student's initial weights moved by one ulp (a stand-in for another CPU's "
-            f"rounding), {named}; on another machine such a verdict may read either way."]
+    k = len(flips)
+    return [f"{k} of {fam.size} primary verdicts {'is' if k == 1 else 'are'} fragile: repeated "
+            "with every student's initial weights moved by one ulp (a stand-in for another "
+            f"CPU's rounding), {named}; on another machine {'it' if k == 1 else 'each'} may "
+            "read either way."]
 
 
 def section(run: RunView) -> list[str]:

@@ -48,6 +48,8 @@ def threads_text(run: str | Path | RunDir) -> str:
     made = (f"Made at {steps} torch thread(s) in the command's process (teacher, store, domain "
             "FM, codes) and " + (f"{runs} in each student run" if runs is not None else
                                  "an unrecorded count in the student runs"))
-    again = f"; `--threads {steps}` reproduces it" if runs == steps else ""
+    again = (f"; `--threads {steps}` reproduces it on the same kind of CPU (another rounds "
+             "differently: spec key robustness marks the verdicts that depend on it)"
+             if runs == steps else "")
     return (f"{made}: another count gives other last digits and can move a search's choices "
             f"(docs/guides/experiments.md, Reproducing a table){again}.")

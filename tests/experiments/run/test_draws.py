@@ -185,10 +185,10 @@ def test_the_students_knobs_and_their_ranges(tmp_path):
 
 
 def test_run_counts_per_draw_and_shared(tmp_path):
-    quick = load_spec(None, [])
+    quick = load_spec(None, ["robustness.perturb=null"])  # the repeat: test_perturbed.py
     n = len(quick.seeds)  # the quickstart's final seeds: one draw each
     assert count_work(quick, True)[0] == 7 * n * 8 + 7 * n  # every variant: n draws x 8
-    old = load_spec(None, ["tuning.draws=shared"])
+    old = load_spec(None, ["tuning.draws=shared", "robustness.perturb=null"])
     assert count_work(old, True)[0] == 6 * 8 + 7 * n  # the baseline untuned, one draw
     assert planned_runs(old, old.variant("baseline")) == 0
     assert search_space(old, old.variant("baseline")) == {}

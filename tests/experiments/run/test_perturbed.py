@@ -60,8 +60,8 @@ def test_every_nonzero_weight_moves_one_ulp_drawn_from_the_seed():
 
 
 def test_the_repeat_leaves_the_main_runs_keys_alone_and_doubles_the_student_runs():
-    plain = load_spec(None, [])
-    robust = load_spec(None, ["robustness.perturb=ulp"])
+    robust = load_spec(None, [])  # the quickstart repeats
+    plain = load_spec(None, ["robustness.perturb=null"])
     assert "robustness" not in plain.to_dict() and robust.to_dict()["robustness"] == {
         "perturb": "ulp"}
     inputs = InputPaths({"gem": Path("/cache/store-abc/store")}, Path("/cache/codes-d/codes"))
