@@ -27,9 +27,10 @@ VERBOSE = Opt("--verbose", "also log progress details and Lightning's info lines
 
 def commands() -> tuple[Command, ...]:
     """Every command, in the order ``gemkd --help`` lists them."""
-    from gemkd.experiments.cli import clean, data, run, store, teacher
+    from gemkd.experiments.cli import clean, data, plan, run, store, teacher
 
-    return (*data.COMMANDS, *teacher.COMMANDS, *store.COMMANDS, *run.COMMANDS, *clean.COMMANDS)
+    return (*data.COMMANDS, *teacher.COMMANDS, *store.COMMANDS, *run.COMMANDS, *plan.COMMANDS,
+            *clean.COMMANDS)
 
 
 def build_parser() -> argparse.ArgumentParser:
