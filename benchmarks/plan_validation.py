@@ -16,6 +16,8 @@ Usage::
     python -m benchmarks.plan_validation sim [--runs 1000] [--samples 500]
     python -m benchmarks.plan_validation real --out /tmp/plan [--pilot-seeds 0,1,2]
         [--seeds 10] [--set KEY=VALUE ...] [--threads 1]
+    python -m benchmarks.plan_validation eval-days --out /tmp/plan --set data.n_days=16
+        [--days 12,14] [--more 12,16] [--seeds 0,1,2] [--set KEY=VALUE ...]
 """
 
 from __future__ import annotations
@@ -191,6 +193,64 @@ def run_real(out: Path, pilot_seeds: list[int], seeds: int, sets: list[str], thr
             "figures": figures}
 
 
+def run_eval_days(out: Path, seeds: list[int], sets: list[str], threads: int,
+                  days: tuple[int, int], more: tuple[int, int]) -> dict:
+    """The same training evaluated on ``days`` and then on ``more`` evaluation days (forward
+    passes only; the second run is a copy of the first, so data and teacher are reused): the
+    half-widths before and after, and the planner's prediction for the users' factor the
+    evaluation rows grew by (it assumes new users: more days of the same users help less)."""
+    import shutil
+
+    from benchmarks.common import run_child
+    from gemkd.experiments.report.run_plan import plan_run
+    from gemkd.experiments.report.summary import RunView
+
+    def gemkd_run(run_dir: Path, eval_days: tuple[int, int]) -> float:
+        argv = ["-m", "gemkd.experiments.cli", "run", "experiments/quickstart.yaml", "--out",
+                str(run_dir), "--threads", str(threads), "--workers", "1",
+                "--set", f"seeds=[{','.join(map(str, seeds))}]",
+                "--set", f"eval_days=[{eval_days[0]},{eval_days[1]}]"]
+        for s in sets:
+            argv += ["--set", s]
+        return run_child(argv, f"gemkd run {run_dir}", threads=threads).seconds
+
+    before_dir, after_dir = out / "eval_before", out / "eval_after"
+    t_before = gemkd_run(before_dir, days)
+    if after_dir.exists():
+        shutil.rmtree(after_dir)
+    shutil.copytree(before_dir, after_dir)
+    t_after = gemkd_run(after_dir, more)
+    before, after = RunView(before_dir), RunView(after_dir)
+    figures = []
+    for task in before.tasks:
+        for stat in ("delta_ne", "vs_kd"):
+            plan = plan_run(before_dir, 1.0, task=task, stat=stat)
+            if stat not in plan.components:
+                continue
+            c = plan.components[stat]
+            sb = _size(before, task)
+            sa = _size(after, task)
+            k_rows, k_users = sa[1] / sb[1], sa[0] / sb[0]
+            figures.append({
+                "task": task, "stat": stat, "users": [sb[0], sa[0]], "rows": [sb[1], sa[1]],
+                "half_width_before": _half(before, task, stat),
+                "half_width_after": _half(after, task, stat),
+                "predicted_if_rows_were_new_users": predict(
+                    c, int(c.n_worlds), int(round(c.n_seeds)), k_rows).half_width,
+                "predicted_at_the_users_factor": predict(
+                    c, int(c.n_worlds), int(round(c.n_seeds)), k_users).half_width,
+                "predicted_as_run": predict(c, int(c.n_worlds),
+                                            int(round(c.n_seeds))).half_width})
+    return {"seeds": seeds, "sets": sets, "eval_days": [list(days), list(more)],
+            "seconds": [t_before, t_after], "figures": figures}
+
+
+def _size(run, task: str) -> tuple[float, float]:
+    f = run.sensitivity
+    f = f[(f["teacher_lag_days"] == run.lag) & (f["domain"] == run.domain) & (f["task"] == task)]
+    return float(f["n_users"].iloc[0]), float(f["eval_rows"].iloc[0])
+
+
 def _rows(run, task: str, stat: str) -> pd.DataFrame:
     """The main slice's rows of a contrast, its reference row (of width 0) left out."""
     t = run.csv_table
@@ -221,6 +281,13 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--set", action="append", default=[])
     r.add_argument("--threads", type=int, default=1)
     r.add_argument("--effect", type=float, default=None)
+    e = sub.add_parser("eval-days")
+    e.add_argument("--out", type=Path, required=True)
+    e.add_argument("--seeds", default="0,1,2")
+    e.add_argument("--days", default="12,14")
+    e.add_argument("--more", default="12,16")
+    e.add_argument("--set", action="append", default=[])
+    e.add_argument("--threads", type=int, default=1)
     p.add_argument("--json", type=Path, default=None)
     args = p.parse_args(argv)
     t0 = time.perf_counter()
@@ -228,6 +295,12 @@ def main(argv: list[str] | None = None) -> int:
         table = run_sim(args.runs, args.samples)
         print(table.to_string(index=False, float_format=lambda x: f"{x:.4g}"))
         result: dict = {"sim": table.to_dict(orient="records")}
+    elif args.what == "eval-days":
+        days = tuple(int(x) for x in args.days.split(","))
+        more = tuple(int(x) for x in args.more.split(","))
+        result = run_eval_days(args.out, [int(x) for x in args.seeds.split(",")], args.set,
+                               args.threads, days, more)  # type: ignore[arg-type]
+        print(json.dumps(result, indent=2, default=float))
     else:
         result = run_real(args.out, [int(x) for x in args.pilot_seeds.split(",")], args.seeds,
                           args.set, args.threads, args.effect)
