@@ -20,7 +20,7 @@ import pandas as pd
 
 from gemkd.experiments.report.cluster_files import load_eval_sets, unique_groups
 from gemkd.experiments.report.family import PRIMARY
-from gemkd.experiments.report.summary import f4, lag_str
+from gemkd.experiments.report.summary import f4, lag_str, md_table
 from gemkd.experiments.report.world_arrays import per_seed, world_arrays
 from gemkd.experiments.results_schema import BASELINE, CELL_KEYS, KD
 from gemkd.transfer.metrics.contrasts import Units, covariance, difference
@@ -202,9 +202,10 @@ def mde_sentence(run: RunView) -> str:
         return ""
     split = _pct(_split(run, "delta_ne"))
     return (f" At 80 % power and two-sided {100 * (1 - run.intervals.level):.0f} % it detects a "
-            f"{' and a '.join(parts)} (median over variants); ΔNE's variance is {split} "
-            "evaluation users / training seeds / worlds (section Sensitivity; `gemkd plan` says "
-            "what a larger run would resolve).")
+            f"{' and a '.join(parts)} (median over variants: the MDE, the true difference "
+            "resolved 80 % of the time); ΔNE's variance is split "
+            f"{split} between evaluation users / training seeds / worlds (section Sensitivity; "
+            "`gemkd plan` says what a larger run would resolve).")
 
 
 def _split(run: RunView, stat: str) -> dict[str, float]:
@@ -254,8 +255,6 @@ def sensitivity_section(run: RunView) -> list[str]:
             cells += [f"±{f4(r[f'{stat}_half_width'])}", f4(r[f"{stat}_mde"]),
                       f4(holm_mde) if math.isfinite(holm_mde) else "—", _pct(split)]
         table.append(cells)
-    from gemkd.experiments.report.summary import md_table
-
     pct = round(100 * level)
     out += [md_table(("variant", f"ΔNE half-width ({pct} %)", "ΔNE MDE", "MDE (Holm)",
                       "users / seeds / worlds", f"vs KD half-width ({pct} %)", "vs KD MDE",

@@ -84,7 +84,7 @@ def test_holm_mde_is_on_primary_rows_only_and_stricter(table):
 def test_report_states_mde_split_and_plan(one_world):
     text = (one_world / "report.md").read_text()
     assert "At 80 % power and two-sided 5 % it detects a ΔNE of" in text
-    assert "evaluation users / training seeds / worlds" in text
+    assert "between evaluation users / training seeds / worlds" in text
     section = text[text.index("## Sensitivity"):]
     assert "| kd_aux |" in section.split("\n\n")[2]
     assert "To detect ΔNE − ΔNE(KD) = 0.001" in section
