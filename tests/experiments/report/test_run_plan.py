@@ -148,21 +148,12 @@ def test_plan_command_prints_and_fails_cleanly(one_world, capsys):
     assert err == [f"error: {one_world}: --task 'nope': the run has click, conversion"]
 
 
-def _check(case) -> None:
+@pytest.mark.parametrize("case", SIM_CASES, ids=lambda c: c[3])
+def test_planner_predicts_the_rerun_half_width_in_the_null_simulation(case):
+    """150 pilots (1 × 3 seeds, or 3 × 3 for worlds) and 150 runs at the planned size."""
     name, pilot, planned, mix, pair = case
     got = sim_check(name, pilot, planned, mix, pair, runs=150, samples=150)
     # the planner from the true components: the report's half-width at that size
     assert got.from_truth == pytest.approx(np.mean(got.realized), rel=0.08)
     # from each pilot's own estimates: unbiased on average within ±25 %
     assert 0.8 <= got.bias <= 1.25, got.row()
-
-
-def test_planner_predicts_the_rerun_half_width_in_the_null_simulation():
-    _check(SIM_CASES[2])
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("case", [c for i, c in enumerate(SIM_CASES) if i != 2],
-                         ids=lambda c: c[0])
-def test_planner_predicts_reruns_of_every_shape(case):
-    _check(case)
