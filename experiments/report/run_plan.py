@@ -84,8 +84,9 @@ class Plan:
         parts = []
         stat = next(iter(self.components))
         opts = self.options[self.options["stat"] == stat].set_index("option")
+        together = next((o for o in opts.index if o.endswith("×m")), None)
         for name, what in (("seeds only", "seeds"), ("users only", "users_factor"),
-                           ("worlds only", "worlds")):
+                           ("worlds only", "worlds"), (together, "all")):
             if name not in opts.index:
                 continue
             r = opts.loc[name]
@@ -93,6 +94,9 @@ class Plan:
                 parts.append(f"{name}: not within {LIMIT:,}")
             elif what == "users_factor":
                 parts.append(f"users only: {_factor(r['users_factor'])} the evaluation users")
+            elif what == "all":
+                parts.append(f"together: {r['worlds']:,} world(s), {r['seeds']:,} seeds and "
+                             f"{_factor(r['users_factor'])} the users")
             else:
                 parts.append(f"{name}: {r[what]:,} {what}")
         return (f"To detect {NAMES[stat]} = {self.effect:g} (about what an ads team acts on, "

@@ -230,8 +230,9 @@ def sensitivity_section(run: RunView) -> list[str]:
              & (t["task"] == run.task)]
     level = run.intervals.level
     holm_level = rows["holm_level"].dropna()
-    holm = (f" Holm: at α/m = {holm_level.iloc[0]:.4f}, Holm's strictest step (a primary "
-            "comparison resolved before no other)." if len(holm_level) else "")
+    holm = (f" MDE (Holm): a primary comparison's at α/m = {holm_level.iloc[0]:.4f}, Holm's "
+            "strictest step (what it needs when no other comparison is resolved before it)."
+            if len(holm_level) else "")
     out = [f"## Sensitivity (domain {run.domain}, task {run.task}, teacher lag "
            f"{lag_str(run.lag)} days)", "",
            f"Minimum detectable effect (MDE): the true difference this run's interval excludes "
