@@ -225,7 +225,8 @@ def plan_for(run: RunView, effect: float, power: float = POWER, alpha: float = 0
         "Predictions assume the components stay as measured: users' variance scales with "
         "1/users (new, independent users; more days of the same users help less), seeds' with "
         "1/seeds, worlds' with 1/worlds; an estimate from few seeds (S − 1 df) or worlds is "
-        "itself noisy, so the sizes are a guide, not a guarantee (DESIGN §6)."]
+        "itself noisy, so the sizes are a guide, not a guarantee (DESIGN §6). 'as run' is what "
+        "a run of this size gives on average; report.md's half-width is this run's own draw."]
     if c0.n_worlds < 2:
         notes.append("Worlds: this run has one world, so the worlds' variance is not measured "
                      "and the options with more worlds assume it is 0 (they are optimistic if "
@@ -291,12 +292,3 @@ def _ceil_sig(x: float, digits: int) -> float:
     """``x`` rounded up to ``digits`` significant digits."""
     step = 10 ** (math.floor(math.log10(x)) - digits + 1)
     return math.ceil(x / step - 1e-9) * step
-
-
-def plan_command(run_dir: str | Path, effect: float, power: float = POWER,
-                 alpha: float = 0.05, task: str | None = None, domain: str | None = None,
-                 variant: str | None = None, stat: str = "both", holm: bool = False) -> str:
-    """``gemkd plan``'s text: :func:`plan_run`'s plan as a table per contrast."""
-    return plan_run(run_dir, effect, power, alpha, task, domain, None, variant, stat,
-                    holm).text()
-
