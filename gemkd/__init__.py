@@ -44,6 +44,7 @@ _API: dict[str, str] = {
     "render_report": "gemkd.experiments.report",
     "write_report": "gemkd.experiments.report",
     "report_command": "gemkd.experiments.report",
+    "plan_run": "gemkd.experiments.report.run_plan",
     "summarize": "gemkd.experiments.report",
     # data
     "SynthConfig": "gemkd.transfer.data.synth",

@@ -27,9 +27,9 @@ VERBOSE = Opt("--verbose", "also log progress details and Lightning's info lines
 
 def commands() -> tuple[Command, ...]:
     """Every command, in the order ``gemkd --help`` lists them."""
-    from gemkd.experiments.cli import clean, data, run, serving, store, teacher
+    from gemkd.experiments.cli import clean, data, plan, run, serving, store, teacher
 
-    return (*data.COMMANDS, *teacher.COMMANDS, *store.COMMANDS, *run.COMMANDS,
+    return (*data.COMMANDS, *teacher.COMMANDS, *store.COMMANDS, *run.COMMANDS, *plan.COMMANDS,
             *serving.COMMANDS, *clean.COMMANDS)
 
 

@@ -13,6 +13,7 @@ from gemkd.experiments.report.forest import PREFIX, forest_name
 from gemkd.experiments.report.missing import missing_note, missing_runs
 from gemkd.experiments.report.plots import no_ratio_reason, write_run_plots
 from gemkd.experiments.report.robustness import section as robustness_section
+from gemkd.experiments.report.sensitivity import sensitivity_section
 from gemkd.experiments.report.summary import (
     RunView,
     lag_str,
@@ -111,6 +112,7 @@ def render(run: RunView) -> str:
     out += ["## What it means", "", " ".join(sentences(run)), ""]
     out += _efficiency_note(run)
     out += twins_section(run)
+    out += sensitivity_section(run)
 
     out += [f"## Every task (domain {run.domain}, teacher lag {lag_str(run.lag)} days)", ""]
     if run.has_intervals:

@@ -208,10 +208,21 @@ class RunView:
         """intervals.csv: every interval at 95 %, the verdicts (Holm's for the primary
         comparisons), each verdict's family and the primary ones' adjusted intervals."""
         if self.family is not None:
-            return self.family.with_csv_columns(self.intervals.table)
-        out = self.intervals.table.reindex(columns=[*COLUMNS, *CSV_COLUMNS])
-        out[["gain_family", "kd_family"]] = ""
-        return out
+            out = self.family.with_csv_columns(self.intervals.table)
+        else:
+            out = self.intervals.table.reindex(columns=[*COLUMNS, *CSV_COLUMNS])
+            out[["gain_family", "kd_family"]] = ""
+        from gemkd.experiments.report.sensitivity import with_sensitivity  # it reads RunView
+
+        return with_sensitivity(self, out)
+
+    @cached_property
+    def sensitivity(self) -> pd.DataFrame:
+        """Each row's MDE, variance split and variance components
+        (gemkd.experiments.report.sensitivity)."""
+        from gemkd.experiments.report.sensitivity import sensitivity_frame
+
+        return sensitivity_frame(self, self.family.size if self.family is not None else 0)
 
     @cached_property
     def shown_table(self) -> pd.DataFrame:

@@ -14,6 +14,7 @@ from gemkd.experiments.report.family import EXPLORATORY, PRIMARY
 from gemkd.experiments.report.family_text import DAGGER, family_sentence, headline
 from gemkd.experiments.report.intervals import GAIN, LOSS, METHOD_TEXT, UNRESOLVED
 from gemkd.experiments.report.robustness import sentence as robustness_sentence
+from gemkd.experiments.report.sensitivity import mde_sentence
 from gemkd.experiments.report.summary import RunView, ci, f4, lag_str, md_table, pm
 from gemkd.experiments.report.teacher_diag import teacher_auc_better
 from gemkd.experiments.report.teacher_first import teacher_better
@@ -190,6 +191,7 @@ def rule_paragraph(run: RunView) -> str:
         if math.isfinite(k_med):
             text += f", that of the difference to plain KD {f4(k_med)} (at most {f4(k_max)})"
         text += "; a smaller effect reads as not resolved."
+    text += mde_sentence(run)
     return text + twins_sentence(run) + sampled
 
 
