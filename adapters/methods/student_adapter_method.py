@@ -106,9 +106,10 @@ class Adapter(TransferMethod):
                                                     lr=self.adapter_lr, **kwargs)
         return [self._opt]
 
-    def _objective(self, z: Tensor, y: Tensor) -> Tensor:
-        """(labels [B, T] for a stacked pack's z [K, B, T]: a member at a time, member_wise)"""
-        return member_wise(self._objective_of, z, y)
+    def _objective(self, z: Tensor, y: Tensor, found: Tensor | None) -> Tensor:
+        """The objective's mean over the found rows (labels [B, T] for a stacked pack's z
+        [K, B, T]: a member at a time, member_wise, its value and gradient its run's)."""
+        return member_wise(lambda zk: masked_mean(self._objective_of(zk, y), found), z)
 
     def _objective_of(self, z: Tensor, y: Tensor) -> Tensor:
         if self.objective == "bce":
@@ -129,7 +130,7 @@ class Adapter(TransferMethod):
     def before_student(self, step: StepState) -> None:
         t = step.teacher
         z = self._forward(step)
-        a_loss = masked_mean(self._objective(z, step.batch.labels), t.found)
+        a_loss = self._objective(z, step.batch.labels, t.found)
         step.log("train/adapter_loss", a_loss)
         if self.update == "fused":
             self._pending = a_loss

@@ -90,6 +90,26 @@ def test_the_ledger_s_final_runs_are_parsed(tmp_path):
     assert runs[0].record == {"metrics": {"ne/click/all": 0.9}}
 
 
+def test_a_ledger_record_is_whole_and_checked(tmp_path, caplog):
+    """Appended records carry a check; a changed byte or a torn tail is not a record (a
+    warning names the file and line), and the next append cuts the torn tail first."""
+    run = RunDir(tmp_path)
+    run.append_ledger("a", {"metrics": {"ne/click/all": 0.8123456789}})
+    run.append_ledger("b", {"metrics": {"ne/click/all": 0.5}})
+    assert all(json.loads(line)["check"] for line in run.ledger_path.read_text().splitlines())
+    assert run.ledger() == {"a": {"metrics": {"ne/click/all": 0.8123456789}},
+                            "b": {"metrics": {"ne/click/all": 0.5}}}
+    text = run.ledger_path.read_text()
+    run.ledger_path.write_text(text.replace("0.8123456789", "0.8123456788")[:-9])
+    with caplog.at_level("WARNING"):
+        assert run.ledger() == {}
+    assert f"{run.ledger_path} line 1: not a whole ledger record" in caplog.text
+    assert f"{run.ledger_path} line 2: not a whole ledger record" in caplog.text
+    run.append_ledger("c", {"metrics": {}})
+    assert run.ledger_path.read_text().splitlines()[1].startswith('{"key": "c"')
+    assert list(run.ledger()) == ["c"]
+
+
 def test_one_schema_for_writer_and_reader():
     from gemkd.experiments.report import table_names
     from gemkd.experiments.run import results

@@ -80,7 +80,7 @@ def truncated_data(run: TinyRun) -> str:
     path = run.data / "day=5" / "part-0.parquet"
     raw = path.read_bytes()
     path.write_bytes(raw[: len(raw) // 2])
-    return f"{path}: not a readable Parquet file"
+    return f"{path}: sha256 "  # the run checks its days' part digests before it reads them
 
 
 @pytest.mark.parametrize("damage", [flip_byte, nan_logit, other_teacher, truncated_data],

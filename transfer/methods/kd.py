@@ -88,14 +88,16 @@ class KD(TransferMethod):
         kd_fn = KD_LOSSES[self.kd_loss]
 
         def kd(logits: Tensor, target: Tensor, temperature: float | Tensor) -> Tensor:
-            return kd_fn(logits, target, temperature=temperature, found=found)
+            return masked_mean(kd_fn(logits, target, temperature=temperature, found=found),
+                               found)
 
-        # a stacked pack's members one at a time (member_wise: their numbers their own)
+        # a stacked pack's members one at a time, the loss and its mean (member_wise: each
+        # member's numbers its run's)
         if step.distill_logits is not None:
-            value = _scaled(step.distill_weight, masked_mean(
-                member_wise(kd, step.distill_logits, target, self.temperature), found))
+            value = _scaled(step.distill_weight,
+                            member_wise(kd, step.distill_logits, target, self.temperature))
         else:
-            value = masked_mean(member_wise(kd, out.logits, target, self.temperature), found)
+            value = member_wise(kd, out.logits, target, self.temperature)
         step.log("train/kd_loss", value)
         return {"kd": _scaled(self.kd_weight, value)}
 

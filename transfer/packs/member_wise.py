@@ -1,12 +1,14 @@
-"""An elementwise op over a stacked pack's ``[K, ...]`` tensors, one member's slice at a time.
+"""A loss over a stacked pack's ``[K, ...]`` tensors, one member's slice at a time.
 
 Why: the CPU kernels of transcendental ops (the sigmoid inside BCE-with-logits' gradient,
 ``exp``, ``log1p``) compute most elements in SIMD vectors and the last few of a tensor one at a
 time, and the two paths differ in the last bit. Over a stacked ``[K, B, T]`` tensor, which of a
 member's elements fall in that tail depends on K and the member's place, so a member of a pack
-of 3 differed from its run alone by up to 2.4e-9 NE (docs/notes/2026-12-06-integrity.md). A
+of 3 differed from its run alone by up to 3.7e-9 NE (docs/notes/2026-12-06-integrity.md). A
 slice ``[k:k+1]`` is its own tensor to the kernel: its elements take the paths they take in a
-run alone (a pack of one), so the member's numbers do not depend on the pack.
+run alone (a pack of one), so the member's numbers do not depend on the pack. A mean over the
+rows of ``[K, B, T]`` also rounds otherwise than over ``[1, B, T]`` (T > 1): a loss is sliced
+with its mean.
 """
 
 from __future__ import annotations

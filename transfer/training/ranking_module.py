@@ -284,14 +284,9 @@ class RankingModule(pl.LightningModule):
         """``(weighted total, per-task [T])`` BCE-with-logits; masked entries are ignored. A
         stacked pack's ``logits [K, B, T]`` against the same ``labels [B, T]`` give each
         member's: ``([K], [K, T])``."""
-        logits = logits.float()
-        if mask is None:
-            per_task = member_wise(_bce, logits, labels.expand_as(logits)).mean(dim=-2)
-        else:
-            w = mask.to(logits.dtype)
-            y = torch.where(mask, labels, torch.zeros_like(labels)).expand_as(logits)
-            bce = member_wise(_bce, logits, y) * w
-            per_task = bce.sum(dim=-2) / w.sum(dim=0).clamp_min(1.0)
+        # a stacked pack's members one at a time, the BCE and its mean (member_wise: each
+        # member's numbers its run's)
+        per_task = member_wise(lambda x: _per_task(x, labels, mask), logits.float())
         total = (per_task * self.task_weight.to(per_task.dtype)).sum(dim=-1)
         return total, per_task
 
@@ -373,6 +368,13 @@ class RankingModule(pl.LightningModule):
         }
 
 
-def _bce(logits: Tensor, labels: Tensor) -> Tensor:
-    """Elementwise BCE-with-logits (``member_wise``'s op: a stacked pack's member at a time)."""
-    return F.binary_cross_entropy_with_logits(logits, labels, reduction="none")
+def _per_task(logits: Tensor, labels: Tensor, mask: Tensor | None) -> Tensor:
+    """BCE-with-logits of ``logits [B, T]`` (or ``[1, B, T]``) averaged over the rows, per
+    task; masked entries are ignored."""
+    if mask is None:
+        return F.binary_cross_entropy_with_logits(
+            logits, labels.expand_as(logits), reduction="none").mean(dim=-2)
+    w = mask.to(logits.dtype)
+    y = torch.where(mask, labels, torch.zeros_like(labels)).expand_as(logits)
+    bce = F.binary_cross_entropy_with_logits(logits, y, reduction="none") * w
+    return bce.sum(dim=-2) / w.sum(dim=0).clamp_min(1.0)
