@@ -99,6 +99,16 @@ def _days(n: int) -> str:
     return f"{n} day" if n == 1 else f"{n} days"
 
 
+def _floor2(x: float) -> str:
+    """``x`` rounded down to 2 decimals: a range's low end that no world falls below (0.995×
+    shows as 0.99×, not as 1.00×)."""
+    return f"{math.floor(100 * x) / 100:.2f}"
+
+
+def _ceil2(x: float) -> str:
+    return f"{math.ceil(100 * x) / 100:.2f}"
+
+
 def _span(days: Any) -> str:
     """A spec's half-open day range ``[a, b]`` as it means: ``[a, b)``."""
     a, b = (int(x) for x in days)
@@ -225,7 +235,7 @@ def _setup_lines(cfg: ScalingConfig, points: list[Point], spec: dict[str, Any],
             f"| D = {p.days} | {_span(d['teacher_days'].iloc[0])} | "
             + ", ".join(f"{int(r):,}" for r in d["teacher_rows"]) + " | "
             + ", ".join(f"{int(r):,}" for r in d["student_rows"]) + " | "
-            f"{p.multiple:.1f}× ({d['ratio'].min():.1f}–{d['ratio'].max():.1f}) | "
+            f"{p.multiple:.1f}× ({_floor2(d['ratio'].min())}–{_ceil2(d['ratio'].max())}) | "
             f"{_days(min(p.days, cfg.window_cap))} |")
     same = (f" of the same worlds (the cached data steps {', '.join(points[0].data_steps)} at "
             "every point)" if points[0].data_steps else "")
@@ -382,7 +392,12 @@ def _pilot_lines(ra: RankAgreement, small: Point, large: Point, agree: pd.DataFr
                    + ("no comparison against KD is resolved after Holm at either point, so "
                       "they carry no signal at this size" if all_open else
                       f"{int(agree['same'].sum())} of {len(agree)} verdicts against KD are the "
-                      "same at both points")
+                      "same at both points" + "".join(
+                          f"; {v}: {r['small']} at D = {small.days} → {r['large']} at D = "
+                          f"{large.days}, which a pilot at the small teacher would not have "
+                          "found" if r["large"] != "not resolved" else
+                          f"; {v}: {r['small']} at D = {small.days} → {r['large']} at D = "
+                          f"{large.days}" for v, r in agree.iterrows() if not r["same"]))
                    + (f"; at D = {small.days} {', '.join(unadj)} beat"
                       + ("s" if len(unadj) == 1 else "") + " KD unadjusted, a hint, not a "
                       "verdict" if unadj else "") + ";")
@@ -454,9 +469,11 @@ def render(cfg: ScalingConfig, command: str, page: Path, task: str = "click"
               f"`{task}` on `{domain}`, lag 0. Every interval is the report's (`gemkd report`: t "
               "intervals over the worlds' seed-averaged values; intervals.csv of each point); "
               "**✓** / **✗** the report's verdict at that point, a real gain / loss (ΔNE) or "
-              "beats / below KD (− KD columns): Holm-adjusted within the point's primary family "
-              "(the report's rule), so an interval that excludes 0 without a mark is resolved "
-              "only unadjusted. TR = ΔNE / (NE(baseline) − NE(teacher)), — where the report "
+              "beats / below KD (− KD columns). The primary comparisons (plain KD's ΔNE and every "
+              "− KD column) are Holm-adjusted within the point's primary family (the report's "
+              "rule), so a primary interval that excludes 0 without a mark is resolved only "
+              "unadjusted; the other variants' ΔNE verdicts are the report's exploratory ones "
+              "(unadjusted). TR = ΔNE / (NE(baseline) − NE(teacher)), — where the report "
               "leaves it empty: the teacher's advantage NE(baseline) − NE(teacher) has an "
               "interval that does not lie above 0 (a ratio to noise). The "
               "teacher's share of the oracle gap is (NE(baseline) − NE(teacher)) / "

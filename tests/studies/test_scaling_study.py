@@ -85,10 +85,11 @@ def test_shipped_config_grows_only_the_teacher():
 
 
 @pytest.mark.slow
-def test_shipped_config_teacher_is_at_least_d_times_the_student(tmp_path):
-    """The shipped points are at least 1x, 4x, 16x the student's rows in every world: one
-    teacher day (every domain) is at least the student's days of its domain. Generates the
-    config's worlds (~1 min each on one core)."""
+def test_shipped_config_teacher_is_at_least_d_times_the_student_on_average(tmp_path):
+    """The shipped points are at least 1x, 4x, 16x the student's rows on average over the
+    worlds: one teacher day (every domain) is at least the student's days of its domain, mean
+    over the worlds (each world draws its own domain mix, so a world's multiple varies: the page
+    states the range). Generates the config's worlds."""
     from gemkd.experiments.run.data_ratio import rows_in
     from gemkd.experiments.run.data_sources import data_plan
     from gemkd.transfer.data.schema import day_range
@@ -96,16 +97,19 @@ def test_shipped_config_teacher_is_at_least_d_times_the_student(tmp_path):
     cfg = load_config(ROOT / "studies/scaling.yaml")
     specs = {d: load_spec(cfg.base, cfg.point_sets(d)) for d in cfg.teacher_days}
     first = specs[cfg.teacher_days[0]]
+    ratios: dict[int, list[float]] = {d: [] for d in specs}
     for world in first.data.seeds:
         plan = data_plan(first, world)
         assert plan.make is not None
         plan.make(tmp_path / f"w{world}")
         student = rows_in(tmp_path / f"w{world}", day_range(first.student_days),
                           [first.student_domain] if first.student_domain else None)
-        assert student > 0
+        assert 0 < student < rows_in(tmp_path / f"w{world}", day_range(first.student_days))
         for d, spec in specs.items():
-            teacher = rows_in(tmp_path / f"w{world}", spec.teacher_seen(0))
-            assert teacher >= d * student, (world, d, teacher, student)
+            ratios[d].append(rows_in(tmp_path / f"w{world}", spec.teacher_seen(0)) / student)
+    for d, r in ratios.items():
+        assert np.mean(r) >= d, (d, r)
+        assert r == pytest.approx([d * x for x in ratios[1]])  # d days of the same traffic
 
 
 # --- the rank agreement ---------------------------------------------------------------------
@@ -215,6 +219,7 @@ def test_page_from_fake_runs(tmp_path):
     # the student's rows per world, the same at both points; the multiples per world
     assert text.count("| 10,000, 12,000, 8,000 |") == 2
     assert "| D = 16 | [0, 16) | 192,000, 192,000, 192,000 |" in text
+    assert "| 19.7× (16.00–24.00) | 4 days |" in text  # mean, the range by world
     # ΔNE with the report's interval and verdict; the teacher's share of the oracle gap
     assert "+0.0300 [+0.0250, +0.0350] **✓**" in text
     share = np.mean([(0.90 + 0.002 * w - 0.80) / (0.90 + 0.002 * w - 0.70) for w in rows])
