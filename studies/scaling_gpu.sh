@@ -5,7 +5,7 @@
 # student runs on the CPU cores in WORKERS processes. Writes runs/scaling_large/d<D>/ and
 # docs/results/SCALING_LARGE.md with its plots; cached, so a rerun after an interruption resumes
 # and a finished study only reports.
-# Not timed yet; the 2-core run of studies/scaling.yaml (half the world, 3 worlds x 2 seeds, 1 to
+# Not timed yet; the 2-core run of studies/scaling.yaml (half the world, 4 worlds x 3 seeds, 1 to
 # 16 days) is in docs/notes/2026-12-06-scaling.md.
 #
 #   make install TORCH_INDEX=     # once: PyPI's CUDA build of torch

@@ -31,7 +31,7 @@ from gemkd.transfer.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]
 #: Keys every point sets itself (from the point's D); the config's ``sets`` may not.
-POINT_KEYS = ("teacher_stream_start", "teacher_window_days", "teacher_protocol")
+POINT_KEYS = ("name", "teacher_stream_start", "teacher_window_days", "teacher_protocol")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,6 +59,7 @@ class ScalingConfig:
     def point_sets(self, days: int) -> list[str]:
         """The ``--set key=value`` overrides of the point whose teacher learns from ``days``."""
         sets = dict(self.sets)
+        sets["name"] = f"{self.name}_d{days}"  # the point's report is titled by the point
         sets["teacher_protocol"] = "streaming"
         sets["teacher_stream_start"] = self.end - days  # 0 (every day) at D = T
         sets["teacher_window_days"] = min(days, self.window_cap)

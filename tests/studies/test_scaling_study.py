@@ -21,7 +21,7 @@ from studies.scaling_rank import rank_agreement, tau_b_rows
 from studies.scaling_study import ROOT, load_config, main, run_order
 
 GOOD = {"base": "experiments/benchmark.yaml", "teacher_days": [1, 4, 16], "window_cap": 4,
-        "sets": {"teacher_days": 16, "student_days": [16, 20], "eval_days": [20, 22],
+        "sets": {"teacher_days": 16, "student_days": [16, 18], "eval_days": [18, 22],
                  "data.n_days": 22, "variants": ["baseline", "kd", "kd_repr"]}}
 
 
@@ -40,9 +40,12 @@ def test_config_and_point_overrides(tmp_path):
     sets = dict(s.split("=", 1) for s in cfg.point_sets(4))
     assert sets["teacher_stream_start"] == "12" and sets["teacher_window_days"] == "4"
     assert sets["teacher_protocol"] == "streaming"
-    assert sets["student_days"] == "[16, 20]" and sets["variants"] == "[baseline, kd, kd_repr]"
+    assert sets["student_days"] == "[16, 18]" and sets["variants"] == "[baseline, kd, kd_repr]"
     one = dict(s.split("=", 1) for s in cfg.point_sets(1))
     assert one["teacher_stream_start"] == "15" and one["teacher_window_days"] == "1"
+    # each point's run is named by it: its report.md is titled scaling_d<D>
+    assert (sets["name"], one["name"]) == ("scaling_d4", "scaling_d1")
+    assert load_spec(cfg.base, cfg.point_sets(16)).name == "scaling_d16"
     assert cfg.run_dir(16) == tmp_path / "runs" / "d16"
 
 
@@ -52,7 +55,8 @@ def test_config_and_point_overrides(tmp_path):
     ({"teacher_days": [1, 32]}, "teacher_days"),
     ({"window_cap": 0}, "window_cap"),
     ({"sets": {**GOOD["sets"], "teacher_stream_start": 3}}, "sets.teacher_stream_start"),
-    ({"sets": {"student_days": [16, 20]}}, "sets.teacher_days"),
+    ({"sets": {**GOOD["sets"], "name": "x"}}, "sets.name"),
+    ({"sets": {"student_days": [16, 18]}}, "sets.teacher_days"),
     ({"base": "experiments/nope.yaml"}, "base"),
     ({"points": 3}, "points"),
 ])
@@ -78,6 +82,34 @@ def test_shipped_config_grows_only_the_teacher():
         assert (spec.student_days, spec.eval_days, spec.student_domain, spec.data) == \
             (first.student_days, first.eval_days, first.student_domain, first.data)
     assert len(first.data.seeds) >= 3
+
+
+@pytest.mark.slow
+def test_shipped_config_teacher_is_at_least_d_times_the_student_on_average(tmp_path):
+    """The shipped points are at least 1x, 4x, 16x the student's rows on average over the
+    worlds: one teacher day (every domain) is at least the student's days of its domain, mean
+    over the worlds (each world draws its own domain mix, so a world's multiple varies: the page
+    states the range). Generates the config's worlds."""
+    from gemkd.experiments.run.data_ratio import rows_in
+    from gemkd.experiments.run.data_sources import data_plan
+    from gemkd.transfer.data.schema import day_range
+
+    cfg = load_config(ROOT / "studies/scaling.yaml")
+    specs = {d: load_spec(cfg.base, cfg.point_sets(d)) for d in cfg.teacher_days}
+    first = specs[cfg.teacher_days[0]]
+    ratios: dict[int, list[float]] = {d: [] for d in specs}
+    for world in first.data.seeds:
+        plan = data_plan(first, world)
+        assert plan.make is not None
+        plan.make(tmp_path / f"w{world}")
+        student = rows_in(tmp_path / f"w{world}", day_range(first.student_days),
+                          [first.student_domain] if first.student_domain else None)
+        assert 0 < student < rows_in(tmp_path / f"w{world}", day_range(first.student_days))
+        for d, spec in specs.items():
+            ratios[d].append(rows_in(tmp_path / f"w{world}", spec.teacher_seen(0)) / student)
+    for d, r in ratios.items():
+        assert np.mean(r) >= d, (d, r)
+        assert r == pytest.approx([d * x for x in ratios[1]])  # d days of the same traffic
 
 
 # --- the rank agreement ---------------------------------------------------------------------
@@ -141,13 +173,13 @@ def _fake_run(path: Path, days: int, student_rows: dict[int, int], gains: dict[s
     """A finished point: spec, teacher_data.json, results.csv, intervals.csv, phases.json."""
     path.mkdir(parents=True)
     (path / "spec.yaml").write_text(yaml.safe_dump({
-        "student_domain": "stories", "student_days": [16, 20], "eval_days": [20, 22],
+        "student_domain": "stories", "student_days": [16, 18], "eval_days": [18, 22],
         "seeds": [0, 1], "data": {"preset": "base", "n_users": 800, "examples_per_day": 12000,
                                   "n_days": 22}, "tuning": {"trials": 4},
         "student": {"class_path": "mlp"}}))
     (path / "teacher_data.json").write_text(json.dumps({str(w): {"0": {
         "protocol": "streaming", "teacher_days": [16 - days, 16], "teacher_rows": days * 12000,
-        "student_days": [16, 20], "student_rows": n, "ratio": days * 12000 / n}}
+        "student_days": [16, 18], "student_rows": n, "ratio": days * 12000 / n}}
         for w, n in student_rows.items()}))
     rows = []
     for w in student_rows:
@@ -183,9 +215,11 @@ def test_page_from_fake_runs(tmp_path):
     text = cfg.markdown.read_text()
     assert "**Incomplete:** the points D = [4] have not finished" in text
     assert "Generated by `make scaling`" in text
+    assert "streams days [16, 18) of `stories` and is evaluated on [18, 22)" in text
     # the student's rows per world, the same at both points; the multiples per world
     assert text.count("| 10,000, 12,000, 8,000 |") == 2
-    assert "| D = 16 | [0, 16] | 192,000, 192,000, 192,000 |" in text
+    assert "| D = 16 | [0, 16) | 192,000, 192,000, 192,000 |" in text
+    assert "| 19.7× (16.00–24.00) | 4 days |" in text  # mean, the range by world
     # ΔNE with the report's interval and verdict; the teacher's share of the oracle gap
     assert "+0.0300 [+0.0250, +0.0350] **✓**" in text
     share = np.mean([(0.90 + 0.002 * w - 0.80) / (0.90 + 0.002 * w - 0.70) for w in rows])
