@@ -9,11 +9,21 @@ SIGTERM (``kill PID``, a scheduler's preemption) is handled as Ctrl-C is: the co
 (its workers are stopped on the way: :mod:`gemkd.experiments.run.executors`) instead of dying
 with its children still training. The handlers are the command's only while it runs
 (:func:`handled` puts the previous ones back).
+
+A second signal while the command unwinds raises nothing (a second KeyboardInterrupt would cut
+the unwinding short, workers still running, and end in a traceback from the interpreter's exit
+handlers): it hurries the stop instead, the workers killed at once rather than given time to
+save a checkpoint (:data:`gemkd.experiments.run.executors.HURRY`); a third raises again, for
+code that swallowed the first. After an interrupted command the process's exit is quiet too:
+a signal then ends it at once with 128 + its number (:func:`_quiet_exit`).
 """
 
 from __future__ import annotations
 
+import os
 import signal
+import sys
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -27,12 +37,52 @@ SIGNALS = (signal.SIGINT, signal.SIGTERM)
 EXIT_CODE = 128 + signal.SIGINT
 
 _received: int | None = None
+_count = 0  # signals since the command started
+_quiet_registered = False
+_EXECUTORS = "gemkd.experiments.run.executors"
 
 
 def _on_signal(signum: int, frame: object) -> None:
-    global _received
-    _received = signum
+    global _received, _count
+    _count += 1
+    if _count == 2:  # the command is unwinding: stop its workers now, raise nothing
+        if (executors := sys.modules.get(_EXECUTORS)) is not None:
+            executors.HURRY.set()
+        return
+    if _received is None:
+        _received = signum
     raise KeyboardInterrupt
+
+
+def _exit_now(signum: int, frame: object) -> None:
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError, AttributeError):
+            pass
+    os._exit(128 + signum)
+
+
+def _quiet_exit() -> None:
+    """Once this process starts to exit (after an interrupted command), a signal ends it at
+    once, with no KeyboardInterrupt raised inside an exit handler (a traceback): registered
+    with threading's exit hooks, which run first, before non-daemon threads are joined and
+    before ``atexit``'s."""
+    global _quiet_registered
+    if _quiet_registered:
+        return
+    _quiet_registered = True
+
+    def quiet() -> None:
+        if threading.current_thread() is threading.main_thread():
+            for signum in SIGNALS:
+                signal.signal(signum, _exit_now)
+
+    register = getattr(threading, "_register_atexit", None)
+    try:
+        (register or __import__("atexit").register)(quiet)
+    except RuntimeError:  # already shutting down
+        quiet()
 
 
 @contextmanager
@@ -41,8 +91,10 @@ def handled() -> Iterator[None]:
     back after (Lightning leaves SIGINT ignored once it has handled one; a test that runs a
     command must not leave the command's handlers behind). Off the main thread, where no
     handler can be installed, a KeyboardInterrupt is still one."""
-    global _received
-    _received = None
+    global _received, _count
+    _received, _count = None, 0
+    if (executors := sys.modules.get(_EXECUTORS)) is not None:
+        executors.HURRY.clear()
     previous: dict[int, object] = {}
     try:
         for signum in SIGNALS:
@@ -65,7 +117,8 @@ def is_interrupt(exc: BaseException) -> bool:
 
 def exit_code() -> int:
     """128 + the signal that stopped the command (SIGINT when none was noted: a
-    KeyboardInterrupt raised by other means)."""
+    KeyboardInterrupt raised by other means); the process's exit is quiet from here on."""
+    _quiet_exit()
     return 128 + (_received if _received is not None else signal.SIGINT)
 
 

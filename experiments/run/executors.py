@@ -33,6 +33,9 @@ RETRIES = 1  # a run whose worker died is tried once more on a fresh pool
 #: seconds an aborted sweep's workers get to stop after SIGTERM (a teacher fit finishes its
 #: batch and saves a checkpoint) before they are killed
 STOP_SECONDS = 60.0
+#: set (a second Ctrl-C: gemkd.experiments.cli.interrupt) to kill an aborted sweep's workers
+#: at once instead of waiting STOP_SECONDS for them
+HURRY = threading.Event()
 
 
 class Executor(Protocol):
@@ -259,15 +262,16 @@ class LocalProcesses:
 
 def stop_workers(pool: ProcessPoolExecutor, seconds: float = STOP_SECONDS) -> None:
     """SIGTERM every worker process of ``pool``, then SIGKILL those still alive after
-    ``seconds``. (Python 3.14's ``terminate_workers`` does the first half; before it the pool's
-    processes are only in its private ``_processes``.)"""
+    ``seconds`` (at once when :data:`HURRY` is set). (Python 3.14's ``terminate_workers`` does
+    the first half; before it the pool's processes are only in its private ``_processes``.)"""
     procs = list((getattr(pool, "_processes", None) or {}).values())
     for p in procs:
         if p.is_alive():
             p.terminate()
     deadline = time.monotonic() + seconds
-    for p in procs:
-        p.join(max(0.0, deadline - time.monotonic()))
+    while any(p.is_alive() for p in procs) and time.monotonic() < deadline \
+            and not HURRY.is_set():
+        time.sleep(0.05)
     for p in procs:
         if p.is_alive():
             p.kill()

@@ -21,7 +21,11 @@ Why it is built so:
 
 - **Resumable.** The study lives in ``storage_dir/<name>.journal`` (Optuna's ``JournalStorage``,
   one file per study): a killed run's completed trials are not repeated, and the trial the kill
-  interrupted is handed out again by ``next()``.
+  interrupted is handed out again by ``next()``. Optuna writes an ask as several records (the
+  trial, then each param) and a duplicate's reuse before its score: a kill between them leaves
+  a trial without all its params, or a duplicate never told. Both are finished at the next
+  ask (:meth:`Search._repair`): the missing params are sampled again by the sampler that drew
+  the others, on the same history (so they are the ones the whole ask would have written).
 - **No lock outlives its process.** An append to a journal is guarded by an OS lock on the
   journal file itself (:class:`_KernelLock`, ``flock``), which the kernel drops when its holder
   exits or is killed: a rerun after a SIGKILL at any moment never waits. (Optuna's default, a
@@ -209,6 +213,7 @@ class Search:
         sampled with the others still out (TPE's constant liar). A new ask equal to a finished
         trial is told that trial's score at once; one equal to a trial still out waits for it
         and is told its score too (:meth:`tell`): a duplicate costs no training."""
+        self._repair()
         while True:
             trials = self._study.get_trials(deepcopy=False)
             finished = [t for t in trials if t.state.is_finished()]
@@ -246,6 +251,7 @@ class Search:
     def tell(self, params: Mapping[str, Any], value: float) -> None:
         """Record ``value`` (lower is better) for the params ``next()`` handed out; a value
         that is not finite (a diverged student) marks the trial failed."""
+        self._repair()
         reused = self._study.user_attrs
         running = [t for t in self._study.get_trials(deepcopy=False)
                    if t.state == TrialState.RUNNING]
@@ -304,6 +310,50 @@ class Search:
         return {k: side for k, r in self.space.items() if (side := r.edge(best[k])) is not None}
 
     # ------------------------------------------------------------------ internals
+    def _repair(self) -> None:
+        """Finish the writes a kill cut short: a trial asked without all its params gets the
+        rest (:meth:`_complete`); a duplicate whose twin is finished gets the twin's score."""
+        trials = self._study.get_trials(deepcopy=False)
+        by_number = {t.number: t for t in trials}
+        reused = self._study.user_attrs
+        for t in trials:
+            if t.state != TrialState.RUNNING:
+                continue
+            twin = by_number.get(reused.get(f"reused:{t.number}", -1))
+            if twin is not None and twin.state == TrialState.COMPLETE:
+                self._study.tell(t.number, twin.value)
+            elif twin is not None and twin.state.is_finished():
+                self._study.tell(t.number, state=TrialState.FAIL)
+            elif twin is None and set(t.params) != set(self._dists):
+                self._complete(t, trials)
+
+    def _complete(self, torn: Any, trials: list) -> None:
+        """Write the params ``torn`` lacks: an enqueued trial's from its fixed params, a
+        sampled one's by asking its sampler (seeded for its number) again on a copy of the
+        history it was asked on (the trials before it), with the grid's attributes."""
+        fixed = torn.system_attrs.get("fixed_params")
+        attrs: dict[str, Any] = {}
+        if fixed is not None:
+            values = dict(fixed)
+        else:
+            before = [t for t in trials if t.number < torn.number and
+                      t.state != TrialState.WAITING]
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                shadow = optuna.create_study(direction="minimize",
+                                             sampler=self._make_sampler(len(before)))
+                shadow.add_trials(before)
+                again = shadow.ask(self._dists)
+            values, attrs = again.params, shadow.trials[-1].system_attrs
+        storage = self._study._storage
+        for key, value in attrs.items():
+            if key not in torn.system_attrs:
+                storage.set_trial_system_attr(torn._trial_id, key, value)
+        for name, dist in self._dists.items():
+            if name not in torn.params:
+                storage.set_trial_param(torn._trial_id, name, dist.to_internal_repr(values[name]),
+                                        dist)
+
     def _trial_seed(self, number: int | None) -> int:
         key = f"{self.seed}|{self.seed_key}|{'study' if number is None else number}"
         return int.from_bytes(hashlib.sha256(key.encode()).digest()[:4], "little")
