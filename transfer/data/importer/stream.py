@@ -7,12 +7,17 @@ reader, Parquet record batches with column projection):
    errors naming the file's own row), cut to the mapping's date range, and its vocabularies
    gathered: the distinct ids and categorical values (dense codes are their sorted order),
    the rows of each domain value, log2 buckets' largest, the first time or date (day 0) and
-   the rows of each date (the straggler and gap checks). The converted batch is spilled to a
-   local folder, split by date (calendar days: the local date; buckets: the UTC date).
-2. **write**: date by date, in time order: the date's rows are sorted by (time, file order),
-   numbered, encoded with the vocabularies, and written a row group at a time, each user's
-   most recent ``max_events`` events carried from one date to the next for the histories. A
-   day is one or more part files (``part-K.parquet``, at most ``part_rows`` rows each): the
+   the rows of each date (the straggler and gap checks). The converted batch is sorted by
+   date (calendar days: the local date; buckets: the UTC date) and spilled to a local folder
+   in segments of consecutive dates (``batch_rows / 16`` rows or more each, a date never
+   split), so a log of thousands of thin days spills a few files, not a file per date.
+2. **write**: group by group in time order, a group being consecutive dates of at most
+   ``batch_rows`` rows together (or one larger date): the group's rows are sorted by (date,
+   time, file order), numbered, encoded with the vocabularies, and written a row group at a
+   time, each user's most recent ``max_events`` events carried from one group to the next for
+   the histories (a merge with the carried events per group: the cost of a group grows with
+   the users seen so far, so groups, not dates, keep a thin log's import linear in its rows).
+   A day is one or more part files (``part-K.parquet``, at most ``part_rows`` rows each): the
    writer never holds a day, only a row group.
 
 It writes the same dataset as the in-memory import (``build.import_logs(streaming=False)``),
@@ -46,9 +51,11 @@ from gemkd.transfer.errors import DataError
 log = logging.getLogger(__name__)
 
 BATCH_ROWS = 262_144             # rows read and converted at a time
+SEGMENTS_PER_BATCH = 16          # a batch spills segments of >= batch_rows / 16 rows
 DAY_NS = 86_400 * 10**9
 _COMPACT = 4_000_000             # distinct values gathered before they are deduplicated
 Extract = Callable[[pd.DataFrame, Path, Mapping], dict]
+DATE_KEY = "spill:date"          # a spilled row's partition date (days since 1970-01-01)
 
 
 @dataclass
@@ -104,6 +111,17 @@ class _Scan:
     dates: dict[int, int] = field(default_factory=dict)  # partition → rows
     ts: list[np.ndarray] = field(default_factory=list)   # buckets only
     chunks: int = 0
+    segments: list[_Segment] = field(default_factory=list)  # spilled runs of dates (local)
+
+
+@dataclass(frozen=True)
+class _Segment:
+    """A spilled file: rows of the consecutive dates ``first..last`` of one batch, sorted by
+    date (``chunk``: its number, in read order)."""
+
+    first: int
+    last: int
+    chunk: int
 
 
 def import_streaming(files: list[Path], m: Mapping, side: list[tuple[SideTable, Path]],
@@ -123,7 +141,7 @@ def import_streaming(files: list[Path], m: Mapping, side: list[tuple[SideTable, 
         _range_note(scan, m, notes)
         plan = _Plan.of(scan, m, side, notes)
         schema = plan.schema(m)
-        _write(scan, plan, m, spill, out, schema, part_rows, notes)
+        _write(scan, plan, m, spill, out, schema, part_rows, notes, batch_rows)
     finally:
         shutil.rmtree(spill, ignore_errors=True)
     return schema
@@ -142,15 +160,17 @@ def _scan(files: list[Path], m: Mapping, spill: Path, extract: Extract,
                 continue
             with source.rows_from(first):
                 rows = extract(df, path, m)
-            _gather(scan, rows, m, spill)
+            _gather(scan, rows, m, spill, max(1, batch_rows // SEGMENTS_PER_BATCH))
         log.info("%s: %d rows", path, n)
     if scan.read == 0:
         raise DataError(f"{', '.join(str(f) for f in files)}: no rows")
     return scan
 
 
-def _gather(scan: _Scan, rows: dict, m: Mapping, spill: Path) -> None:
-    """Cut a converted batch to the date range, add it to the vocabularies, spill it by date."""
+def _gather(scan: _Scan, rows: dict, m: Mapping, spill: Path, segment_rows: int = 0) -> None:
+    """Cut a converted batch to the date range, add it to the vocabularies, spill it: in
+    segments of at least ``segment_rows`` rows (``scan.segments``), or with ``segment_rows``
+    0 a file per date in a folder per date (the Ray import's layout, :mod:`.stream_ray`)."""
     n = len(rows["t"])
     order = np.arange(scan.read, scan.read + n, dtype=np.int64)  # file order, over every file
     scan.read += n
@@ -197,6 +217,9 @@ def _gather(scan: _Scan, rows: dict, m: Mapping, spill: Path) -> None:
     if m.domain is not None:
         scan.domain.add(rows["domain"])
     rows["order"] = order
+    if segment_rows:
+        _spill_segments(scan, rows, date, spill, segment_rows)
+        return
     for d in np.unique(date):
         at = np.flatnonzero(date == d)
         folder = spill / f"date={int(d)}"
@@ -205,6 +228,30 @@ def _gather(scan: _Scan, rows: dict, m: Mapping, spill: Path) -> None:
             pickle.dump(_take(rows, at), f, protocol=pickle.HIGHEST_PROTOCOL)
         scan.chunks += 1
         scan.dates[int(d)] = scan.dates.get(int(d), 0) + len(at)
+
+
+def _spill_segments(scan: _Scan, rows: dict, date: np.ndarray, spill: Path,
+                    segment_rows: int) -> None:
+    """A batch's rows sorted by date (stable: read order within a date), spilled as files of
+    consecutive dates, each closed once it holds ``segment_rows`` rows."""
+    at = np.argsort(date, kind="stable")
+    rows = _take(rows, at)
+    rows[DATE_KEY] = date = date[at]
+    present, starts, counts = np.unique(date, return_index=True, return_counts=True)
+    for d, c in zip(present.tolist(), counts.tolist(), strict=True):
+        scan.dates[d] = scan.dates.get(d, 0) + c
+    spill.mkdir(parents=True, exist_ok=True)
+    lo, held = 0, 0
+    for i, c in enumerate(counts.tolist()):
+        held += c
+        if held < segment_rows and i < len(counts) - 1:
+            continue
+        a, b = int(starts[lo]), int(starts[i]) + c
+        with open(spill / f"{scan.chunks:08d}.pkl", "wb") as f:
+            pickle.dump(_slice(rows, a, b), f, protocol=pickle.HIGHEST_PROTOCOL)
+        scan.segments.append(_Segment(int(present[lo]), int(present[i]), scan.chunks))
+        scan.chunks += 1
+        lo, held = i + 1, 0
 
 
 def _range_note(scan: _Scan, m: Mapping, notes: list[str]) -> None:
@@ -329,25 +376,23 @@ def _id_table(role: str, ids: Ids, scan: _Scan, uniq_by: dict[str, pd.Index],
 
 # ---- pass 2: write --------------------------------------------------------------------------
 def _write(scan: _Scan, plan: _Plan, m: Mapping, spill: Path, out: Path, schema: DatasetSchema,
-           part_rows: int, notes: list[str]) -> None:
+           part_rows: int, notes: list[str], group_rows: int) -> None:
     arrow = schema.arrow_schema()
     fields = [(f"hist_{f.name}", f.kind) for f in (m.history.fields if m.history else ())]
     carry = Carry([n for n, kind in fields if kind != "age"], schema.max_history)
     writers: dict[int, DayWriter] = {}
     matched = {str(path): 0 for _, path, _ in plan.side}
     next_id = 0
-    for date in sorted(scan.dates):
-        rows = _load(spill / f"date={date}")
-        rows = _take(rows, np.lexsort((rows["order"], rows["t"])))
-        cols, events = _encode(rows, date, plan, m, next_id, matched)
+    for rows in _groups(scan, spill, group_rows):
+        rows = _take(rows, np.lexsort((rows["order"], rows["t"], rows[DATE_KEY])))
+        cols, events = _encode(rows, rows[DATE_KEY], plan, m, next_id, matched)
         next_id += len(rows["t"])
         del rows
         hist = None
         if fields:
             hist = carry.join(cols["user_id"], events["t"], cols["example_id"],
                               {n: v for n, v in events.items() if n != "t"})
-        for lo, hi, day in _slices(cols["day"]):
-            table = _table(cols, lo, hi, arrow, hist, fields)
+        for day, table in _day_tables(cols, arrow, hist, fields):
             if day not in writers:
                 for d in [d for d in writers if d < day]:  # days only move forward
                     schema.rows_per_day[str(d)] = writers.pop(d).close()
@@ -361,17 +406,52 @@ def _write(scan: _Scan, plan: _Plan, m: Mapping, spill: Path, out: Path, schema:
                          f"(log column {s.on!r}); its features are all 0")
 
 
-def _encode(rows: dict, date: int, plan: _Plan, m: Mapping, next_id: int,
+def _groups(scan: _Scan, spill: Path, group_rows: int) -> Iterator[dict]:
+    """The spilled rows, a group of consecutive dates at a time (in date order; at most
+    ``group_rows`` rows, or one larger date): each group's segments are loaded once the group
+    reaches their first date, the rows of later dates kept for the next groups."""
+    segments = sorted(scan.segments, key=lambda s: (s.first, s.chunk))
+    pending: list[dict] = []
+    k = 0
+    dates = sorted(scan.dates)
+    i = 0
+    while i < len(dates):
+        held, j = scan.dates[dates[i]], i + 1
+        while j < len(dates) and held + scan.dates[dates[j]] <= group_rows:
+            held += scan.dates[dates[j]]
+            j += 1
+        last = dates[j - 1]
+        while k < len(segments) and segments[k].first <= last:
+            path = spill / f"{segments[k].chunk:08d}.pkl"
+            with open(path, "rb") as f:
+                pending.append(pickle.load(f))
+            path.unlink()
+            k += 1
+        group, later = [], []
+        for part in pending:  # each part is sorted by date
+            cut = int(np.searchsorted(part[DATE_KEY], last, side="right"))
+            if cut:
+                group.append(_slice(part, 0, cut) if cut < len(part[DATE_KEY]) else part)
+            if cut < len(part[DATE_KEY]):
+                later.append(_slice(part, cut, len(part[DATE_KEY])))
+        pending = later
+        yield _concat(group)
+        i = j
+
+
+def _encode(rows: dict, date: int | np.ndarray, plan: _Plan, m: Mapping, next_id: int,
             matched: dict[str, int]) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
-    """A partition's rows (of local date ``date``) in time order → the flat columns
-    (build._assemble's) and each history field's per-row event values (``t``: times in ns)."""
+    """A partition's rows (of local dates ``date``: one, or each row's) in time order → the
+    flat columns (build._assemble's) and each history field's per-row event values (``t``:
+    times in ns)."""
     t = rows["t"]
     n = len(t)
     cols: dict[str, np.ndarray] = {"example_id": np.arange(next_id, next_id + n, dtype=np.int64),
                                    "ts": t // 10**9}
     if plan.edges is None:
         assert plan.first is not None  # calendar days: the partition is one local date
-        cols["day"] = np.full(n, max(date - plan.first, 0), dtype=np.int32)
+        day = np.maximum(np.asarray(date, dtype=np.int64) - plan.first, 0)
+        cols["day"] = np.broadcast_to(day, (n,)).astype(np.int32)
     else:
         cols["day"] = np.searchsorted(plan.edges, cols["ts"], side="right").astype(np.int32)
     if plan.domain is not None:
@@ -426,6 +506,19 @@ def _slices(day: np.ndarray) -> Iterator[tuple[int, int, int]]:
             yield lo, min(lo + ROW_GROUP_SIZE, int(b)), int(day[a])
 
 
+def _day_tables(cols: dict[str, np.ndarray], arrow: pa.Schema, hist: Hist | None,
+                fields: list[tuple[str, str]]) -> Iterator[tuple[int, pa.Table]]:
+    """A partition's rows as tables of the dataset's schema, each within one day: built a row
+    group at a time across days (a thin log's days hold a few rows each: one table of many
+    days, sliced without a copy, not a table per day) and cut at the day boundaries."""
+    day = cols["day"]
+    for lo in range(0, len(day), ROW_GROUP_SIZE):
+        hi = min(lo + ROW_GROUP_SIZE, len(day))
+        table = _table(cols, lo, hi, arrow, hist, fields)
+        for a, b, d in _slices(day[lo:hi]):
+            yield d, table.slice(a, b - a)
+
+
 def _table(cols: dict[str, np.ndarray], lo: int, hi: int, arrow: pa.Schema,
            hist: Hist | None, fields: list[tuple[str, str]]) -> pa.Table:
     """Rows ``[lo, hi)`` of a partition as a table of the dataset's schema, histories
@@ -445,16 +538,18 @@ def _table(cols: dict[str, np.ndarray], lo: int, hi: int, arrow: pa.Schema,
     return pa.Table.from_arrays([arrays[f.name] for f in arrow], schema=arrow)
 
 
-def _load(folder: Path) -> dict:
-    """A partition's spilled chunks, in the order they were read, as one set of columns."""
-    parts = []
-    for p in sorted(folder.glob("*.pkl")):
-        with open(p, "rb") as f:
-            parts.append(pickle.load(f))
-        p.unlink()
+def _concat(parts: list[dict]) -> dict:
+    """Spilled pieces as one set of columns (in the pieces' order)."""
+    if len(parts) == 1:
+        return parts[0]
     return {k: (pd.concat([p[k] for p in parts], ignore_index=True)
                 if isinstance(parts[0][k], pd.Series) else np.concatenate([p[k] for p in parts]))
             for k in parts[0]}
+
+
+def _slice(rows: dict, a: int, b: int) -> dict:
+    return {k: (v.iloc[a:b].reset_index(drop=True) if isinstance(v, pd.Series) else v[a:b])
+            for k, v in rows.items()}
 
 
 def _take(rows: dict, idx: np.ndarray) -> dict:
