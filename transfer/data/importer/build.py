@@ -161,20 +161,31 @@ def log_columns(m: Mapping) -> dict[str, str]:
 
 
 def _check_header(path: Path, m: Mapping) -> list[str]:
-    """The log columns the mapping reads, each checked to be in file ``path``."""
+    """The log columns the mapping reads, each checked to be in file ``path``; a CSV's rows
+    each checked to have the header's number of fields."""
     wanted = log_columns(m)
-    have = source.header(path)
+    if m.columns is not None and not source.is_csv(path):
+        raise ConfigError(f"{m.path}: key 'header': false is for CSV logs without a header "
+                          f"line, and {path} is a Parquet file (its columns are named)")
+    have = source.header(path, m.columns)
     for col, key in wanted.items():
         if col not in have:
+            hint = ""
+            if m.columns is None and source.is_csv(path) and source.looks_like_data(have):
+                hint = ("; its first line looks like a row of data, not a header (numbers as "
+                        "names): for a CSV without a header line give the mapping 'header: "
+                        "false' and 'columns: [...]', the fields' names in order")
             raise ConfigError(f"{m.path}: key {key!r}: column {col!r} is not in {path} "
-                              f"(its columns: {', '.join(have[:30])})")
+                              f"(its columns: {', '.join(have[:30])}){hint}")
+    if source.is_csv(path):
+        source.check_fields(path, m.columns)
     return list(wanted)
 
 
 def _read_logs(files: list[Path], m: Mapping) -> dict[str, np.ndarray | pd.Series]:
     parts = []
     for path in files:
-        df = source.read(path, _check_header(path, m))
+        df = source.read(path, _check_header(path, m), m.columns)
         if len(df):
             parts.append(_extract(df, path, m))
         log.info("%s: %d rows", path, len(df))

@@ -163,6 +163,8 @@ class Mapping:
     history: History | None = None
     side_tables: tuple[SideTable, ...] = ()
     negatives: Negatives | None = None
+    # a CSV log without a header line: its fields' names in order (``header: false``)
+    columns: tuple[str, ...] | None = None
     path: str = "mapping"
 
     def replace(self, **changes: Any) -> Mapping:

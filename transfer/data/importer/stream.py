@@ -154,7 +154,7 @@ def _scan(files: list[Path], m: Mapping, spill: Path, extract: Extract,
     for path in files:
         columns = check_header(path)
         n = 0
-        for first, df in source.batches(path, columns, batch_rows):
+        for first, df in source.batches(path, columns, batch_rows, names=m.columns):
             n += len(df)
             if not len(df):
                 continue

@@ -152,7 +152,7 @@ def _scan_split(index: int, split: _Split, m: Mapping, spill: Path, extract: str
     scan = stream._Scan(read=index * ORDER_STRIDE, chunks=index * CHUNK_STRIDE)
     path = split.path
     columns = check_header(path)
-    for first, df in source.batches(path, columns, batch_rows, split.row_groups):
+    for first, df in source.batches(path, columns, batch_rows, split.row_groups, m.columns):
         if len(df):
             with source.rows_from(split.first + first):
                 rows = extract(df, path, m)
