@@ -22,8 +22,8 @@ import pandas as pd
 
 from gemkd.transfer.config import check_value
 from gemkd.transfer.data.importer import (
-    day_checks,
     encode,
+    log_checks,
     negatives,
     sides,
     source,
@@ -117,12 +117,14 @@ def import_logs(src: str | Path, mapping: Mapping, out: str | Path,
         else:
             raw = _in_range(_read_logs(files, mapping), mapping, notes)
             n = len(raw["t"])
+            one_event = _whole_log_notes(raw, mapping, notes)
             order = np.argsort(raw["t"], kind="stable")
             rows = _take(raw, order)
             age = None
             if mapping.negatives is not None:
                 rows, age = _add_negatives(rows, mapping, notes)
-            schema, columns, events = _assemble(rows, mapping, side, notes)
+            schema, columns, events = _assemble(rows, mapping, side, notes, one_event)
+            log_checks.emit(notes, [log_checks.duplicate_note(log_checks.duplicates(raw), n)])
             if age is not None:
                 assert schema.negatives is not None  # _assemble records the mapping's negatives
                 schema.negatives["item_age"] = age
@@ -315,15 +317,34 @@ def _add_negatives(rows: dict, m: Mapping, notes: list[str]) -> tuple[dict, dict
     return out, age
 
 
+def _whole_log_notes(rows: dict, m: Mapping, notes: list[str]) -> float | None:
+    """The checks of the log as a whole (log_checks): a label that never holds is an error;
+    notes on labels that always hold and on one user holding most rows. Returns the share of
+    users with one event (None without users), for the thin-days note."""
+    n = len(rows["t"])
+    positives = {lab.name: int(rows[f"label:{lab.name}"].sum(dtype=np.int64))
+                 for lab in m.labels}
+    new: list[str | None] = list(log_checks.check_labels(m, positives, n,
+                                                         m.negatives is not None))
+    one_event = None
+    if m.user is not None:
+        codes, uniq = encode.factorize(pd.Series(rows["user"]))
+        counts = np.bincount(codes, minlength=len(uniq) + 1)[1:]
+        new += log_checks.user_notes(counts, uniq, n)
+        one_event = log_checks.one_event_share(counts)
+    log_checks.emit(notes, new)
+    return one_event
+
+
 def _check_days(day: np.ndarray, rows: dict, calendar: str, first: int | None,
-                notes: list[str]) -> None:
-    """Notes and warnings on straggler days and gaps, counted over the logged rows."""
+                notes: list[str], one_event: float | None = None) -> None:
+    """Notes and warnings on thin days, straggler days and gaps, counted over the logged
+    rows."""
     logged = day if SAMPLED_COLUMN not in rows else day[rows[SAMPLED_COLUMN] == 0]
     if first is None:
         first = int(encode.local_dates(rows["t"][:1], calendar)[0])  # rows are in time
-    for warning in day_checks.day_warnings(logged, np.datetime64(first, "D")):
-        notes.append(f"days: {warning}")
-        log.warning("days: %s", warning)
+    present, counts = np.unique(logged, return_counts=True)
+    log_checks.emit(notes, list(log_checks.day_notes(present, counts, first, one_event)))
 
 
 def _ids(values: np.ndarray | pd.Series, ids: Ids, notes: list[str]) -> tuple[np.ndarray, int]:
@@ -342,7 +363,8 @@ def _ids(values: np.ndarray | pd.Series, ids: Ids, notes: list[str]) -> tuple[np
     return h.codes, h.cardinality
 
 
-def _assemble(rows: dict, m: Mapping, side: list, notes: list[str]
+def _assemble(rows: dict, m: Mapping, side: list, notes: list[str],
+              one_event: float | None = None
               ) -> tuple[DatasetSchema, dict[str, np.ndarray], Events]:
     """Rows in time order → the schema, the flat columns and the history's event fields."""
     t = rows["t"]
@@ -353,7 +375,7 @@ def _assemble(rows: dict, m: Mapping, side: list, notes: list[str]
         first = (int(rows["date"].min()) if "date" in rows else
                  _epoch_day(m.days.first) if m.days.first else None)
         cols["day"] = encode.calendar_days(t, m.days.calendar, first)
-        _check_days(cols["day"], rows, m.days.calendar, first, notes)
+        _check_days(cols["day"], rows, m.days.calendar, first, notes, one_event)
     else:
         assert m.days.buckets is not None  # parse_mapping: exactly one of calendar and buckets
         cols["day"] = equal_count_days(cols["ts"], m.days.buckets)

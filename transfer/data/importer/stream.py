@@ -41,7 +41,7 @@ import pandas as pd
 import pyarrow as pa
 
 from gemkd.transfer.data.dataset_writer import PART_ROWS, ROW_GROUP_SIZE, DayWriter
-from gemkd.transfer.data.importer import day_checks, encode, sides, source
+from gemkd.transfer.data.importer import encode, log_checks, sides, source
 from gemkd.transfer.data.importer.mapping import Ids, Mapping, SideTable
 from gemkd.transfer.data.importer.stream_write import Carry, Hist
 from gemkd.transfer.data.ranges import N_AGE_BUCKETS, age_buckets, gather_ranges
@@ -112,6 +112,9 @@ class _Scan:
     ts: list[np.ndarray] = field(default_factory=list)   # buckets only
     chunks: int = 0
     segments: list[_Segment] = field(default_factory=list)  # spilled runs of dates (local)
+    positives: dict[str, int] = field(default_factory=dict)  # each label's rows with 1
+    users: _Counts = field(default_factory=_Counts)          # rows per user id
+    one_event: float | None = None                           # share of one-row users
 
 
 @dataclass(frozen=True)
@@ -139,9 +142,11 @@ def import_streaming(files: list[Path], m: Mapping, side: list[tuple[SideTable, 
     try:
         scan = _scan(files, m, spill, extract, check_header, batch_rows)
         _range_note(scan, m, notes)
+        scan_notes(scan, m, notes)
         plan = _Plan.of(scan, m, side, notes)
         schema = plan.schema(m)
-        _write(scan, plan, m, spill, out, schema, part_rows, notes, batch_rows)
+        repeats = _write(scan, plan, m, spill, out, schema, part_rows, notes, batch_rows)
+        log_checks.emit(notes, [log_checks.duplicate_note(repeats, scan.kept)])
     finally:
         shutil.rmtree(spill, ignore_errors=True)
     return schema
@@ -216,6 +221,11 @@ def _gather(scan: _Scan, rows: dict, m: Mapping, spill: Path, segment_rows: int 
             scan.distinct.setdefault(c.name, _Distinct()).add(v)
     if m.domain is not None:
         scan.domain.add(rows["domain"])
+    for lab in m.labels:
+        scan.positives[lab.name] = (scan.positives.get(lab.name, 0)
+                                    + int(rows[f"label:{lab.name}"].sum(dtype=np.int64)))
+    if m.user is not None:
+        scan.users.add(pd.Series(rows["user"]))
     rows["order"] = order
     if segment_rows:
         _spill_segments(scan, rows, date, spill, segment_rows)
@@ -228,6 +238,19 @@ def _gather(scan: _Scan, rows: dict, m: Mapping, spill: Path, segment_rows: int 
             pickle.dump(_take(rows, at), f, protocol=pickle.HIGHEST_PROTOCOL)
         scan.chunks += 1
         scan.dates[int(d)] = scan.dates.get(int(d), 0) + len(at)
+
+
+def scan_notes(scan: _Scan, m: Mapping, notes: list[str]) -> None:
+    """The whole-log checks on what the scan gathered (build._whole_log_notes): a label that
+    never holds is an error; notes on labels that always hold and on a dominant user. Keeps
+    the share of one-event users for the thin-days note."""
+    new: list[str | None] = list(log_checks.check_labels(m, scan.positives, scan.kept,
+                                                         m.negatives is not None))
+    if m.user is not None:
+        uniq, counts = scan.users.table()
+        new += log_checks.user_notes(counts[1:], uniq, scan.kept)
+        scan.one_event = log_checks.one_event_share(counts[1:])
+    log_checks.emit(notes, new)
 
 
 def _spill_segments(scan: _Scan, rows: dict, date: np.ndarray, spill: Path,
@@ -297,10 +320,8 @@ class _Plan:
             day = np.maximum(dates - first, 0)
             present, at = np.unique(day, return_inverse=True)
             counts = np.bincount(at, weights=[scan.dates[int(d)] for d in dates]).astype(int)
-            for warning in day_checks.day_count_warnings(present, counts,
-                                                         np.datetime64(first, "D")):
-                notes.append(f"days: {warning}")
-                log.warning("days: %s", warning)
+            log_checks.emit(notes, list(log_checks.day_notes(present, counts, first,
+                                                             scan.one_event)))
             days = [int(d) for d in present]
         else:
             assert m.days.buckets is not None  # parse_mapping: calendar or buckets
@@ -376,14 +397,19 @@ def _id_table(role: str, ids: Ids, scan: _Scan, uniq_by: dict[str, pd.Index],
 
 # ---- pass 2: write --------------------------------------------------------------------------
 def _write(scan: _Scan, plan: _Plan, m: Mapping, spill: Path, out: Path, schema: DatasetSchema,
-           part_rows: int, notes: list[str], group_rows: int) -> None:
+           part_rows: int, notes: list[str], group_rows: int) -> int:
+    """Pass 2 (module docstring); returns the rows that repeat an earlier row in every column
+    (a repeat has its original's time, so it is in the same group)."""
     arrow = schema.arrow_schema()
     fields = [(f"hist_{f.name}", f.kind) for f in (m.history.fields if m.history else ())]
     carry = Carry([n for n, kind in fields if kind != "age"], schema.max_history)
     writers: dict[int, DayWriter] = {}
     matched = {str(path): 0 for _, path, _ in plan.side}
     next_id = 0
+    repeats = 0
     for rows in _groups(scan, spill, group_rows):
+        repeats += log_checks.duplicates({k: v for k, v in rows.items()
+                                          if k not in ("order", DATE_KEY)})
         rows = _take(rows, np.lexsort((rows["order"], rows["t"], rows[DATE_KEY])))
         cols, events = _encode(rows, rows[DATE_KEY], plan, m, next_id, matched)
         next_id += len(rows["t"])
@@ -404,6 +430,7 @@ def _write(scan: _Scan, plan: _Plan, m: Mapping, spill: Path, out: Path, schema:
         if matched[str(path)] == 0:
             notes.append(f"side table {path}: no log row matched its key {s.key!r} "
                          f"(log column {s.on!r}); its features are all 0")
+    return repeats
 
 
 def _groups(scan: _Scan, spill: Path, group_rows: int) -> Iterator[dict]:

@@ -86,6 +86,7 @@ def import_on_ray(files: list[Path], m: Mapping, side: list[tuple[SideTable, Pat
         try:
             scan = _scan(ray, files, m, spill, extract, check_header, batch_rows)
             stream._range_note(scan, m, notes)
+            stream.scan_notes(scan, m, notes)
             plan = stream._Plan.of(scan, m, side, notes)
             schema = plan.schema(m)
             _write(ray, scan, plan, m, spill, out, schema, part_rows, notes)
@@ -181,6 +182,10 @@ def _add(scan: stream._Scan, part: stream._Scan) -> None:
         scan.maxima[name] = max(scan.maxima.get(name, v), v)
     scan.domain.values += part.domain.values
     scan.domain.counts += part.domain.counts
+    scan.users.values += part.users.values
+    scan.users.counts += part.users.counts
+    for name, n in part.positives.items():
+        scan.positives[name] = scan.positives.get(name, 0) + n
     for date, n in part.dates.items():
         scan.dates[date] = scan.dates.get(date, 0) + n
     scan.ts += part.ts
