@@ -129,8 +129,11 @@ def import_logs(src: str | Path, mapping: Mapping, out: str | Path,
                 assert schema.negatives is not None  # _assemble records the mapping's negatives
                 schema.negatives["item_age"] = age
             write_dataset(schema, columns, events, tmp)
+            if mapping.days.buckets is not None:
+                schema.generator[encode.DAY_DATES] = encode.day_dates(columns["day"], columns["ts"])
         schema.generator = {"mapping": mapping.to_dict(), "files": [str(f) for f in files],
-                            "side_tables": [str(p) for _, p in side], "notes": notes}
+                            "side_tables": [str(p) for _, p in side], "notes": notes,
+                            **{k: v for k, v in schema.generator.items() if k == encode.DAY_DATES}}
         schema.save(tmp)
     log.info("imported %d rows from %d file(s) in %.1f s", n, len(files),
              time.perf_counter() - started)

@@ -407,6 +407,7 @@ def _write(scan: _Scan, plan: _Plan, m: Mapping, spill: Path, out: Path, schema:
     matched = {str(path): 0 for _, path, _ in plan.side}
     next_id = 0
     repeats = 0
+    spans: dict[int, list[int]] = {}  # buckets: each day's first and last second
     for rows in _groups(scan, spill, group_rows):
         repeats += log_checks.duplicates({k: v for k, v in rows.items()
                                           if k not in ("order", DATE_KEY)})
@@ -414,6 +415,8 @@ def _write(scan: _Scan, plan: _Plan, m: Mapping, spill: Path, out: Path, schema:
         cols, events = _encode(rows, rows[DATE_KEY], plan, m, next_id, matched)
         next_id += len(rows["t"])
         del rows
+        if plan.edges is not None:
+            _add_spans(spans, cols["day"], cols["ts"])
         hist = None
         if fields:
             hist = carry.join(cols["user_id"], events["t"], cols["example_id"],
@@ -430,7 +433,20 @@ def _write(scan: _Scan, plan: _Plan, m: Mapping, spill: Path, out: Path, schema:
         if matched[str(path)] == 0:
             notes.append(f"side table {path}: no log row matched its key {s.key!r} "
                          f"(log column {s.on!r}); its features are all 0")
+    if spans:
+        days = np.array(sorted(spans))
+        schema.generator[encode.DAY_DATES] = encode.spans_as_dates(
+            days, np.array([spans[d][0] for d in days]), np.array([spans[d][1] for d in days]))
     return repeats
+
+
+def _add_spans(spans: dict[int, list[int]], day: np.ndarray, ts: np.ndarray) -> None:
+    """Widen each day's [first, last] second by a group's rows (``day`` non-decreasing)."""
+    present, start = np.unique(day, return_index=True)
+    for d, lo, hi in zip(present.tolist(), np.minimum.reduceat(ts, start).tolist(),
+                         np.maximum.reduceat(ts, start).tolist(), strict=True):
+        span = spans.setdefault(d, [lo, hi])
+        span[0], span[1] = min(span[0], lo), max(span[1], hi)
 
 
 def _groups(scan: _Scan, spill: Path, group_rows: int) -> Iterator[dict]:
