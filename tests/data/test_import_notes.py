@@ -140,3 +140,18 @@ def test_summary_of_thousands_of_days_is_bounded(tmp_path, capsys):
     assert main(["data", "summary", str(tmp_path / "ds"), "--all-days"]) == 0
     out = capsys.readouterr().out
     assert "not shown" not in out and len(out.splitlines()) > n_days
+
+
+def test_ray_writes_the_notes_and_bucket_dates_of_the_local_import(tmp_path):
+    pytest.importorskip("ray")
+    users = np.where(np.arange(3_000) < 2_000, 7, np.arange(3_000))
+    frame = _frame(3_000, users)
+    frame = pd.concat([frame, frame.iloc[:40]]).sort_values("t", kind="stable")
+    src = tmp_path / "log.csv"
+    frame.to_csv(src, index=False)
+    m = parse_mapping({**MAPPING, "days": {"buckets": 3}})
+    local = import_logs(src, m, tmp_path / "local", batch_rows=1_000)
+    ray = import_logs(src, m, tmp_path / "ray", batch_rows=1_000, engine="ray")
+    assert ray.notes == local.notes and any(n.startswith("rows: 40 of") for n in ray.notes)
+    assert (tmp_path / "ray" / "schema.json").read_bytes() == \
+        (tmp_path / "local" / "schema.json").read_bytes()

@@ -416,7 +416,7 @@ def _write(scan: _Scan, plan: _Plan, m: Mapping, spill: Path, out: Path, schema:
         next_id += len(rows["t"])
         del rows
         if plan.edges is not None:
-            _add_spans(spans, cols["day"], cols["ts"])
+            add_spans(spans, cols["day"], cols["ts"])
         hist = None
         if fields:
             hist = carry.join(cols["user_id"], events["t"], cols["example_id"],
@@ -433,15 +433,21 @@ def _write(scan: _Scan, plan: _Plan, m: Mapping, spill: Path, out: Path, schema:
         if matched[str(path)] == 0:
             notes.append(f"side table {path}: no log row matched its key {s.key!r} "
                          f"(log column {s.on!r}); its features are all 0")
+    set_day_dates(schema, spans)
+    return repeats
+
+
+def set_day_dates(schema: DatasetSchema, spans: dict[int, list[int]]) -> None:
+    """Record each bucket's first and last event date (``spans``: seconds; none: calendar
+    days) in ``schema.generator``."""
     if spans:
         days = np.array(sorted(spans))
         schema.generator[encode.DAY_DATES] = encode.spans_as_dates(
             days, np.array([spans[d][0] for d in days]), np.array([spans[d][1] for d in days]))
-    return repeats
 
 
-def _add_spans(spans: dict[int, list[int]], day: np.ndarray, ts: np.ndarray) -> None:
-    """Widen each day's [first, last] second by a group's rows (``day`` non-decreasing)."""
+def add_spans(spans: dict[int, list[int]], day: np.ndarray, ts: np.ndarray) -> None:
+    """Widen each day's [first, last] second by a partition's rows (``day`` non-decreasing)."""
     present, start = np.unique(day, return_index=True)
     for d, lo, hi in zip(present.tolist(), np.minimum.reduceat(ts, start).tolist(),
                          np.maximum.reduceat(ts, start).tolist(), strict=True):
