@@ -1,7 +1,7 @@
 """Import of a thin log: CPU seconds of ``gemkd data import`` on ~90k rows over ~6,000 calendar
 days (``benchmarks.thin_log``: ~72k users, most with one event), beside the same rows on 9 days.
 
-    python -m benchmarks.bench_import_thin [--quick] [--tree DIR] [--json OUT]
+    python -m benchmarks.bench_import_thin [--quick] [--repeats N] [--tree DIR] [--json OUT]
 
 Each import is a fresh process (``common.run_child``: user + system CPU seconds, so other jobs
 on the machine do not count). The streaming import's second pass works a group of consecutive
@@ -23,10 +23,16 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from benchmarks.common import figure, print_figures, run_child, write_json
+from benchmarks.common import (
+    add_common_args,
+    apply_common_args,
+    figure,
+    print_figures,
+    run_child,
+    write_json,
+)
 from benchmarks.thin_log import MAPPING, thin_frame
 
-MIN_REPEATS = 3
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -43,15 +49,11 @@ def _import_cpu(src: Path, mapping: Path, out: Path, repeats: int, tree: Path
 
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--quick", action="store_true", help="9k rows over 2 years (smoke run)")
-    p.add_argument("--repeats", type=int, default=MIN_REPEATS,
-                   help=f"imports of each log (>= {MIN_REPEATS}); medians")
     p.add_argument("--tree", type=Path, default=ROOT,
                    help="import with the gemkd of this checkout instead of this one")
-    p.add_argument("--json", type=Path, default=None)
+    add_common_args(p)  # --quick: 9k rows over 2 years; --repeats: imports of each log
     a = p.parse_args(argv)
-    if a.repeats < MIN_REPEATS:
-        p.error(f"--repeats must be at least {MIN_REPEATS}")
+    apply_common_args(p, a)
     rows, users, years = (9_000, 7_200, 2.0) if a.quick else (90_000, 72_000, 17.0)
     frame = thin_frame(rows, users, 2_400, years)
     with tempfile.TemporaryDirectory() as tmp:
