@@ -20,8 +20,8 @@ from pathlib import Path
 from benchmarks.common import command as this_command
 from benchmarks.common import fmt
 
-ORDER = ["data", "import_thin", "loader", "jagged", "store", "teacher", "step_ops", "teacher_stream", "transfer",
-         "packs", "student_phase", "serving", "sweep", "scale"]
+ORDER = ["data", "import_thin", "loader", "jagged", "store", "teacher", "step_ops",
+         "teacher_stream", "transfer", "packs", "student_phase", "serving", "sweep", "scale"]
 TITLES = {"data": "Data layer", "import_thin": "Import of a thin log (CPU seconds)",
           "loader": "Training loader (DataLoader workers)",
           "jagged": "Jagged ops", "store": "Teacher-output store",
