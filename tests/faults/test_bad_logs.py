@@ -119,6 +119,8 @@ def test_a_headerless_csv_is_named_and_imported_with_header_false(tmp_path, caps
     without = import_logs(headerless, parse_mapping({**MAPPING, "header": False,
                                                      "columns": names}), tmp_path / "b").schema
     assert without.rows_per_day == with_header.rows_per_day
+    recorded = without.generator["mapping"]
+    assert (recorded["header"], recorded["columns"]) == (False, names)
     for day in with_header.days:
         a = pd.read_parquet(tmp_path / "a" / f"day={day}")
         b = pd.read_parquet(tmp_path / "b" / f"day={day}")

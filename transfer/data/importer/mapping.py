@@ -174,6 +174,8 @@ class Mapping:
         """A JSON-ready record of the mapping actually applied (for ``schema.json``): unset
         options and the bookkeeping of mapping keys are left out."""
         d = _clean(dataclasses.asdict(self))
+        if self.columns is not None:  # as written: a headerless log's names
+            d = {"header": False, **d}
         d["days"] = self.days.to_dict()
         if self.negatives is not None:
             d["negatives"] = self.negatives.to_dict()
