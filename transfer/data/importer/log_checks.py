@@ -65,14 +65,26 @@ def duplicate_note(duplicates: int, rows: int) -> str | None:
 
 
 def duplicates(frame: dict) -> int:
-    """Rows equal to an earlier row of ``frame`` (columns of equal length) in every column."""
-    cols = {k: (v if isinstance(v, pd.Series) else pd.Series(v)) for k, v in frame.items()}
+    """Rows equal to an earlier row of ``frame`` (columns of equal length) in every column.
+
+    The numeric columns (the time among them) are hashed first; only rows whose hash repeats
+    have their text columns hashed too (hashing text is what costs), so a log without repeats
+    pays for a numeric hash."""
+    cols = {k: (v.reset_index(drop=True) if isinstance(v, pd.Series) else pd.Series(v))
+            for k, v in frame.items()}
     n = len(next(iter(cols.values()))) if cols else 0
     if n < 2:
         return 0
-    hashed = pd.util.hash_pandas_object(pd.DataFrame(cols).reset_index(drop=True),
-                                        index=False).to_numpy()
-    return int(n - len(np.unique(hashed)))
+    numeric = {k: v for k, v in cols.items() if pd.api.types.is_numeric_dtype(v)}
+    candidates = np.ones(n, dtype=bool)
+    if numeric:
+        key = pd.util.hash_pandas_object(pd.DataFrame(numeric), index=False)
+        candidates = key.duplicated(keep=False).to_numpy()
+        if not candidates.any():
+            return 0
+    rows = pd.DataFrame({k: v[candidates] for k, v in cols.items()}).reset_index(drop=True)
+    hashed = pd.util.hash_pandas_object(rows, index=False).to_numpy()
+    return int(len(hashed) - len(np.unique(hashed)))
 
 
 def user_notes(counts: np.ndarray, uniq: pd.Index, rows: int) -> list[str]:

@@ -143,7 +143,7 @@ def check_fields(path: Path, names: tuple[str, ...] | None = None) -> None:
     parses the file (fast); the line is found by Python's csv module once a row is bad."""
     cols = list(names) if names is not None else header(path)
     read = pacsv.ReadOptions(column_names=list(names) if names is not None else None,
-                             block_size=1 << 24)
+                             use_threads=False, block_size=1 << 22)  # 4 MB at a time
     convert = pacsv.ConvertOptions(include_columns=cols[:1],  # parsed, not converted
                                    column_types={cols[0]: pa.string()})
     try:

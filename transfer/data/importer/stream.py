@@ -12,7 +12,8 @@ reader, Parquet record batches with column projection):
    in segments of consecutive dates (``batch_rows / 16`` rows or more each, a date never
    split), so a log of thousands of thin days spills a few files, not a file per date.
 2. **write**: group by group in time order, a group being consecutive dates of at most
-   ``batch_rows`` rows together (or one larger date): the group's rows are sorted by (date,
+   ``batch_rows / 4`` rows together (or one larger date, alone as before: a day of many rows
+   costs no more memory than it did): the group's rows are sorted by (date,
    time, file order), numbered, encoded with the vocabularies, and written a row group at a
    time, each user's most recent ``max_events`` events carried from one group to the next for
    the histories (a merge with the carried events per group: the cost of a group grows with
@@ -52,6 +53,7 @@ log = logging.getLogger(__name__)
 
 BATCH_ROWS = 262_144             # rows read and converted at a time
 SEGMENTS_PER_BATCH = 16          # a batch spills segments of >= batch_rows / 16 rows
+GROUP_SHARE = 4                  # pass 2 writes dates in groups of <= batch_rows / 4 rows
 DAY_NS = 86_400 * 10**9
 _COMPACT = 4_000_000             # distinct values gathered before they are deduplicated
 Extract = Callable[[pd.DataFrame, Path, Mapping], dict]
@@ -145,7 +147,8 @@ def import_streaming(files: list[Path], m: Mapping, side: list[tuple[SideTable, 
         scan_notes(scan, m, notes)
         plan = _Plan.of(scan, m, side, notes)
         schema = plan.schema(m)
-        repeats = _write(scan, plan, m, spill, out, schema, part_rows, notes, batch_rows)
+        repeats = _write(scan, plan, m, spill, out, schema, part_rows, notes,
+                         max(1, batch_rows // GROUP_SHARE))
         log_checks.emit(notes, [log_checks.duplicate_note(repeats, scan.kept)])
     finally:
         shutil.rmtree(spill, ignore_errors=True)
@@ -257,9 +260,8 @@ def _spill_segments(scan: _Scan, rows: dict, date: np.ndarray, spill: Path,
                     segment_rows: int) -> None:
     """A batch's rows sorted by date (stable: read order within a date), spilled as files of
     consecutive dates, each closed once it holds ``segment_rows`` rows."""
-    at = np.argsort(date, kind="stable")
-    rows = _take(rows, at)
-    rows[DATE_KEY] = date = date[at]
+    at = np.argsort(date, kind="stable")  # each segment taken on its own: one copy at a time
+    date = date[at]
     present, starts, counts = np.unique(date, return_index=True, return_counts=True)
     for d, c in zip(present.tolist(), counts.tolist(), strict=True):
         scan.dates[d] = scan.dates.get(d, 0) + c
@@ -270,8 +272,11 @@ def _spill_segments(scan: _Scan, rows: dict, date: np.ndarray, spill: Path,
         if held < segment_rows and i < len(counts) - 1:
             continue
         a, b = int(starts[lo]), int(starts[i]) + c
+        segment = _take(rows, at[a:b])
+        segment[DATE_KEY] = date[a:b]
         with open(spill / f"{scan.chunks:08d}.pkl", "wb") as f:
-            pickle.dump(_slice(rows, a, b), f, protocol=pickle.HIGHEST_PROTOCOL)
+            pickle.dump(segment, f, protocol=pickle.HIGHEST_PROTOCOL)
+        del segment
         scan.segments.append(_Segment(int(present[lo]), int(present[i]), scan.chunks))
         scan.chunks += 1
         lo, held = i + 1, 0
