@@ -8,7 +8,7 @@ on the machine do not count). The streaming import's second pass works a group o
 dates at a time, not a date at a time, so a thin log costs about what the same rows on a few
 days cost, plus a day partition (a folder and a Parquet file) per calendar day. Targets: the
 thin log imports in <= 10 CPU s, and each calendar day beyond the 9 costs <= 1.5 ms of CPU (a
-date at a time, each merging every user's carried history, it cost ~4.5 ms, growing with the
+date at a time, each merging every user's carried history, it cost ~3.8 ms, growing with the
 users). ``--tree`` runs the import of another checkout (e.g. one before the change) for a
 side-by-side.
 """
