@@ -91,6 +91,7 @@ RESULTS := benchmarks/results
 bench: install
 	rm -f $(RESULTS)/*.json
 	$(BIN)/python -m benchmarks.bench_data --json $(RESULTS)/data.json $(BENCH_ARGS)
+	$(BIN)/python -m benchmarks.bench_import_thin --json $(RESULTS)/import_thin.json $(BENCH_ARGS)
 	$(BIN)/python -m benchmarks.bench_loader --json $(RESULTS)/loader.json $(BENCH_ARGS)
 	$(BIN)/python -m benchmarks.bench_jagged --json $(RESULTS)/jagged.json --device $(BENCH_DEVICE) $(BENCH_ARGS)
 	$(BIN)/python -m benchmarks.bench_store --json $(RESULTS)/store.json $(BENCH_ARGS)

@@ -20,9 +20,11 @@ from pathlib import Path
 from benchmarks.common import command as this_command
 from benchmarks.common import fmt
 
-ORDER = ["data", "loader", "jagged", "store", "teacher", "step_ops", "teacher_stream", "transfer",
-         "packs", "student_phase", "serving", "artifact", "sweep", "scale"]
-TITLES = {"data": "Data layer", "loader": "Training loader (DataLoader workers)",
+ORDER = ["data", "import_thin", "loader", "jagged", "store", "teacher", "step_ops",
+         "teacher_stream", "transfer", "packs", "student_phase", "serving", "artifact", "sweep",
+         "scale"]
+TITLES = {"data": "Data layer", "import_thin": "Import of a thin log (CPU seconds)",
+          "loader": "Training loader (DataLoader workers)",
           "jagged": "Jagged ops", "store": "Teacher-output store",
           "teacher": "GEM teacher",
           "step_ops": "GEM training step: ops, kernels, copies, MFU (B=512)",

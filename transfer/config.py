@@ -22,13 +22,14 @@ from gemkd.transfer.errors import ConfigError
 T = TypeVar("T")
 
 
-def load_yaml(path: str | Path) -> dict[str, Any]:
+def load_yaml(path: str | Path, loader: type[yaml.SafeLoader] = yaml.SafeLoader
+              ) -> dict[str, Any]:
     """Read a YAML mapping; a missing file, bad YAML, or a non-mapping is a ConfigError."""
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"{path}: config file not found")
     try:
-        raw = yaml.safe_load(path.read_text())
+        raw = yaml.load(path.read_text(), Loader=loader)  # noqa: S506 - a SafeLoader
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark is not None else ""

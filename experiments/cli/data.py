@@ -57,7 +57,7 @@ def _print_imported(result, out: str) -> None:
           f"domains {s.domains}, to {out}")
 
 
-def _print_summary(path, oracle: bool) -> None:
+def _print_summary(path, oracle: bool, all_days: bool = False) -> None:
     from gemkd.transfer.data.dataset_summary import (
         feature_oracle_summary,
         impressions_per_user,
@@ -65,7 +65,7 @@ def _print_summary(path, oracle: bool) -> None:
         tables,
     )
 
-    print_table(summarize(path))
+    print_days(summarize(path), path, all_days)
     print("\ntables (rows of each feature's embedding table: its cardinality)")
     print_table(tables(path))
     print("\nimpressions per user")
@@ -76,8 +76,39 @@ def _print_summary(path, oracle: bool) -> None:
         print_table(frame.drop(columns=["max_events"]))
 
 
+SHOWN_DAYS = 20  # a summary of more days shows the first and last this many
+
+
+def print_days(frame, path, all_days: bool) -> None:
+    """The per-day table; of a dataset of many days (a thin log's calendar days) the first and
+    last ``SHOWN_DAYS`` and ``all``, with a line on the days left out and the import's note on
+    thin days, unless ``all_days``."""
+    days = frame[frame["day"] != "all"]
+    if all_days or len(days) <= 3 * SHOWN_DAYS:
+        print_table(frame)
+        return
+    import pandas as pd
+
+    from gemkd.transfer.data.schema import DatasetSchema
+
+    hidden = days.iloc[SHOWN_DAYS:-SHOWN_DAYS]
+    gap = {c: "" for c in frame.columns}
+    gap["day"] = "..."
+    shown = pd.concat([days.iloc[:SHOWN_DAYS], pd.DataFrame([gap]), days.iloc[-SHOWN_DAYS:],
+                       frame[frame["day"] == "all"]], ignore_index=True)
+    print_table(shown)
+    n = hidden["examples"].astype(int)
+    print(f"... {len(hidden):,} of {len(days):,} days not shown (days {hidden['day'].iloc[0]} "
+          f"to {hidden['day'].iloc[-1]}: {int(n.sum()):,} examples, a median of "
+          f"{n.median():g} a day); --all-days prints every day")
+    notes = (DatasetSchema.load(path).generator or {}).get("notes") or []
+    for note in notes:
+        if isinstance(note, str) and note.startswith("days: thin"):
+            print(f"note: {note}")
+
+
 def _summary(args: argparse.Namespace) -> None:
-    _print_summary(args.data, oracle=not args.no_oracle)
+    _print_summary(args.data, oracle=not args.no_oracle, all_days=args.all_days)
     if args.drift:
         from gemkd.transfer.data.drift import base_rate_drift
 
@@ -216,6 +247,8 @@ COMMANDS = (
                     "rates", flag=True),
                 Opt("--no-oracle", "skip the feature-oracle table (synthetic data; ~20 s for "
                     "small)", flag=True),
+                Opt("--all-days", f"print every day (a dataset of more than {3 * SHOWN_DAYS} "
+                    f"days shows its first and last {SHOWN_DAYS})", flag=True),
             )),
     Command(("data", "validate"), "read every row and check it against schema.json",
             run=_validate, calls="gemkd.transfer.data.audit:validate_dataset",

@@ -24,6 +24,7 @@ from gemkd.experiments.run.context import RunContext
 from gemkd.experiments.run.data_sources import prepare_data
 from gemkd.experiments.run.executors import LocalProcesses, Serial
 from gemkd.experiments.run.inputs import lag_inputs
+from gemkd.experiments.run.positives import check_positives
 from gemkd.experiments.run.preflight import check_data, data_name, read_days
 from gemkd.experiments.run.progress import PlainLog, clock
 from gemkd.experiments.run_dir import RunDir
@@ -48,6 +49,7 @@ def world_steps(ctx: RunContext, world: int | None) -> tuple[Any, dict, Any]:
     check_data(spec, schema.days, schema.domains, schema.tasks, data_name(spec), mismatch=True)
     if (note := check_days(data, read_days(spec))) is not None:
         ctx.log(f"note: {note}")
+    check_positives(spec, data, schema, data_name(spec))
     return data, data_key, schema
 
 

@@ -39,6 +39,14 @@ def calendar_of(schema: DatasetSchema) -> str | None:
     return calendar if isinstance(calendar, str) else None
 
 
+def bucket_dates(schema: DatasetSchema) -> dict[str, list[str]]:
+    """An imported dataset's days as time buckets (``days: {buckets: N}``): each day's first
+    and last event date (UTC), from ``schema.json``'s ``generator.day_dates``; empty for
+    calendar days and other datasets."""
+    spans = (schema.generator or {}).get("day_dates")
+    return spans if isinstance(spans, dict) else {}
+
+
 def summarize(root: str | Path) -> pd.DataFrame:
     """A dataset's rates and histories per day (``gemkd data summary``).
 
@@ -51,8 +59,9 @@ def summarize(root: str | Path) -> pd.DataFrame:
     -------
     pandas.DataFrame
         One row per day plus ``all``: the day's local date (a dataset imported with calendar
-        days), examples, each task's rate, the oracle's NE (against the
-        base rate of all days, as DESIGN §6) where the data has one, history length statistics
+        days) or its bucket's first and last date (imported with time buckets), examples,
+        each task's rate, the oracle's NE (against the base rate of all days, as DESIGN §6)
+        where the data has one, history length statistics
         where it has histories.
 
     Notes
@@ -65,6 +74,7 @@ def summarize(root: str | Path) -> pd.DataFrame:
     schema = DatasetSchema.load(root)
     seq = schema.sequence[0].name if schema.sequence else None
     calendar = calendar_of(schema)
+    spans = bucket_dates(schema)
     cols = (["domain", *schema.tasks, *schema.oracle.values()] + ([seq] if seq else [])
             + (["ts"] if calendar else []))
     n_dom = len(schema.domains)
@@ -89,6 +99,9 @@ def summarize(root: str | Path) -> pd.DataFrame:
             # not its first: a `date_column` may put a few rows stamped the evening before in it)
             mid = pd.Timestamp(int(np.median(part["ts"])), unit="s", tz="UTC")
             row["date"] = mid.tz_convert(calendar).date().isoformat()
+        elif spans:  # a time bucket: the dates of its first and last event
+            first, last = spans.get(str(day), ("", ""))
+            row["dates"] = first if first == last else f"{first} to {last}"
         row["examples"] = n
         for t in schema.tasks:
             row[f"{t}_rate"] = pd.Series(part[t]).mean()
@@ -115,7 +128,8 @@ def summarize(root: str | Path) -> pd.DataFrame:
     base = {t: positives[t] / n_all if n_all else math.nan for t in schema.tasks}
     rows = [_finish(row, schema, base) for row in days]
     if n_all:
-        row = {"day": "all", **({"date": ""} if calendar else {}), "examples": n_all}
+        row = {"day": "all", **({"date": ""} if calendar else {"dates": ""} if spans else {}),
+               "examples": n_all}
         for t in schema.tasks:
             row[f"{t}_rate"] = base[t]
         for t in schema.oracle:

@@ -155,9 +155,13 @@ def check_window(key: str, days: tuple[int, int] | list[int], have: list[int],
     present = set(have)
     missing = [d for d in range(first, end) if d not in present]
     if missing:
+        ordered = sorted(present)
+        runs = day_span(ordered).count(",") + 1 if ordered else 0
+        has = (f"days {day_span(ordered)}" if runs <= MAX_RUNS else
+               f"{len(ordered):,} days in {ordered[0]}..{ordered[-1]}, {runs - 1:,} gaps "
+               "(days: {buckets: N} has none)")
         raise ConfigError(f"{key} [{first}, {end}): day{'s' if len(missing) > 1 else ''} "
-                          f"{day_span(missing)} not in {where}, which has days "
-                          f"{day_span(sorted(present))}")
+                          f"{day_span(missing, MAX_RUNS - 1)} not in {where}, which has {has}")
 
 
 def day_range(days: Sequence[int]) -> tuple[int, int]:
@@ -173,8 +177,12 @@ def check_domain(key: str, domain: str, domains: list[str], where: object) -> No
                           f"{', '.join(domains)}")
 
 
-def day_span(days: list[int]) -> str:
-    """``[0, 1, 2, 5]`` → ``"0..2, 5"``."""
+MAX_RUNS = 3  # a window error names this many runs of days, then counts the rest
+
+
+def day_span(days: list[int], limit: int | None = None) -> str:
+    """``[0, 1, 2, 5]`` → ``"0..2, 5"``; with ``limit``, the first ``limit`` runs and a count
+    of the rest (an error stays one short line over thousands of days)."""
     parts, i = [], 0
     while i < len(days):
         j = i
@@ -182,6 +190,8 @@ def day_span(days: list[int]) -> str:
             j += 1
         parts.append(str(days[i]) if i == j else f"{days[i]}..{days[j]}")
         i = j + 1
+    if limit is not None and len(parts) > limit:
+        return f"{', '.join(parts[:limit])} +{len(parts) - limit:,} runs"
     return ", ".join(parts) if parts else "none"
 
 

@@ -22,8 +22,8 @@ import pandas as pd
 
 from gemkd.transfer.config import check_value
 from gemkd.transfer.data.importer import (
-    day_checks,
     encode,
+    log_checks,
     negatives,
     sides,
     source,
@@ -117,18 +117,23 @@ def import_logs(src: str | Path, mapping: Mapping, out: str | Path,
         else:
             raw = _in_range(_read_logs(files, mapping), mapping, notes)
             n = len(raw["t"])
+            one_event = _whole_log_notes(raw, mapping, notes)
             order = np.argsort(raw["t"], kind="stable")
             rows = _take(raw, order)
             age = None
             if mapping.negatives is not None:
                 rows, age = _add_negatives(rows, mapping, notes)
-            schema, columns, events = _assemble(rows, mapping, side, notes)
+            schema, columns, events = _assemble(rows, mapping, side, notes, one_event)
+            log_checks.emit(notes, [log_checks.duplicate_note(log_checks.duplicates(raw), n)])
             if age is not None:
                 assert schema.negatives is not None  # _assemble records the mapping's negatives
                 schema.negatives["item_age"] = age
             write_dataset(schema, columns, events, tmp)
+            if mapping.days.buckets is not None:
+                schema.generator[encode.DAY_DATES] = encode.day_dates(columns["day"], columns["ts"])
         schema.generator = {"mapping": mapping.to_dict(), "files": [str(f) for f in files],
-                            "side_tables": [str(p) for _, p in side], "notes": notes}
+                            "side_tables": [str(p) for _, p in side], "notes": notes,
+                            **{k: v for k, v in schema.generator.items() if k == encode.DAY_DATES}}
         schema.save(tmp)
     log.info("imported %d rows from %d file(s) in %.1f s", n, len(files),
              time.perf_counter() - started)
@@ -161,20 +166,31 @@ def log_columns(m: Mapping) -> dict[str, str]:
 
 
 def _check_header(path: Path, m: Mapping) -> list[str]:
-    """The log columns the mapping reads, each checked to be in file ``path``."""
+    """The log columns the mapping reads, each checked to be in file ``path``; a CSV's rows
+    each checked to have the header's number of fields."""
     wanted = log_columns(m)
-    have = source.header(path)
+    if m.columns is not None and not source.is_csv(path):
+        raise ConfigError(f"{m.path}: key 'header': false is for CSV logs without a header "
+                          f"line, and {path} is a Parquet file (its columns are named)")
+    have = source.header(path, m.columns)
     for col, key in wanted.items():
         if col not in have:
+            hint = ""
+            if m.columns is None and source.is_csv(path) and source.looks_like_data(have):
+                hint = ("; its first line looks like a row of data, not a header (numbers as "
+                        "names): for a CSV without a header line give the mapping 'header: "
+                        "false' and 'columns: [...]', the fields' names in order")
             raise ConfigError(f"{m.path}: key {key!r}: column {col!r} is not in {path} "
-                              f"(its columns: {', '.join(have[:30])})")
+                              f"(its columns: {', '.join(have[:30])}){hint}")
+    if source.is_csv(path):
+        source.check_fields(path, m.columns)
     return list(wanted)
 
 
 def _read_logs(files: list[Path], m: Mapping) -> dict[str, np.ndarray | pd.Series]:
     parts = []
     for path in files:
-        df = source.read(path, _check_header(path, m))
+        df = source.read(path, _check_header(path, m), m.columns)
         if len(df):
             parts.append(_extract(df, path, m))
         log.info("%s: %d rows", path, len(df))
@@ -304,15 +320,34 @@ def _add_negatives(rows: dict, m: Mapping, notes: list[str]) -> tuple[dict, dict
     return out, age
 
 
+def _whole_log_notes(rows: dict, m: Mapping, notes: list[str]) -> float | None:
+    """The checks of the log as a whole (log_checks): a label that never holds is an error;
+    notes on labels that always hold and on one user holding most rows. Returns the share of
+    users with one event (None without users), for the thin-days note."""
+    n = len(rows["t"])
+    positives = {lab.name: int(rows[f"label:{lab.name}"].sum(dtype=np.int64))
+                 for lab in m.labels}
+    new: list[str | None] = list(log_checks.check_labels(m, positives, n,
+                                                         m.negatives is not None))
+    one_event = None
+    if m.user is not None:
+        codes, uniq = encode.factorize(pd.Series(rows["user"]))
+        counts = np.bincount(codes, minlength=len(uniq) + 1)[1:]
+        new += log_checks.user_notes(counts, uniq, n)
+        one_event = log_checks.one_event_share(counts)
+    log_checks.emit(notes, new)
+    return one_event
+
+
 def _check_days(day: np.ndarray, rows: dict, calendar: str, first: int | None,
-                notes: list[str]) -> None:
-    """Notes and warnings on straggler days and gaps, counted over the logged rows."""
+                notes: list[str], one_event: float | None = None) -> None:
+    """Notes and warnings on thin days, straggler days and gaps, counted over the logged
+    rows."""
     logged = day if SAMPLED_COLUMN not in rows else day[rows[SAMPLED_COLUMN] == 0]
     if first is None:
         first = int(encode.local_dates(rows["t"][:1], calendar)[0])  # rows are in time
-    for warning in day_checks.day_warnings(logged, np.datetime64(first, "D")):
-        notes.append(f"days: {warning}")
-        log.warning("days: %s", warning)
+    present, counts = np.unique(logged, return_counts=True)
+    log_checks.emit(notes, list(log_checks.day_notes(present, counts, first, one_event)))
 
 
 def _ids(values: np.ndarray | pd.Series, ids: Ids, notes: list[str]) -> tuple[np.ndarray, int]:
@@ -331,7 +366,8 @@ def _ids(values: np.ndarray | pd.Series, ids: Ids, notes: list[str]) -> tuple[np
     return h.codes, h.cardinality
 
 
-def _assemble(rows: dict, m: Mapping, side: list, notes: list[str]
+def _assemble(rows: dict, m: Mapping, side: list, notes: list[str],
+              one_event: float | None = None
               ) -> tuple[DatasetSchema, dict[str, np.ndarray], Events]:
     """Rows in time order → the schema, the flat columns and the history's event fields."""
     t = rows["t"]
@@ -342,7 +378,7 @@ def _assemble(rows: dict, m: Mapping, side: list, notes: list[str]
         first = (int(rows["date"].min()) if "date" in rows else
                  _epoch_day(m.days.first) if m.days.first else None)
         cols["day"] = encode.calendar_days(t, m.days.calendar, first)
-        _check_days(cols["day"], rows, m.days.calendar, first, notes)
+        _check_days(cols["day"], rows, m.days.calendar, first, notes, one_event)
     else:
         assert m.days.buckets is not None  # parse_mapping: exactly one of calendar and buckets
         cols["day"] = equal_count_days(cols["ts"], m.days.buckets)

@@ -155,3 +155,21 @@ def hash_note(key: str, buckets: int, h: Hashed) -> str:
     return (f"ids: {key} ids hashed into {buckets:,} buckets: {h.shared:,} of "
             f"{h.distinct:,} distinct ids ({100 * h.collision_rate:.2f} %) share a bucket with "
             "another id (ids: dense gives each its own row)")
+
+
+DAY_DATES = "day_dates"  # schema.json generator key: {day: [first, last UTC date]}, buckets
+
+
+def day_dates(day: np.ndarray, ts: np.ndarray) -> dict[str, list[str]]:
+    """Each day's first and last event date (UTC, ISO), for days that are time buckets
+    (``day`` non-decreasing, ``ts`` in seconds), so a reader of the dataset can name a
+    bucket's dates."""
+    present, start = np.unique(day, return_index=True)
+    return spans_as_dates(present, np.minimum.reduceat(ts, start), np.maximum.reduceat(ts, start))
+
+
+def spans_as_dates(days: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> dict[str, list[str]]:
+    """``{day: [date of lo, date of hi]}`` (UTC, ISO) from seconds."""
+    first, last = (np.asarray(v, dtype="datetime64[s]").astype("datetime64[D]").astype(str)
+                   for v in (lo, hi))
+    return {str(int(d)): [str(a), str(b)] for d, a, b in zip(days, first, last, strict=True)}

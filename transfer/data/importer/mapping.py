@@ -163,6 +163,8 @@ class Mapping:
     history: History | None = None
     side_tables: tuple[SideTable, ...] = ()
     negatives: Negatives | None = None
+    # a CSV log without a header line: its fields' names in order (``header: false``)
+    columns: tuple[str, ...] | None = None
     path: str = "mapping"
 
     def replace(self, **changes: Any) -> Mapping:
@@ -172,6 +174,8 @@ class Mapping:
         """A JSON-ready record of the mapping actually applied (for ``schema.json``): unset
         options and the bookkeeping of mapping keys are left out."""
         d = _clean(dataclasses.asdict(self))
+        if self.columns is not None:  # as written: a headerless log's names
+            d = {"header": False, **d}
         d["days"] = self.days.to_dict()
         if self.negatives is not None:
             d["negatives"] = self.negatives.to_dict()

@@ -10,6 +10,8 @@ import zoneinfo
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from gemkd.transfer.config import load_yaml
 from gemkd.transfer.data.importer.mapping import (
     BUCKETS,
@@ -55,7 +57,17 @@ def load_mapping(path: str | Path) -> Mapping:
     ConfigError
         Naming the file and key of a bad entry.
     """
-    return parse_mapping(load_yaml(path), str(path))
+    return parse_mapping(load_yaml(path, _DatesAsText), str(path))
+
+
+class _DatesAsText(yaml.SafeLoader):
+    """YAML without implicit dates: ``2024-13-45`` stays text, so the mapping's own check
+    names the key (PyYAML would raise from inside the parser, naming none)."""
+
+
+_DatesAsText.yaml_implicit_resolvers = {
+    first: [(tag, rx) for tag, rx in resolvers if tag != "tag:yaml.org,2002:timestamp"]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()}
 
 
 class _P:
@@ -106,8 +118,9 @@ class _P:
 def parse_mapping(raw: dict, path: str = "mapping") -> Mapping:
     """Check a mapping given as a dict (a parsed YAML file) and build the ``Mapping``."""
     p = _P(path)
-    p.keys(raw, "", ("source", "files", "time", "days", "user", "item", "domain", "labels",
-                     "categorical", "dense", "history", "side_tables", "negatives"),
+    p.keys(raw, "", ("source", "files", "header", "columns", "time", "days", "user", "item",
+                     "domain", "labels", "categorical", "dense", "history", "side_tables",
+                     "negatives"),
            ("time", "labels"))
     t = raw["time"]
     if isinstance(t, str):
@@ -132,6 +145,7 @@ def parse_mapping(raw: dict, path: str = "mapping") -> Mapping:
                     for i, c in enumerate(p.seq(raw.get("dense", []), "dense"))),
         side_tables=tuple(_side(p, s, f"side_tables[{i}]") for i, s in
                           enumerate(p.seq(raw.get("side_tables", []), "side_tables"))),
+        columns=_columns(p, raw),
         path=path,
     )
     if raw.get("history") is not None:
@@ -140,6 +154,27 @@ def parse_mapping(raw: dict, path: str = "mapping") -> Mapping:
         m = m.replace(negatives=_negatives(p, raw["negatives"], m))
     check_mapping(m)
     return m
+
+
+def _columns(p: _P, raw: dict) -> tuple[str, ...] | None:
+    """``header: false`` with ``columns``: the names of a headerless CSV log's fields."""
+    header = p.flag(raw.get("header", True), "header")
+    if header:
+        if "columns" in raw:
+            raise p.err("columns", "names the fields of a CSV without a header line: give "
+                                   "'header: false' too (a log with a header names its own)")
+        return None
+    if "columns" not in raw:
+        raise p.err("columns", "missing (required with header: false: the log's field names "
+                               "in order, e.g. [user, item, rating, time])")
+    names = tuple(p.text(c, f"columns[{i}]") for i, c in enumerate(p.seq(raw["columns"],
+                                                                          "columns")))
+    if not names:
+        raise p.err("columns", "expected the log's field names in order, got []")
+    dup = next((c for i, c in enumerate(names) if c in names[:i]), None)
+    if dup is not None:
+        raise p.err("columns", f"{dup!r} is named twice")
+    return names
 
 
 def _tz(p: _P, v: Any, key: str) -> str:
@@ -154,6 +189,8 @@ def _tz(p: _P, v: Any, key: str) -> str:
 
 def _days(p: _P, d: Any) -> Days:
     p.keys(d, "days", ("calendar", "buckets", "date_column", "from", "to"))
+    if "calendar" not in d and "buckets" not in d and d:  # a date range alone: UTC dates
+        d = {"calendar": "UTC", **d}
     if ("calendar" in d) == ("buckets" in d):
         raise p.err("days", "give exactly one of 'calendar: TIMEZONE' or 'buckets: N'")
     if "calendar" in d:

@@ -7,6 +7,8 @@ the place (``line N`` of a CSV, counting the header as line 1; ``row N`` of a Pa
 
 from __future__ import annotations
 
+import csv
+import io
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -15,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
 from gemkd.transfer.data.importer.mapping import Label
@@ -93,10 +96,13 @@ def _unreadable(path: Path, e: BaseException) -> DataError:
     return DataError(f"{path}: not a readable {kind} ({first})")
 
 
-def header(path: Path) -> list[str]:
-    """The column names of a CSV or Parquet file."""
+def header(path: Path, names: tuple[str, ...] | None = None) -> list[str]:
+    """The column names of a CSV or Parquet file (``names``: a CSV without a header line,
+    whose columns these are)."""
     if not (is_csv(path) or path.name.lower().endswith(PARQUET_SUFFIXES)):
         raise DataError(f"{path}: unsupported file type (expected .csv, .csv.gz or .parquet)")
+    if names is not None and is_csv(path):
+        return list(names)
     try:
         if is_csv(path):
             return [str(c) for c in pd.read_csv(path, nrows=0).columns]
@@ -107,19 +113,84 @@ def header(path: Path) -> list[str]:
         raise _unreadable(path, e) from None
 
 
-def read(path: Path, columns: list[str]) -> pd.DataFrame:
-    """The named columns of a file (each must exist: check ``header`` first)."""
+def first_row(path: Path) -> list[str]:
+    """The first line's fields of a CSV (a header, or a first row of data)."""
+    try:
+        with pa.input_stream(str(path), compression="detect") as f:
+            reader = csv.reader(io.TextIOWrapper(f, encoding="utf-8", newline=""))
+            return next(reader, [])
+    except (OSError, UnicodeDecodeError, csv.Error, pa.ArrowException):
+        return []
+
+
+def looks_like_data(fields: list[str]) -> bool:
+    """Column names that look like a row of data: one or more is a number (a name seldom is),
+    as a CSV without a header line gives."""
+    def number(v: str) -> bool:
+        try:
+            float(v)
+        except ValueError:
+            return False
+        return True
+
+    return any(number(f.strip()) for f in fields if f.strip())
+
+
+def check_fields(path: Path, names: tuple[str, ...] | None = None) -> None:
+    """Every line of a CSV has as many fields as its header (or ``names``): a row with a field
+    more or less is an error naming the line, as pandas without column selection and Arrow's
+    reader give (pandas reading selected columns drops an extra field without a word). Arrow
+    parses the file (fast); the line is found by Python's csv module once a row is bad."""
+    cols = list(names) if names is not None else header(path)
+    read = pacsv.ReadOptions(column_names=list(names) if names is not None else None,
+                             use_threads=False, block_size=1 << 22)  # 4 MB at a time
+    convert = pacsv.ConvertOptions(include_columns=cols[:1],  # parsed, not converted
+                                   column_types={cols[0]: pa.string()})
+    try:
+        with pa.input_stream(str(path), compression="detect") as f:
+            for _ in pacsv.open_csv(f, read_options=read, convert_options=convert,
+                                    parse_options=pacsv.ParseOptions(newlines_in_values=True)):
+                pass
+    except (pa.ArrowException, OSError, UnicodeDecodeError) as e:
+        if "Expected" not in str(e) or "columns, got" not in str(e):
+            return  # not a field count: pandas' reader names whatever else is wrong
+        raise _bad_row(path, names) from None
+
+
+def _bad_row(path: Path, names: tuple[str, ...] | None) -> DataError:
+    """The first line whose field count is not the header's."""
+    with pa.input_stream(str(path), compression="detect") as f:
+        reader = csv.reader(io.TextIOWrapper(f, encoding="utf-8", newline=""))
+        want = len(names) if names is not None else len(next(reader, []))
+        for row in reader:
+            if row and len(row) != want:
+                why = ("a field more: a stray delimiter, an unquoted comma in a value?"
+                       if len(row) > want else "fields missing: a row cut short?")
+                kind = "mapping's 'columns' name" if names is not None else "header has"
+                return DataError(f"{path}: line {reader.line_num}: {len(row)} fields where the "
+                                 f"{kind} {want} ({why}); fix or drop the row")
+    return DataError(f"{path}: a row's field count is not the header's")
+
+
+def read(path: Path, columns: list[str], names: tuple[str, ...] | None = None
+         ) -> pd.DataFrame:
+    """The named columns of a file (each must exist: check ``header`` first); ``names``: a
+    CSV without a header line, whose columns these are."""
     try:
         if is_csv(path):
-            return pd.read_csv(path, usecols=columns, low_memory=False)
+            return pd.read_csv(path, usecols=columns, low_memory=False, **_names(names))
         return pq.read_table(path, columns=columns).to_pandas()
     except (OSError, UnicodeDecodeError, pd.errors.ParserError, pa.ArrowException,
             ValueError) as e:
         raise _unreadable(path, e) from None
 
 
-def batches(path: Path, columns: list[str], rows: int, row_groups: list[int] | None = None
-            ) -> Iterator[tuple[int, pd.DataFrame]]:
+def _names(names: tuple[str, ...] | None) -> dict:
+    return {} if names is None else {"header": None, "names": list(names)}
+
+
+def batches(path: Path, columns: list[str], rows: int, row_groups: list[int] | None = None,
+            names: tuple[str, ...] | None = None) -> Iterator[tuple[int, pd.DataFrame]]:
     """The named columns of a file, ``rows`` rows at a time, with each batch's first row: a
     CSV through pandas' chunked reader (the types ``read`` infers, per batch), a Parquet file
     a record batch at a time with column projection (only ``row_groups``, if given: rows are
@@ -127,7 +198,8 @@ def batches(path: Path, columns: list[str], rows: int, row_groups: list[int] | N
     try:
         if is_csv(path):
             first = 0
-            with pd.read_csv(path, usecols=columns, low_memory=False, chunksize=rows) as chunks:
+            with pd.read_csv(path, usecols=columns, low_memory=False, chunksize=rows,
+                             **_names(names)) as chunks:
                 for df in chunks:
                     yield first, df.reset_index(drop=True)
                     first += len(df)

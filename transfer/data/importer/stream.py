@@ -7,12 +7,18 @@ reader, Parquet record batches with column projection):
    errors naming the file's own row), cut to the mapping's date range, and its vocabularies
    gathered: the distinct ids and categorical values (dense codes are their sorted order),
    the rows of each domain value, log2 buckets' largest, the first time or date (day 0) and
-   the rows of each date (the straggler and gap checks). The converted batch is spilled to a
-   local folder, split by date (calendar days: the local date; buckets: the UTC date).
-2. **write**: date by date, in time order: the date's rows are sorted by (time, file order),
-   numbered, encoded with the vocabularies, and written a row group at a time, each user's
-   most recent ``max_events`` events carried from one date to the next for the histories. A
-   day is one or more part files (``part-K.parquet``, at most ``part_rows`` rows each): the
+   the rows of each date (the straggler and gap checks). The converted batch is sorted by
+   date (calendar days: the local date; buckets: the UTC date) and spilled to a local folder
+   in segments of consecutive dates (``batch_rows / 16`` rows or more each, a date never
+   split), so a log of thousands of thin days spills a few files, not a file per date.
+2. **write**: group by group in time order, a group being consecutive dates of at most
+   ``batch_rows / 4`` rows together (or one larger date, alone as before: a day of many rows
+   costs no more memory than it did): the group's rows are sorted by (date,
+   time, file order), numbered, encoded with the vocabularies, and written a row group at a
+   time, each user's most recent ``max_events`` events carried from one group to the next for
+   the histories (a merge with the carried events per group: the cost of a group grows with
+   the users seen so far, so groups, not dates, keep a thin log's import linear in its rows).
+   A day is one or more part files (``part-K.parquet``, at most ``part_rows`` rows each): the
    writer never holds a day, only a row group.
 
 It writes the same dataset as the in-memory import (``build.import_logs(streaming=False)``),
@@ -36,7 +42,7 @@ import pandas as pd
 import pyarrow as pa
 
 from gemkd.transfer.data.dataset_writer import PART_ROWS, ROW_GROUP_SIZE, DayWriter
-from gemkd.transfer.data.importer import day_checks, encode, sides, source
+from gemkd.transfer.data.importer import encode, log_checks, sides, source
 from gemkd.transfer.data.importer.mapping import Ids, Mapping, SideTable
 from gemkd.transfer.data.importer.stream_write import Carry, Hist
 from gemkd.transfer.data.ranges import N_AGE_BUCKETS, age_buckets, gather_ranges
@@ -46,9 +52,12 @@ from gemkd.transfer.errors import DataError
 log = logging.getLogger(__name__)
 
 BATCH_ROWS = 262_144             # rows read and converted at a time
+SEGMENTS_PER_BATCH = 16          # a batch spills segments of >= batch_rows / 16 rows
+GROUP_SHARE = 4                  # pass 2 writes dates in groups of <= batch_rows / 4 rows
 DAY_NS = 86_400 * 10**9
 _COMPACT = 4_000_000             # distinct values gathered before they are deduplicated
 Extract = Callable[[pd.DataFrame, Path, Mapping], dict]
+DATE_KEY = "spill:date"          # a spilled row's partition date (days since 1970-01-01)
 
 
 @dataclass
@@ -104,6 +113,20 @@ class _Scan:
     dates: dict[int, int] = field(default_factory=dict)  # partition → rows
     ts: list[np.ndarray] = field(default_factory=list)   # buckets only
     chunks: int = 0
+    segments: list[_Segment] = field(default_factory=list)  # spilled runs of dates (local)
+    positives: dict[str, int] = field(default_factory=dict)  # each label's rows with 1
+    users: _Counts = field(default_factory=_Counts)          # rows per user id
+    one_event: float | None = None                           # share of one-row users
+
+
+@dataclass(frozen=True)
+class _Segment:
+    """A spilled file: rows of the consecutive dates ``first..last`` of one batch, sorted by
+    date (``chunk``: its number, in read order)."""
+
+    first: int
+    last: int
+    chunk: int
 
 
 def import_streaming(files: list[Path], m: Mapping, side: list[tuple[SideTable, Path]],
@@ -121,9 +144,12 @@ def import_streaming(files: list[Path], m: Mapping, side: list[tuple[SideTable, 
     try:
         scan = _scan(files, m, spill, extract, check_header, batch_rows)
         _range_note(scan, m, notes)
+        scan_notes(scan, m, notes)
         plan = _Plan.of(scan, m, side, notes)
         schema = plan.schema(m)
-        _write(scan, plan, m, spill, out, schema, part_rows, notes)
+        repeats = _write(scan, plan, m, spill, out, schema, part_rows, notes,
+                         max(1, batch_rows // GROUP_SHARE))
+        log_checks.emit(notes, [log_checks.duplicate_note(repeats, scan.kept)])
     finally:
         shutil.rmtree(spill, ignore_errors=True)
     return schema
@@ -136,21 +162,23 @@ def _scan(files: list[Path], m: Mapping, spill: Path, extract: Extract,
     for path in files:
         columns = check_header(path)
         n = 0
-        for first, df in source.batches(path, columns, batch_rows):
+        for first, df in source.batches(path, columns, batch_rows, names=m.columns):
             n += len(df)
             if not len(df):
                 continue
             with source.rows_from(first):
                 rows = extract(df, path, m)
-            _gather(scan, rows, m, spill)
+            _gather(scan, rows, m, spill, max(1, batch_rows // SEGMENTS_PER_BATCH))
         log.info("%s: %d rows", path, n)
     if scan.read == 0:
         raise DataError(f"{', '.join(str(f) for f in files)}: no rows")
     return scan
 
 
-def _gather(scan: _Scan, rows: dict, m: Mapping, spill: Path) -> None:
-    """Cut a converted batch to the date range, add it to the vocabularies, spill it by date."""
+def _gather(scan: _Scan, rows: dict, m: Mapping, spill: Path, segment_rows: int = 0) -> None:
+    """Cut a converted batch to the date range, add it to the vocabularies, spill it: in
+    segments of at least ``segment_rows`` rows (``scan.segments``), or with ``segment_rows``
+    0 a file per date in a folder per date (the Ray import's layout, :mod:`.stream_ray`)."""
     n = len(rows["t"])
     order = np.arange(scan.read, scan.read + n, dtype=np.int64)  # file order, over every file
     scan.read += n
@@ -196,7 +224,15 @@ def _gather(scan: _Scan, rows: dict, m: Mapping, spill: Path) -> None:
             scan.distinct.setdefault(c.name, _Distinct()).add(v)
     if m.domain is not None:
         scan.domain.add(rows["domain"])
+    for lab in m.labels:
+        scan.positives[lab.name] = (scan.positives.get(lab.name, 0)
+                                    + int(rows[f"label:{lab.name}"].sum(dtype=np.int64)))
+    if m.user is not None:
+        scan.users.add(pd.Series(rows["user"]))
     rows["order"] = order
+    if segment_rows:
+        _spill_segments(scan, rows, date, spill, segment_rows)
+        return
     for d in np.unique(date):
         at = np.flatnonzero(date == d)
         folder = spill / f"date={int(d)}"
@@ -205,6 +241,45 @@ def _gather(scan: _Scan, rows: dict, m: Mapping, spill: Path) -> None:
             pickle.dump(_take(rows, at), f, protocol=pickle.HIGHEST_PROTOCOL)
         scan.chunks += 1
         scan.dates[int(d)] = scan.dates.get(int(d), 0) + len(at)
+
+
+def scan_notes(scan: _Scan, m: Mapping, notes: list[str]) -> None:
+    """The whole-log checks on what the scan gathered (build._whole_log_notes): a label that
+    never holds is an error; notes on labels that always hold and on a dominant user. Keeps
+    the share of one-event users for the thin-days note."""
+    new: list[str | None] = list(log_checks.check_labels(m, scan.positives, scan.kept,
+                                                         m.negatives is not None))
+    if m.user is not None:
+        uniq, counts = scan.users.table()
+        new += log_checks.user_notes(counts[1:], uniq, scan.kept)
+        scan.one_event = log_checks.one_event_share(counts[1:])
+    log_checks.emit(notes, new)
+
+
+def _spill_segments(scan: _Scan, rows: dict, date: np.ndarray, spill: Path,
+                    segment_rows: int) -> None:
+    """A batch's rows sorted by date (stable: read order within a date), spilled as files of
+    consecutive dates, each closed once it holds ``segment_rows`` rows."""
+    at = np.argsort(date, kind="stable")  # each segment taken on its own: one copy at a time
+    date = date[at]
+    present, starts, counts = np.unique(date, return_index=True, return_counts=True)
+    for d, c in zip(present.tolist(), counts.tolist(), strict=True):
+        scan.dates[d] = scan.dates.get(d, 0) + c
+    spill.mkdir(parents=True, exist_ok=True)
+    lo, held = 0, 0
+    for i, c in enumerate(counts.tolist()):
+        held += c
+        if held < segment_rows and i < len(counts) - 1:
+            continue
+        a, b = int(starts[lo]), int(starts[i]) + c
+        segment = _take(rows, at[a:b])
+        segment[DATE_KEY] = date[a:b]
+        with open(spill / f"{scan.chunks:08d}.pkl", "wb") as f:
+            pickle.dump(segment, f, protocol=pickle.HIGHEST_PROTOCOL)
+        del segment
+        scan.segments.append(_Segment(int(present[lo]), int(present[i]), scan.chunks))
+        scan.chunks += 1
+        lo, held = i + 1, 0
 
 
 def _range_note(scan: _Scan, m: Mapping, notes: list[str]) -> None:
@@ -250,10 +325,8 @@ class _Plan:
             day = np.maximum(dates - first, 0)
             present, at = np.unique(day, return_inverse=True)
             counts = np.bincount(at, weights=[scan.dates[int(d)] for d in dates]).astype(int)
-            for warning in day_checks.day_count_warnings(present, counts,
-                                                         np.datetime64(first, "D")):
-                notes.append(f"days: {warning}")
-                log.warning("days: %s", warning)
+            log_checks.emit(notes, list(log_checks.day_notes(present, counts, first,
+                                                             scan.one_event)))
             days = [int(d) for d in present]
         else:
             assert m.days.buckets is not None  # parse_mapping: calendar or buckets
@@ -329,25 +402,31 @@ def _id_table(role: str, ids: Ids, scan: _Scan, uniq_by: dict[str, pd.Index],
 
 # ---- pass 2: write --------------------------------------------------------------------------
 def _write(scan: _Scan, plan: _Plan, m: Mapping, spill: Path, out: Path, schema: DatasetSchema,
-           part_rows: int, notes: list[str]) -> None:
+           part_rows: int, notes: list[str], group_rows: int) -> int:
+    """Pass 2 (module docstring); returns the rows that repeat an earlier row in every column
+    (a repeat has its original's time, so it is in the same group)."""
     arrow = schema.arrow_schema()
     fields = [(f"hist_{f.name}", f.kind) for f in (m.history.fields if m.history else ())]
     carry = Carry([n for n, kind in fields if kind != "age"], schema.max_history)
     writers: dict[int, DayWriter] = {}
     matched = {str(path): 0 for _, path, _ in plan.side}
     next_id = 0
-    for date in sorted(scan.dates):
-        rows = _load(spill / f"date={date}")
-        rows = _take(rows, np.lexsort((rows["order"], rows["t"])))
-        cols, events = _encode(rows, date, plan, m, next_id, matched)
+    repeats = 0
+    spans: dict[int, list[int]] = {}  # buckets: each day's first and last second
+    for rows in _groups(scan, spill, group_rows):
+        repeats += log_checks.duplicates({k: v for k, v in rows.items()
+                                          if k not in ("order", DATE_KEY)})
+        rows = _take(rows, np.lexsort((rows["order"], rows["t"], rows[DATE_KEY])))
+        cols, events = _encode(rows, rows[DATE_KEY], plan, m, next_id, matched)
         next_id += len(rows["t"])
         del rows
+        if plan.edges is not None:
+            add_spans(spans, cols["day"], cols["ts"])
         hist = None
         if fields:
             hist = carry.join(cols["user_id"], events["t"], cols["example_id"],
                               {n: v for n, v in events.items() if n != "t"})
-        for lo, hi, day in _slices(cols["day"]):
-            table = _table(cols, lo, hi, arrow, hist, fields)
+        for day, table in _day_tables(cols, arrow, hist, fields):
             if day not in writers:
                 for d in [d for d in writers if d < day]:  # days only move forward
                     schema.rows_per_day[str(d)] = writers.pop(d).close()
@@ -359,19 +438,74 @@ def _write(scan: _Scan, plan: _Plan, m: Mapping, spill: Path, out: Path, schema:
         if matched[str(path)] == 0:
             notes.append(f"side table {path}: no log row matched its key {s.key!r} "
                          f"(log column {s.on!r}); its features are all 0")
+    set_day_dates(schema, spans)
+    return repeats
 
 
-def _encode(rows: dict, date: int, plan: _Plan, m: Mapping, next_id: int,
+def set_day_dates(schema: DatasetSchema, spans: dict[int, list[int]]) -> None:
+    """Record each bucket's first and last event date (``spans``: seconds; none: calendar
+    days) in ``schema.generator``."""
+    if spans:
+        days = np.array(sorted(spans))
+        schema.generator[encode.DAY_DATES] = encode.spans_as_dates(
+            days, np.array([spans[d][0] for d in days]), np.array([spans[d][1] for d in days]))
+
+
+def add_spans(spans: dict[int, list[int]], day: np.ndarray, ts: np.ndarray) -> None:
+    """Widen each day's [first, last] second by a partition's rows (``day`` non-decreasing)."""
+    present, start = np.unique(day, return_index=True)
+    for d, lo, hi in zip(present.tolist(), np.minimum.reduceat(ts, start).tolist(),
+                         np.maximum.reduceat(ts, start).tolist(), strict=True):
+        span = spans.setdefault(d, [lo, hi])
+        span[0], span[1] = min(span[0], lo), max(span[1], hi)
+
+
+def _groups(scan: _Scan, spill: Path, group_rows: int) -> Iterator[dict]:
+    """The spilled rows, a group of consecutive dates at a time (in date order; at most
+    ``group_rows`` rows, or one larger date): each group's segments are loaded once the group
+    reaches their first date, the rows of later dates kept for the next groups."""
+    segments = sorted(scan.segments, key=lambda s: (s.first, s.chunk))
+    pending: list[dict] = []
+    k = 0
+    dates = sorted(scan.dates)
+    i = 0
+    while i < len(dates):
+        held, j = scan.dates[dates[i]], i + 1
+        while j < len(dates) and held + scan.dates[dates[j]] <= group_rows:
+            held += scan.dates[dates[j]]
+            j += 1
+        last = dates[j - 1]
+        while k < len(segments) and segments[k].first <= last:
+            path = spill / f"{segments[k].chunk:08d}.pkl"
+            with open(path, "rb") as f:
+                pending.append(pickle.load(f))
+            path.unlink()
+            k += 1
+        group, later = [], []
+        for part in pending:  # each part is sorted by date
+            cut = int(np.searchsorted(part[DATE_KEY], last, side="right"))
+            if cut:
+                group.append(_slice(part, 0, cut) if cut < len(part[DATE_KEY]) else part)
+            if cut < len(part[DATE_KEY]):
+                later.append(_slice(part, cut, len(part[DATE_KEY])))
+        pending = later
+        yield _concat(group)
+        i = j
+
+
+def _encode(rows: dict, date: int | np.ndarray, plan: _Plan, m: Mapping, next_id: int,
             matched: dict[str, int]) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
-    """A partition's rows (of local date ``date``) in time order → the flat columns
-    (build._assemble's) and each history field's per-row event values (``t``: times in ns)."""
+    """A partition's rows (of local dates ``date``: one, or each row's) in time order → the
+    flat columns (build._assemble's) and each history field's per-row event values (``t``:
+    times in ns)."""
     t = rows["t"]
     n = len(t)
     cols: dict[str, np.ndarray] = {"example_id": np.arange(next_id, next_id + n, dtype=np.int64),
                                    "ts": t // 10**9}
     if plan.edges is None:
         assert plan.first is not None  # calendar days: the partition is one local date
-        cols["day"] = np.full(n, max(date - plan.first, 0), dtype=np.int32)
+        day = np.maximum(np.asarray(date, dtype=np.int64) - plan.first, 0)
+        cols["day"] = np.broadcast_to(day, (n,)).astype(np.int32)
     else:
         cols["day"] = np.searchsorted(plan.edges, cols["ts"], side="right").astype(np.int32)
     if plan.domain is not None:
@@ -426,6 +560,19 @@ def _slices(day: np.ndarray) -> Iterator[tuple[int, int, int]]:
             yield lo, min(lo + ROW_GROUP_SIZE, int(b)), int(day[a])
 
 
+def _day_tables(cols: dict[str, np.ndarray], arrow: pa.Schema, hist: Hist | None,
+                fields: list[tuple[str, str]]) -> Iterator[tuple[int, pa.Table]]:
+    """A partition's rows as tables of the dataset's schema, each within one day: built a row
+    group at a time across days (a thin log's days hold a few rows each: one table of many
+    days, sliced without a copy, not a table per day) and cut at the day boundaries."""
+    day = cols["day"]
+    for lo in range(0, len(day), ROW_GROUP_SIZE):
+        hi = min(lo + ROW_GROUP_SIZE, len(day))
+        table = _table(cols, lo, hi, arrow, hist, fields)
+        for a, b, d in _slices(day[lo:hi]):
+            yield d, table.slice(a, b - a)
+
+
 def _table(cols: dict[str, np.ndarray], lo: int, hi: int, arrow: pa.Schema,
            hist: Hist | None, fields: list[tuple[str, str]]) -> pa.Table:
     """Rows ``[lo, hi)`` of a partition as a table of the dataset's schema, histories
@@ -445,16 +592,18 @@ def _table(cols: dict[str, np.ndarray], lo: int, hi: int, arrow: pa.Schema,
     return pa.Table.from_arrays([arrays[f.name] for f in arrow], schema=arrow)
 
 
-def _load(folder: Path) -> dict:
-    """A partition's spilled chunks, in the order they were read, as one set of columns."""
-    parts = []
-    for p in sorted(folder.glob("*.pkl")):
-        with open(p, "rb") as f:
-            parts.append(pickle.load(f))
-        p.unlink()
+def _concat(parts: list[dict]) -> dict:
+    """Spilled pieces as one set of columns (in the pieces' order)."""
+    if len(parts) == 1:
+        return parts[0]
     return {k: (pd.concat([p[k] for p in parts], ignore_index=True)
                 if isinstance(parts[0][k], pd.Series) else np.concatenate([p[k] for p in parts]))
             for k in parts[0]}
+
+
+def _slice(rows: dict, a: int, b: int) -> dict:
+    return {k: (v.iloc[a:b].reset_index(drop=True) if isinstance(v, pd.Series) else v[a:b])
+            for k, v in rows.items()}
 
 
 def _take(rows: dict, idx: np.ndarray) -> dict:

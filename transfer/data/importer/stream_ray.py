@@ -47,7 +47,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from gemkd.transfer.data.dataset_writer import DayWriter
-from gemkd.transfer.data.importer import source, stream, stream_ray_hist
+from gemkd.transfer.data.importer import log_checks, source, stream, stream_ray_hist
 from gemkd.transfer.data.importer.mapping import Mapping, SideTable
 from gemkd.transfer.data.importer.stream_write import Hist
 from gemkd.transfer.data.schema import DatasetSchema
@@ -86,9 +86,11 @@ def import_on_ray(files: list[Path], m: Mapping, side: list[tuple[SideTable, Pat
         try:
             scan = _scan(ray, files, m, spill, extract, check_header, batch_rows)
             stream._range_note(scan, m, notes)
+            stream.scan_notes(scan, m, notes)
             plan = stream._Plan.of(scan, m, side, notes)
             schema = plan.schema(m)
-            _write(ray, scan, plan, m, spill, out, schema, part_rows, notes)
+            repeats = _write(ray, scan, plan, m, spill, out, schema, part_rows, notes)
+            log_checks.emit(notes, [log_checks.duplicate_note(repeats, scan.kept)])
         finally:
             shutil.rmtree(spill, ignore_errors=True)
     return schema
@@ -152,7 +154,7 @@ def _scan_split(index: int, split: _Split, m: Mapping, spill: Path, extract: str
     scan = stream._Scan(read=index * ORDER_STRIDE, chunks=index * CHUNK_STRIDE)
     path = split.path
     columns = check_header(path)
-    for first, df in source.batches(path, columns, batch_rows, split.row_groups):
+    for first, df in source.batches(path, columns, batch_rows, split.row_groups, m.columns):
         if len(df):
             with source.rows_from(split.first + first):
                 rows = extract(df, path, m)
@@ -181,6 +183,10 @@ def _add(scan: stream._Scan, part: stream._Scan) -> None:
         scan.maxima[name] = max(scan.maxima.get(name, v), v)
     scan.domain.values += part.domain.values
     scan.domain.counts += part.domain.counts
+    scan.users.values += part.users.values
+    scan.users.counts += part.users.counts
+    for name, n in part.positives.items():
+        scan.positives[name] = scan.positives.get(name, 0) + n
     for date, n in part.dates.items():
         scan.dates[date] = scan.dates.get(date, 0) + n
     scan.ts += part.ts
@@ -188,7 +194,7 @@ def _add(scan: stream._Scan, part: stream._Scan) -> None:
 
 # ---- pass 2: encode (a task per date), histories (a chain per user shard), write -----------
 def _write(ray: Any, scan: stream._Scan, plan: stream._Plan, m: Mapping, spill: Path,
-           out: Path, schema: DatasetSchema, part_rows: int, notes: list[str]) -> None:
+           out: Path, schema: DatasetSchema, part_rows: int, notes: list[str]) -> int:
     arrow = schema.arrow_schema()
     fields = [(f"hist_{f.name}", f.kind) for f in (m.history.fields if m.history else ())]
     names = [n for n, kind in fields if kind != "age"]
@@ -208,9 +214,15 @@ def _write(ray: Any, scan: stream._Scan, plan: stream._Plan, m: Mapping, spill: 
     run: list[int] = []   # consecutive dates whose days no other date holds: one write task
     joined: list = []     # the history joins the run's write task waits on
     last_day = -1
+    spans: dict[int, list[int]] = {}  # buckets: each day's first and last second
+    repeats = 0  # rows repeating an earlier row (a repeat has its original's time and date)
     try:
         for date, ref in zip(dates, list(refs), strict=True):
-            hits, first_day, final_day = _in_order(ray, [ref])[0]
+            hits, first_day, final_day, date_spans, date_repeats = _in_order(ray, [ref])[0]
+            repeats += date_repeats
+            for d, (lo, hi) in date_spans.items():
+                span = spans.setdefault(d, [lo, hi])
+                span[0], span[1] = min(span[0], lo), max(span[1], hi)
             shutil.rmtree(spill / f"date={date}")  # encoded: its scan spill is spent
             for path, n in hits.items():
                 matched[path] += n
@@ -245,19 +257,23 @@ def _write(ray: Any, scan: stream._Scan, plan: stream._Plan, m: Mapping, spill: 
         raise
     for d in sorted(rows):
         schema.rows_per_day[str(d)] = rows[d]
+    stream.set_day_dates(schema, spans)
     for s, path, _ in plan.side:
         if matched[str(path)] == 0:
             notes.append(f"side table {path}: no log row matched its key {s.key!r} "
                          f"(log column {s.on!r}); its features are all 0")
+    return repeats
 
 
 def _encode_date(date: int, next_id: int, plan: stream._Plan, m: Mapping, spill: Path,
-                 shards: int) -> tuple[dict[str, int], int, int]:
+                 shards: int) -> tuple[dict[str, int], int, int, dict[int, list[int]], int]:
     """A date's rows sorted, numbered from ``next_id`` and encoded (``stream._write``'s first
     steps), saved for the writer, and their history events by user shard (``shards`` 0: no
-    histories); the rows each side table matched, and the date's first and last day."""
+    histories); the rows each side table matched, the date's first and last day, and (time
+    buckets) each day's first and last second, and the rows repeating an earlier row."""
     stream_ray_hist.shared(spill)
     rows = _load(spill / f"date={date}")
+    repeats = log_checks.duplicates({k: v for k, v in rows.items() if k != "order"})
     rows = stream._take(rows, np.lexsort((rows["order"], rows["t"])))
     matched = {str(path): 0 for _, path, _ in plan.side}
     cols, events = stream._encode(rows, date, plan, m, next_id, matched)
@@ -267,7 +283,10 @@ def _encode_date(date: int, next_id: int, plan: stream._Plan, m: Mapping, spill:
         stream_ray_hist.split_events(spill, date, shards, cols["user_id"], t,
                                      cols["example_id"], events)
     _dump(cols, _cols_path(spill, date))
-    return matched, int(cols["day"][0]), int(cols["day"][-1])
+    spans: dict[int, list[int]] = {}
+    if plan.edges is not None:
+        stream.add_spans(spans, cols["day"], cols["ts"])
+    return matched, int(cols["day"][0]), int(cols["day"][-1]), spans, repeats
 
 
 def _write_days(dates: list[int], spill: Path, out: Path, arrow: pa.Schema,
