@@ -11,8 +11,10 @@ import pandas as pd
 
 from gemkd.experiments.report.family import Family
 from gemkd.experiments.report.intervals import BEATS, GAIN, LOSS, UNRESOLVED
+from gemkd.experiments.report.robustness import fragile, repeated
 from gemkd.experiments.report.summary import RunView, ci, lag_str, md_table
 from gemkd.experiments.results_schema import KD
+from gemkd.experiments.run_dir import RunDir
 
 #: The mark of a Holm-adjusted interval in the tables.
 DAGGER = "†"
@@ -98,3 +100,46 @@ def _phrase(r: pd.Series) -> str:
         return f"{r['a']} beats {other} by {d}"
     assert r["verdict"] != UNRESOLVED
     return f"{r['a']} is below {other} by {neg}"
+
+
+def robustness_sentence(run: RunView) -> list[str]:
+    """The "what it means" sentence on robustness: how many primary verdicts held under
+    perturbed numerics, which flipped; nothing without a repeat."""
+    fam = run.family
+    if not repeated(fam):
+        return []
+    assert fam is not None
+    flips = fragile(fam)
+    if flips.empty:
+        return [f"All {fam.size} primary verdicts held when the search and final runs were "
+                "repeated with every student's initial weights moved by one ulp (a stand-in "
+                "for another CPU's rounding)."]
+    named = ", ".join(f"{r.a} vs {r.b} ({r.verdict} here, {r.perturbed_verdict} there)"
+                      for r in flips.itertuples())
+    k = len(flips)
+    return [f"{k} of {fam.size} primary verdicts {'is' if k == 1 else 'are'} fragile: repeated "
+            "with every student's initial weights moved by one ulp (a stand-in for another "
+            f"CPU's rounding), {named}; on another machine {'it' if k == 1 else 'each'} may "
+            "read either way."]
+
+
+def robustness_section(run: RunView) -> list[str]:
+    """``## Verdict robustness``: each primary comparison's verdict here and in the repeat
+    under perturbed numerics, with the repeat's adjusted interval; nothing without a
+    repeat."""
+    fam = run.family
+    if not repeated(fam):
+        return []
+    assert fam is not None
+    rows = [[f"{r.a} vs {r.b}", ci(r.diff, r.adj_lo, r.adj_hi), r.verdict,
+             ci(r.perturbed_diff, r.perturbed_adj_lo, r.perturbed_adj_hi), r.perturbed_verdict,
+             r.robustness] for r in fam.table.itertuples()]
+    return ["## Verdict robustness", "",
+            "The search and the final runs were repeated with every student's initial weights "
+            f"moved by one unit in the last place (`{RunDir.PERTURBED}/`, spec key "
+            "`robustness`): the difference another CPU's rounding makes, made on purpose, which "
+            "training and the search amplify. A primary verdict that differs in the repeat is "
+            "marked fragile: on another machine it may read either way. The repeat shares the "
+            "teacher, its store and codes; another CPU perturbs those too.", "",
+            md_table(("comparison", "difference [adjusted CI]", "verdict",
+                      "repeat [adjusted CI]", "repeat's verdict", "robustness"), rows), ""]

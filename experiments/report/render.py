@@ -8,12 +8,11 @@ from typing import Any
 from gemkd.experiments.report.answer import answer_paragraph
 from gemkd.experiments.report.cost import cost_section
 from gemkd.experiments.report.day_unit import text_in_units
-from gemkd.experiments.report.family_text import family_section
+from gemkd.experiments.report.family_text import family_section, robustness_section
 from gemkd.experiments.report.forest import PREFIX, forest_name
 from gemkd.experiments.report.missing import missing_note, missing_runs
 from gemkd.experiments.report.plots import no_ratio_reason, write_run_plots
-from gemkd.experiments.report.robustness import section as robustness_section
-from gemkd.experiments.report.sensitivity import sensitivity_section
+from gemkd.experiments.report.sensitivity_text import sensitivity_section
 from gemkd.experiments.report.summary import (
     RunView,
     lag_str,

@@ -21,24 +21,12 @@ from gemkd.transfer.errors import ConfigError
 
 if TYPE_CHECKING:
     from gemkd.experiments.report.family import Family
-    from gemkd.experiments.report.summary import RunView
 
 FRAGILE, HOLDS = "fragile", "holds"
 #: What :func:`mark` adds to the family's table: the repeat's verdict, its adjusted interval
 #: and whether the main verdict held there.
 COLUMNS = ["perturbed_verdict", "perturbed_diff", "perturbed_adj_lo", "perturbed_adj_hi",
            "robustness"]
-
-
-def repeat_family(run: RunView) -> Family | None:
-    """The primary family of the run's repeat under perturbed numerics (``RUN_DIR/perturbed``),
-    or None where the run has no finished repeat."""
-    from gemkd.experiments.report.summary import RunView
-
-    folder = run.dir / RunDir.PERTURBED
-    if not (folder / RunDir.RESULTS).is_file():
-        return None
-    return RunView(folder).family
 
 
 def mark(family: Family | None, other: Family | None) -> Family | None:
@@ -102,48 +90,3 @@ def unresolved_fragile(family: Family | None) -> list[str]:
     """``a vs b`` of the comparisons not resolved here that the repeat resolved."""
     f = fragile(family)
     return [f"{r.a} vs {r.b}" for r in f.itertuples() if r.verdict == UNRESOLVED]
-
-
-def sentence(run: RunView) -> list[str]:
-    """The "what it means" sentence on robustness: how many primary verdicts held under
-    perturbed numerics, which flipped; nothing without a repeat."""
-    fam = run.family
-    if not repeated(fam):
-        return []
-    assert fam is not None
-    flips = fragile(fam)
-    if flips.empty:
-        return [f"All {fam.size} primary verdicts held when the search and final runs were "
-                "repeated with every student's initial weights moved by one ulp (a stand-in "
-                "for another CPU's rounding)."]
-    named = ", ".join(f"{r.a} vs {r.b} ({r.verdict} here, {r.perturbed_verdict} there)"
-                      for r in flips.itertuples())
-    k = len(flips)
-    return [f"{k} of {fam.size} primary verdicts {'is' if k == 1 else 'are'} fragile: repeated "
-            "with every student's initial weights moved by one ulp (a stand-in for another "
-            f"CPU's rounding), {named}; on another machine {'it' if k == 1 else 'each'} may "
-            "read either way."]
-
-
-def section(run: RunView) -> list[str]:
-    """``## Verdict robustness``: each primary comparison's verdict here and in the repeat
-    under perturbed numerics, with the repeat's adjusted interval; nothing without a
-    repeat."""
-    from gemkd.experiments.report.summary import ci, md_table
-
-    fam = run.family
-    if not repeated(fam):
-        return []
-    assert fam is not None
-    rows = [[f"{r.a} vs {r.b}", ci(r.diff, r.adj_lo, r.adj_hi), r.verdict,
-             ci(r.perturbed_diff, r.perturbed_adj_lo, r.perturbed_adj_hi), r.perturbed_verdict,
-             r.robustness] for r in fam.table.itertuples()]
-    return ["## Verdict robustness", "",
-            "The search and the final runs were repeated with every student's initial weights "
-            f"moved by one unit in the last place (`{RunDir.PERTURBED}/`, spec key "
-            "`robustness`): the difference another CPU's rounding makes, made on purpose, which "
-            "training and the search amplify. A primary verdict that differs in the repeat is "
-            "marked fragile: on another machine it may read either way. The repeat shares the "
-            "teacher, its store and codes; another CPU perturbs those too.", "",
-            md_table(("comparison", "difference [adjusted CI]", "verdict",
-                      "repeat [adjusted CI]", "repeat's verdict", "robustness"), rows), ""]

@@ -13,21 +13,21 @@ A primary comparison must also pass Holm: its ``*_mde_holm`` is at α/m, Holm's 
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from gemkd.experiments.report.cluster_files import load_eval_sets, unique_groups
 from gemkd.experiments.report.family import PRIMARY
-from gemkd.experiments.report.summary import f4, lag_str, md_table
 from gemkd.experiments.report.world_arrays import per_seed, world_arrays
-from gemkd.experiments.results_schema import BASELINE, CELL_KEYS, KD
+from gemkd.experiments.results_schema import BASELINE, CELL_KEYS
 from gemkd.transfer.metrics.contrasts import Units, covariance, difference
 from gemkd.transfer.metrics.power import POWER, Components, detectable, run_components
 
-if TYPE_CHECKING:
-    from gemkd.experiments.report.summary import RunView
+#: A :class:`~gemkd.experiments.report.summary.RunView`, duck-typed: ``RunView.sensitivity``
+#: and ``csv_table`` call this module, so it cannot import the class back.
+RunView = Any
 
 #: The two contrasts a verdict reads: ΔNE (against the baseline) and ΔNE − ΔNE(reference).
 STATS = {"delta_ne": "delta", "vs_kd": "vs_kd"}
@@ -165,102 +165,3 @@ def components_of(frame: pd.DataFrame, stat: str) -> Components:
     return Components(med(f"{stat}_users_shared"), med(f"{stat}_users_seed"),
                       med(f"{stat}_seeds"), med(f"{stat}_worlds"), int(med("n_worlds")),
                       med(f"{stat}_n_seeds"), med("n_users"))
-
-
-def _main_rows(run: RunView, stat: str) -> pd.DataFrame:
-    rows = run.interval_rows()
-    own = BASELINE if stat == "delta_ne" else run.intervals.reference
-    return rows[rows["variant"] != own]
-
-
-def _pct(split: dict[str, float]) -> str:
-    known = {k: v for k, v in split.items() if math.isfinite(v)}
-    total = sum(known.values())
-    if total <= 0:
-        return "—"
-    return " / ".join(f"{100 * known[k] / total:.0f} %" if k in known else "—"
-                      for k in SOURCES)
-
-
-def mde_sentence(run: RunView) -> str:
-    """The rule paragraph's sentence on the MDE and the variance split (empty without
-    intervals)."""
-    if not run.has_intervals:
-        return ""
-    parts = []
-    for stat, name in (("delta_ne", "ΔNE"), ("vs_kd", "ΔNE − ΔNE(KD)")):
-        rows = _main_rows(run, stat)
-        mde = rows[f"{stat}_mde"].dropna()
-        if mde.empty:
-            continue
-        text = f"{name} of {f4(float(np.median(mde)))}"
-        holm = rows[f"{stat}_mde_holm"].dropna()
-        if len(holm):
-            text += f" ({f4(float(np.median(holm)))} for a primary comparison under Holm)"
-        parts.append(text)
-    if not parts:
-        return ""
-    split = _pct(_split(run, "delta_ne"))
-    return (f" At 80 % power and two-sided {100 * (1 - run.intervals.level):.0f} % it detects a "
-            f"{' and a '.join(parts)} (median over variants: the MDE, the true difference "
-            "resolved 80 % of the time); ΔNE's variance is split "
-            f"{split} between evaluation users / training seeds / worlds (section Sensitivity; "
-            "`gemkd plan` says what a larger run would resolve).")
-
-
-def _split(run: RunView, stat: str) -> dict[str, float]:
-    rows = _main_rows(run, stat)
-    return {src: float(np.median(rows[f"{stat}_var_{src}"].dropna()))
-            if rows[f"{stat}_var_{src}"].notna().any() else math.nan for src in SOURCES}
-
-
-#: The effect an ads team acts on (~0.1 % relative NE), which the section plans for.
-ACTIONABLE = 0.001
-
-
-def sensitivity_section(run: RunView) -> list[str]:
-    """The report's section on what the run could detect and what it would take to detect
-    :data:`ACTIONABLE`."""
-    if not run.has_intervals:
-        return []
-    from gemkd.experiments.report.run_plan import plan_for
-
-    t = run.csv_table  # the 95 % intervals, also for primary comparisons (their MDE's level)
-    rows = t[(t["teacher_lag_days"] == run.lag) & (t["domain"] == run.domain)
-             & (t["task"] == run.task)]
-    level = run.intervals.level
-    holm_level = rows["holm_level"].dropna()
-    holm = (f" MDE (Holm): a primary comparison's at α/m = {holm_level.iloc[0]:.4f}, Holm's "
-            "strictest step (what it needs when no other comparison is resolved before it)."
-            if len(holm_level) else "")
-    out = [f"## Sensitivity (domain {run.domain}, task {run.task}, teacher lag "
-           f"{lag_str(run.lag)} days)", "",
-           f"Minimum detectable effect (MDE): the true difference this run's interval excludes "
-           f"0 for with 80 % probability at two-sided {100 * (1 - level):.0f} % — its standard "
-           "error times the effect, in standard errors, that the interval's own reference "
-           "distribution resolves (the noncentral t with the interval's df; one world: the "
-           "generalized pivot at its users' share and S − 1 df; one seed: the normal, "
-           f"2.80).{holm} The variance of each estimate is split into its evaluation users' "
-           "part (shared by the seeds and each seed's own), the training seeds' (their search "
-           "draws inside) and the worlds' (— with one world: not estimable), the components "
-           "the intervals are made of.", ""]
-    table = []
-    for _, r in rows.iterrows():
-        cells = [str(r["variant"])]
-        for stat, own in (("delta_ne", BASELINE), ("vs_kd", run.intervals.reference)):
-            if r["variant"] == own or not math.isfinite(r.get(f"{stat}_mde", math.nan)):
-                cells += ["—"] * 4
-                continue
-            split = {src: r[f"{stat}_var_{src}"] for src in SOURCES}
-            holm_mde = r.get(f"{stat}_mde_holm", math.nan)
-            cells += [f"±{f4(r[f'{stat}_half_width'])}", f4(r[f"{stat}_mde"]),
-                      f4(holm_mde) if math.isfinite(holm_mde) else "—", _pct(split)]
-        table.append(cells)
-    pct = round(100 * level)
-    out += [md_table(("variant", f"ΔNE half-width ({pct} %)", "ΔNE MDE", "MDE (Holm)",
-                      "users / seeds / worlds", f"vs KD half-width ({pct} %)", "vs KD MDE",
-                      "MDE (Holm)", "users / seeds / worlds"), table), ""]
-    plan = plan_for(run, ACTIONABLE, stat="vs_kd" if KD in run.variants else "delta_ne")
-    if plan is not None:
-        out += [plan.summary(), ""]
-    return out

@@ -15,7 +15,7 @@ import pandas as pd
 
 from gemkd.experiments.report.family import CSV_COLUMNS, Family, primary_family, shown
 from gemkd.experiments.report.intervals import COLUMNS, Intervals, run_intervals
-from gemkd.experiments.report.robustness import mark, repeat_family
+from gemkd.experiments.report.robustness import mark
 from gemkd.experiments.report.table_names import (
     ALL,
     CELL_KEYS,
@@ -200,8 +200,10 @@ class RunView:
         """The primary comparisons, Holm-adjusted (gemkd.experiments.report.family); None
         without intervals. Each comparison carries whether its verdict held in the repeat
         under perturbed numerics (gemkd.experiments.report.robustness), where the run has one."""
+        repeat = self.dir / RunDir.PERTURBED
+        other = RunView(repeat).family if (repeat / RunDir.RESULTS).is_file() else None
         return mark(primary_family(self.dir, self.intervals, self.spec, self.lags, self.tasks,
-                                   self.domains, self.variants), repeat_family(self))
+                                   self.domains, self.variants), other)
 
     @cached_property
     def csv_table(self) -> pd.DataFrame:

@@ -130,7 +130,7 @@ def teacher_section(run: RunView) -> list[str]:
     out += [f"- {c}" for c in checks] + [""]
     out += fit_lines(run)
     if any("worse" in c or "no better" in c for c in checks):
-        out += [try_sentence(run), ""]
+        out += [try_sentence(run, fits_of_lag(run)), ""]
     return out
 
 

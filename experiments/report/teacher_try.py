@@ -10,6 +10,7 @@ sentence says what is in effect, suggests the rest, and names that coupling."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -35,9 +36,10 @@ class FitAsRun:
     kept: int | None
 
 
-def fits_as_run(run: RunView) -> list[FitAsRun]:
-    """The main lag's fits from ``teacher_fit.json``, else from the run's cache (an older run;
-    its most epochs are the epochs it trained)."""
+def fits_as_run(run: RunView, cached: Sequence[Any] = ()) -> list[FitAsRun]:
+    """The main lag's fits from ``teacher_fit.json``, else ``cached``, the fits read from the
+    run's cache (an older run; ``teacher_diag.fits_of_lag``, which imports this module; its most
+    epochs are the epochs it trained)."""
     out = []
     for entries in run.run_dir.teacher_fit().values():
         e = entries.get(lag_str(run.lag)) or entries.get(str(run.lag))
@@ -47,23 +49,21 @@ def fits_as_run(run: RunView) -> list[FitAsRun]:
                                 e.get("chosen_epoch")))
     if out:
         return out
-    # a run before teacher_fit.json: its cached fits (teacher_diag imports this module)
-    from gemkd.experiments.report.teacher_diag import fits_of_lag
-
     return [FitAsRun(f.val_days or None, f.select, max(f.epochs, 1),
                      f.best_epoch if f.select == "best" and f.best_epoch else f.epochs or None)
-            for f in fits_of_lag(run)]
+            for f in cached]
 
 
-def try_sentence(run: RunView) -> str:
-    """The section's "What to try" line: what is already in effect, then what is not."""
+def try_sentence(run: RunView, cached: Sequence[Any] = ()) -> str:
+    """The section's "What to try" line: what is already in effect, then what is not
+    (``cached``: the run's cached fits, for a run before ``teacher_fit.json``)."""
     spec = run.spec or {}
     found = spec.get("teacher")
     teacher: dict[str, Any] = found if isinstance(found, dict) else {}
     if teacher.get("store"):
         return ("What to try: the teacher is an imported store (`teacher.store`), so a better "
                 "one is made outside this run; or train one here (leave `store` out).")
-    fits = fits_as_run(run)
+    fits = fits_as_run(run, cached)
     validated = bool(fits) and all(f.val_days and f.select == "best" for f in fits)
     several = not fits or any(f.max_epochs > 1 for f in fits)  # epochs to choose from
     in_effect, tries = [], []

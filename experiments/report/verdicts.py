@@ -11,10 +11,14 @@ import numpy as np
 import pandas as pd
 
 from gemkd.experiments.report.family import EXPLORATORY, PRIMARY
-from gemkd.experiments.report.family_text import DAGGER, family_sentence, headline
+from gemkd.experiments.report.family_text import (
+    DAGGER,
+    family_sentence,
+    headline,
+    robustness_sentence,
+)
 from gemkd.experiments.report.intervals import GAIN, LOSS, METHOD_TEXT, UNRESOLVED
-from gemkd.experiments.report.robustness import sentence as robustness_sentence
-from gemkd.experiments.report.sensitivity import mde_sentence
+from gemkd.experiments.report.sensitivity_text import mde_sentence
 from gemkd.experiments.report.summary import RunView, ci, f4, lag_str, md_table, pm
 from gemkd.experiments.report.teacher_diag import teacher_auc_better
 from gemkd.experiments.report.teacher_first import teacher_better

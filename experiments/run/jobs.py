@@ -55,7 +55,7 @@ class StudentRun:
     evaluation (final runs), ``curve``: the training-loss CSV, ``student``: where to keep the
     evaluated student (spec ``keep_students``; :mod:`gemkd.experiments.run.kept_students`);
     ``perturb``: the run's numerics perturbed (``ulp``:
-    :func:`gemkd.experiments.run.perturbed.perturb_weights`), the repeat of ``robustness:``."""
+    :func:`gemkd.transfer.training.ulp_perturb.perturb_weights`), the repeat of ``robustness:``."""
 
     key: str
     phase: str

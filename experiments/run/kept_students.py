@@ -15,6 +15,7 @@ typical student, not the luckiest.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from gemkd.experiments.run_dir import write_student_file
@@ -22,8 +23,12 @@ from gemkd.experiments.run_dir import write_student_file
 if TYPE_CHECKING:
     from torch import nn
 
-    from gemkd.experiments.run.context import LagCell, RunContext
-    from gemkd.experiments.run.jobs import StudentRun
+    from gemkd.experiments.run_dir import RunDir
+    from gemkd.experiments.spec.run_spec import RunSpec
+
+#: A :class:`~gemkd.experiments.run.jobs.StudentRun` (duck-typed: jobs calls this module, in
+#: the worker that trained the run, so it cannot import the class back).
+StudentRun = Any
 
 #: the payload's layout (``gemkd student export`` refuses a newer one)
 FORMAT_VERSION = 1
@@ -89,18 +94,20 @@ def median_seed(ne_by_seed: dict[int, float]) -> int:
     return order[(len(order) - 1) // 2]
 
 
-def keep_students(ctx: RunContext, cell: LagCell, finals: dict[tuple[str, int], str]) -> None:
-    """Apply ``keep_students`` to the cell's final students once all have finished: under
+def keep_students(run: RunDir, spec: RunSpec, done: Mapping[str, dict[str, Any]],
+                  world: int, lag: int | float,
+                  finals: dict[tuple[str, int], str]) -> None:
+    """Apply ``keep_students`` to a (world, lag) cell's final students once all have finished
+    (``done``: the ledger's records by key; ``finals``: each (variant, seed)'s key): under
     ``median`` drop every seed's file but the median-NE seed's, per variant."""
-    spec = ctx.spec
     if spec.keep_students != "median":
         return
     metric = f"ne/{spec.student_tasks[0]}/all"
     drop = []
     for variant in spec.variants:
-        ne = {s: float(ctx.done[finals[variant.name, s]]["metrics"].get(metric, math.nan))
+        ne = {s: float(done[finals[variant.name, s]]["metrics"].get(metric, math.nan))
               for s in spec.seeds}
         kept = median_seed(ne)
-        drop += [ctx.run.student_path(cell.world, cell.lag, variant.name, s)
+        drop += [run.student_path(world, lag, variant.name, s)
                  for s in spec.seeds if s != kept]
-    ctx.run.remove_students(drop)
+    run.remove_students(drop)

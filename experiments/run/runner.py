@@ -246,7 +246,7 @@ def _world(ctx: RunContext, world: int | None, tuning_rows: list[dict]) -> list[
             chosen = tune_variants(ctx, cell, tuning_rows)
         with ctx.phase("final runs"):
             finals = _final_runs(ctx, cell, chosen)
-            keep_students(ctx, cell, finals)
+            keep_students(ctx.run, ctx.spec, ctx.done, cell.world, cell.lag, finals)
         refs = References(sources["gem"], oracle, feature, tasks, only or domains, label, lag)
         rows += _rows(ctx, finals, refs, sources)
         repeat = ctx.perturbed

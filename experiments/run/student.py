@@ -160,7 +160,7 @@ def build_module(spec: RunSpec, job: StudentJob, data: fs.Where, inputs: Inputs,
                            table_min_rows=spec.table_min_rows)
     module.student_config = config  # what rebuilds the student (a kept student's file)
     if job.perturb:
-        from gemkd.experiments.run.perturbed import perturb_weights
+        from gemkd.transfer.training.ulp_perturb import perturb_weights
 
         perturb_weights(module, job.perturb, job.seed)
     return module, teacher

@@ -16,10 +16,10 @@ import yaml
 from gemkd.experiments.cli import main
 from gemkd.experiments.run.inputs import inputs_tag
 from gemkd.experiments.run.jobs import InputPaths
-from gemkd.experiments.run.perturbed import perturb_weights
 from gemkd.experiments.run.runner import count_work
 from gemkd.experiments.spec import load_spec
 from gemkd.transfer.errors import ConfigError
+from gemkd.transfer.training.ulp_perturb import perturb_weights
 
 
 def _net() -> torch.nn.Module:
