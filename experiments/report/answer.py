@@ -16,6 +16,7 @@ import pandas as pd
 
 from gemkd.experiments.report.family import PRIMARY
 from gemkd.experiments.report.intervals import BEATS, BELOW, GAIN, LOSS, UNRESOLVED
+from gemkd.experiments.report.no_signal import no_signal_tasks, opening_sentence
 from gemkd.experiments.report.robustness import suffix, unresolved_fragile
 from gemkd.experiments.report.summary import RunView, ci, f4, lag_str, pm
 from gemkd.experiments.report.teacher_diag import teacher_auc_better
@@ -34,7 +35,8 @@ def answer_paragraph(run: RunView) -> str:
     lead = (f"**In short** (domain {run.domain}, teacher lag {lag_str(run.lag)} days"
             + ("; 95 % intervals, the method below" if run.has_intervals else
                "; mean ± std over seeds, no intervals: no verdicts") + "):")
-    opening = _teacher_first(run)
+    flat = no_signal_tasks(run)
+    opening = " ".join(p for p in (opening_sentence(flat), _teacher_first(run, flat)) if p)
     for detail in (True, False):
         parts = [_task_clause(run, task, detail) for task in run.tasks]
         text = " ".join(p for p in (opening, lead, *parts) if p)
@@ -56,13 +58,16 @@ def _names(parts: list[str]) -> set[str]:
     return {p.split(":", 1)[0] for p in parts}
 
 
-def _teacher_first(run: RunView) -> str:
+def _teacher_first(run: RunView, flat: list[str]) -> str:
     """The sentence a report must open with when its teacher is not better than the
-    labels-only student (DESIGN §6: no gain is then the teacher's knowledge)."""
+    labels-only student (DESIGN §6: no gain is then the teacher's knowledge); none where no
+    model beats the constant on its task (``flat``): the sentence before says more."""
     if teacher_better(run) is not False:
         return ""
     r = teacher_row(run)
     assert r is not None  # teacher_better found it
+    if r["task"] in flat:
+        return ""
     base = run.interval_rows(lag=r["teacher_lag_days"], domain=r["domain"], task=r["task"])
     base = base[base["variant"] == BASELINE]
     y = f4(base.iloc[0]["ne"]) if not base.empty else "—"

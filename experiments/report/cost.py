@@ -15,7 +15,7 @@ import math
 
 import pandas as pd
 
-from gemkd.experiments.report.summary import RunView, md_table
+from gemkd.experiments.report.summary import RunView, f4, md_table
 from gemkd.experiments.results_schema import BASELINE, WORLD
 from gemkd.transfer.errors import GemkdError
 
@@ -77,10 +77,10 @@ def cost_section(run: RunView) -> list[str]:
         return []
     if run.has_intervals:
         iv = run.interval_rows().set_index("variant")
-        gains = {v: f"{iv.at[v, 'delta_ne']:.4f}" for v in iv.index}
+        gains = {v: f4(iv.at[v, "delta_ne"]) for v in iv.index}
     else:
         rows = run.rows().set_index("variant")
-        gains = {v: f"{rows.at[v, 'delta_ne_mean']:.4f}" for v in rows.index}
+        gains = {v: f4(rows.at[v, "delta_ne_mean"]) for v in rows.index}
     table = []
     for v in run.variants:
         if v == BASELINE:

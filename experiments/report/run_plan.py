@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
+from gemkd.experiments.report.no_signal import mde_caveat, no_signal_tasks
 from gemkd.experiments.report.sensitivity import components_of
 from gemkd.experiments.report.summary import f4, lag_str, md_table
 from gemkd.experiments.results_schema import BASELINE
@@ -53,6 +54,11 @@ class Plan:
     options: pd.DataFrame
     components: dict[str, Components]
     notes: list[str] = field(default_factory=list)
+
+    @property
+    def one_world(self) -> bool:
+        """Whether the run has one world (its worlds' variance is not measured)."""
+        return all(c.n_worlds < 2 for c in self.components.values())
 
     def text(self) -> str:
         """The plan as the command prints it."""
@@ -94,9 +100,15 @@ class Plan:
                 parts.append(f"{name}: not within {LIMIT:,}")
             elif what == "users_factor":
                 parts.append(f"users only: {_factor(r['users_factor'])} the evaluation users")
+            elif what == "all" and r["worlds"] < 2:
+                parts.append(f"seeds and users together (this one world): {r['seeds']:,} seeds "
+                             f"and {_factor(r['users_factor'])} the users")
             elif what == "all":
                 parts.append(f"together: {r['worlds']:,} world(s), {r['seeds']:,} seeds and "
                              f"{_factor(r['users_factor'])} the users")
+            elif what == "worlds" and self.one_world:
+                parts.append(f"worlds only: {r['worlds']:,} replicate worlds, which this run "
+                             "does not have (for a real log: other logs or periods)")
             else:
                 parts.append(f"{name}: {r[what]:,} {what}")
         return (f"To detect {NAMES[stat]} = {self.effect:g} (about what an ads team acts on, "
@@ -230,7 +242,12 @@ def plan_for(run: RunView, effect: float, power: float = POWER, alpha: float = 0
     if c0.n_worlds < 2:
         notes.append("Worlds: this run has one world, so the worlds' variance is not measured "
                      "and the options with more worlds assume it is 0 (they are optimistic if "
-                     "worlds differ).")
+                     "worlds differ); 'worlds only' needs replicate worlds the run does not "
+                     "have (for a real log: other logs or periods), while every other option "
+                     "keeps this one world.")
+    main = domain in (None, run.domain) and lag in (None, run.lag)  # the constant's slice
+    if main and (caveat := mde_caveat(no_signal_tasks(run, [task or run.task]))):
+        notes.append(caveat + " 'resolves it: yes' here is not a reason to trust the run.")
     where = (f"domain {domain or run.domain}, task {task or run.task}, lag "
              f"{lag_str(run.lag if lag is None else lag)}, "
              + (f"variant {variant}" if variant else "median over variants"))

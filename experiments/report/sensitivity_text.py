@@ -10,6 +10,7 @@ import math
 import numpy as np
 import pandas as pd
 
+from gemkd.experiments.report.no_signal import mde_caveat, no_signal_tasks
 from gemkd.experiments.report.run_plan import plan_for
 from gemkd.experiments.report.sensitivity import SOURCES
 from gemkd.experiments.report.summary import RunView, f4, lag_str, md_table
@@ -54,7 +55,8 @@ def mde_sentence(run: RunView) -> str:
             f"{' and a '.join(parts)} (median over variants: the MDE, the true difference "
             "resolved 80 % of the time); ΔNE's variance is split "
             f"{split} between evaluation users / training seeds / worlds (section Sensitivity; "
-            "`gemkd plan` says what a larger run would resolve).")
+            "`gemkd plan` says what a larger run would resolve)."
+            + (" " + caveat if (caveat := mde_caveat(no_signal_tasks(run, [run.task]))) else ""))
 
 
 def _split(run: RunView, stat: str) -> dict[str, float]:
@@ -110,4 +112,6 @@ def sensitivity_section(run: RunView) -> list[str]:
     plan = plan_for(run, ACTIONABLE, stat="vs_kd" if KD in run.variants else "delta_ne")
     if plan is not None:
         out += [plan.summary(), ""]
+    if caveat := mde_caveat(no_signal_tasks(run, [run.task])):
+        out += [f"**{caveat}**", ""]
     return out

@@ -22,7 +22,8 @@ import pandas as pd
 import yaml
 
 from gemkd.experiments.report.base_rate import constant_of
-from gemkd.experiments.report.summary import RunView, f4, md_table, pm, seed_stats
+from gemkd.experiments.report.no_signal import AUC_MARGIN, no_signal_tasks
+from gemkd.experiments.report.summary import RunView, bound, f4, md_table, pm, seed_stats
 from gemkd.experiments.report.teacher_try import try_sentence
 from gemkd.experiments.results_schema import ALL, BASELINE
 
@@ -102,6 +103,7 @@ def constant_arm(run: RunView, task: str) -> tuple[float, float]:
 def teacher_section(run: RunView) -> list[str]:
     """The section's lines (nothing for a run whose results have no teacher NE)."""
     rows, checks = [], []
+    flat = no_signal_tasks(run)
     for task in run.tasks:
         cell = run.cell(task=task)
         base = cell[cell["variant"] == BASELINE]
@@ -117,7 +119,9 @@ def teacher_section(run: RunView) -> list[str]:
                  [task, "constant (training base rate)",
                   f4(c_ne) if math.isfinite(c_ne) else "≈ 1", "0.5000", f4(c_cal)]]
         checks.append(check_sentence(task, t_ne[0], t_auc[0], t_cal[0], b_ne[0], b_auc[0],
-                                     c_ne if math.isfinite(c_ne) else 1.0))
+                                     c_ne if math.isfinite(c_ne) else 1.0,
+                                     ne_diff=_teacher_interval(run, task),
+                                     learnt=task not in flat))
     if not rows:
         return []
     out = [f"## The teacher (domain {run.domain}, teacher lag {run.lag} days, evaluation days)",
@@ -135,41 +139,72 @@ def teacher_section(run: RunView) -> list[str]:
 
 
 def check_sentence(task: str, ne: float, auc: float, cal: float, base_ne: float,
-                   base_auc: float, const_ne: float) -> str:
-    """The teacher check of one task, saying exactly what the numbers say (point estimates;
-    the interval of NE(teacher) − NE(baseline) is in the first paragraph and intervals.csv)."""
+                   base_auc: float, const_ne: float, *,
+                   ne_diff: tuple[float, float] | None = None, learnt: bool = True) -> str:
+    """The teacher check of one task, saying exactly what the numbers say. ``ne_diff`` is the
+    interval (lo, hi) of NE(teacher) − NE(baseline): with it the NE judgement is the first
+    paragraph's (:func:`gemkd.experiments.report.teacher_first.teacher_better`), not resolved
+    where it holds 0; without it (no per-user files) the point estimates decide. An AUC edge is
+    claimed only beyond :data:`~gemkd.experiments.report.no_signal.AUC_MARGIN`. ``learnt`` is
+    False where no arm beats the constant (:mod:`gemkd.experiments.report.no_signal`): a teacher
+    at the constant is then the log's lack of signal, not a fit that memorised ids."""
     if not math.isfinite(ne) or not math.isfinite(base_ne):
         return f"{task}: the teacher's or the labels-only student's NE is unknown."
-    ne_word = "better" if ne < base_ne else "worse"
-    text = (f"{task}: the teacher is {ne_word} than the labels-only student on NE "
-            f"({f4(ne)} vs {f4(base_ne)})")
+    if ne_diff is not None and all(math.isfinite(x) for x in ne_diff):
+        lo, hi = ne_diff
+        ne_word = "better" if hi < 0 else "worse" if lo > 0 else "not resolved"
+    else:
+        ne_word = "better" if ne < base_ne else "worse"
+    shown = f"{f4(ne)} vs {f4(base_ne)}"
+    text = (f"{task}: the teacher is not resolved against the labels-only student on NE "
+            f"({shown}; the difference's interval [{bound(ne_diff[0])}, {bound(ne_diff[1])}] "
+            "holds 0)" if ne_diff is not None and ne_word == "not resolved" else
+            f"{task}: the teacher is {ne_word} than the labels-only student on NE ({shown})")
     if math.isfinite(auc) and math.isfinite(base_auc):
-        auc_word = "better" if auc > base_auc else "no better"
-        joint = "and" if (ne_word == "better") == (auc_word == "better") else "but"
-        text += f" {joint} {auc_word} on AUC ({f4(auc)} vs {f4(base_auc)})"
+        auc_word = "better" if auc > base_auc + AUC_MARGIN else "no better"
+        joint = (";" if ne_word == "not resolved" else
+                 " and" if (ne_word == "better") == (auc_word == "better") else " but")
+        text += f"{joint} {auc_word} on AUC ({f4(auc)} vs {f4(base_auc)})"
         if ne_word == "worse" and auc_word == "better":
             text += (": it ranks better and predicts worse probabilities (calibration "
                      f"{f4(cal)}), so its ranking or representations may still help a student "
                      "while its soft targets carry its miscalibration")
     else:
         text += "; its AUC was not recorded by this run"
-    if ne > const_ne:
+    if not learnt:
+        text += (f"; like every arm on {task} it does not beat the constant base-rate "
+                 f"predictor (NE {f4(const_ne)}): nothing was learnt on this task, so these "
+                 "differences are noise and say nothing about the teacher's fit")
+    elif ne > const_ne:
         text += (f"; it is also worse than the constant base-rate predictor (NE {f4(const_ne)}): "
                  "its probabilities are worse than no model's, as a teacher that memorised "
                  "its training days' ids would be")
     return text + "."
 
 
+def _teacher_interval(run: RunView, task: str) -> tuple[float, float] | None:
+    """The interval of NE(teacher) − NE(baseline) on the main slice's ``task`` (None without
+    per-user files)."""
+    if not run.has_intervals:
+        return None
+    rows = run.interval_rows(task=task)
+    if rows.empty:
+        return None
+    r = rows.iloc[0]
+    return float(r["teacher_vs_baseline_lo"]), float(r["teacher_vs_baseline_hi"])
+
+
 def teacher_auc_better(run: RunView, task: str | None = None) -> bool | None:
-    """Is the teacher's AUC above the labels-only student's on the main slice (point estimates,
-    mean over worlds and seeds)? None when this run did not record the teacher's AUC."""
+    """Is the teacher's AUC above the labels-only student's by more than
+    :data:`~gemkd.experiments.report.no_signal.AUC_MARGIN` on the main slice (means over worlds
+    and seeds)? None when this run did not record the teacher's AUC."""
     rows = run.rows(task=task).set_index("variant")
     if BASELINE not in rows.index:
         return None
     t, b = rows.at[BASELINE, "auc_teacher_mean"], rows.at[BASELINE, "auc_mean"]
     if not (math.isfinite(t) and math.isfinite(b)):
         return None
-    return bool(t > b)
+    return bool(t > b + AUC_MARGIN)
 
 
 def fit_lines(run: RunView) -> list[str]:

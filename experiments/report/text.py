@@ -12,6 +12,7 @@ from pathlib import Path
 import pandas as pd
 
 from gemkd.experiments.report.base_rate import above_one_sentence
+from gemkd.experiments.report.no_signal import constant_note, no_signal_tasks
 from gemkd.experiments.report.summary import RunView, f4, lag_str, md_table, pm, seed_stats
 from gemkd.experiments.report.verdicts import interval_sentences, interval_table
 from gemkd.experiments.results_schema import BASELINE, KD
@@ -80,7 +81,8 @@ def ne_above_one(run: RunView, tasks: list[str] | None = None) -> str:
         over = [v for v, x in ne.items() if math.isfinite(x) and x > 1]
         if over:
             above[task] = (over, ne)
-    return above_one_sentence(run, above) if above else ""
+    flat = constant_note(run, no_signal_tasks(run, tasks or [run.task]))
+    return " ".join(p for p in (above_one_sentence(run, above) if above else "", flat) if p)
 
 
 def pct(mean: float, std: float) -> str:
@@ -172,7 +174,8 @@ def sentences(run: RunView) -> list[str]:
         d, s = seed_stats(kd["delta_ne"])
         tr = pm(*seed_stats(kd["transfer_ratio"]))
         exceeds, phrase = vs_2std(d, s)
-        verb = f"lowers NE by {f4(d)}" if d >= 0 else f"raises NE by {f4(-d)}"
+        verb = (f"changes NE by {f4(d)}" if f4(d) == "0.0000" else
+                f"lowers NE by {f4(d)}" if d >= 0 else f"raises NE by {f4(-d)}")
         if exceeds is None:
             verdict = "so whether KD beats the baseline is unknown"
         elif not exceeds:

@@ -241,7 +241,9 @@ def interval_sentences(run: RunView) -> list[str]:
                   "labels-only baseline.")
     else:
         r = rows.loc["kd"]
-        if r["delta_ne"] >= 0:
+        if f4(r["delta_ne"]) == "0.0000":  # "lowers NE by 0.0000" claimed a direction
+            verb = f"changes NE by {delta('kd')}"
+        elif r["delta_ne"] >= 0:
             verb = f"lowers NE by {delta('kd')}"
         else:
             verb = f"raises NE by {ci(-r['delta_ne'], -r['delta_ne_hi'], -r['delta_ne_lo'])}"

@@ -18,8 +18,9 @@ def _search(worlds=(0, 1), lags=(0,), trials=10) -> pd.DataFrame:
         for w in worlds:
             for t in range(trials):
                 alpha = 0.1 + 0.08 * t + 0.001 * w + 0.0001 * lag
+                val_ne = 0.9 + 0.01 * w + 0.002 * abs(t - 3 - w)  # a search that mattered
                 rows.append({"variant": "kd", "teacher_lag_days": lag, "world": w, "trial": t,
-                             "param": "alpha", "value": alpha, "val_ne": 0.9 + 0.01 * w,
+                             "param": "alpha", "value": alpha, "val_ne": val_ne,
                              "chosen": t == 3 + w})
     return pd.DataFrame(rows)
 
