@@ -6,10 +6,11 @@ baseline, any variant, the teacher — beats the constant on a task, nothing was
 the first paragraph, the NE note, the sensitivity words and ``gemkd plan`` say so.
 
 An arm beats the constant when its NE (mean over seeds) lies below the constant's
-(:func:`gemkd.experiments.report.base_rate.constant_of`) by more than :data:`NE_MARGIN` *or*
-its AUC lies above 0.5 by more than :data:`AUC_MARGIN`: either is something learnt (a model
-can rank with miscalibrated probabilities). The constant's NE is computed exactly on the same
-rows, so only the arms' seed noise matters."""
+(:func:`gemkd.experiments.report.base_rate.constant_of`) *or* its AUC lies above 0.5, each by
+more than the larger of a fixed margin (:data:`NE_MARGIN`, :data:`AUC_MARGIN`) and 2 standard
+errors of the arm's mean over its seeds: either is something learnt (a model can rank with
+miscalibrated probabilities), and a mean nearer than its own seeds' noise is not. The
+constant's NE is computed exactly on the same rows, so only the arms' noise counts."""
 
 from __future__ import annotations
 
@@ -27,24 +28,30 @@ NE_MARGIN = 5e-5
 AUC_MARGIN = 0.01
 
 
-def arms(run: RunView, task: str) -> dict[str, tuple[float, float]]:
-    """(NE, AUC) per arm of the main slice's ``task``, means over seeds: every variant, and the
-    teacher (read from the baseline's row) as ``teacher``."""
+def arms(run: RunView, task: str) -> dict[str, tuple[float, float, float, float]]:
+    """(NE, AUC, NE's and AUC's standard error over seeds) per arm of the main slice's
+    ``task``: every variant, and the teacher (read from the baseline's row) as ``teacher``."""
     rows = run.rows(task=task)
-    out: dict[str, tuple[float, float]] = {}
+    out: dict[str, tuple[float, float, float, float]] = {}
     for r in rows.to_dict("records"):
-        out[str(r["variant"])] = (float(r.get("ne_mean", math.nan)),
-                                  float(r.get("auc_mean", math.nan)))
-        if r["variant"] == BASELINE:
-            out["teacher"] = (float(r.get("ne_teacher_mean", math.nan)),
-                              float(r.get("auc_teacher_mean", math.nan)))
+        n = math.sqrt(max(float(r.get("n_seeds", 1) or 1), 1.0))
+        for name, col in ((str(r["variant"]), ""), ("teacher", "_teacher")):
+            if col and r["variant"] != BASELINE:
+                continue
+            ne_se, auc_se = (float(r.get(f"{m}{col}_std", math.nan)) / n for m in ("ne", "auc"))
+            out[name] = (float(r.get(f"ne{col}_mean", math.nan)),
+                         float(r.get(f"auc{col}_mean", math.nan)), ne_se, auc_se)
     return out
 
 
-def beats_constant(ne: float, auc: float, const_ne: float) -> bool:
-    """Whether an arm of (NE, AUC) learnt something over the constant of NE ``const_ne``."""
-    return ((math.isfinite(ne) and ne < const_ne - NE_MARGIN)
-            or (math.isfinite(auc) and auc > 0.5 + AUC_MARGIN))
+def beats_constant(ne: float, auc: float, const_ne: float, ne_se: float = 0.0,
+                   auc_se: float = 0.0) -> bool:
+    """Whether an arm of (NE, AUC), with their standard errors, learnt something over the
+    constant of NE ``const_ne``."""
+    ne_margin = max(NE_MARGIN, 2 * ne_se) if math.isfinite(ne_se) else NE_MARGIN
+    auc_margin = max(AUC_MARGIN, 2 * auc_se) if math.isfinite(auc_se) else AUC_MARGIN
+    return ((math.isfinite(ne) and ne < const_ne - ne_margin)
+            or (math.isfinite(auc) and auc > 0.5 + auc_margin))
 
 
 def no_signal_tasks(run: RunView, tasks: list[str] | None = None) -> list[str]:
@@ -54,9 +61,10 @@ def no_signal_tasks(run: RunView, tasks: list[str] | None = None) -> list[str]:
     for task in tasks if tasks is not None else run.tasks:
         c = constant_of(run, task)
         a = arms(run, task)
-        if c is None or not any(math.isfinite(ne) for ne, _ in a.values()):
+        if c is None or not any(math.isfinite(v[0]) for v in a.values()):
             continue
-        if not any(beats_constant(ne, auc, c.ne) for ne, auc in a.values()):
+        if not any(beats_constant(ne, auc, c.ne, ne_se, auc_se)
+                   for ne, auc, ne_se, auc_se in a.values()):
             out.append(task)
     return out
 
@@ -77,8 +85,8 @@ def constant_note(run: RunView, tasks: list[str]) -> str:
         if c is None:
             continue
         parts.append(f"on {task} no arm (baseline, variants, teacher) has an NE below the "
-                     f"constant's {f4(c.ne)} by more than {NE_MARGIN:g} nor an AUC above "
-                     f"0.5 by more than {AUC_MARGIN:g}")
+                     f"constant's {f4(c.ne)} nor an AUC above 0.5 by more than its seeds' "
+                     "noise")
     if not parts:
         return ""
     return ("Nothing was learnt: " + "; ".join(parts) + " — every model predicts what the "
