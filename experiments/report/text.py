@@ -68,8 +68,9 @@ def reference_line(run: RunView, task: str) -> str:
 
 def ne_above_one(run: RunView, tasks: list[str] | None = None) -> str:
     """Why an NE above 1 in the shown rows (``tasks``: the main task by default) is not a bug:
-    the sentence to put under the table (:mod:`gemkd.experiments.report.base_rate`), empty when
-    every NE is at most 1."""
+    the sentence to put under the table (:mod:`gemkd.experiments.report.base_rate`), and for
+    every task where no model beats the constant the note that nothing was learnt
+    (:mod:`gemkd.experiments.report.no_signal`); empty when neither applies."""
     above: dict[str, tuple[list[str], dict[str, float]]] = {}
     for task in tasks or [run.task]:
         if run.has_intervals:
