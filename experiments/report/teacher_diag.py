@@ -133,7 +133,8 @@ def teacher_section(run: RunView) -> list[str]:
            md_table(("task", "arm", "NE", "AUC", "calibration (Σp/Σy)"), rows, left=2), ""]
     out += [f"- {c}" for c in checks] + [""]
     out += fit_lines(run)
-    if any("worse" in c or "no better" in c for c in checks):
+    if any(("worse" in c or "no better" in c) and c.split(":", 1)[0] not in flat
+           for c in checks):  # where nothing was learnt, the teacher's fit is not the cause
         out += [try_sentence(run, fits_of_lag(run)), ""]
     return out
 
