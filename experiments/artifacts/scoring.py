@@ -17,6 +17,7 @@ import pyarrow.parquet as pq
 import torch
 
 from gemkd.experiments.artifacts.student_artifact import StudentArtifact
+from gemkd.experiments.report.day_unit import day_unit, window_text
 from gemkd.transfer.data.schema import DatasetSchema
 from gemkd.transfer.errors import ConfigError
 from gemkd.transfer.io.atomic import atomic_write_bytes
@@ -40,6 +41,17 @@ def check_schema(artifact: StudentArtifact, data: DatasetSchema, where: str) -> 
     lacking = [t for t in artifact.tasks if t not in data.tasks]
     if lacking:
         raise ConfigError(f"{where}: no label column {lacking[0]!r} (task of the artifact)")
+
+
+def check_window(schema: DatasetSchema, days: tuple[int, int], where: str) -> None:
+    """A window reaching past the dataset's days is a ConfigError naming the days it has: a
+    clipped window would score fewer days than asked under the asked window's name."""
+    have = sorted(schema.days)
+    if not have or days[0] < have[0] or days[1] > have[-1] + 1 or days[0] >= days[1]:
+        raw = {"generator": schema.generator, "day_unit": getattr(schema, "day_unit", None)}
+        asked = f"{day_unit(raw)}s [{days[0]}, {days[1]})"
+        held = window_text(raw, have[0], have[-1] + 1) if have else "no days"
+        raise ConfigError(f"{where}: {asked} reach past the data; it has {held}")
 
 
 def score_artifact(artifact: str | Path, data: str | Path, days: tuple[int, int],
@@ -80,6 +92,7 @@ def score_artifact(artifact: str | Path, data: str | Path, days: tuple[int, int]
     schema = DatasetSchema.load(data)
     check_schema(art, schema, str(data))
     art.check_days(days)
+    check_window(schema, days, str(data))
     domain = art.meta["student_domain"]
     reader = DatasetReader(data, days=days, batch_size=batch_size, tasks=art.tasks,
                            oracle=False, domains=[domain] if domain else None,

@@ -4,6 +4,7 @@ artifact's scores for a dataset's days (:mod:`gemkd.experiments.artifacts`)."""
 from __future__ import annotations
 
 import argparse
+import json
 
 from gemkd.experiments.cli.declare import Command, Opt, arguments
 from gemkd.experiments.cli.teacher import parse_days
@@ -11,13 +12,17 @@ from gemkd.experiments.cli.teacher import parse_days
 
 def _export(args: argparse.Namespace) -> None:
     from gemkd.experiments.artifacts import StudentArtifact, export_student
+    from gemkd.experiments.artifacts.student_artifact import SCHEMA
+    from gemkd.experiments.report.day_unit import window_text
 
     out = export_student(**arguments(args))
-    meta = StudentArtifact(out).meta
+    art = StudentArtifact(out)
+    meta = art.meta
+    window = window_text(json.loads((art.path / SCHEMA).read_text()), *meta["eval_days"])
     task = meta["tasks"][0]
     print(f"exported {meta['variant']} seed {meta['seed']} (lag {meta['lag']}, world "
           f"{meta['world']}; NE {task} {meta['metrics'].get(f'ne/{task}/all', float('nan')):.4f} "
-          f"on days {meta['eval_days']}) to {out}")
+          f"on {window}) to {out}")
 
 
 def _score(args: argparse.Namespace) -> None:

@@ -63,6 +63,20 @@ def buckets_of(schema: dict[str, Any]) -> int | None:
     return n if isinstance(n, int) and not isinstance(n, bool) else None
 
 
+def window_text(schema: dict[str, Any] | None, first: int, end: int) -> str:
+    """The half-open window ``[first, end)`` in the dataset's unit, with its dates where the
+    schema records them (``generator.day_dates``): ``buckets [15, 18) (2018-07-02 to
+    2020-01-01)``; a bucket may span months, so its number alone says little."""
+    text = f"{day_unit(schema)}s [{first}, {end})"
+    generator = (schema or {}).get("generator")
+    dates = generator.get("day_dates") if isinstance(generator, dict) else None
+    if isinstance(dates, dict):
+        lo, hi = dates.get(str(first)), dates.get(str(end - 1))
+        if isinstance(lo, list) and isinstance(hi, list) and lo and hi:
+            text += f" ({lo[0]} to {hi[-1]})"
+    return text
+
+
 def in_units(text: str, unit: str, keep: tuple[str, ...] = ()) -> str:
     """``text`` with day/days/Day/Days as ``unit`` outside backtick code spans and outside the
     names in ``keep`` (a run's or dataset's own name may hold the word)."""

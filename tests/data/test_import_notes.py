@@ -155,3 +155,41 @@ def test_ray_writes_the_notes_and_bucket_dates_of_the_local_import(tmp_path):
     assert ray.notes == local.notes and any(n.startswith("rows: 40 of") for n in ray.notes)
     assert (tmp_path / "ray" / "schema.json").read_bytes() == \
         (tmp_path / "local" / "schema.json").read_bytes()
+
+
+@MODES
+def test_a_bucketed_thin_log_notes_its_one_event_users(tmp_path, streaming):
+    """The thin-days note's advice (buckets) keeps its word on single-event users: a bucketed
+    import notes them with the share, and stores the note with the dataset."""
+    frame = thin_frame(rows=3_000, users=2_400, items=200, years=2.0)
+    notes = _notes(tmp_path, frame, streaming, {**THIN_MAPPING, "days": {"buckets": 4}},
+                   batch_rows=1_000)
+    per_user = frame["user"].value_counts()
+    share = round(100 * float((per_user == 1).mean()))
+    assert share >= 50
+    users = [n for n in notes if n.startswith("users:")]
+    assert users == [f"users: {share} % of the {len(per_user):,} users have a single event (a "
+                     f"median of {float(per_user.median()):g} per user): their rows have no "
+                     "history and ids seen once, so what any model learns of them comes from "
+                     "the items; a method built on histories or user embeddings has little to "
+                     "work with on this log"], notes
+    stored = json.loads((tmp_path / f"out_{streaming}" / "schema.json").read_text())
+    assert users[0] in stored["generator"]["notes"]
+    # a log of returning users has no such note
+    assert not [n for n in _notes(tmp_path, _frame(2_000), streaming,
+                                  {**MAPPING, "days": {"buckets": 3}})
+                if n.startswith("users:")]
+
+
+def test_a_note_is_printed_once(tmp_path, capsys):
+    """The CLI prints each note as ``note:``; the importer logs it only at INFO (``-v``)."""
+    frame = thin_frame(rows=3_000, users=2_400, items=200, years=2.0)
+    src = tmp_path / "log.csv"
+    frame.to_csv(src, index=False)
+    (tmp_path / "map.yaml").write_text(json.dumps(THIN_MAPPING))
+    assert main(["data", "import", "--src", str(src), "--mapping", str(tmp_path / "map.yaml"),
+                 "--out", str(tmp_path / "ds")]) == 0
+    captured = capsys.readouterr()
+    both = captured.out + captured.err
+    assert both.count("thin calendar days") == 1, both
+    assert "note: days: thin calendar days" in captured.out

@@ -62,6 +62,24 @@ def test_score_days_the_data_lacks(tiny_run, artifact, tmp_path, capsys):
     assert not (tmp_path / "s.parquet").exists()
 
 
+def test_score_a_window_reaching_past_the_data(tiny_run, artifact, tmp_path, capsys):
+    """Days 5..7 of a dataset of days 0..5: one error naming the days it has, no clipped
+    score of day 5 alone."""
+    line = cli_error(capsys, "score", str(artifact), "--data", str(tiny_run.data), "--days",
+                     "5:8", "--out", str(tmp_path / "s.parquet"))
+    assert line == (f"error: {tiny_run.data}: days [5, 8) reach past the data; it has days "
+                    "[0, 6)"), line
+    assert not (tmp_path / "s.parquet").exists()
+
+
+def test_export_states_its_evaluation_window(tiny_run, tmp_path, capsys):
+    capsys.readouterr()
+    assert main(["student", "export", str(tiny_run.out), "--variant", "kd", "--out",
+                 str(tmp_path / "a")]) == 0
+    out = capsys.readouterr().out
+    assert "on days [5, 6)) to " in out, out
+
+
 def test_a_changed_program_is_refused(artifact, tiny_run, tmp_path, capsys):
     copy = tmp_path / "art"
     shutil.copytree(artifact, copy)

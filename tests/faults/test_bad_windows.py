@@ -23,8 +23,9 @@ from tests.faults.conftest import ROOT, SPEC, TinyRun, cli_error, export_argv
 SYNTH = "spec data (synthetic, preset tiny), which has"
 RUN_CASES = [
     ("eval_days=[5, 9]", f"eval_days [5, 9): days 6..8 not in {SYNTH} days 0..5"),
-    ("student_domain=storiez", f"student_domain 'storiez': no such domain in {SYNTH} feed, "
-                               "stories, messaging"),
+    ("student_domain=storiez", f"student_domain 'storiez': no such domain in {SYNTH} domains "
+                               "'feed', 'stories', 'messaging'; leave student_domain out for "
+                               "every domain"),
 ]
 
 
@@ -146,3 +147,15 @@ def test_the_teacher_window_not_every_day_before_it_must_be_in_the_data():
                                        teacher_stream_start=72), STRAGGLERS, None, None, where)
     assert str(e.value).startswith("teacher_stream_start 72 to teacher_days 80 [72, 80): days "
                                    "72..74 not in")
+
+
+def test_a_single_domain_logs_student_domain_error_names_its_one_domain():
+    """An imported log has one domain, ``all``: the error quotes it as a name and says that
+    leaving student_domain out is what serves it."""
+    from gemkd.transfer.data.schema import check_domain
+
+    check_domain("student_domain", "all", ["all"], "d")
+    with pytest.raises(ConfigError) as info:
+        check_domain("student_domain", "feed", ["all"], "d")
+    assert str(info.value) == ("student_domain 'feed': no such domain in d, which has domain "
+                               "'all'; leave student_domain out for every domain")

@@ -172,9 +172,14 @@ def day_range(days: Sequence[int]) -> tuple[int, int]:
 
 
 def check_domain(key: str, domain: str, domains: list[str], where: object) -> None:
+    """A ``key`` (``student_domain``) naming a domain the data lacks is one error naming the
+    domains it has, and that leaving the key out uses every domain (a single-domain log's one
+    domain is ``all``, which reads as a keyword, not a name)."""
     if domain not in domains:
         raise ConfigError(f"{key} {domain!r}: no such domain in {where}, which has "
-                          f"{', '.join(domains)}")
+                          f"domain{'s' if len(domains) != 1 else ''} "
+                          f"{', '.join(repr(d) for d in domains)}; leave {key} out for every "
+                          "domain")
 
 
 MAX_RUNS = 3  # a window error names this many runs of days, then counts the rest

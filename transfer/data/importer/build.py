@@ -334,6 +334,7 @@ def _whole_log_notes(rows: dict, m: Mapping, notes: list[str]) -> float | None:
         codes, uniq = encode.factorize(pd.Series(rows["user"]))
         counts = np.bincount(codes, minlength=len(uniq) + 1)[1:]
         new += log_checks.user_notes(counts, uniq, n)
+        new.append(log_checks.one_event_note(counts, m.days.buckets is not None))
         one_event = log_checks.one_event_share(counts)
     log_checks.emit(notes, new)
     return one_event

@@ -27,6 +27,7 @@ DOMINANT_MIN_ROWS = 1_000  # ... of a log of at least this many rows
 THIN_DAY_ROWS = 100      # calendar days whose median holds fewer rows are thin
 FEW_ROWS = 5             # the thin-days note counts the days under this many rows
 SPEC_DAYS = 14           # the days a default run spec reads (teacher 9, student 3, eval 2)
+ONE_EVENT_SHARE = 0.5    # a bucketed log where this share of users has one event is noted
 BUCKET_ROWS = 5_000      # suggested buckets hold about this many rows (14 to 60 of them)
 
 
@@ -107,6 +108,20 @@ def one_event_share(counts: np.ndarray) -> float:
     return float((counts == 1).mean()) if len(counts) else 0.0
 
 
+def one_event_note(counts: np.ndarray, bucketed: bool) -> str | None:
+    """The note on users with a single event, for a log imported in time buckets (a calendar
+    import says it in its thin-days note, whose advice is the buckets; ``counts``: rows per
+    user): such a user's one row has no history and an id seen once, so the signal a model
+    can learn is the items', whatever the method."""
+    share = one_event_share(counts)
+    if not bucketed or share < ONE_EVENT_SHARE:
+        return None
+    return (f"users: {100 * share:.0f} % of the {len(counts):,} users have a single event (a "
+            f"median of {float(np.median(counts)):g} per user): their rows have no history and "
+            "ids seen once, so what any model learns of them comes from the items; a method "
+            "built on histories or user embeddings has little to work with on this log")
+
+
 def suggested_buckets(rows: int) -> int:
     """Buckets of about ``BUCKET_ROWS`` rows each, at least the days a default spec reads."""
     return int(min(60, max(SPEC_DAYS, rows // BUCKET_ROWS)))
@@ -153,11 +168,12 @@ def _busiest(dates: np.ndarray, counts: np.ndarray, width: int) -> str:
 
 
 def emit(notes: list[str], new: list[str | None]) -> None:
-    """Add the notes that are there, each also logged as a warning."""
+    """Add the notes that are there, each also logged at INFO (``-v``): the CLI prints every
+    note as ``note:``, so a warning would print it twice."""
     for note in new:
         if note:
             notes.append(note)
-            log.warning("%s", note)
+            log.info("%s", note)
 
 
 def day_notes(present: np.ndarray, counts: np.ndarray, first: int, one_event: float | None

@@ -252,6 +252,7 @@ def scan_notes(scan: _Scan, m: Mapping, notes: list[str]) -> None:
     if m.user is not None:
         uniq, counts = scan.users.table()
         new += log_checks.user_notes(counts[1:], uniq, scan.kept)
+        new.append(log_checks.one_event_note(counts[1:], m.days.buckets is not None))
         scan.one_event = log_checks.one_event_share(counts[1:])
     log_checks.emit(notes, new)
 
