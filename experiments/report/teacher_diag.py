@@ -132,10 +132,11 @@ def teacher_section(run: RunView) -> list[str]:
            "ranking does, Σp/Σy whether it is calibrated (1).", "",
            md_table(("task", "arm", "NE", "AUC", "calibration (Σp/Σy)"), rows, left=2), ""]
     out += [f"- {c}" for c in checks] + [""]
-    out += fit_lines(run)
+    fits = fits_of_lag(run)  # read once: the curve's lines and "What to try" both use them
+    out += fit_lines(run, fits)
     if any(("worse" in c or "no better" in c) and c.split(":", 1)[0] not in flat
            for c in checks):  # where nothing was learnt, the teacher's fit is not the cause
-        out += [try_sentence(run, fits_of_lag(run)), ""]
+        out += [try_sentence(run, fits), ""]
     return out
 
 
@@ -208,9 +209,9 @@ def teacher_auc_better(run: RunView, task: str | None = None) -> bool | None:
     return bool(t > b + AUC_MARGIN)
 
 
-def fit_lines(run: RunView) -> list[str]:
-    """The teacher fit's validation curve and kept epoch (per world), when the cache holds it."""
-    fits = fits_of_lag(run)
+def fit_lines(run: RunView, fits: list[TeacherFit]) -> list[str]:
+    """The teacher fit's validation curve and kept epoch (per world) of ``fits``
+    (:func:`fits_of_lag`), when the cache holds them."""
     if not fits:
         return ["The teacher's fit is not in this run's cache (an imported store, or a cleaned "
                 "cache): no validation curve to show.", ""]
