@@ -8,12 +8,15 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import torch
 import yaml
 
 from gemkd.experiments.cli import main
+from gemkd.transfer.data.dataset_writer import ROW_GROUP_SIZE
+from gemkd.transfer.data.schema import DatasetSchema
 from gemkd.transfer.store import TeacherStore
 
 # As small as a run with a teacher, a store and a KD student gets: 6 days x 1000 impressions,
@@ -142,3 +145,19 @@ def assert_same_store(store: Path, reference: Path) -> None:
                              for p in sorted(reference.glob("*.parquet"))])
     assert len(np.unique(ids)) == len(ids) == loaded.num_rows
     np.testing.assert_array_equal(np.sort(ids), np.sort(expect))
+
+
+def repeat_example_id(data: Path) -> tuple[int, Path]:
+    """Write day 3's row-7 ``example_id`` over day 4's row 10 and record the parts' digests
+    again, as a writer that repeated the id would: returns (the id, day 4's part)."""
+    first = pq.read_table(data / "day=3" / "part-0.parquet", columns=["example_id"])
+    repeated = first.column(0)[7].as_py()
+    path = data / "day=4" / "part-0.parquet"
+    table = pq.read_table(path)
+    ids = table.column("example_id").to_numpy().copy()
+    ids[10] = repeated
+    table = table.set_column(table.schema.get_field_index("example_id"), "example_id",
+                             pa.array(ids))
+    pq.write_table(table, path, row_group_size=ROW_GROUP_SIZE, compression="snappy")
+    DatasetSchema.load(data).save(data)
+    return repeated, path

@@ -10,15 +10,11 @@ import shutil
 from pathlib import Path
 
 import pandas as pd
-import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from gemkd.transfer.data.dataset_writer import ROW_GROUP_SIZE
-from gemkd.transfer.data.schema import DatasetSchema
 from gemkd.transfer.errors import ConfigError
-from tests.faults.conftest import ROOT, SPEC, TinyRun, cli_error, export_argv
+from tests.faults.conftest import ROOT, SPEC, TinyRun, cli_error, export_argv, repeat_example_id
 
 SYNTH = "spec data (synthetic, preset tiny), which has"
 RUN_CASES = [
@@ -82,16 +78,7 @@ def test_export_days_past_the_data(tiny_run, tmp_path, capsys):
 def test_repeated_example_id_fails_validate(tiny_run, tmp_path, capsys):
     data = tmp_path / "data"
     shutil.copytree(tiny_run.data, data)
-    first = pq.read_table(data / "day=3" / "part-0.parquet", columns=["example_id"])
-    repeated = first.column(0)[7].as_py()
-    path = data / "day=4" / "part-0.parquet"
-    table = pq.read_table(path)
-    ids = table.column("example_id").to_numpy().copy()
-    ids[10] = repeated
-    table = table.set_column(table.schema.get_field_index("example_id"), "example_id",
-                             pa.array(ids))
-    pq.write_table(table, path, row_group_size=ROW_GROUP_SIZE, compression="snappy")
-    DatasetSchema.load(data).save(data)  # as a writer of that id would: its sha256 recorded
+    repeated, path = repeat_example_id(data)
     err = cli_error(capsys, "data", "validate", str(data))
     assert err == (f"error: {path}: column 'example_id' row 10: example_id {repeated} is "
                    f"repeated (first at {data / 'day=3' / 'part-0.parquet'} row 7); ids must be "

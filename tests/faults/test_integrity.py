@@ -9,14 +9,19 @@ import shutil
 from pathlib import Path
 
 import pandas as pd
-import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 import yaml
 
 from gemkd.experiments.cli import main
-from gemkd.transfer.data.schema import DatasetSchema
-from tests.faults.conftest import SPEC, TinyRun, cli_error, gemkd_run, results, snapshot
+from tests.faults.conftest import (
+    SPEC,
+    TinyRun,
+    cli_error,
+    gemkd_run,
+    repeat_example_id,
+    results,
+    snapshot,
+)
 
 
 @pytest.fixture
@@ -67,16 +72,7 @@ def test_repeated_example_id_fails_run(run_copy, capsys):
     """A dataset whose writer repeated an id (its digests recorded over it): the run refuses
     it before reading, naming both places."""
     data = run_copy.data
-    repeated = pq.read_table(data / "day=3" / "part-0.parquet",
-                             columns=["example_id"]).column(0)[7].as_py()
-    path = data / "day=4" / "part-0.parquet"
-    table = pq.read_table(path)
-    ids = table.column("example_id").to_numpy().copy()
-    ids[10] = repeated
-    table = table.set_column(table.schema.get_field_index("example_id"), "example_id",
-                             pa.array(ids))
-    pq.write_table(table, path, row_group_size=16_384, compression="snappy")
-    DatasetSchema.load(data).save(data)
+    repeated, path = repeat_example_id(data)
     before = snapshot(run_copy.out)
     err = cli_error(capsys, "run", str(run_copy.spec), "--out", str(run_copy.out),
                     "--threads", "1")
