@@ -261,12 +261,18 @@ class RankingModule(pl.LightningModule):
 
     def clip_gradients(self, optimizer: Any, gradient_clip_val: float | int | None = None,
                        gradient_clip_algorithm: str | None = None) -> None:
-        """Lightning's, except that a norm clip over row-sparse table gradients (which torch's
-        ``clip_grad_norm_`` refuses) runs :func:`~gemkd.transfer.training.table_optim.
-        clip_grad_norm_`."""
+        """Lightning's, except that a norm clip runs on :class:`~gemkd.transfer.training.
+        flat_adamw.FlatAdamW`'s flat gradient buffers (one norm and one multiply a group, not
+        one per tensor: its ``clip_grad_norm_``), and one over row-sparse table gradients
+        under another optimiser (which torch's ``clip_grad_norm_`` refuses) runs
+        :func:`~gemkd.transfer.training.table_optim.clip_grad_norm_`."""
+        by_norm = gradient_clip_val and gradient_clip_algorithm in (None, "norm")
+        inner = getattr(optimizer, "optimizer", optimizer)  # a LightningOptimizer's torch one
+        if by_norm and isinstance(inner, FlatAdamW):
+            inner.clip_grad_norm_(float(gradient_clip_val))
+            return
         params = [p for g in optimizer.param_groups for p in g["params"]]
-        if gradient_clip_val and gradient_clip_algorithm in (None, "norm") \
-                and any(p.grad is not None and p.grad.is_sparse for p in params):
+        if by_norm and any(p.grad is not None and p.grad.is_sparse for p in params):
             clip_grad_norm_(params, float(gradient_clip_val))
             return
         super().clip_gradients(optimizer, gradient_clip_val, gradient_clip_algorithm)
