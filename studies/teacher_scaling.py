@@ -44,7 +44,8 @@ from gemkd.experiments.run.evaluation import (
 )
 from gemkd.experiments.run_cells import TeacherFit, teacher_fits
 from gemkd.experiments.run_dir import RunDir
-from gemkd.experiments.teacher_config import (
+from gemkd.experiments.teacher.teacher_config import (
+    TEACHER_CONFIGS,
     find_config,
     load_teacher,
     load_teacher_config,
@@ -62,10 +63,10 @@ def find_worlds(run: Path) -> list[TeacherFit]:
 
 def fit_mlp(world: TeacherFit, out: Path, mlp_config: str) -> Path:
     """The MLP ranker streamed over the GEM fit's days with its histories cap (resumable)."""
-    from gemkd.experiments.teacher_fit import fit_teacher
+    from gemkd.experiments.teacher.teacher_fit import fit_teacher
 
     gem = load_teacher_config(world.run / "config.yaml")
-    cfg = dataclasses.replace(load_teacher_config(find_config(mlp_config, "teachers")),
+    cfg = dataclasses.replace(load_teacher_config(find_config(mlp_config, TEACHER_CONFIGS)),
                               train_days=gem.train_days, val_days=None, test_days=None,
                               max_seq_len=gem.max_seq_len, seed=gem.seed, stream=True,
                               max_epochs=1, select="last", patience=None)

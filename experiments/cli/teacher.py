@@ -1,6 +1,6 @@
 """``gemkd teacher fit`` and ``gemkd teacher export``: argument parsing over the library
-functions :func:`~gemkd.experiments.teacher_fit.fit_teacher` and
-:func:`~gemkd.experiments.teacher_export.export_teacher`."""
+functions :func:`~gemkd.experiments.teacher.teacher_fit.fit_teacher` and
+:func:`~gemkd.experiments.teacher.teacher_export.export_teacher`."""
 
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ def parse_days(text: str | None, flag: str = "--days") -> tuple[int, int] | None
 
 
 def _fit(args: argparse.Namespace) -> None:
-    from gemkd.experiments.teacher_fit import fit_teacher
+    from gemkd.experiments.teacher.teacher_fit import fit_teacher
 
     s = fit_teacher(**arguments(args))
     if not s["is_global_zero"]:
@@ -51,7 +51,7 @@ def _fit(args: argparse.Namespace) -> None:
 
 
 def _export(args: argparse.Namespace) -> None:
-    from gemkd.experiments.teacher_export import export_teacher
+    from gemkd.experiments.teacher.teacher_export import export_teacher
 
     m = export_teacher(**arguments(args))
     if m is not None:
@@ -68,9 +68,9 @@ DATA = Opt("--data", "dataset directory", required=True, param="data")
 COMMANDS = (
     Command(("teacher",), "train and export teacher models"),
     Command(("teacher", "fit"), "train a teacher with Lightning (resumable)", run=_fit,
-            calls="gemkd.experiments.teacher_fit:fit_teacher", options=(
+            calls="gemkd.experiments.teacher.teacher_fit:fit_teacher", options=(
                 Opt("--config", "YAML: model: {hparams} + trainer keys "
-                    "(experiments/teachers/*.yaml)", required=True, param="config"),
+                    "(experiments/teacher/configs/*.yaml)", required=True, param="config"),
                 DATA,
                 Opt("--out", "run directory (checkpoints, metrics.csv)", required=True,
                     param="out"),
@@ -100,7 +100,7 @@ COMMANDS = (
                 NO_PROGRESS,
             )),
     Command(("teacher", "export"), "write a teacher's logits and embeddings to a store",
-            run=_export, calls="gemkd.experiments.teacher_export:export_teacher", options=(
+            run=_export, calls="gemkd.experiments.teacher.teacher_export:export_teacher", options=(
                 Opt("--ckpt", "RUN_DIR/checkpoints/last.ckpt (or FSDP dir)", required=True,
                     param="ckpt"),
                 DATA,

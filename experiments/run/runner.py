@@ -23,7 +23,6 @@ from typing import Any
 
 import pandas as pd
 
-from gemkd.experiments.run import teacher_curve
 from gemkd.experiments.run.context import LagCell, RunContext
 from gemkd.experiments.run.data_ratio import rows_in, teacher_student_rows
 from gemkd.experiments.run.data_sources import data_plan
@@ -49,6 +48,7 @@ from gemkd.experiments.run.tuning import planned_runs, tune_variants
 from gemkd.experiments.run.tuning_rows import TUNING_COLUMNS
 from gemkd.experiments.run_dir import RunDir
 from gemkd.experiments.spec.run_spec import RunSpec
+from gemkd.experiments.teacher import teacher_curve
 from gemkd.transfer.data.schema import day_range
 from gemkd.transfer.errors import GemkdError
 from gemkd.transfer.io.disk_full import disk_full_error

@@ -7,7 +7,12 @@ from pathlib import Path
 
 from gemkd.experiments.run.cache import cached_step, plugin_key
 from gemkd.experiments.spec.run_spec import RunSpec, TeacherSpec
-from gemkd.experiments.teacher_config import TeacherTrainConfig, cache_key, find_config
+from gemkd.experiments.teacher.teacher_config import (
+    TEACHER_CONFIGS,
+    TeacherTrainConfig,
+    cache_key,
+    find_config,
+)
 from gemkd.transfer.config import build_dataclass, load_yaml
 from gemkd.transfer.errors import GemkdError
 
@@ -16,7 +21,7 @@ def teacher_config(spec: RunSpec, lag: int, which: TeacherSpec) -> TeacherTrainC
     """The teacher config ``which`` names, with its overrides, on the lag's window
     (:meth:`RunSpec.teacher_window`): training days, then the validation days
     (:meth:`RunSpec.val_days`)."""
-    base = load_yaml(find_config(which.config, "teachers", spec.source_dir))
+    base = load_yaml(find_config(which.config, TEACHER_CONFIGS, spec.source_dir))
     base.update(which.overrides)
     if spec.teacher_protocol == "streaming" and which is spec.teacher:
         return streaming_config(spec, base, which)
@@ -65,7 +70,7 @@ def cached_fit(cfg: TeacherTrainConfig, data: Path, data_key: dict, cache: Path,
     """Train (resuming a killed fit from its checkpoint); returns the run dir. ``tracker``
     (a ``gemkd.transfer.training.loggers.Tracker``) also logs the fit, as ``run_name``."""
     from gemkd.experiments.run.progress import FitProgress
-    from gemkd.experiments.teacher_fit import fit_teacher as fit
+    from gemkd.experiments.teacher.teacher_fit import fit_teacher as fit
 
     def run(step: Path) -> None:
         fit(cfg, data, step / "run", resume=True, progress=False, tracker=tracker,
@@ -80,8 +85,8 @@ def cached_export(ckpt: Path, data: Path, layer: str, cache: Path, log, name: st
                   days: tuple[int, int] | None = None) -> Path:
     """The store of the teacher at ``ckpt`` (a checkpoint of a cached fit's run dir) over
     ``days`` of ``data`` (all when None)."""
-    from gemkd.experiments.teacher_checkpoint import model_weights
-    from gemkd.experiments.teacher_export import export_teacher as export
+    from gemkd.experiments.teacher.teacher_checkpoint import model_weights
+    from gemkd.experiments.teacher.teacher_export import export_teacher as export
     from gemkd.transfer.store import TeacherStore, weights_hash
 
     run_dir = ckpt.parent.parent

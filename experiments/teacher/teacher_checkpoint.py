@@ -1,6 +1,6 @@
 """Reading a gemkd teacher checkpoint (a Lightning file or a sharded directory): shared by the
 export, the evaluation, parameter sharing and warm starts (``init_from``); a whole teacher is
-rebuilt from one by :func:`gemkd.experiments.teacher_config.load_teacher`."""
+rebuilt from one by :func:`gemkd.experiments.teacher.teacher_config.load_teacher`."""
 
 from __future__ import annotations
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from gemkd.experiments.teacher_config import TeacherTrainConfig, load_teacher
+from gemkd.experiments.teacher.teacher_config import TeacherTrainConfig, load_teacher
 from gemkd.transfer.errors import ConfigError, GemkdError
 from gemkd.transfer.options import EMB_DTYPES, EmbDtype
 from gemkd.transfer.training.day_checkpoints import checkpoint_day

@@ -11,7 +11,7 @@ from typing import Any
 
 import yaml
 
-from gemkd.experiments.teacher_config import (
+from gemkd.experiments.teacher.teacher_config import (
     TeacherTrainConfig,
     build_run,
     cache_key,
@@ -83,7 +83,7 @@ def fit_teacher(config: TeacherTrainConfig | str | Path, data: str | Path, out: 
         Train on these domains' rows only (None: all).
     distill_from
         A teacher store to learn from with KD (a domain FM:
-        :func:`~gemkd.experiments.teacher_config.build_run`).
+        :func:`~gemkd.experiments.teacher.teacher_config.build_run`).
     stream, train_days, continue_from
         Override the config's keys. ``stream`` also sets one epoch, the last kept and no early
         stopping: a streaming pass has no epoch to choose.
@@ -235,8 +235,8 @@ def _stream_callbacks(cfg: TeacherTrainConfig, out: Path, resume: bool) -> list:
 def trained_until(ckpt: str | Path) -> int:
     """The last day the teacher at ``ckpt`` trained on: N for a ``day=N.ckpt``, else the end
     of its run's ``train_days`` (``config.yaml`` beside ``checkpoints/``)."""
-    from gemkd.experiments.teacher_checkpoint import check_checkpoint
-    from gemkd.experiments.teacher_config import load_teacher_config
+    from gemkd.experiments.teacher.teacher_checkpoint import check_checkpoint
+    from gemkd.experiments.teacher.teacher_config import load_teacher_config
     from gemkd.transfer.training.day_checkpoints import checkpoint_day
 
     ckpt = check_checkpoint(ckpt, "continue_from")

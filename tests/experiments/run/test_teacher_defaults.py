@@ -15,10 +15,10 @@ import pandas as pd
 import pytest
 import yaml
 
-from gemkd.experiments.run.teacher_curve import fit_entry, summary_line
 from gemkd.experiments.run.teacher_steps import teacher_config
 from gemkd.experiments.run_dir import RunDir
 from gemkd.experiments.spec.load import spec_from_mapping
+from gemkd.experiments.teacher.teacher_curve import fit_entry, summary_line
 
 TEMPLATE = {"name": "mine", "teacher": {"config": "small"}, "teacher_days": 9,
             "student_days": [9, 12], "eval_days": [12, 14]}

@@ -13,17 +13,17 @@ import numpy as np
 import pytest
 import torch
 
-from gemkd.experiments.teacher_checkpoint import model_weights
-from gemkd.experiments.teacher_config import load_teacher_config
-from gemkd.experiments.teacher_export import export_teacher
-from gemkd.experiments.teacher_fit import fit_teacher
+from gemkd.experiments.teacher.teacher_checkpoint import model_weights
+from gemkd.experiments.teacher.teacher_config import load_teacher_config
+from gemkd.experiments.teacher.teacher_export import export_teacher
+from gemkd.experiments.teacher.teacher_fit import fit_teacher
 from gemkd.transfer.data.dataset_reader import DatasetReader
 from gemkd.transfer.errors import ConfigError, DataError
 from gemkd.transfer.store import TeacherStore
 from gemkd.transfer.training.day_checkpoints import DayCheckpoints, checkpoint_day, day_checkpoints
 
-ROOT = Path(__file__).resolve().parents[2]
-TINY = ROOT / "experiments/teachers/tiny.yaml"
+ROOT = Path(__file__).resolve().parents[3]
+TINY = ROOT / "experiments/teacher/configs/tiny.yaml"
 
 
 @pytest.fixture
