@@ -64,6 +64,7 @@ from gemkd.experiments.teacher.teacher_config import (
     find_config,
     load_teacher_config,
 )
+from gemkd.transfer.teacher_fit_dir import TeacherFitDir
 from studies.aging_report import markdown, plot
 from studies.aging_study import (
     ALL,
@@ -124,9 +125,10 @@ def train_window(model: str, teacher: TeacherTrainConfig, mlp: TeacherTrainConfi
     cfg = dataclasses.replace(cfg, name=f"{model}-{days[0]}-{days[1]}-s{seed}",
                               train_days=list(days), val_days=None, test_days=None,
                               select="last", patience=None)
-    ckpt, marker = out / "checkpoints" / "last.ckpt", out / "aging_data.txt"
+    run = TeacherFitDir(out)
+    ckpt, marker = run.last, out / "aging_data.txt"
     if (ckpt.is_file() and marker.is_file() and marker.read_text() == str(data.resolve())
-            and yaml.safe_load((out / "config.yaml").read_text()) == yaml.safe_load(
+            and run.read_config() == yaml.safe_load(
                 yaml.safe_dump(dataclasses.asdict(cfg), sort_keys=False))):
         return ckpt, True
     marker.unlink(missing_ok=True)

@@ -20,9 +20,11 @@ from pathlib import Path
 from typing import Any
 
 from gemkd.experiments.run.progress import StepLog, step_log
+from gemkd.transfer.teacher_fit_dir import TeacherFitDir
 
 ROOT = Path(__file__).resolve().parents[2]
-CONFIG_FILES = {"config.json", "config.yaml"}  # what a step writes before it starts work
+# what a step writes before it starts work: its key, a teacher fit's resolved config
+CONFIG_FILES = {"config.json", TeacherFitDir.CONFIG}
 _G = "gemkd."
 _DATA = tuple(_G + m for m in ("transfer.data", "transfer.io", "transfer.errors",
                                "transfer.config"))

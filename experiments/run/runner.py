@@ -229,7 +229,7 @@ def _world(ctx: RunContext, world: int | None, tuning_rows: list[dict]) -> list[
         with ctx.phase("steps"):
             inputs = lag_inputs(ctx, lag, data, data_key, fm_domains(spec, domains))
         if inputs.ckpt is not None:  # a trained teacher: its validation curve, epoch kept
-            fit = teacher_curve.fit_entry(inputs.ckpt.parent.parent, inputs.ckpt)
+            fit = teacher_curve.fit_entry(inputs.ckpt)
             ctx.run.record_teacher_fit(label, lag, fit)
             log(teacher_curve.summary_line(fit))
         tag = inputs_tag(spec, inputs, ctx.executor.threads)

@@ -53,12 +53,11 @@ def streaming_config(spec: RunSpec, base: dict, which: TeacherSpec) -> TeacherTr
 def lag_checkpoint(spec: RunSpec, run_dir: Path, lag: int) -> Path:
     """The checkpoint a lag's GEM is used from: the day ``teacher_days - lag - 1`` checkpoint of
     the streaming fit (the same model, ``lag`` days older), or the window fit's kept epoch."""
-    from gemkd.transfer.training.day_checkpoints import day_checkpoint
-    from gemkd.transfer.training.trainer import best_or_last
+    from gemkd.transfer.teacher_fit_dir import TeacherFitDir
 
     if spec.teacher_protocol != "streaming":
-        return best_or_last(run_dir)
-    ckpt = day_checkpoint(run_dir / "checkpoints", spec.teacher_days - lag - 1)
+        return TeacherFitDir(run_dir).best_or_last()
+    ckpt = TeacherFitDir(run_dir).day(spec.teacher_days - lag - 1)
     if not ckpt.is_file():
         raise GemkdError(f"{ckpt}: the streaming teacher has no checkpoint of day "
                          f"{spec.teacher_days - lag - 1} (lag {lag})")
@@ -88,8 +87,9 @@ def cached_export(ckpt: Path, data: Path, layer: str, cache: Path, log, name: st
     from gemkd.experiments.teacher.teacher_checkpoint import model_weights
     from gemkd.experiments.teacher.teacher_export import export_teacher as export
     from gemkd.transfer.store import TeacherStore, weights_hash
+    from gemkd.transfer.teacher_fit_dir import TeacherFitDir
 
-    run_dir = ckpt.parent.parent
+    run_dir = TeacherFitDir.of_checkpoint(ckpt).root
     # step names carry upstream hashes
     key: dict = {"teacher": run_dir.parent.name, "layer": layer, "checkpoint": ckpt.name}
     if days is not None:

@@ -223,9 +223,10 @@ def load_teacher(ckpt: str | Path, data: Any, *, config: str | Path | None = Non
     ConfigError otherwise). ``init_from`` is not reloaded: the checkpoint's weights replace it."""
     from gemkd.experiments.teacher.teacher_checkpoint import check_checkpoint, model_weights
     from gemkd.transfer.data.schema import DatasetSchema
+    from gemkd.transfer.teacher_fit_dir import TeacherFitDir
 
     ckpt = check_checkpoint(ckpt)
-    config = Path(config) if config else ckpt.parent.parent / "config.yaml"
+    config = Path(config) if config else TeacherFitDir.of_checkpoint(ckpt).config_file
     if not config.is_file():
         raise ConfigError(f"{config}: no resolved teacher config next to the checkpoint; "
                           "pass --config")

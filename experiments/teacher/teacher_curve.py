@@ -1,22 +1,25 @@
-"""How each lag's teacher fit went: its validation curve (per epoch: loss, and NE, AUC and
-calibration Σp/Σy per task over every domain), the epoch kept, and the kept teacher's
-validation metrics; the runner records them per world and lag in ``RUN_DIR/teacher_fit.json``
-(``RunDir.record_teacher_fit``) for the report (a teacher that memorised ids after its best
-epoch was invisible in a new user's report).
+"""How a teacher fit went, read from its run directory: the one reader of its validation curve.
 
-Read from the fit's own files (its run directory in the cache): ``metrics.csv`` (one row per
-validation round, written by Lightning's CSV logger; a resumed fit's rows are appended, so the
-last row of an epoch counts), ``val_metrics.json`` and ``config.yaml``.
+Per epoch the curve holds the validation loss, and NE, AUC and calibration Σp/Σy per task over
+every domain; beside it the epoch kept and the kept teacher's validation metrics. The runner
+records them per world and lag in ``RUN_DIR/teacher_fit.json`` (``RunDir.record_teacher_fit``:
+a teacher that memorised ids after its best epoch was invisible in a new user's report), and the
+report reads the cached fits of a run through :func:`read_fit` too.
+
+Read from the fit's own files (:class:`~gemkd.transfer.teacher_fit_dir.TeacherFitDir`):
+its metrics log (one row per validation round, written by Lightning's CSV logger; a resumed fit's
+rows are appended, so the last row of an epoch counts), its summary and its resolved config.
 """
 
 from __future__ import annotations
 
-import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
-import yaml
+
+from gemkd.transfer.teacher_fit_dir import TeacherFitDir
 
 KINDS = ("ne", "auc", "calibration")
 
@@ -38,36 +41,58 @@ def _metrics(row: Any, tasks: list[str], prefix: str) -> dict[str, dict[str, flo
     return out
 
 
-def fit_entry(run: Path, checkpoint: Path) -> dict[str, Any]:
-    """The teacher fit in ``run`` (a ``fit_teacher`` run directory) as used from
-    ``checkpoint``: its days, epochs trained of the most allowed, the epoch kept (1-based;
-    None: a streaming pass's day checkpoint), the validation curve and the kept teacher's
-    validation metrics (empty without validation days)."""
-    cfg = yaml.safe_load((run / "config.yaml").read_text())
-    summary = json.loads((run / "val_metrics.json").read_text())
-    trained = int(summary["epochs"])
+@dataclass(frozen=True)
+class FitRecord:
+    """A teacher fit as its files say: the resolved config, the summary ``fit_teacher`` wrote,
+    the epochs it trained and its validation curve (one point per epoch: ``epoch``, 1-based,
+    ``loss`` and ``{kind: {task: value}}``; empty without validation days)."""
+
+    config: dict[str, Any]
+    summary: dict[str, Any]
+    epochs: int
+    curve: list[dict[str, Any]]
+
+    def ne_by_epoch(self, task: str) -> dict[int, float]:
+        """The curve's validation NE of ``task`` (every domain), epoch → value."""
+        return {p["epoch"]: p["ne"][task] for p in self.curve if task in p.get("ne", {})}
+
+
+def read_fit(run: TeacherFitDir) -> FitRecord:
+    """The fit in ``run``. A fit that has not finished (no summary or config yet) raises OSError;
+    a damaged file ValueError or ``yaml.YAMLError``."""
+    cfg = run.read_config()
+    summary = run.read_summary()
+    trained = int(summary.get("epochs") or 0)
     curve: list[dict[str, Any]] = []
-    metrics = run / "metrics.csv"
-    if cfg.get("val_days") and metrics.is_file():
-        df = pd.read_csv(metrics)
-        if "val/loss" in df.columns:
-            # rounds during the fit (epoch < epochs trained); the final validation of the kept
-            # epoch is logged after them with epoch == epochs trained
-            rounds = df[df["val/loss"].notna() & (df["epoch"] < trained)]
-            tasks = _tasks(df.columns, "val/")
-            for epoch, row in rounds.groupby("epoch").last().iterrows():
-                curve.append({"epoch": int(epoch) + 1, "loss": float(row["val/loss"]),
-                              **_metrics(row, tasks, "val/")})
+    df = run.read_metrics() if cfg.get("val_days") else None
+    if df is not None and "val/loss" in df.columns:
+        # rounds during the fit (epoch < epochs trained); the final validation of the kept
+        # epoch is logged after them with epoch == epochs trained
+        rounds = df[df["val/loss"].notna() & (df["epoch"] < trained)]
+        tasks = _tasks(df.columns, "val/")
+        for epoch, row in rounds.groupby("epoch").last().iterrows():
+            curve.append({"epoch": int(epoch) + 1, "loss": float(row["val/loss"]),
+                          **_metrics(row, tasks, "val/")})
+    return FitRecord(cfg, summary, trained, curve)
+
+
+def fit_entry(checkpoint: Path) -> dict[str, Any]:
+    """The teacher fit that holds ``checkpoint`` (a ``fit_teacher`` run directory's), as used
+    from it: its days, epochs trained of the most allowed, the epoch kept (1-based; None: a
+    streaming pass's day checkpoint), the validation curve and the kept teacher's validation
+    metrics (empty without validation days)."""
+    fit = read_fit(TeacherFitDir.of_checkpoint(checkpoint))
+    cfg, summary = fit.config, fit.summary
     chosen: int | None
     if summary.get("best_epoch") is not None:
         chosen = int(summary["best_epoch"])
     else:
-        chosen = None if checkpoint.name.startswith("day=") else trained
+        chosen = None if TeacherFitDir.checkpoint_day(checkpoint) is not None else fit.epochs
     val = summary.get("val") or {}
     return {"config": cfg.get("name"), "train_days": cfg.get("train_days"),
             "val_days": cfg.get("val_days"), "max_epochs": cfg.get("max_epochs"),
-            "select": cfg.get("select"), "epochs_trained": trained, "chosen_epoch": chosen,
-            "checkpoint": checkpoint.name, "val_curve": curve,
+            "select": cfg.get("select"), "epochs_trained": fit.epochs, "chosen_epoch": chosen,
+            "checkpoint": Path(checkpoint).name, "val_curve": fit.curve,
             "val": _metrics(val, _tasks(val, ""), "")}
 
 

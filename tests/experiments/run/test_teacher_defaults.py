@@ -69,7 +69,7 @@ def _fake_fit(run: Path, losses: list[float], best: int) -> None:
 def test_the_curve_and_the_kept_epoch_are_recorded(tmp_path):
     run = tmp_path / "fit"
     _fake_fit(run, [0.80, 0.85], best=1)
-    entry = fit_entry(run, run / "checkpoints" / "best.ckpt")
+    entry = fit_entry(run / "checkpoints" / "best.ckpt")
     assert entry["chosen_epoch"] == 1 and entry["epochs_trained"] == 2
     assert [p["epoch"] for p in entry["val_curve"]] == [1, 2]
     assert [p["loss"] for p in entry["val_curve"]] == [0.80, 0.85]

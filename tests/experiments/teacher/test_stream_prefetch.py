@@ -20,7 +20,7 @@ from gemkd.experiments.teacher.teacher_config import (
 from gemkd.experiments.teacher.teacher_fit import fit_teacher
 from gemkd.transfer.config import build_dataclass
 from gemkd.transfer.errors import ConfigError
-from gemkd.transfer.training.day_checkpoints import day_checkpoints
+from gemkd.transfer.teacher_fit_dir import TeacherFitDir
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -39,8 +39,8 @@ def test_prefetched_stream_trains_the_same_daily_weights(tiny_data, tmp_path, cf
                 progress=False)
     fit_teacher(dataclasses.replace(cfg, prefetch=3), tiny_data, tmp_path / "ahead",
                 progress=False)
-    plain = day_checkpoints(tmp_path / "plain" / "checkpoints")
-    ahead = day_checkpoints(tmp_path / "ahead" / "checkpoints")
+    plain = TeacherFitDir(tmp_path / "plain").days()
+    ahead = TeacherFitDir(tmp_path / "ahead").days()
     assert sorted(plain) == sorted(ahead) == [0, 1]
     for day in plain:
         a, b = model_weights(plain[day]), model_weights(ahead[day])
