@@ -1,6 +1,7 @@
 """The run directory of a teacher fit: the one place that names its files, reads and writes them.
 
-A fit (``build_trainer`` and ``fit`` here, ``fit_teacher`` in experiments) writes, under ROOT::
+A fit (``build_trainer`` and ``fit`` of transfer/training, ``fit_teacher`` of experiments)
+writes, under ROOT::
 
     config.yaml          the resolved teacher config, written before training
     metrics.csv          Lightning's CSV log (RunCSVLogger: one row per logged step and per
@@ -11,6 +12,7 @@ A fit (``build_trainer`` and ``fit`` here, ``fit_teacher`` in experiments) write
                          under FSDP a sharded directory)
       best.ckpt          the best validation epoch (``select: best``: Lightning's ModelCheckpoint)
       day=N.ckpt         a streaming pass's state after day N (DayCheckpoints)
+    logs/                an experiment tracker's files when the fit logs to one by kind
 
 Most of these files are written by the Lightning callbacks of transfer/training, the rest by
 experiments (the fit, its export, the run's cache and curve, the report), so the owner sits
@@ -50,6 +52,8 @@ class TeacherFitDir:
     BEST = "best"
     #: how a streaming pass's day checkpoint is named in messages and help texts
     DAY_NAME = "day=N.ckpt"
+    #: the folder of the trackers (TensorBoard, MLflow, CSV) a fit logs to by kind
+    LOGS = "logs"
 
     def __init__(self, root: str | Path) -> None:
         self.root = Path(root)
@@ -75,6 +79,10 @@ class TeacherFitDir:
     @property
     def best(self) -> Path:
         return self.checkpoints / f"{self.BEST}.ckpt"
+
+    @property
+    def logs(self) -> Path:
+        return self.root / self.LOGS
 
     @property
     def config_file(self) -> Path:

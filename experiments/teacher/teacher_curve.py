@@ -45,7 +45,7 @@ def _metrics(row: Any, tasks: list[str], prefix: str) -> dict[str, dict[str, flo
 class FitRecord:
     """A teacher fit as its files say: the resolved config, the summary ``fit_teacher`` wrote,
     the epochs it trained and its validation curve (one point per epoch: ``epoch``, 1-based,
-    ``loss`` and ``{kind: {task: value}}``; empty without validation days)."""
+    ``loss`` where logged and ``{kind: {task: value}}``; empty without validation days)."""
 
     config: dict[str, Any]
     summary: dict[str, Any]
@@ -65,14 +65,15 @@ def read_fit(run: TeacherFitDir) -> FitRecord:
     trained = int(summary.get("epochs") or 0)
     curve: list[dict[str, Any]] = []
     df = run.read_metrics() if cfg.get("val_days") else None
-    if df is not None and "val/loss" in df.columns:
-        # rounds during the fit (epoch < epochs trained); the final validation of the kept
-        # epoch is logged after them with epoch == epochs trained
-        rounds = df[df["val/loss"].notna() & (df["epoch"] < trained)]
+    val = [c for c in df.columns if c.startswith("val/")] if df is not None else []
+    if df is not None and val:
+        # validation rounds during the fit (epoch < epochs trained); the final validation of
+        # the kept epoch is logged after them with epoch == epochs trained
+        rounds = df[df[val].notna().any(axis=1) & (df["epoch"] < trained)]
         tasks = _tasks(df.columns, "val/")
         for epoch, row in rounds.groupby("epoch").last().iterrows():
-            curve.append({"epoch": int(epoch) + 1, "loss": float(row["val/loss"]),
-                          **_metrics(row, tasks, "val/")})
+            loss = {"loss": float(row["val/loss"])} if pd.notna(row.get("val/loss")) else {}
+            curve.append({"epoch": int(epoch) + 1, **loss, **_metrics(row, tasks, "val/")})
     return FitRecord(cfg, summary, trained, curve)
 
 

@@ -127,11 +127,11 @@ def fit_teacher(config: TeacherTrainConfig | str | Path, data: str | Path, out: 
         if done is not None:  # nothing left to train: the summary it wrote
             return done
     if isinstance(tracker, str):
-        tracker = Tracker(tracker, out / "logs", cfg.name)
+        tracker = Tracker(tracker, run.logs, cfg.name)
     dm, module = build_run(cfg, data, domains=domains, distill_from=distill_from)
     loggers = []
     # csv for this run directory alone: that is metrics.csv, written anyway
-    if tracker is not None and not (tracker.kind == "csv" and tracker.save_dir == out / "logs"):
+    if tracker is not None and not (tracker.kind == "csv" and tracker.save_dir == run.logs):
         loggers.append(make_logger(tracker, run_name, _tags(cfg)))
     trainer = build_trainer(
         out, strategy=cfg.strategy, devices=cfg.devices, num_nodes=cfg.num_nodes,
