@@ -166,11 +166,11 @@ def _import(log: Path, tmp: Path) -> None:
 
 
 def _export(data: Path, tmp: Path) -> None:
-    from gemkd.experiments.teacher_config import build_model, load_teacher_config
-    from gemkd.experiments.teacher_export import export_model
+    from gemkd.experiments.teacher.teacher_config import build_model, load_teacher_config
+    from gemkd.experiments.teacher.teacher_export import export_model
     from gemkd.transfer.data.schema import DatasetSchema
 
-    cfg = load_teacher_config(ROOT / "experiments/teachers/tiny.yaml",
+    cfg = load_teacher_config(ROOT / "experiments/teacher/configs/tiny.yaml",
                               {"train_days": [0, WINDOW], "val_days": None})
     model = build_model(cfg, DatasetSchema.load(data))
     export_model(model, cfg, data, tmp / "store", teacher_version="0" * 64, progress=False)

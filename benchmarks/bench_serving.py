@@ -20,8 +20,8 @@ first row's user's, as a ranking call scores every (user, ad) pair). Three paths
   ``repr_dim = trunk_dim + 1``; the store holds every other candidate of each request (a hit rate
   of one half) and K = 8 pairs of each other user of the world, random vectors of the teacher's
   ``trunk_dim``: the precomputed pair representation in place of the teacher's forward;
-* ``teacher``: ``GEM`` with ``experiments/teachers/small.yaml``'s model, its history capped at the
-  quickstart teacher's ``max_seq_len`` (256), repeated per candidate.
+* ``teacher``: ``GEM`` with ``experiments/teacher/configs/small.yaml``'s model, its history
+  capped at the quickstart teacher's ``max_seq_len`` (256), repeated per candidate.
 
 Weights are untrained (latency does not depend on their values). The code store holds one int8
 code (``code_dim`` 8, the quickstart's ``repr``) per example of the world, written by
@@ -176,7 +176,8 @@ def main() -> None:
         with_repr = build_student({"class_path": spec.student.class_path,
                                    "init_args": {**init, "repr_dim": asof.code_dim}},
                                   schema, tasks).to(dev).eval()
-        gem_cfg = yaml.safe_load((ROOT / "experiments/teachers/small.yaml").read_text())["model"]
+        gem_cfg = yaml.safe_load(
+            (ROOT / "experiments/teacher/configs/small.yaml").read_text())["model"]
         teacher = GEM.from_config(schema, gem_cfg).to(dev).eval()
         item_col = [f.name for f in schema.categorical].index(ITEM)
         cards = {f.name: f.cardinality for f in schema.categorical}

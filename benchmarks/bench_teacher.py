@@ -68,7 +68,7 @@ LONG: dict[str, Any] = dict(
 
 
 def model_config(name: str, **overrides) -> dict:
-    cfg = yaml.safe_load((ROOT / "experiments" / "teachers" / f"{name}.yaml").read_text())
+    cfg = yaml.safe_load((ROOT / "experiments/teacher/configs" / f"{name}.yaml").read_text())
     return {**cfg["model"], **overrides}
 
 

@@ -52,12 +52,13 @@ from benchmarks.common import (
 from benchmarks.gem_reference import set_reference_paths
 from benchmarks.stream_phases import PHASES, PhaseTimer
 from benchmarks.transfer_figures import paired
-from gemkd.experiments.teacher_config import (
+from gemkd.experiments.teacher.teacher_config import (
+    TEACHER_CONFIGS,
     TeacherTrainConfig,
     find_config,
     load_teacher_config,
 )
-from gemkd.experiments.teacher_fit import fit_teacher
+from gemkd.experiments.teacher.teacher_fit import fit_teacher
 from gemkd.transfer.data.synth import SynthConfig, generate
 from gemkd.transfer.errors import ConfigError
 
@@ -109,7 +110,7 @@ def one_day_of(cfg: TeacherTrainConfig) -> TeacherTrainConfig:
 def candidate_config(overrides: dict[str, Any], config: str = "small") -> TeacherTrainConfig:
     """``config`` (``small``) as shipped, with :data:`BENCHMARK_OVERRIDES`, on day 0, then
     ``overrides`` (``model.KEY`` keys replace one model hyper-parameter)."""
-    cfg = load_teacher_config(find_config(config, "teachers"), BENCHMARK_OVERRIDES)
+    cfg = load_teacher_config(find_config(config, TEACHER_CONFIGS), BENCHMARK_OVERRIDES)
     top = {k: v for k, v in overrides.items() if not k.startswith("model.")}
     model = {**cfg.model, **{k.removeprefix("model."): v for k, v in overrides.items()
                              if k.startswith("model.")}}

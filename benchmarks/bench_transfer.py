@@ -94,8 +94,8 @@ from gemkd.transfer.data.schema import DatasetSchema, day_range
 from gemkd.transfer.distill import StoreTeacher
 from gemkd.transfer.repr_features import AsOfCodes, CodeStore
 from gemkd.transfer.store import TeacherStore
+from gemkd.transfer.teacher_fit_dir import TeacherFitDir
 from gemkd.transfer.training import training_base_rates
-from gemkd.transfer.training.trainer import best_or_last
 
 VARIANTS = ["baseline", "kd", "kd_aux", "kd_aux_adapter", "kd_repr", "full",
             "kd_aux_adapter" + SEPARATE]
@@ -133,7 +133,8 @@ def build_inputs(spec: RunSpec, cache: Path, teacher_steps: int) -> tuple[Path, 
                                            "max_steps": teacher_steps, "log_every_n_steps": 1})
     run = cached_fit(teacher_config(spec, 0, which), data, data_key, cache,
                             log)
-    store = cached_export(best_or_last(run), data, spec.repr.layer or "trunk", cache, log)
+    store = cached_export(TeacherFitDir(run).best_or_last(), data, spec.repr.layer or "trunk",
+                          cache, log)
     codes = build_codes(store, spec.teacher_window(0),
                               dataclasses.replace(spec.repr, epochs=1), spec.seeds[0], cache, log)
     return data, store, codes

@@ -24,7 +24,7 @@ from typing import Any
 
 from benchmarks.bench_teacher_stream import callbacks_of, describe, recipes
 from benchmarks.common import apply_common_args, quiet_lightning, write_json
-from gemkd.experiments.teacher_fit import fit_teacher
+from gemkd.experiments.teacher.teacher_fit import fit_teacher
 
 
 def ne_of(summary: dict[str, Any]) -> dict[str, float]:

@@ -105,7 +105,7 @@ class RunDirReaders(RunDirLayout):
         """``teacher_fit.json``: world → lag → the teacher fit's days, epochs trained, the
         epoch kept, its validation curve (per epoch: loss, and NE, AUC, calibration per task)
         and the kept teacher's validation metrics (empty for a run before it or with an
-        imported store; :mod:`gemkd.experiments.run.teacher_curve`)."""
+        imported store; :mod:`gemkd.experiments.teacher.teacher_curve`)."""
         return self._json(self.TEACHER_FIT) or {}
 
     def sampled_negatives(self) -> dict[str, Any] | None:

@@ -72,7 +72,7 @@ def precompute_pairs(data: str | Path, days: Sequence[int], checkpoints: dict[in
     """Write the pair store of ``days`` to ``out`` and ``measurements.json`` beside it; returns
     the measurements. ``checkpoints[d]``: the teacher that precomputes day d (trained on days
     before d only); ``served_domain``: the hit rate counts that domain's rows (None: all)."""
-    from gemkd.experiments.teacher_config import load_teacher
+    from gemkd.experiments.teacher.teacher_config import load_teacher
 
     schema = DatasetSchema.load(data)
     days = list(days)

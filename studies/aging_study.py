@@ -55,7 +55,7 @@ def evaluate_rows(ckpt: str | Path, data: str | Path, days: tuple[int, int], *,
     """Per-row logits of the teacher at ``ckpt`` (its run's ``config.yaml`` beside
     ``checkpoints/``) on ``days`` of ``data``: what a user bootstrap resamples, kept apart from
     training so that any checkpoint can be aged."""
-    from gemkd.experiments.teacher_config import load_teacher
+    from gemkd.experiments.teacher.teacher_config import load_teacher
     from gemkd.transfer.data.dataset_reader import DatasetReader
 
     teacher = load_teacher(ckpt, data)

@@ -45,8 +45,8 @@ from gemkd.experiments.run.evaluation import (
     has_oracle,
     oracle_logits,
 )
-from gemkd.experiments.teacher_config import TeacherTrainConfig, load_teacher_config
-from gemkd.experiments.teacher_fit import fit_teacher
+from gemkd.experiments.teacher.teacher_config import TeacherTrainConfig, load_teacher_config
+from gemkd.experiments.teacher.teacher_fit import fit_teacher
 from gemkd.transfer.config import load_dataclass
 from gemkd.transfer.data.schema import DatasetSchema, day_range
 from gemkd.transfer.data.synth import SynthConfig, generate
@@ -183,8 +183,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     src.add_argument("--data-config", default="experiments/data/small.yaml")
     src.add_argument("--data", default=None, help="an existing gemkd dataset instead")
     p.add_argument("--data-set", nargs="*", default=[], metavar="KEY=VALUE")
-    p.add_argument("--teacher-config", default="experiments/teachers/small.yaml")
-    p.add_argument("--mlp-config", default="experiments/teachers/mlp_small.yaml")
+    p.add_argument("--teacher-config", default="experiments/teacher/configs/small.yaml")
+    p.add_argument("--mlp-config", default="experiments/teacher/configs/mlp_small.yaml")
     p.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", dest="overrides",
                    help="override trainer keys of both configs (e.g. max_epochs=4)")
     p.add_argument("--tune", default=None, metavar="KEY=V1,V2,...",

@@ -58,11 +58,13 @@ from benchmarks.common import (
     quiet_lightning,
     write_json,
 )
-from gemkd.experiments.teacher_config import (
+from gemkd.experiments.teacher.teacher_config import (
+    TEACHER_CONFIGS,
     TeacherTrainConfig,
     find_config,
     load_teacher_config,
 )
+from gemkd.transfer.teacher_fit_dir import TeacherFitDir
 from studies.aging_report import markdown, plot
 from studies.aging_study import (
     ALL,
@@ -91,13 +93,13 @@ def build_configs(teacher_config: str, mlp_config: str, sets: list[str], acceler
     mlp_model = {k[4:]: v for k, v in values.items() if k.startswith("mlp.")}
     trainer = {"max_epochs": 1,  # one epoch was the best of 3 on both real logs (STALENESS.md)
                **{k: v for k, v in values.items() if not k.startswith(("model.", "mlp."))}}
-    teacher = load_teacher_config(find_config(teacher_config, "teachers"),
+    teacher = load_teacher_config(find_config(teacher_config, TEACHER_CONFIGS),
                                   {**trainer, "accelerator": accelerator})
-    mlp = load_teacher_config(find_config(mlp_config, "teachers"))
+    mlp = load_teacher_config(find_config(mlp_config, TEACHER_CONFIGS))
     teacher = dataclasses.replace(teacher, model={**teacher.model, **gem_model})
     mlp = dataclasses.replace(mlp, model={**mlp.model, **mlp_model})
     base = None if base_config is None else load_teacher_config(
-        find_config(base_config, "teachers"), {**trainer, "accelerator": accelerator})
+        find_config(base_config, TEACHER_CONFIGS), {**trainer, "accelerator": accelerator})
     return teacher, mlp, base
 
 
@@ -113,7 +115,7 @@ def train_window(model: str, teacher: TeacherTrainConfig, mlp: TeacherTrainConfi
     """Fit ``model`` (gem | mlp) on ``days`` with ``seed``: the checkpoint of its last epoch, and
     whether it was reused — a finished run in ``out`` with the same resolved config on the same
     dataset (``--keep``: a rerun with other ages or groups only evaluates)."""
-    from gemkd.experiments.teacher_fit import fit_teacher
+    from gemkd.experiments.teacher.teacher_fit import fit_teacher
 
     if model == "gem_base":
         if base is None:
@@ -123,9 +125,10 @@ def train_window(model: str, teacher: TeacherTrainConfig, mlp: TeacherTrainConfi
     cfg = dataclasses.replace(cfg, name=f"{model}-{days[0]}-{days[1]}-s{seed}",
                               train_days=list(days), val_days=None, test_days=None,
                               select="last", patience=None)
-    ckpt, marker = out / "checkpoints" / "last.ckpt", out / "aging_data.txt"
+    run = TeacherFitDir(out)
+    ckpt, marker = run.last, out / "aging_data.txt"
     if (ckpt.is_file() and marker.is_file() and marker.read_text() == str(data.resolve())
-            and yaml.safe_load((out / "config.yaml").read_text()) == yaml.safe_load(
+            and run.read_config() == yaml.safe_load(
                 yaml.safe_dump(dataclasses.asdict(cfg), sort_keys=False))):
         return ckpt, True
     marker.unlink(missing_ok=True)

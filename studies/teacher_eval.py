@@ -8,7 +8,7 @@ from pathlib import Path
 
 import torch
 
-from gemkd.experiments.teacher_config import load_teacher
+from gemkd.experiments.teacher.teacher_config import load_teacher
 
 
 @torch.inference_mode()

@@ -44,13 +44,14 @@ from gemkd.experiments.run.evaluation import (
 )
 from gemkd.experiments.run_cells import TeacherFit, teacher_fits
 from gemkd.experiments.run_dir import RunDir
-from gemkd.experiments.teacher_config import (
+from gemkd.experiments.teacher.teacher_config import (
+    TEACHER_CONFIGS,
     find_config,
     load_teacher,
     load_teacher_config,
 )
+from gemkd.transfer.teacher_fit_dir import TeacherFitDir
 from gemkd.transfer.training import training_base_rates
-from gemkd.transfer.training.day_checkpoints import day_checkpoints
 
 TARGETS = {"oracle": 0.40, "feature_oracle": 0.60}  # the headroom targets (docs/results/TEACHER.md)
 
@@ -62,14 +63,14 @@ def find_worlds(run: Path) -> list[TeacherFit]:
 
 def fit_mlp(world: TeacherFit, out: Path, mlp_config: str) -> Path:
     """The MLP ranker streamed over the GEM fit's days with its histories cap (resumable)."""
-    from gemkd.experiments.teacher_fit import fit_teacher
+    from gemkd.experiments.teacher.teacher_fit import fit_teacher
 
-    gem = load_teacher_config(world.run / "config.yaml")
-    cfg = dataclasses.replace(load_teacher_config(find_config(mlp_config, "teachers")),
+    gem = load_teacher_config(TeacherFitDir(world.run).config_file)
+    cfg = dataclasses.replace(load_teacher_config(find_config(mlp_config, TEACHER_CONFIGS)),
                               train_days=gem.train_days, val_days=None, test_days=None,
                               max_seq_len=gem.max_seq_len, seed=gem.seed, stream=True,
                               max_epochs=1, select="last", patience=None)
-    if not (out / "val_metrics.json").is_file():
+    if not TeacherFitDir(out).has_summary():
         fit_teacher(cfg, world.data, out, resume=True, progress=False)
     return out
 
@@ -106,7 +107,7 @@ def scores(world: TeacherFit, spec: dict[str, Any], runs: dict[str, Path], every
     rows_per_day = {int(d): n for d, n in schema.rows_per_day.items()}
     out = []
     for model, run in runs.items():
-        ckpts = day_checkpoints(run / "checkpoints")
+        ckpts = TeacherFitDir(run).days()
         last = max(ckpts)
         for day in sorted(d for d in ckpts if (d + 1) % every == 0 or d == last):
             fn, seq = model_logits(ckpts[day], data, tasks)

@@ -5,7 +5,7 @@ from the sources they describe, so they cannot drift from them:
 - ``docs/reference/spec.md``: every key of a ``gemkd run`` spec, from the spec dataclasses
   (:mod:`gemkd.experiments.spec.run_spec`);
 - ``docs/reference/teacher.md``: every key of a teacher config
-  (:class:`~gemkd.experiments.teacher_config.TeacherTrainConfig`).
+  (:class:`~gemkd.experiments.teacher.teacher_config.TeacherTrainConfig`).
 
 ``--check`` writes nothing and exits 1 naming the pages that differ from what the sources give
 (tests/experiments/cli/test_reference.py does the same check).
@@ -188,12 +188,13 @@ def _variants(run_spec) -> list[str]:
 
 
 def teacher_page() -> str:
-    from gemkd.experiments.teacher_config import TeacherTrainConfig
+    from gemkd.experiments.teacher.teacher_config import TeacherTrainConfig
 
     return "\n".join([
-        _banner("TeacherTrainConfig in experiments/teacher_config.py (each key's comment)"), "",
+        _banner("TeacherTrainConfig in experiments/teacher/teacher_config.py (each key's "
+                "comment)"), "",
         "# Teacher config reference", "",
-        "A teacher config is one flat YAML file (`experiments/teachers/*.yaml`; "
+        "A teacher config is one flat YAML file (`experiments/teacher/configs/*.yaml`; "
         "`gemkd teacher fit --config FILE`, or a spec's `teacher.config`): `model:` holds the "
         "model class's keyword hyper-parameters and every other top-level key is one of "
         "these. " + prose(TeacherTrainConfig.__doc__), "",

@@ -1,6 +1,6 @@
 """``gemkd teacher fit`` and ``gemkd teacher export``: argument parsing over the library
-functions :func:`~gemkd.experiments.teacher_fit.fit_teacher` and
-:func:`~gemkd.experiments.teacher_export.export_teacher`."""
+functions :func:`~gemkd.experiments.teacher.teacher_fit.fit_teacher` and
+:func:`~gemkd.experiments.teacher.teacher_export.export_teacher`."""
 
 from __future__ import annotations
 
@@ -11,6 +11,10 @@ import sys
 from gemkd.experiments.cli.declare import Command, Opt, arguments
 from gemkd.transfer.errors import ConfigError
 from gemkd.transfer.options import EMB_DTYPES, STRATEGIES, TRACKERS
+from gemkd.transfer.teacher_fit_dir import TeacherFitDir as Fit
+
+#: a fit's files as the help texts name them
+_CKPTS, _LAST = f"RUN_DIR/{Fit.CHECKPOINTS}", f"RUN_DIR/{Fit.CHECKPOINTS}/{Fit.LAST}"
 
 
 def _progress(no_progress: bool) -> bool:
@@ -37,7 +41,7 @@ def parse_days(text: str | None, flag: str = "--days") -> tuple[int, int] | None
 
 
 def _fit(args: argparse.Namespace) -> None:
-    from gemkd.experiments.teacher_fit import fit_teacher
+    from gemkd.experiments.teacher.teacher_fit import fit_teacher
 
     s = fit_teacher(**arguments(args))
     if not s["is_global_zero"]:
@@ -51,7 +55,7 @@ def _fit(args: argparse.Namespace) -> None:
 
 
 def _export(args: argparse.Namespace) -> None:
-    from gemkd.experiments.teacher_export import export_teacher
+    from gemkd.experiments.teacher.teacher_export import export_teacher
 
     m = export_teacher(**arguments(args))
     if m is not None:
@@ -68,11 +72,11 @@ DATA = Opt("--data", "dataset directory", required=True, param="data")
 COMMANDS = (
     Command(("teacher",), "train and export teacher models"),
     Command(("teacher", "fit"), "train a teacher with Lightning (resumable)", run=_fit,
-            calls="gemkd.experiments.teacher_fit:fit_teacher", options=(
+            calls="gemkd.experiments.teacher.teacher_fit:fit_teacher", options=(
                 Opt("--config", "YAML: model: {hparams} + trainer keys "
-                    "(experiments/teachers/*.yaml)", required=True, param="config"),
+                    "(experiments/teacher/configs/*.yaml)", required=True, param="config"),
                 DATA,
-                Opt("--out", "run directory (checkpoints, metrics.csv)", required=True,
+                Opt("--out", f"run directory ({Fit.CHECKPOINTS}, {Fit.METRICS})", required=True,
                     param="out"),
                 Opt("--strategy", "override the config's strategy", choices=STRATEGIES,
                     param="strategy"),
@@ -80,28 +84,29 @@ COMMANDS = (
                     type=int, positive=True, param="devices"),
                 Opt("--num-nodes", "override the config's num_nodes (launch with torchrun or "
                     "SLURM)", type=int, positive=True, param="num_nodes"),
-                Opt("--logger", "experiment tracker: metrics.csv is always written (none and "
+                Opt("--logger", f"experiment tracker: {Fit.METRICS} is always written (none and "
                     "csv: that alone); tensorboard (RUN_DIR/logs/tensorboard) or mlflow "
                     "(RUN_DIR/logs/mlruns, or MLFLOW_TRACKING_URI) log the fit too (extras "
                     "gemkd[tensorboard], gemkd[mlflow])", choices=("none", *TRACKERS),
                     default="none", param="tracker", convert=_tracker),
-                Opt("--resume", "continue from RUN_DIR/checkpoints/last.ckpt when it exists",
+                Opt("--resume", f"continue from {_LAST} when it exists",
                     flag=True, param="resume"),
                 Opt("--stream", "one time-ordered pass over the training days with a "
-                    "checkpoint at the end of every day (RUN_DIR/checkpoints/day=N.ckpt); the "
+                    f"checkpoint at the end of every day ({_CKPTS}/{Fit.DAY_NAME}); the "
                     "config's max_epochs, select and patience become 1, last and none",
                     flag=True, param="stream", convert=lambda on: on or None),
                 Opt("--train-days", "override the config's train_days (half-open A:B)",
                     param="train_days", convert=functools.partial(parse_days,
                                                                   flag="--train-days")),
-                Opt("--continue-from", "continue an earlier run (its last.ckpt or a day=N.ckpt: "
+                Opt("--continue-from", f"continue an earlier run (its {Fit.LAST} or a "
+                    f"{Fit.DAY_NAME}: "
                     "weights and optimizer state) on later days; --train-days must start after "
                     "the last day it trained on", metavar="CKPT", param="continue_from"),
                 NO_PROGRESS,
             )),
     Command(("teacher", "export"), "write a teacher's logits and embeddings to a store",
-            run=_export, calls="gemkd.experiments.teacher_export:export_teacher", options=(
-                Opt("--ckpt", "RUN_DIR/checkpoints/last.ckpt (or FSDP dir)", required=True,
+            run=_export, calls="gemkd.experiments.teacher.teacher_export:export_teacher", options=(
+                Opt("--ckpt", f"{_LAST} (or FSDP dir)", required=True,
                     param="ckpt"),
                 DATA,
                 Opt("--out", "store directory to create", required=True, param="out"),
@@ -111,7 +116,7 @@ COMMANDS = (
                     "repr_layer)", param="layer"),
                 Opt("--emb-dtype", "how the store keeps the representation", choices=EMB_DTYPES,
                     default=EMB_DTYPES[0], param="emb_dtype"),
-                Opt("--config", "teacher config (default: RUN_DIR/config.yaml beside the "
+                Opt("--config", f"teacher config (default: RUN_DIR/{Fit.CONFIG} beside the "
                     "checkpoint)", param="config"),
                 Opt("--batch-size", "examples per prediction batch", type=int, default=4096,
                     positive=True, param="batch_size"),

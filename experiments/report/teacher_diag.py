@@ -7,9 +7,10 @@ representations helped a method. So the section shows, on the evaluation days of
 the teacher's NE, AUC and calibration Σp/Σy against the labels-only student's and a constant
 predictor's (the training days' base rate for every row: AUC 0.5, NE 1 when the evaluation
 days' rate equals the training days'), then the teacher fit's validation curve and kept epoch
-where the run's cache holds the fit (``cache/teacher-*/run``: ``config.yaml``,
-``val_metrics.json``, ``metrics.csv``), and words the check as exactly as the numbers allow: a
-teacher worse on NE but better on AUC ranks better and predicts worse probabilities."""
+where the run's cache holds the fit (``cache/teacher-*/run``, read by
+:func:`gemkd.experiments.teacher.teacher_curve.read_fit`), and words the check as exactly as
+the numbers allow: a teacher worse on NE but better on AUC ranks better and predicts worse
+probabilities."""
 
 from __future__ import annotations
 
@@ -18,14 +19,15 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-import pandas as pd
 import yaml
 
 from gemkd.experiments.report.base_rate import constant_of
 from gemkd.experiments.report.no_signal import AUC_MARGIN, no_signal_tasks
 from gemkd.experiments.report.summary import RunView, bound, f4, md_table, pm, seed_stats
 from gemkd.experiments.report.teacher_try import try_sentence
-from gemkd.experiments.results_schema import ALL, BASELINE
+from gemkd.experiments.results_schema import BASELINE
+from gemkd.experiments.teacher.teacher_curve import read_fit
+from gemkd.transfer.teacher_fit_dir import TeacherFitDir
 
 
 @dataclass(frozen=True)
@@ -56,29 +58,19 @@ def teacher_fits(run: RunView) -> list[TeacherFit]:
 
 
 def _read_fit(step: Path, task: str) -> TeacherFit | None:
-    d = step / "run"
+    """The fit of the cached teacher step ``step`` (None: unfinished or unreadable)."""
     try:
-        cfg = yaml.safe_load((d / "config.yaml").read_text()) or {}
-        summary = json.loads((d / "val_metrics.json").read_text())
+        fit = read_fit(TeacherFitDir(step / "run"))
         key = json.loads((step / "config.json").read_text())
     except (OSError, ValueError, yaml.YAMLError):
         return None
+    cfg, summary = fit.config, fit.summary
     data = (key.get("config") or {}).get("data") or {}
     seed = data.get("seed") if isinstance(data, dict) else None
-    epochs = int(summary.get("epochs") or 0)
-    curve: dict[int, float] = {}
-    col = f"val/ne/{task}/{ALL}"
-    metrics = d / "metrics.csv"
-    if cfg.get("val_days") and metrics.is_file():
-        frame = pd.read_csv(metrics)
-        if col in frame.columns:
-            val = frame.dropna(subset=[col])
-            val = val[val["epoch"] < max(epochs, 1)].drop_duplicates("epoch", keep="last")
-            curve = {int(e) + 1: float(v) for e, v in zip(val["epoch"], val[col], strict=True)}
     best = summary.get("best_epoch")  # 1-based, as teacher_fit writes it (_epoch_of)
     return TeacherFit(int(seed) if isinstance(seed, int) else 0, list(cfg.get("train_days") or []),
-                      cfg.get("val_days"), str(cfg.get("select", "last")), epochs,
-                      int(best) if isinstance(best, int) else None, curve, task)
+                      cfg.get("val_days"), str(cfg.get("select", "last")), fit.epochs,
+                      int(best) if isinstance(best, int) else None, fit.ne_by_epoch(task), task)
 
 
 def fits_of_lag(run: RunView) -> list[TeacherFit]:

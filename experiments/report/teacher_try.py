@@ -18,7 +18,7 @@ from typing import Any
 import yaml
 
 from gemkd.experiments.report.summary import RunView, lag_str
-from gemkd.experiments.teacher_config import EXPERIMENTS, find_config
+from gemkd.experiments.teacher.teacher_config import EXPERIMENTS, TEACHER_CONFIGS, find_config
 from gemkd.transfer.errors import ConfigError
 
 #: The model keys that size a teacher config (a shipped GEM's width and depth).
@@ -123,18 +123,18 @@ def _size(path: Any) -> tuple[str, dict[str, float]] | None:
 
 
 def smaller_config(config: str, base: Any = None) -> str | None:
-    """The largest shipped teacher config (experiments/teachers) of the same class that is
+    """The largest shipped teacher config (experiments/teacher/configs) of the same class that is
     no larger than ``config`` in every sizing key (:data:`SIZE_KEYS`) and smaller in one; None
     if none is (``tiny``) or ``config`` cannot be read."""
     try:
-        here = _size(find_config(config, "teachers", base))
+        here = _size(find_config(config, TEACHER_CONFIGS, base))
     except ConfigError:
         return None
     if here is None or not here[1]:
         return None
     cls, size = here
     found = []
-    for path in sorted((EXPERIMENTS / "teachers").glob("*.yaml")):
+    for path in sorted((EXPERIMENTS / TEACHER_CONFIGS).glob("*.yaml")):
         other = _size(path)
         if other is None or other[0] != cls or set(other[1]) != set(size):
             continue

@@ -20,17 +20,19 @@ from pathlib import Path
 from typing import Any
 
 from gemkd.experiments.run.progress import StepLog, step_log
+from gemkd.transfer.teacher_fit_dir import TeacherFitDir
 
 ROOT = Path(__file__).resolve().parents[2]
-CONFIG_FILES = {"config.json", "config.yaml"}  # what a step writes before it starts work
+# what a step writes before it starts work: its key, a teacher fit's resolved config
+CONFIG_FILES = {"config.json", TeacherFitDir.CONFIG}
 _G = "gemkd."
 _DATA = tuple(_G + m for m in ("transfer.data", "transfer.io", "transfer.errors",
                                "transfer.config"))
 _TEACHER = (*_DATA, *(_G + m for m in (
     "transfer.options", "transfer.training", "transfer.ops", "transfer.metrics", "transfer.layers",
-    "transfer.models", "teachers", "experiments.teacher_config", "experiments.teacher_checkpoint",
-    "experiments.teacher_fit")))
-_STORE = (*_TEACHER, _G + "transfer.store", _G + "experiments.teacher_export")
+    "transfer.models", "teachers", "experiments.teacher.teacher_config",
+    "experiments.teacher.teacher_checkpoint", "experiments.teacher.teacher_fit")))
+_STORE = (*_TEACHER, _G + "transfer.store", _G + "experiments.teacher.teacher_export")
 #: The code each cached step runs: gemkd's modules and packages by import name (a package stands
 #: for every module under it), found by import when a key is made (:func:`step_sources`), so a
 #: module that moved fails loudly instead of silently dropping out of the step's key.

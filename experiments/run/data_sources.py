@@ -14,7 +14,7 @@ from typing import Any
 
 from gemkd.experiments.run.cache import cached_step
 from gemkd.experiments.spec.run_spec import RunSpec
-from gemkd.experiments.teacher_config import EXPERIMENTS, find_config
+from gemkd.experiments.teacher.teacher_config import EXPERIMENTS, find_config
 from gemkd.transfer.config import build_dataclass, load_yaml
 from gemkd.transfer.errors import ConfigError
 from gemkd.transfer.io import fs

@@ -14,7 +14,7 @@ from typing import Any
 import torch
 
 from gemkd.experiments.run.cache import cached_step, plugin_key
-from gemkd.experiments.teacher_config import TeacherTrainConfig
+from gemkd.experiments.teacher.teacher_config import TeacherTrainConfig
 from gemkd.transfer.io import fs
 from gemkd.transfer.models import TeacherOutput
 
@@ -54,13 +54,13 @@ def fit_domain_fms(cfg: TeacherTrainConfig, data: Path, data_key: dict, gem_stor
     ``gem_store``), export them over those domains' rows of ``days`` (default every day);
     return the store path.
 
-    Each FM is a teacher fit (:func:`~gemkd.experiments.teacher_fit.fit_teacher` into
+    Each FM is a teacher fit (:func:`~gemkd.experiments.teacher.teacher_fit.fit_teacher` into
     ``fit/<domain>`` of the step, resumable, every key of ``cfg`` honoured), rebuilt from its
-    checkpoint (:func:`~gemkd.experiments.teacher_config.load_teacher`) and exported with the
-    others through :func:`~gemkd.experiments.teacher_export.export_model`."""
-    from gemkd.experiments.teacher_config import cache_key, load_teacher
-    from gemkd.experiments.teacher_export import export_model
-    from gemkd.experiments.teacher_fit import fit_teacher
+    checkpoint (:func:`~gemkd.experiments.teacher.teacher_config.load_teacher`) and exported
+    with the others through :func:`~gemkd.experiments.teacher.teacher_export.export_model`."""
+    from gemkd.experiments.teacher.teacher_config import cache_key, load_teacher
+    from gemkd.experiments.teacher.teacher_export import export_model
+    from gemkd.experiments.teacher.teacher_fit import fit_teacher
     from gemkd.transfer.data.schema import DatasetSchema
     from gemkd.transfer.store import weights_hash
 

@@ -36,7 +36,7 @@ class InputPaths:
     def open(self, max_events: int) -> Inputs:
         """The opened inputs (in this process)."""
         from gemkd.experiments.run.student import Inputs
-        from gemkd.experiments.teacher_checkpoint import model_weights
+        from gemkd.experiments.teacher.teacher_checkpoint import model_weights
         from gemkd.transfer.repr_features import CodeStore
         from gemkd.transfer.solaris import PairStore
 

@@ -23,7 +23,6 @@ from typing import Any
 
 import pandas as pd
 
-from gemkd.experiments.run import teacher_curve
 from gemkd.experiments.run.context import LagCell, RunContext
 from gemkd.experiments.run.data_ratio import rows_in, teacher_student_rows
 from gemkd.experiments.run.data_sources import data_plan
@@ -49,6 +48,7 @@ from gemkd.experiments.run.tuning import planned_runs, tune_variants
 from gemkd.experiments.run.tuning_rows import TUNING_COLUMNS
 from gemkd.experiments.run_dir import RunDir
 from gemkd.experiments.spec.run_spec import RunSpec
+from gemkd.experiments.teacher import teacher_curve
 from gemkd.transfer.data.schema import day_range
 from gemkd.transfer.errors import GemkdError
 from gemkd.transfer.io.disk_full import disk_full_error
@@ -229,7 +229,7 @@ def _world(ctx: RunContext, world: int | None, tuning_rows: list[dict]) -> list[
         with ctx.phase("steps"):
             inputs = lag_inputs(ctx, lag, data, data_key, fm_domains(spec, domains))
         if inputs.ckpt is not None:  # a trained teacher: its validation curve, epoch kept
-            fit = teacher_curve.fit_entry(inputs.ckpt.parent.parent, inputs.ckpt)
+            fit = teacher_curve.fit_entry(inputs.ckpt)
             ctx.run.record_teacher_fit(label, lag, fit)
             log(teacher_curve.summary_line(fit))
         tag = inputs_tag(spec, inputs, ctx.executor.threads)

@@ -21,11 +21,11 @@ from gemkd.transfer.solaris import build_policy, item_feature
 
 def pair_checkpoint(spec: RunSpec, gem_run: Path, lag_ckpt: Path, day: int) -> Path:
     """The checkpoint that precomputes day ``day``'s pairs (module docstring)."""
-    from gemkd.transfer.training.day_checkpoints import day_checkpoint
+    from gemkd.transfer.teacher_fit_dir import TeacherFitDir
 
     if spec.teacher_protocol != "streaming":
         return lag_ckpt
-    ckpt = day_checkpoint(gem_run / "checkpoints", min(day - 1, spec.teacher_days - 1))
+    ckpt = TeacherFitDir(gem_run).day(min(day - 1, spec.teacher_days - 1))
     if not ckpt.is_file():
         raise GemkdError(f"{ckpt}: the streaming teacher has no checkpoint to precompute the "
                          f"SOLARIS pairs of day {day}")

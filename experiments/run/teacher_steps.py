@@ -7,7 +7,12 @@ from pathlib import Path
 
 from gemkd.experiments.run.cache import cached_step, plugin_key
 from gemkd.experiments.spec.run_spec import RunSpec, TeacherSpec
-from gemkd.experiments.teacher_config import TeacherTrainConfig, cache_key, find_config
+from gemkd.experiments.teacher.teacher_config import (
+    TEACHER_CONFIGS,
+    TeacherTrainConfig,
+    cache_key,
+    find_config,
+)
 from gemkd.transfer.config import build_dataclass, load_yaml
 from gemkd.transfer.errors import GemkdError
 
@@ -16,7 +21,7 @@ def teacher_config(spec: RunSpec, lag: int, which: TeacherSpec) -> TeacherTrainC
     """The teacher config ``which`` names, with its overrides, on the lag's window
     (:meth:`RunSpec.teacher_window`): training days, then the validation days
     (:meth:`RunSpec.val_days`)."""
-    base = load_yaml(find_config(which.config, "teachers", spec.source_dir))
+    base = load_yaml(find_config(which.config, TEACHER_CONFIGS, spec.source_dir))
     base.update(which.overrides)
     if spec.teacher_protocol == "streaming" and which is spec.teacher:
         return streaming_config(spec, base, which)
@@ -48,12 +53,11 @@ def streaming_config(spec: RunSpec, base: dict, which: TeacherSpec) -> TeacherTr
 def lag_checkpoint(spec: RunSpec, run_dir: Path, lag: int) -> Path:
     """The checkpoint a lag's GEM is used from: the day ``teacher_days - lag - 1`` checkpoint of
     the streaming fit (the same model, ``lag`` days older), or the window fit's kept epoch."""
-    from gemkd.transfer.training.day_checkpoints import day_checkpoint
-    from gemkd.transfer.training.trainer import best_or_last
+    from gemkd.transfer.teacher_fit_dir import TeacherFitDir
 
     if spec.teacher_protocol != "streaming":
-        return best_or_last(run_dir)
-    ckpt = day_checkpoint(run_dir / "checkpoints", spec.teacher_days - lag - 1)
+        return TeacherFitDir(run_dir).best_or_last()
+    ckpt = TeacherFitDir(run_dir).day(spec.teacher_days - lag - 1)
     if not ckpt.is_file():
         raise GemkdError(f"{ckpt}: the streaming teacher has no checkpoint of day "
                          f"{spec.teacher_days - lag - 1} (lag {lag})")
@@ -65,7 +69,7 @@ def cached_fit(cfg: TeacherTrainConfig, data: Path, data_key: dict, cache: Path,
     """Train (resuming a killed fit from its checkpoint); returns the run dir. ``tracker``
     (a ``gemkd.transfer.training.loggers.Tracker``) also logs the fit, as ``run_name``."""
     from gemkd.experiments.run.progress import FitProgress
-    from gemkd.experiments.teacher_fit import fit_teacher as fit
+    from gemkd.experiments.teacher.teacher_fit import fit_teacher as fit
 
     def run(step: Path) -> None:
         fit(cfg, data, step / "run", resume=True, progress=False, tracker=tracker,
@@ -80,11 +84,12 @@ def cached_export(ckpt: Path, data: Path, layer: str, cache: Path, log, name: st
                   days: tuple[int, int] | None = None) -> Path:
     """The store of the teacher at ``ckpt`` (a checkpoint of a cached fit's run dir) over
     ``days`` of ``data`` (all when None)."""
-    from gemkd.experiments.teacher_checkpoint import model_weights
-    from gemkd.experiments.teacher_export import export_teacher as export
+    from gemkd.experiments.teacher.teacher_checkpoint import model_weights
+    from gemkd.experiments.teacher.teacher_export import export_teacher as export
     from gemkd.transfer.store import TeacherStore, weights_hash
+    from gemkd.transfer.teacher_fit_dir import TeacherFitDir
 
-    run_dir = ckpt.parent.parent
+    run_dir = TeacherFitDir.of_checkpoint(ckpt).root
     # step names carry upstream hashes
     key: dict = {"teacher": run_dir.parent.name, "layer": layer, "checkpoint": ckpt.name}
     if days is not None:

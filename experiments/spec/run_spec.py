@@ -236,12 +236,12 @@ class RunSpec:
 
     def teacher_epochs(self) -> int:
         """``max_epochs`` of the teacher's config as the spec overrides it."""
-        from gemkd.experiments.teacher_config import find_config
+        from gemkd.experiments.teacher.teacher_config import TEACHER_CONFIGS, find_config
         from gemkd.transfer.config import load_yaml
 
         if "max_epochs" in self.teacher.overrides:
             return int(self.teacher.overrides["max_epochs"])
-        path = find_config(self.teacher.config, "teachers", self.source_dir)
+        path = find_config(self.teacher.config, TEACHER_CONFIGS, self.source_dir)
         return int(load_yaml(path).get("max_epochs", 1))
 
     @property

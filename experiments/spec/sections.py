@@ -90,11 +90,11 @@ class DataSpec:
 
 @dataclass
 class TeacherSpec:
-    """``config`` a teacher config (a name in experiments/teachers or a YAML path); ``store``
+    """``config`` a teacher config (a name in experiments/teacher/configs or a YAML path); ``store``
     a verified teacher-output store to use instead of training one (``gemkd store import``);
     every other key overrides a key of the teacher config (e.g. ``max_seq_len``)."""
 
-    #: a teacher config: a name in experiments/teachers or a path to a teacher config YAML
+    #: a teacher config: a name in experiments/teacher/configs or a path to a teacher config YAML
     config: str = "small"
     #: a verified teacher-output store (directory or s3:// URI) used instead of training a
     #: teacher (gemkd store import)

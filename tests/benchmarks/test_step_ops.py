@@ -20,7 +20,7 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 @pytest.fixture(scope="module")
 def traced(tiny_data):
-    cfg = yaml.safe_load((ROOT / "experiments/teachers/tiny.yaml").read_text())["model"]
+    cfg = yaml.safe_load((ROOT / "experiments/teacher/configs/tiny.yaml").read_text())["model"]
     batch = next(iter(DatasetReader(tiny_data, batch_size=64)))
     step = TrainStep(DatasetReader(tiny_data, batch_size=1).schema, cfg, "cpu")
     attach_precision(step)

@@ -23,8 +23,8 @@ from benchmarks.bench_teacher_stream import (
 from benchmarks.stream_phases import PHASES, PhaseTimer
 from gemkd.experiments.run.teacher_steps import teacher_config
 from gemkd.experiments.spec.load import load_spec
-from gemkd.experiments.teacher_config import load_teacher_config
-from gemkd.experiments.teacher_fit import fit_teacher
+from gemkd.experiments.teacher.teacher_config import load_teacher_config
+from gemkd.experiments.teacher.teacher_fit import fit_teacher
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parents[2]
 @pytest.mark.slow  # a streaming fit: ~6 s on 2 busy cores
 def test_phase_timer_accounts_for_a_streamed_fit(tiny_data, tmp_path):
     torch.set_num_threads(1)
-    cfg = dataclasses.replace(load_teacher_config(ROOT / "experiments/teachers/tiny.yaml"),
+    cfg = dataclasses.replace(load_teacher_config(ROOT / "experiments/teacher/configs/tiny.yaml"),
                               train_days=[0, 2], val_days=None, max_seq_len=16,
                               batch_size=256, stream=True)
     timer = PhaseTimer()
@@ -74,7 +74,7 @@ def test_after_is_the_benchmark_specs_streaming_teacher_and_before_the_old_code(
     assert out["after"].config == after and not out["after"].reference_paths
     assert out["before"].reference_paths and out["before"].config == candidate_config(BEFORE)
     assert out["before"].config.model == load_teacher_config(
-        ROOT / "experiments/teachers/small.yaml").model
+        ROOT / "experiments/teacher/configs/small.yaml").model
     lean = out["lean"]
     assert lean.reference_paths and lean.config.model["pyramid_shrink"] == 4.0
     assert [type(c) for c in callbacks_of(lean)] == [ReferencePaths]

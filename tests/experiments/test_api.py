@@ -30,7 +30,7 @@ def test_data_teacher_store_through_the_api(tmp_path):
     try:
         schema = gemkd.generate(tiny_config(n_days=3, examples_per_day=600, n_users=200),
                                 tmp_path / "data")
-        cfg = gemkd.load_teacher_config(ROOT / "experiments/teachers/tiny.yaml",
+        cfg = gemkd.load_teacher_config(ROOT / "experiments/teacher/configs/tiny.yaml",
                                         {"train_days": [0, 2], "val_days": [2, 3],
                                          "max_steps": 5})
         summary = gemkd.fit_teacher(cfg, tmp_path / "data", tmp_path / "run", progress=False)

@@ -37,7 +37,7 @@ def outdate(data: Path) -> None:
 def consumers(run: TinyRun, data: Path, out: Path) -> dict[str, list[str]]:
     """Each command that reads a data directory, writing to ``out``."""
     return {
-        "fit": ["teacher", "fit", "--config", str(ROOT / "experiments/teachers/tiny.yaml"),
+        "fit": ["teacher", "fit", "--config", str(ROOT / "experiments/teacher/configs/tiny.yaml"),
                 "--data", str(data), "--out", str(out), "--no-progress"],
         "export": ["teacher", "export", "--ckpt", str(run.ckpt), "--data", str(data), "--out",
                    str(out), "--no-progress"],

@@ -58,7 +58,7 @@ def test_real_data_mismatch_found_after_the_data_step_leaves_no_run_dir(tmp_path
 
 def test_teacher_fit_window_past_the_data(tiny_run: TinyRun, tmp_path, capsys):
     config = tmp_path / "tiny.yaml"
-    values = yaml.safe_load((ROOT / "experiments/teachers/tiny.yaml").read_text())
+    values = yaml.safe_load((ROOT / "experiments/teacher/configs/tiny.yaml").read_text())
     for key, window in (("train_days", [0, 9]), ("val_days", [4, 8])):
         config.write_text(yaml.safe_dump({**values, key: window}))
         out = tmp_path / "out"

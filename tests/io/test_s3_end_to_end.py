@@ -37,7 +37,7 @@ def test_data_and_stores_in_a_bucket(s3, tmp_path, capsys):
     assert "example_id unique" in cli(capsys, "data", "validate", data)
 
     config = tmp_path / "tiny.yaml"
-    values = yaml.safe_load((ROOT / "experiments/teachers/tiny.yaml").read_text())
+    values = yaml.safe_load((ROOT / "experiments/teacher/configs/tiny.yaml").read_text())
     config.write_text(yaml.safe_dump({**values, "max_steps": 8, "max_seq_len": 16,
                                       "train_days": [0, 3], "val_days": [3, 4]}))
     fit = tmp_path / "fit"

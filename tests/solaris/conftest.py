@@ -10,7 +10,7 @@ import pytest
 import torch
 import yaml
 
-from gemkd.experiments.teacher_config import build_model, load_teacher_config
+from gemkd.experiments.teacher.teacher_config import build_model, load_teacher_config
 from gemkd.transfer.data.schema import DatasetSchema
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[2]
 @pytest.fixture(scope="session")
 def tiny_ckpt(tiny_data, tmp_path_factory) -> Path:
     torch.manual_seed(0)
-    cfg = load_teacher_config(ROOT / "experiments/teachers/tiny.yaml",
+    cfg = load_teacher_config(ROOT / "experiments/teacher/configs/tiny.yaml",
                               {"max_seq_len": 32, "train_days": [0, 3]})
     model = build_model(cfg, DatasetSchema.load(tiny_data))
     run = tmp_path_factory.mktemp("teacher") / "run"

@@ -15,7 +15,7 @@ import torch
 
 from gemkd.adapters.methods.solaris import Solaris
 from gemkd.experiments.solaris_precompute import MEASUREMENTS, k_grid, precompute_pairs
-from gemkd.experiments.teacher_config import load_teacher
+from gemkd.experiments.teacher.teacher_config import load_teacher
 from gemkd.transfer.data.batch import Batch
 from gemkd.transfer.data.dataset_reader import DatasetReader
 from gemkd.transfer.data.schema import DatasetSchema

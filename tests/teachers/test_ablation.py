@@ -15,7 +15,7 @@ from gemkd.transfer.models import TeacherOutput
 from tests.teachers.helpers import random_batch, tiny_schema
 
 ROOT = Path(__file__).resolve().parents[2]
-CONFIGS = ROOT / "experiments" / "teachers"
+CONFIGS = ROOT / "experiments" / "teacher" / "configs"
 
 
 def test_mlp_ranker_contract_and_gradients():

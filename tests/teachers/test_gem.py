@@ -23,7 +23,7 @@ from tests.teachers.helpers import (
     tiny_schema,
 )
 
-CONFIGS = Path(__file__).resolve().parents[2] / "experiments" / "teachers"
+CONFIGS = Path(__file__).resolve().parents[2] / "experiments" / "teacher" / "configs"
 ATOL = dict(atol=1e-5, rtol=1e-5)
 
 

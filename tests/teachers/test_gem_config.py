@@ -16,7 +16,7 @@ from gemkd.teachers.teacher_registry import build_teacher
 from gemkd.transfer.errors import ConfigError
 from tests.teachers.helpers import TINY, random_batch, tiny_schema
 
-CONFIGS = Path(__file__).resolve().parents[2] / "experiments" / "teachers"
+CONFIGS = Path(__file__).resolve().parents[2] / "experiments" / "teacher" / "configs"
 
 
 @pytest.fixture(scope="module")

@@ -17,7 +17,8 @@ from gemkd.transfer.constraints import field_rules
 from gemkd.transfer.errors import ConfigError
 from tests.teachers.helpers import random_batch, tiny_schema
 
-CONFIG = Path(__file__).resolve().parents[2] / "experiments" / "teachers" / "mlp_small.yaml"
+CONFIG = (Path(__file__).resolve().parents[2] / "experiments" / "teacher" / "configs"
+          / "mlp_small.yaml")
 SMALL = {"d": 8, "hidden": 16}
 
 

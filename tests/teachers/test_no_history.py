@@ -19,7 +19,7 @@ from gemkd.transfer.models import TeacherOutput
 from tests.teachers.helpers import TINY, tiny_schema
 from tests.teachers.history_less import history_less_batch, history_less_schema
 
-CONFIGS = Path(__file__).resolve().parents[2] / "experiments" / "teachers"
+CONFIGS = Path(__file__).resolve().parents[2] / "experiments" / "teacher" / "configs"
 SMALL = {  # fast sizes per teacher class
     GEM: TINY,
     DomainFM: {"d": 8, "mlp_width": 16, "trunk_dim": 8, "head_hidden": 8},
@@ -140,7 +140,8 @@ def test_errors_only_where_adapting_is_impossible(schema):
 
 @pytest.mark.parametrize("name", SHIPPED)
 def test_shipped_configs_build_on_a_history_less_schema(name, schema):
-    """The configs in experiments/teachers say ``use_sequence: true`` and a ``max_history``."""
+    """The configs in experiments/teacher/configs say ``use_sequence: true`` and a
+    ``max_history``."""
     cfg = yaml.safe_load((CONFIGS / f"{name}.yaml").read_text())
     torch.manual_seed(0)
     model = build_teacher(cfg["class_path"], schema, cfg["model"]).eval()

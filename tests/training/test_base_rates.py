@@ -10,7 +10,7 @@ import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 
-from gemkd.experiments.teacher_config import build_run, load_teacher_config
+from gemkd.experiments.teacher.teacher_config import build_run, load_teacher_config
 from gemkd.transfer.data.schema import DatasetSchema
 from gemkd.transfer.training import training_base_rates, training_rates
 
@@ -51,7 +51,7 @@ def test_only_the_chosen_domains_get_a_rate(tiny_data):
 
 
 def test_a_teachers_domain_rows_use_their_own_rate(tiny_data):
-    cfg = load_teacher_config(ROOT / "experiments/teachers/tiny.yaml", {"max_seq_len": 32})
+    cfg = load_teacher_config(ROOT / "experiments/teacher/configs/tiny.yaml", {"max_seq_len": 32})
     _, module = build_run(cfg, tiny_data)
     tasks = list(module.tasks)
     _, expected = training_rates(tiny_data, cfg.train_days, tasks)

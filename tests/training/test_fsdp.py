@@ -20,7 +20,7 @@ from gemkd.experiments.cli import main
 from gemkd.transfer.store import TeacherStore
 
 ROOT = Path(__file__).resolve().parents[2]
-TINY = ROOT / "experiments/teachers/tiny.yaml"
+TINY = ROOT / "experiments/teacher/configs/tiny.yaml"
 
 JOB = '''
 import json, sys
@@ -30,7 +30,7 @@ import lightning.pytorch as pl
 import torch
 from torch.distributed.tensor import DTensor
 
-from gemkd.experiments.teacher_config import build_run, load_teacher_config
+from gemkd.experiments.teacher.teacher_config import build_run, load_teacher_config
 from gemkd.transfer.training import build_trainer, fit, release_process_group
 
 config, data, out, max_steps, resume = sys.argv[1:6]

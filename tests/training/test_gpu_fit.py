@@ -36,7 +36,7 @@ def _cli(*args: str) -> None:
 @pytest.mark.parametrize("strategy", ["fsdp", "auto"])
 def test_fit_and_export_on_cuda(tiny_data, tmp_path, strategy):
     config = tmp_path / "tiny.yaml"
-    values = yaml.safe_load((ROOT / "experiments/teachers/tiny.yaml").read_text())
+    values = yaml.safe_load((ROOT / "experiments/teacher/configs/tiny.yaml").read_text())
     values.update(accelerator="gpu", precision="bf16-mixed", max_steps=150,
                   log_every_n_steps=10, lr=0.01, max_seq_len=256)
     config.write_text(yaml.safe_dump(values))

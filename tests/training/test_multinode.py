@@ -18,7 +18,7 @@ import yaml
 from gemkd.transfer.store import TeacherStore
 
 ROOT = Path(__file__).resolve().parents[2]
-TINY = ROOT / "experiments/teachers/tiny.yaml"
+TINY = ROOT / "experiments/teacher/configs/tiny.yaml"
 
 
 def _port() -> int:

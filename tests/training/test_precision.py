@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from gemkd.experiments.teacher_config import load_teacher_config
+from gemkd.experiments.teacher.teacher_config import load_teacher_config
 from gemkd.transfer.training.trainer import make_trainer, resolve_precision
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -24,7 +24,7 @@ def test_auto_is_bf16_mixed_on_cuda_only(monkeypatch, accelerator, cuda, want):
 
 
 def test_a_cpu_trainer_of_the_default_config_runs_in_float32():
-    cfg = load_teacher_config(ROOT / "experiments/teachers/small.yaml")
+    cfg = load_teacher_config(ROOT / "experiments/teacher/configs/small.yaml")
     assert cfg.precision == "auto"
     trainer = make_trainer(accelerator="cpu", precision=cfg.precision)
     assert trainer.precision == "32-true"

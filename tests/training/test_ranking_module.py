@@ -12,12 +12,12 @@ import yaml
 from torch import nn
 
 from gemkd.experiments.cli import main
-from gemkd.experiments.teacher_config import build_run, load_teacher_config
+from gemkd.experiments.teacher.teacher_config import build_run, load_teacher_config
 from gemkd.transfer.store import PREDICTION_KEYS
 from gemkd.transfer.training import build_trainer, fit
 
 ROOT = Path(__file__).resolve().parents[2]
-TINY = ROOT / "experiments/teachers/tiny.yaml"
+TINY = ROOT / "experiments/teacher/configs/tiny.yaml"
 FAST = {"max_seq_len": 32}  # short histories keep a tiny GEM step at ~50 ms on CPU
 
 
@@ -142,5 +142,5 @@ def test_cli_config_errors(tiny_data, tmp_path, capsys):
 
 @pytest.mark.parametrize("name", ["tiny", "small", "base"])
 def test_shipped_configs_validate(name):
-    cfg = load_teacher_config(ROOT / f"experiments/teachers/{name}.yaml")
+    cfg = load_teacher_config(ROOT / f"experiments/teacher/configs/{name}.yaml")
     assert cfg.val_days is not None and cfg.train_days[1] <= cfg.val_days[0]

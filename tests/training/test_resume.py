@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
-TINY = ROOT / "experiments/teachers/tiny.yaml"
+TINY = ROOT / "experiments/teacher/configs/tiny.yaml"
 STEPS, EVERY = 100, 20
 
 

@@ -12,7 +12,7 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from gemkd.experiments.spec.load import spec_from_mapping
-from gemkd.experiments.teacher_config import TeacherTrainConfig
+from gemkd.experiments.teacher.teacher_config import TeacherTrainConfig
 from gemkd.transfer.config import build_dataclass
 from gemkd.transfer.errors import ConfigError
 from gemkd.transfer.layers import HashedEmbedding

@@ -9,7 +9,6 @@ from gemkd.transfer.training.trainer import (
     even_batch_limit,
     fit,
     make_trainer,
-    resume_path,
     training_base_rates,
     training_rates,
 )
@@ -24,7 +23,6 @@ __all__ = [
     "fsdp_mesh",
     "make_trainer",
     "release_process_group",
-    "resume_path",
     "shard_model",
     "training_base_rates",
     "training_rates",

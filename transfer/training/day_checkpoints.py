@@ -1,4 +1,5 @@
-"""Checkpoints at the end of every day of a time-ordered (streaming) pass.
+"""Checkpoints at the end of every day of a time-ordered (streaming) pass (their names and
+paths: :class:`~gemkd.transfer.teacher_fit_dir.TeacherFitDir`).
 
 ``checkpoints/day=N.ckpt`` is the model as it was after its last batch of day N: the teacher that
 is L days old for a student whose stream starts at day N + L + 1 (DESIGN §6.1, the streaming
@@ -10,36 +11,15 @@ checkpoints keep the optimizer state: a later run continues from one (``continue
 from __future__ import annotations
 
 import os
-import re
 import shutil
-from pathlib import Path
 from typing import Any
 
 import lightning.pytorch as pl
 from lightning.pytorch.callbacks import Callback
 
 from gemkd.transfer.errors import DataError
+from gemkd.transfer.teacher_fit_dir import TeacherFitDir
 from gemkd.transfer.training.latest_checkpoint import latest_checkpoint
-
-_NAME = re.compile(r"^day=(\d+)\.ckpt$")
-
-
-def day_checkpoint(checkpoints: str | Path, day: int) -> Path:
-    """The path of day ``day``'s checkpoint in a run's ``checkpoints`` folder."""
-    return Path(checkpoints) / f"day={day}.ckpt"
-
-
-def checkpoint_day(ckpt: str | Path) -> int | None:
-    """The day a ``day=N.ckpt`` checkpoint was saved after (None for any other name)."""
-    m = _NAME.match(Path(ckpt).name)
-    return int(m.group(1)) if m else None
-
-
-def day_checkpoints(checkpoints: str | Path) -> dict[int, Path]:
-    """Every day checkpoint of a run's ``checkpoints`` folder, by day."""
-    folder = Path(checkpoints)
-    found = {checkpoint_day(p): p for p in folder.glob("day=*.ckpt")} if folder.is_dir() else {}
-    return {d: found[d] for d in sorted(d for d in found if d is not None)}
 
 
 class DayCheckpoints(Callback):
@@ -49,8 +29,8 @@ class DayCheckpoints(Callback):
     on different days). The current day is part of the checkpoint, so a pass resumed just
     after a day's last batch still saves that day."""
 
-    def __init__(self, dirpath: str | Path) -> None:
-        self.dirpath = Path(dirpath)
+    def __init__(self, fit_dir: TeacherFitDir) -> None:
+        self.fit_dir = fit_dir
         self.day: int | None = None
 
     def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule,
@@ -68,7 +48,7 @@ class DayCheckpoints(Callback):
             self._save(trainer, self.day)
 
     def _save(self, trainer: pl.Trainer, day: int) -> None:
-        path = day_checkpoint(self.dirpath, day)
+        path = self.fit_dir.day(day)
         tmp = path.with_name(f".{path.name}.tmp")
         # written whole, then renamed: never a partial day=N.ckpt; with the optimizer state
         trainer.save_checkpoint(tmp, weights_only=False)
@@ -78,9 +58,10 @@ class DayCheckpoints(Callback):
         if latest is not None:  # last.ckpt is this day's file (and this step is saved)
             latest.link(trainer, path)
         elif trainer.is_global_zero:
-            last = self.dirpath / "last.ckpt"
-            shutil.copyfile(path, last.with_name(".last.ckpt.tmp"))
-            os.replace(last.with_name(".last.ckpt.tmp"), last)
+            last = self.fit_dir.last
+            tmp = last.with_name(f".{last.name}.tmp")
+            shutil.copyfile(path, tmp)
+            os.replace(tmp, last)
 
     def state_dict(self) -> dict[str, Any]:
         return {"day": self.day}

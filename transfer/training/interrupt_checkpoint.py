@@ -32,12 +32,12 @@ SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
 class InterruptCheckpoint(Callback):
-    """Hold SIGINT/SIGTERM during training to the end of the batch in flight, save
-    ``dirpath/last.ckpt``, then pass the signal on (module docstring). The handlers it replaces
+    """Hold SIGINT/SIGTERM during training to the end of the batch in flight, save ``path`` (a
+    fit's ``last.ckpt``), then pass the signal on (module docstring). The handlers it replaces
     are put back when training ends, however it ends."""
 
-    def __init__(self, dirpath: str | Path) -> None:
-        self.path = Path(dirpath) / "last.ckpt"
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
         self._previous: dict[int, Any] = {}
         self._pending: int | None = None
 

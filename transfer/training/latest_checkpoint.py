@@ -37,14 +37,15 @@ FINAL = "gemkd_final"
 
 
 class LatestCheckpoint(Checkpoint):
-    """Save ``dirpath/last.ckpt`` at every training epoch's end and every
-    ``every_n_train_steps`` (None: epoch ends only). A ``Checkpoint`` subclass, so Lightning
-    runs it after the other callbacks and adds no default ``ModelCheckpoint`` of its own."""
+    """Save ``path`` (a fit's ``last.ckpt``: ``TeacherFitDir.last``) at every training epoch's
+    end and every ``every_n_train_steps`` (None: epoch ends only). A ``Checkpoint`` subclass, so
+    Lightning runs it after the other callbacks and adds no default ``ModelCheckpoint`` of its
+    own."""
 
-    def __init__(self, dirpath: str | Path, every_n_train_steps: int | None = None) -> None:
+    def __init__(self, path: str | Path, every_n_train_steps: int | None = None) -> None:
         if every_n_train_steps is not None and every_n_train_steps < 1:
             raise ValueError(f"every_n_train_steps must be >= 1, got {every_n_train_steps}")
-        self.path = Path(dirpath) / "last.ckpt"
+        self.path = Path(path)
         self.every = every_n_train_steps
         self._saved_step: int | None = None
 

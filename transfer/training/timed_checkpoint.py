@@ -31,15 +31,15 @@ SYNC_EVERY = 50
 
 
 class TimedCheckpoint(Callback):
-    """Save ``dirpath/last.ckpt`` at the end of the first training batch ``minutes`` (> 0, or 0:
-    every batch) after the last save; with several processes rank 0's clock decides for every
-    rank, every :data:`SYNC_EVERY` steps (a sharded FSDP save is collective). Lightning writes
-    the file atomically (a temporary file, then a move)."""
+    """Save ``path`` (a fit's ``last.ckpt``) at the end of the first training batch ``minutes``
+    (> 0, or 0: every batch) after the last save; with several processes rank 0's clock decides
+    for every rank, every :data:`SYNC_EVERY` steps (a sharded FSDP save is collective).
+    Lightning writes the file atomically (a temporary file, then a move)."""
 
-    def __init__(self, dirpath: str | Path, minutes: float) -> None:
+    def __init__(self, path: str | Path, minutes: float) -> None:
         if not minutes >= 0:
             raise ValueError(f"minutes must be >= 0, got {minutes!r}")
-        self.path = Path(dirpath) / "last.ckpt"
+        self.path = Path(path)
         self.seconds = 60.0 * minutes
         self._since: float | None = None
 

@@ -6,7 +6,8 @@ domain FM's, a student's); :func:`build_trainer` is a teacher run's, writing a r
 ``"ddp"`` (gloo on CPU, nccl on GPU) or ``"fsdp"`` (FSDP2 through ``ModelParallelStrategy``; it
 runs on CPU over gloo too). Checkpoints go to ``out_dir/checkpoints`` (``last.ckpt`` always;
 under FSDP a sharded checkpoint directory), so every run is resumable with ``fit(...,
-resume=True)``.
+resume=True)``; the directory's files are named by
+:class:`~gemkd.transfer.teacher_fit_dir.TeacherFitDir`.
 """
 
 from __future__ import annotations
@@ -29,12 +30,12 @@ from gemkd.transfer.data.datamodule import AdsDataModule
 from gemkd.transfer.data.dataset_reader import DatasetReader
 from gemkd.transfer.errors import ConfigError
 from gemkd.transfer.options import STRATEGIES, Precision, Strategy, TrainerPrecision
+from gemkd.transfer.teacher_fit_dir import TeacherFitDir
 from gemkd.transfer.training.interrupt_checkpoint import InterruptCheckpoint
 from gemkd.transfer.training.latest_checkpoint import LatestCheckpoint
 from gemkd.transfer.training.loggers import RunCSVLogger
 from gemkd.transfer.training.timed_checkpoint import TimedCheckpoint
 
-BEST = "best"  # checkpoints/best.ckpt: the epoch with the best validation metric
 #: a run's ``last.ckpt`` is also saved this often (minutes of training), mid-epoch: a killed fit
 #: loses at most this much (:class:`~gemkd.transfer.training.timed_checkpoint.TimedCheckpoint`)
 CHECKPOINT_MINUTES = 10.0
@@ -241,15 +242,16 @@ def build_trainer(
     TensorBoard or MLflow tracker). Extra keyword arguments go to ``Trainer``.
     """
     out_dir = Path(out_dir)
+    run = TeacherFitDir(out_dir)
     # last.ckpt alone (no epoch=E-step=S.ckpt beside it holding the same state)
     # Ctrl-C / SIGTERM: the batch in flight is finished and last.ckpt saved before the fit ends
-    cbs: list[Callback] = [LatestCheckpoint(out_dir / "checkpoints", checkpoint_every_n_steps),
-                           Throughput(), InterruptCheckpoint(out_dir / "checkpoints")]
+    cbs: list[Callback] = [LatestCheckpoint(run.last, checkpoint_every_n_steps),
+                           Throughput(), InterruptCheckpoint(run.last)]
     minutes = CHECKPOINT_MINUTES if checkpoint_every_minutes is None else checkpoint_every_minutes
     if math.isfinite(minutes):
-        cbs.append(TimedCheckpoint(out_dir / "checkpoints", minutes))
+        cbs.append(TimedCheckpoint(run.last, minutes))
     if select_best is not None:
-        cbs.append(ModelCheckpoint(dirpath=out_dir / "checkpoints", filename=BEST,
+        cbs.append(ModelCheckpoint(dirpath=run.checkpoints, filename=TeacherFitDir.BEST,
                                    monitor=select_best, mode="min", save_top_k=1,
                                    enable_version_counter=False))
     if patience is not None:
@@ -273,19 +275,6 @@ def throughput(trainer: pl.Trainer) -> Throughput | None:
     # (Lightning's callback connector sets trainer.callbacks; Trainer does not declare it)
     callbacks = trainer.callbacks  # type: ignore[attr-defined]
     return next((c for c in callbacks if isinstance(c, Throughput)), None)
-
-
-def best_or_last(out_dir: str | Path) -> Path:
-    """The checkpoint a run's teacher is used from: ``best.ckpt`` when the run kept its best
-    validation epoch, else ``last.ckpt``."""
-    best = Path(out_dir) / "checkpoints" / f"{BEST}.ckpt"
-    return best if best.exists() else Path(out_dir) / "checkpoints" / "last.ckpt"
-
-
-def resume_path(out_dir: str | Path) -> Path | None:
-    """``out_dir/checkpoints/last.ckpt`` (a file, or the FSDP sharded directory) if it exists."""
-    path = Path(out_dir) / "checkpoints" / "last.ckpt"
-    return path if path.exists() else None
 
 
 def _label_counts(data_dir: str | Path, days: tuple[int, int] | list[int], tasks: list[str],
@@ -349,8 +338,7 @@ def fit(module: pl.LightningModule, datamodule: AdsDataModule, trainer: pl.Train
     The training loader is a :class:`ResumableLoader`, so a run resumed mid-epoch continues with
     the next batch of the interrupted pass. With several processes, train and validation
     batches are capped at what every rank has (see :func:`even_batch_limit`)."""
-    out_dir = Path(trainer.default_root_dir)
-    ckpt = resume_path(out_dir) if resume else None
+    ckpt = TeacherFitDir(trainer.default_root_dir).resume_path() if resume else None
     if trainer.world_size > 1:
         trainer.limit_train_batches = even_batch_limit(
             datamodule.reader("train"), trainer.world_size)

@@ -112,7 +112,7 @@ def test_every_option_has_help():
 
 
 def test_teacher_fit_calls_the_library_with_its_defaults(monkeypatch):
-    import gemkd.experiments.teacher_fit as module
+    import gemkd.experiments.teacher.teacher_fit as module
 
     params = inspect.signature(module.fit_teacher).parameters
     calls = []

@@ -52,7 +52,7 @@ def test_run_fit_and_export_print_nothing_on_stderr(tmp_path, capsys):
                         r"\d+:\d\d elapsed, ETA 0:00", progress[-1]), progress
 
     data = next((tmp_path / "run" / "cache").glob("data-*")) / "data"
-    fit = ["teacher", "fit", "--config", str(ROOT / "experiments/teachers/tiny.yaml"),
+    fit = ["teacher", "fit", "--config", str(ROOT / "experiments/teacher/configs/tiny.yaml"),
            "--data", str(data), "--out", str(tmp_path / "fit")]
     code, out, err, caught = run_quietly(capsys, fit)
     assert code == 0, err[-3000:]

@@ -61,7 +61,7 @@ def test_every_spec_key_has_type_default_and_doc(pages):
 
 
 def test_teacher_page_lists_every_config_key(pages):
-    from gemkd.experiments.teacher_config import TeacherTrainConfig
+    from gemkd.experiments.teacher.teacher_config import TeacherTrainConfig
 
     for f in dataclasses.fields(TeacherTrainConfig):
         assert f"| `{f.name}` |" in pages["teacher.md"], f.name

@@ -94,7 +94,7 @@ def test_mlflow_file_store(tmp_path, capsys, monkeypatch):
 def test_teacher_fit_tensorboard(tiny_data, tmp_path, capsys):
     pytest.importorskip("tensorboard", reason="gemkd[tensorboard] is not installed")
     config = tmp_path / "tiny.yaml"
-    values = yaml.safe_load((ROOT / "experiments/teachers/tiny.yaml").read_text())
+    values = yaml.safe_load((ROOT / "experiments/teacher/configs/tiny.yaml").read_text())
     config.write_text(yaml.safe_dump({**values, "max_steps": 12, "log_every_n_steps": 4}))
     out = tmp_path / "fit"
     assert main(["teacher", "fit", "--config", str(config), "--data", str(tiny_data), "--out",

@@ -16,7 +16,7 @@ from gemkd.experiments.run.jobs import StudentRun, _inputs
 from gemkd.experiments.run.preflight import check_spec
 from gemkd.experiments.run.student import StudentJob, build_module
 from gemkd.experiments.spec import BUILTIN_VARIANTS, DEFAULT_VARIANTS, RunSpec, spec_from_mapping
-from gemkd.experiments.teacher_checkpoint import model_weights
+from gemkd.experiments.teacher.teacher_checkpoint import model_weights
 from gemkd.transfer.errors import ConfigError
 from gemkd.transfer.io import fs
 from gemkd.transfer.store import Manifest

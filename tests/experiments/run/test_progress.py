@@ -115,10 +115,10 @@ def test_a_teacher_fit_reports_where_it_is(tiny_data, tmp_path):
     import yaml
 
     from gemkd.experiments.run.progress import FitProgress
-    from gemkd.experiments.teacher_fit import fit_teacher
+    from gemkd.experiments.teacher.teacher_fit import fit_teacher
     from tests.faults.conftest import ROOT
 
-    values = yaml.safe_load((ROOT / "experiments/teachers/tiny.yaml").read_text())
+    values = yaml.safe_load((ROOT / "experiments/teacher/configs/tiny.yaml").read_text())
     values.update(max_seq_len=16, max_steps=-1, batch_size=1024, train_days=[0, 1],
                   val_days=[1, 2])
     lines: list[str] = []

@@ -15,10 +15,10 @@ import pandas as pd
 import pytest
 import yaml
 
-from gemkd.experiments.run.teacher_curve import fit_entry, summary_line
 from gemkd.experiments.run.teacher_steps import teacher_config
 from gemkd.experiments.run_dir import RunDir
 from gemkd.experiments.spec.load import spec_from_mapping
+from gemkd.experiments.teacher.teacher_curve import fit_entry, summary_line
 
 TEMPLATE = {"name": "mine", "teacher": {"config": "small"}, "teacher_days": 9,
             "student_days": [9, 12], "eval_days": [12, 14]}
@@ -69,7 +69,7 @@ def _fake_fit(run: Path, losses: list[float], best: int) -> None:
 def test_the_curve_and_the_kept_epoch_are_recorded(tmp_path):
     run = tmp_path / "fit"
     _fake_fit(run, [0.80, 0.85], best=1)
-    entry = fit_entry(run, run / "checkpoints" / "best.ckpt")
+    entry = fit_entry(run / "checkpoints" / "best.ckpt")
     assert entry["chosen_epoch"] == 1 and entry["epochs_trained"] == 2
     assert [p["epoch"] for p in entry["val_curve"]] == [1, 2]
     assert [p["loss"] for p in entry["val_curve"]] == [0.80, 0.85]

@@ -13,7 +13,7 @@ import pytest
 
 from gemkd.experiments.spec import run_spec as spec_model
 from gemkd.experiments.spec import sections, spec_from_mapping
-from gemkd.experiments.teacher_config import TeacherTrainConfig
+from gemkd.experiments.teacher.teacher_config import TeacherTrainConfig
 from gemkd.transfer import options
 from gemkd.transfer.config import build_dataclass
 from gemkd.transfer.errors import ConfigError

@@ -13,7 +13,7 @@ import pytest
 
 from gemkd.experiments.spec import run_spec as spec_model
 from gemkd.experiments.spec import spec_from_mapping
-from gemkd.experiments.teacher_config import TeacherTrainConfig
+from gemkd.experiments.teacher.teacher_config import TeacherTrainConfig
 from gemkd.teachers.gem.gem_config import GEMConfig
 from gemkd.transfer.config import build_dataclass
 from gemkd.transfer.constraints import (

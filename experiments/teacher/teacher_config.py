@@ -1,8 +1,8 @@
-"""A teacher's training config: one flat YAML (``experiments/teachers/*.yaml``).
+"""A teacher's training config: one flat YAML (``experiments/teacher/configs/*.yaml``).
 
 ``model:`` holds the model class's keyword hyper-parameters; every other top-level key is a
 :class:`TeacherTrainConfig` field (docs/reference/teacher.md). Configs are named (a file in
-``experiments/teachers``) or given as a path to any YAML file.
+``experiments/teacher/configs``: :data:`TEACHER_CONFIGS`) or given as a path to any YAML file.
 """
 
 from __future__ import annotations
@@ -30,7 +30,10 @@ if TYPE_CHECKING:
 
     from gemkd.transfer.data.schema import DatasetSchema
 
-EXPERIMENTS = Path(__file__).resolve().parent
+EXPERIMENTS = Path(__file__).resolve().parents[1]
+#: the shipped teacher configs' folder under :data:`EXPERIMENTS` (``find_config(name,
+#: TEACHER_CONFIGS)``)
+TEACHER_CONFIGS = "teacher/configs"
 
 #: the rules of a teacher config's keys (read by gemkd.transfer.constraints.check_fields)
 Days = Annotated[list[int], half_open("key {key!r} must be a half-open range [first, end) with "
@@ -218,11 +221,12 @@ def load_teacher(ckpt: str | Path, data: Any, *, config: str | Path | None = Non
     (default: the run's resolved ``config.yaml`` beside ``checkpoints/``), ``days`` (if given)
     are checked against the data, and the checkpoint's weights must fit the model (each a
     ConfigError otherwise). ``init_from`` is not reloaded: the checkpoint's weights replace it."""
-    from gemkd.experiments.teacher_checkpoint import check_checkpoint, model_weights
+    from gemkd.experiments.teacher.teacher_checkpoint import check_checkpoint, model_weights
     from gemkd.transfer.data.schema import DatasetSchema
+    from gemkd.transfer.teacher_fit_dir import TeacherFitDir
 
     ckpt = check_checkpoint(ckpt)
-    config = Path(config) if config else ckpt.parent.parent / "config.yaml"
+    config = Path(config) if config else TeacherFitDir.of_checkpoint(ckpt).config_file
     if not config.is_file():
         raise ConfigError(f"{config}: no resolved teacher config next to the checkpoint; "
                           "pass --config")
@@ -243,7 +247,7 @@ def load_teacher(ckpt: str | Path, data: Any, *, config: str | Path | None = Non
 def load_weights(model, ckpt: str | Path, what: str = "init_from") -> None:
     """Start ``model`` from a checkpoint's model weights; a checkpoint of another architecture
     (missing, unexpected or differently shaped tensors) is a ConfigError that names them."""
-    from gemkd.experiments.teacher_checkpoint import model_weights
+    from gemkd.experiments.teacher.teacher_checkpoint import model_weights
 
     weights = model_weights(ckpt, what)
     own = model.state_dict()

@@ -13,17 +13,18 @@ import numpy as np
 import pytest
 import torch
 
-from gemkd.experiments.teacher_checkpoint import model_weights
-from gemkd.experiments.teacher_config import load_teacher_config
-from gemkd.experiments.teacher_export import export_teacher
-from gemkd.experiments.teacher_fit import fit_teacher
+from gemkd.experiments.teacher.teacher_checkpoint import model_weights
+from gemkd.experiments.teacher.teacher_config import load_teacher_config
+from gemkd.experiments.teacher.teacher_export import export_teacher
+from gemkd.experiments.teacher.teacher_fit import fit_teacher
 from gemkd.transfer.data.dataset_reader import DatasetReader
 from gemkd.transfer.errors import ConfigError, DataError
 from gemkd.transfer.store import TeacherStore
-from gemkd.transfer.training.day_checkpoints import DayCheckpoints, checkpoint_day, day_checkpoints
+from gemkd.transfer.teacher_fit_dir import TeacherFitDir
+from gemkd.transfer.training.day_checkpoints import DayCheckpoints
 
-ROOT = Path(__file__).resolve().parents[2]
-TINY = ROOT / "experiments/teachers/tiny.yaml"
+ROOT = Path(__file__).resolve().parents[3]
+TINY = ROOT / "experiments/teacher/configs/tiny.yaml"
 
 
 @pytest.fixture
@@ -61,7 +62,7 @@ def test_stream_reader_keeps_days_in_order_and_shuffles_within(tiny_data):
 def test_stream_fit_writes_a_checkpoint_per_day(tiny_data, tmp_path, cfg):
     out = tmp_path / "run"
     summary = fit_teacher(cfg, tiny_data, out, progress=False)
-    found = day_checkpoints(out / "checkpoints")
+    found = TeacherFitDir(out).days()
     assert sorted(found) == [0, 1, 2]
     assert _same_weights(found[2], out / "checkpoints" / "last.ckpt", atol=0)
     # last.ckpt is the last day's file (a hard link), not a copy; nothing else is kept
@@ -91,7 +92,7 @@ def test_stream_resumes_mid_stream_like_an_uninterrupted_pass(tiny_data, tmp_pat
             raise RuntimeError("killed")
         original(self, trainer, pl_module, batch, batch_idx)
 
-    steps_per_day = torch.load(day_checkpoints(full / "checkpoints")[0],
+    steps_per_day = torch.load(TeacherFitDir(full).days()[0],
                                weights_only=False)["global_step"]
     crash_at = steps_per_day + 3  # in day 1, after a step checkpoint inside day 1
     every = dataclasses.replace(cfg, checkpoint_every_n_steps=steps_per_day + 1)
@@ -100,10 +101,10 @@ def test_stream_resumes_mid_stream_like_an_uninterrupted_pass(tiny_data, tmp_pat
     with pytest.raises(RuntimeError, match="killed"):
         fit_teacher(every, tiny_data, out, progress=False)
     monkeypatch.setattr(DayCheckpoints, "on_train_batch_start", original)
-    assert sorted(day_checkpoints(out / "checkpoints")) == [0]
+    assert sorted(TeacherFitDir(out).days()) == [0]
     summary = fit_teacher(every, tiny_data, out, resume=True, progress=False)
     assert summary["resumed_from"] is not None
-    found, ref = day_checkpoints(out / "checkpoints"), day_checkpoints(full / "checkpoints")
+    found, ref = TeacherFitDir(out).days(), TeacherFitDir(full).days()
     assert sorted(found) == [0, 1, 2]
     for day in (1, 2):
         assert _same_weights(found[day], ref[day], atol=1e-4), day
@@ -111,10 +112,10 @@ def test_stream_resumes_mid_stream_like_an_uninterrupted_pass(tiny_data, tmp_pat
 
 def test_continue_from_equals_one_longer_stream(tiny_data, tmp_path, cfg):
     fit_teacher(cfg, tiny_data, tmp_path / "full", progress=False)
-    full = day_checkpoints(tmp_path / "full" / "checkpoints")
+    full = TeacherFitDir(tmp_path / "full").days()
     later = dataclasses.replace(cfg, train_days=[2, 3])
     fit_teacher(later, tiny_data, tmp_path / "later", progress=False, continue_from=full[1])
-    cont = day_checkpoints(tmp_path / "later" / "checkpoints")
+    cont = TeacherFitDir(tmp_path / "later").days()
     assert sorted(cont) == [2]
     # weights and Adam's moments carried over, day 2 read in the same order: the model the
     # uninterrupted pass over days 0-2 ended with
@@ -122,7 +123,7 @@ def test_continue_from_equals_one_longer_stream(tiny_data, tmp_path, cfg):
     # a warm start without the optimizer's state is a different model
     warm = dataclasses.replace(later, init_from=str(full[1]))
     fit_teacher(warm, tiny_data, tmp_path / "warm", progress=False)
-    assert not _same_weights(day_checkpoints(tmp_path / "warm" / "checkpoints")[2], full[2],
+    assert not _same_weights(TeacherFitDir(tmp_path / "warm").days()[2], full[2],
                              atol=1e-4)
 
 
@@ -149,7 +150,8 @@ def test_stream_config_checks(cfg):
         dataclasses.replace(cfg, max_epochs=2)
     with pytest.raises(ValueError, match="'continue_from' and 'init_from'"):
         dataclasses.replace(cfg, continue_from="a.ckpt", init_from="b.ckpt")
-    assert checkpoint_day("x/day=12.ckpt") == 12 and checkpoint_day("last.ckpt") is None
+    assert TeacherFitDir.checkpoint_day("x/day=12.ckpt") == 12
+    assert TeacherFitDir.checkpoint_day("last.ckpt") is None
 
 
 def test_day_checkpoints_refuse_an_unordered_pass(tiny_data, tmp_path, cfg, monkeypatch):
@@ -166,7 +168,7 @@ def test_cli_stream_and_continue(tiny_data, tmp_path):
     run = subprocess.run([*env_cmd, "--out", str(tmp_path / "a"), "--train-days", "0:1"],
                          capture_output=True, text=True, timeout=180)
     assert run.returncode == 0, run.stderr[-3000:]
-    assert sorted(day_checkpoints(tmp_path / "a" / "checkpoints")) == [0]
+    assert sorted(TeacherFitDir(tmp_path / "a").days()) == [0]
     written = json.loads((tmp_path / "a" / "val_metrics.json").read_text())
     assert written["epochs"] == 1
     bad = subprocess.run([*env_cmd, "--out", str(tmp_path / "b"), "--train-days", "0:2",
@@ -178,4 +180,4 @@ def test_cli_stream_and_continue(tiny_data, tmp_path):
                          "--continue-from", str(tmp_path / "a" / "checkpoints" / "day=0.ckpt")],
                         capture_output=True, text=True, timeout=180)
     assert ok.returncode == 0, ok.stderr[-3000:]
-    assert sorted(day_checkpoints(tmp_path / "c" / "checkpoints")) == [1]
+    assert sorted(TeacherFitDir(tmp_path / "c").days()) == [1]

@@ -11,8 +11,8 @@ import pandas as pd
 import pytest
 import torch
 
-from gemkd.experiments.teacher_config import TeacherTrainConfig, load_teacher_config
-from gemkd.experiments.teacher_fit import fit_teacher
+from gemkd.experiments.teacher.teacher_config import TeacherTrainConfig, load_teacher_config
+from gemkd.experiments.teacher.teacher_fit import fit_teacher
 from gemkd.students import build_student
 from gemkd.teachers import GEM, MLPRanker
 from gemkd.transfer.distill import DistillModule
@@ -20,7 +20,7 @@ from gemkd.transfer.errors import ConfigError
 from gemkd.transfer.training import RankingModule
 from tests.teachers.helpers import TINY, tiny_schema
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 RATES = {"click": 0.05, "conversion": 0.002, "engage": 0.3}
 
 
@@ -60,7 +60,7 @@ def test_no_base_rates_or_opt_out_leaves_the_model_alone():
 
 def test_best_validation_epoch_is_kept_and_used(tiny_data, tmp_path):
     torch.set_num_threads(1)
-    cfg = load_teacher_config(ROOT / "experiments/teachers/tiny.yaml",
+    cfg = load_teacher_config(ROOT / "experiments/teacher/configs/tiny.yaml",
                               {"max_seq_len": 8, "max_epochs": 3, "select": "best",
                                "batch_size": 256, "train_days": [0, 2], "val_days": [2, 3],
                                "lr": 0.03, "embedding_lr": 0.3})
@@ -99,24 +99,24 @@ def test_init_from_starts_from_the_checkpoint_weights(tiny_data, tmp_path):
     """A warm start (recurring training, hierarchical FMs from GEM): the built model holds the
     checkpoint's weights, biases included (no base-rate reset); another architecture is an
     error that names the tensors that do not fit."""
-    from gemkd.experiments.teacher_config import build_model, build_run
+    from gemkd.experiments.teacher.teacher_config import build_model, build_run
     from gemkd.transfer.data.schema import DatasetSchema
 
     torch.set_num_threads(1)
     over = {"max_seq_len": 8, "max_steps": 2, "batch_size": 256, "train_days": [0, 2]}
-    cfg = load_teacher_config(ROOT / "experiments/teachers/tiny.yaml", over)
+    cfg = load_teacher_config(ROOT / "experiments/teacher/configs/tiny.yaml", over)
     ckpt = fit_teacher(cfg, tiny_data, tmp_path / "run", progress=False)["checkpoint"]
     trained = torch.load(ckpt, map_location="cpu", weights_only=False)["state_dict"]
-    warm = load_teacher_config(ROOT / "experiments/teachers/tiny.yaml",
+    warm = load_teacher_config(ROOT / "experiments/teacher/configs/tiny.yaml",
                                {**over, "init_from": ckpt})
     _, module = build_run(warm, tiny_data)
     for k, v in module.model.state_dict().items():
         assert torch.equal(v, trained[f"model.{k}"]), k
-    other = load_teacher_config(ROOT / "experiments/teachers/tiny.yaml",
+    other = load_teacher_config(ROOT / "experiments/teacher/configs/tiny.yaml",
                                 {**over, "init_from": ckpt, "model": {"d": 4}})
     with pytest.raises(ConfigError, match=r"init_from .*do not fit this model"):
         build_model(other, DatasetSchema.load(tiny_data))
-    missing = load_teacher_config(ROOT / "experiments/teachers/tiny.yaml",
+    missing = load_teacher_config(ROOT / "experiments/teacher/configs/tiny.yaml",
                                   {**over, "init_from": str(tmp_path / "nope.ckpt")})
     with pytest.raises(ConfigError, match="init_from .*nope.ckpt: no such checkpoint"):
         build_model(missing, DatasetSchema.load(tiny_data))

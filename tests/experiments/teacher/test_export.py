@@ -13,19 +13,19 @@ import torch
 import yaml
 
 from gemkd.experiments.cli import main
-from gemkd.experiments.teacher_checkpoint import model_weights
-from gemkd.experiments.teacher_config import build_model, load_teacher_config
+from gemkd.experiments.teacher.teacher_checkpoint import model_weights
+from gemkd.experiments.teacher.teacher_config import build_model, load_teacher_config
 from gemkd.transfer.data.dataset_reader import DatasetReader
 from gemkd.transfer.data.schema import DatasetSchema
 from gemkd.transfer.store import TeacherJoin, TeacherStore, weights_hash
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 @pytest.fixture(scope="module")
 def fitted(tiny_data, tmp_path_factory) -> Path:
     tmp = tmp_path_factory.mktemp("fit")
-    values = yaml.safe_load((ROOT / "experiments/teachers/tiny.yaml").read_text())
+    values = yaml.safe_load((ROOT / "experiments/teacher/configs/tiny.yaml").read_text())
     values.update(max_seq_len=32, max_steps=15, val_days=None, test_days=None)
     config = tmp / "tiny.yaml"
     config.write_text(yaml.safe_dump(values))

@@ -16,10 +16,10 @@ from typing import Any
 
 import torch
 
-from gemkd.experiments.teacher_config import TeacherTrainConfig, load_teacher
+from gemkd.experiments.teacher.teacher_config import TeacherTrainConfig, load_teacher
 from gemkd.transfer.errors import ConfigError, GemkdError
 from gemkd.transfer.options import EMB_DTYPES, EmbDtype
-from gemkd.transfer.training.day_checkpoints import checkpoint_day
+from gemkd.transfer.teacher_fit_dir import TeacherFitDir
 
 
 def export_teacher(ckpt: str | Path, data: str | Path, out: str | Path, *,
@@ -73,7 +73,7 @@ def export_teacher(ckpt: str | Path, data: str | Path, out: str | Path, *,
     _check_emb_dtype(emb_dtype)
     teacher = load_teacher(ckpt, data, config=config, days=days)
     cfg = teacher.cfg
-    day = checkpoint_day(teacher.ckpt)
+    day = TeacherFitDir.checkpoint_day(teacher.ckpt)
     if day is not None:  # a streaming pass's day=N.ckpt has trained until day N, not to the end
         cfg = dataclasses.replace(cfg, train_days=[cfg.train_days[0], day + 1])
     return export_model(

@@ -1,17 +1,17 @@
 """``fit_teacher``: train a teacher with Lightning (the library function under ``gemkd teacher
-fit``). The run directory gets ``config.yaml`` (resolved), ``metrics.csv``,
-``checkpoints/last.ckpt`` (a directory under fsdp) and ``val_metrics.json``."""
+fit``). The run directory (:class:`~gemkd.transfer.teacher_fit_dir.TeacherFitDir`)
+gets ``config.yaml`` (resolved), ``metrics.csv``, ``checkpoints/last.ckpt`` (a directory under
+fsdp) and ``val_metrics.json``."""
 
 from __future__ import annotations
 
 import dataclasses
-import json
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from gemkd.experiments.teacher_config import (
+from gemkd.experiments.teacher.teacher_config import (
     TeacherTrainConfig,
     build_run,
     cache_key,
@@ -20,6 +20,7 @@ from gemkd.experiments.teacher_config import (
 from gemkd.transfer.errors import ConfigError
 from gemkd.transfer.io import fs
 from gemkd.transfer.options import Strategy, TrackerKind
+from gemkd.transfer.teacher_fit_dir import TeacherFitDir
 from gemkd.transfer.training.loggers import Tracker, make_logger
 
 
@@ -83,7 +84,7 @@ def fit_teacher(config: TeacherTrainConfig | str | Path, data: str | Path, out: 
         Train on these domains' rows only (None: all).
     distill_from
         A teacher store to learn from with KD (a domain FM:
-        :func:`~gemkd.experiments.teacher_config.build_run`).
+        :func:`~gemkd.experiments.teacher.teacher_config.build_run`).
     stream, train_days, continue_from
         Override the config's keys. ``stream`` also sets one epoch, the last kept and no early
         stopping: a streaming pass has no epoch to choose.
@@ -103,7 +104,7 @@ def fit_teacher(config: TeacherTrainConfig | str | Path, data: str | Path, out: 
         days its checkpoint has seen.
     """
     from gemkd.transfer.training import build_trainer, fit
-    from gemkd.transfer.training.trainer import best_or_last, throughput
+    from gemkd.transfer.training.trainer import throughput
 
     given: dict[str, Any] = {k: v for k, v in {
         "strategy": strategy, "devices": devices, "num_nodes": num_nodes,
@@ -118,18 +119,19 @@ def fit_teacher(config: TeacherTrainConfig | str | Path, data: str | Path, out: 
     except ValueError as e:
         raise ConfigError(f"config {base.name!r}: {e}") from None
     out = _local_run_dir(out)
+    run = TeacherFitDir(out)
     if cfg.continue_from is not None:
         _check_continuation(cfg, cfg.continue_from)
     if resume:
-        done = _finished(cfg, out)
+        done = _finished(cfg, run)
         if done is not None:  # nothing left to train: the summary it wrote
             return done
     if isinstance(tracker, str):
-        tracker = Tracker(tracker, out / "logs", cfg.name)
+        tracker = Tracker(tracker, run.logs, cfg.name)
     dm, module = build_run(cfg, data, domains=domains, distill_from=distill_from)
     loggers = []
     # csv for this run directory alone: that is metrics.csv, written anyway
-    if tracker is not None and not (tracker.kind == "csv" and tracker.save_dir == out / "logs"):
+    if tracker is not None and not (tracker.kind == "csv" and tracker.save_dir == run.logs):
         loggers.append(make_logger(tracker, run_name, _tags(cfg)))
     trainer = build_trainer(
         out, strategy=cfg.strategy, devices=cfg.devices, num_nodes=cfg.num_nodes,
@@ -140,17 +142,16 @@ def fit_teacher(config: TeacherTrainConfig | str | Path, data: str | Path, out: 
         grad_clip=cfg.grad_clip if module.automatic_optimization else None,
         select_best=SELECT_METRIC if cfg.select == "best" else None, patience=cfg.patience,
         progress_bar=progress, loggers=loggers,
-        callbacks=[*_stream_callbacks(cfg, out, resume), *(callbacks or [])],
+        callbacks=[*_stream_callbacks(cfg, run, resume), *(callbacks or [])],
     )
     if cfg.stream and trainer.world_size > 1:
         raise ConfigError(f"config {cfg.name!r}: stream: true trains in one process (devices: "
                           "1, num_nodes: 1): its daily checkpoints need every batch of a day "
                           "before the next day's")
     if trainer.is_global_zero:
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "config.yaml").write_text(yaml.safe_dump(dataclasses.asdict(cfg), sort_keys=False))
+        run.write_config(dataclasses.asdict(cfg))
     resumed = fit(module, dm, trainer, resume=resume)
-    used = best_or_last(out) if cfg.select == "best" else None
+    used = run.best_or_last() if cfg.select == "best" else None
     if cfg.val_days is not None:  # final validation (of the kept epoch), also when max_steps
         trainer.validate(module, datamodule=dm, verbose=False,  # stopped mid-epoch
                          ckpt_path=str(used) if used is not None else None)
@@ -160,7 +161,7 @@ def fit_teacher(config: TeacherTrainConfig | str | Path, data: str | Path, out: 
         "resumed_from": str(resumed) if resumed else None,
         "examples_per_s": (tp.examples_per_s * trainer.world_size) if tp else None,
         "name": cfg.name,
-        "checkpoint": str(used if used is not None else out / "checkpoints" / "last.ckpt"),
+        "checkpoint": str(used if used is not None else run.last),
         "epochs": trainer.current_epoch,
         "best_epoch": _epoch_of(used) if used is not None else None,
         "is_global_zero": trainer.is_global_zero,
@@ -168,46 +169,44 @@ def fit_teacher(config: TeacherTrainConfig | str | Path, data: str | Path, out: 
     if "val" in module.last_metrics:
         summary["val"] = module.last_metrics["val"]
     if trainer.is_global_zero:
-        (out / "val_metrics.json").write_text(json.dumps(summary, indent=2))
+        run.write_summary(summary)
         if not cfg.stream:  # (a stream's checkpoints are continued: they keep the optimizer)
-            _finalize(out)
+            _finalize(run)
     return summary
 
 
-def _finalize(out: Path) -> None:
+def _finalize(run: TeacherFitDir) -> None:
     """A finished fit keeps one checkpoint, weights only (export, warm starts and parameter
     sharing read nothing else): ``best.ckpt`` where the fit kept its best epoch (then
     ``last.ckpt``, a resume state, is removed), else ``last.ckpt``. Called after the summary is
     written, so a fit killed in between finds it on ``--resume`` (:func:`_finished`) and ends
     here again."""
     from gemkd.transfer.training.latest_checkpoint import weights_only
-    from gemkd.transfer.training.trainer import BEST, best_or_last
 
-    used = best_or_last(out)
+    used = run.best_or_last()
     weights_only(used)
-    if used.name == f"{BEST}.ckpt":
-        (out / "checkpoints" / "last.ckpt").unlink(missing_ok=True)
+    if run.is_best(used):
+        run.drop_last()
 
 
-def _finished(cfg: TeacherTrainConfig, out: Path) -> dict[str, Any] | None:
+def _finished(cfg: TeacherTrainConfig, run: TeacherFitDir) -> dict[str, Any] | None:
     """The summary of a fit in ``out`` that finished (its checkpoint is final: weights only),
     or None when there is none or it can still be resumed. A finished fit of another config is
     a ConfigError: it cannot be trained further (no optimizer state), only started from."""
     import torch
 
     from gemkd.transfer.training.latest_checkpoint import is_final
-    from gemkd.transfer.training.trainer import best_or_last
 
-    ckpt = best_or_last(out)
+    out = run.root
+    ckpt = run.best_or_last()
     if not ckpt.is_file() or not is_final(torch.load(ckpt, map_location="cpu", mmap=True,
                                                      weights_only=False)):
         return None
-    summary_file, config_file = out / "val_metrics.json", out / "config.yaml"
-    if not summary_file.is_file() or not config_file.is_file():
+    if not run.has_summary() or not run.has_config():
         raise ConfigError(f"--resume {out}: {ckpt.name} is a finished fit's (weights only) but "
-                          f"{summary_file.name} or {config_file.name} is missing beside it")
+                          f"{run.SUMMARY} or {run.CONFIG} is missing beside it")
     wanted, written = (yaml.safe_load(yaml.safe_dump(cache_key(c)))
-                       for c in (cfg, load_teacher_config(config_file)))
+                       for c in (cfg, load_teacher_config(run.config_file)))
     changed = [k for k in wanted if wanted[k] != written.get(k)]
     if changed:
         k = changed[0]
@@ -215,19 +214,18 @@ def _finished(cfg: TeacherTrainConfig, out: Path) -> dict[str, Any] | None:
                           f" (this config: {wanted[k]}); its {ckpt.name} holds the weights only "
                           f"(no optimizer state), so it cannot train further: use a new --out "
                           f"(init_from: {ckpt} starts from its weights)")
-    _finalize(out)  # (again, if a kill came between the summary and the checkpoint)
-    return json.loads(summary_file.read_text())
+    _finalize(run)  # (again, if a kill came between the summary and the checkpoint)
+    return run.read_summary()
 
 
-def _stream_callbacks(cfg: TeacherTrainConfig, out: Path, resume: bool) -> list:
+def _stream_callbacks(cfg: TeacherTrainConfig, run: TeacherFitDir, resume: bool) -> list:
     """Daily checkpoints of a streaming pass; the optimizer state of the run it continues
     (not when this fit resumes its own checkpoint, which holds a later state)."""
     from gemkd.transfer.training.continue_from import RestoreOptimizerState
     from gemkd.transfer.training.day_checkpoints import DayCheckpoints
-    from gemkd.transfer.training.trainer import resume_path
 
-    cbs: list = [DayCheckpoints(out / "checkpoints")] if cfg.stream else []
-    if cfg.continue_from is not None and not (resume and resume_path(out) is not None):
+    cbs: list = [DayCheckpoints(run)] if cfg.stream else []
+    if cfg.continue_from is not None and not (resume and run.resume_path() is not None):
         cbs.append(RestoreOptimizerState(cfg.continue_from))
     return cbs
 
@@ -235,19 +233,18 @@ def _stream_callbacks(cfg: TeacherTrainConfig, out: Path, resume: bool) -> list:
 def trained_until(ckpt: str | Path) -> int:
     """The last day the teacher at ``ckpt`` trained on: N for a ``day=N.ckpt``, else the end
     of its run's ``train_days`` (``config.yaml`` beside ``checkpoints/``)."""
-    from gemkd.experiments.teacher_checkpoint import check_checkpoint
-    from gemkd.experiments.teacher_config import load_teacher_config
-    from gemkd.transfer.training.day_checkpoints import checkpoint_day
+    from gemkd.experiments.teacher.teacher_checkpoint import check_checkpoint
+    from gemkd.experiments.teacher.teacher_config import load_teacher_config
 
     ckpt = check_checkpoint(ckpt, "continue_from")
-    day = checkpoint_day(ckpt)
+    day = TeacherFitDir.checkpoint_day(ckpt)
     if day is not None:
         return day
-    config = ckpt.parent.parent / "config.yaml"
-    if not config.is_file():
-        raise ConfigError(f"continue_from {ckpt}: no config.yaml of its run beside "
-                          "checkpoints/, so the days it trained on are unknown")
-    return load_teacher_config(config).train_days[1] - 1
+    run = TeacherFitDir.of_checkpoint(ckpt)
+    if not run.has_config():
+        raise ConfigError(f"continue_from {ckpt}: no {run.CONFIG} of its run beside "
+                          f"{run.CHECKPOINTS}/, so the days it trained on are unknown")
+    return load_teacher_config(run.config_file).train_days[1] - 1
 
 
 def _check_continuation(cfg: TeacherTrainConfig, continue_from: str) -> None:
@@ -267,8 +264,8 @@ def _check_continuation(cfg: TeacherTrainConfig, continue_from: str) -> None:
                                               weights_only=False)):
         raise ConfigError(f"continue_from {continue_from}: a finished fit's checkpoint holds "
                           "the weights only (no optimizer state); continue from a streaming "
-                          "fit's checkpoint (day=N.ckpt or its last.ckpt), or start from these "
-                          "weights with init_from")
+                          f"fit's checkpoint ({TeacherFitDir.DAY_NAME} or its "
+                          f"{TeacherFitDir.LAST}), or start from these weights with init_from")
 
 
 def _epoch_of(ckpt: Path) -> int | None:

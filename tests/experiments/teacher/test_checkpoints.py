@@ -10,13 +10,13 @@ import lightning.pytorch as pl
 import pytest
 import torch
 
-from gemkd.experiments.teacher_checkpoint import model_weights
-from gemkd.experiments.teacher_config import load_teacher_config
-from gemkd.experiments.teacher_fit import fit_teacher
+from gemkd.experiments.teacher.teacher_checkpoint import model_weights
+from gemkd.experiments.teacher.teacher_config import load_teacher_config
+from gemkd.experiments.teacher.teacher_fit import fit_teacher
 from gemkd.transfer.errors import ConfigError
 from gemkd.transfer.training.latest_checkpoint import FINAL, weights_only
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 STEPS, EVERY, CRASH = 12, 4, 6
 
 
@@ -38,7 +38,7 @@ class _Crash(pl.Callback):
 @pytest.fixture
 def cfg():
     torch.set_num_threads(1)
-    c = load_teacher_config(ROOT / "experiments/teachers/tiny.yaml")
+    c = load_teacher_config(ROOT / "experiments/teacher/configs/tiny.yaml")
     return dataclasses.replace(c, train_days=[0, 2], val_days=[2, 3], max_seq_len=8,
                                max_steps=STEPS, checkpoint_every_n_steps=EVERY)
 

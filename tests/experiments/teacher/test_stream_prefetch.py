@@ -10,25 +10,25 @@ from pathlib import Path
 import pytest
 import torch
 
-from gemkd.experiments.teacher_checkpoint import model_weights
-from gemkd.experiments.teacher_config import (
+from gemkd.experiments.teacher.teacher_checkpoint import model_weights
+from gemkd.experiments.teacher.teacher_config import (
     TeacherTrainConfig,
     build_run,
     cache_key,
     load_teacher_config,
 )
-from gemkd.experiments.teacher_fit import fit_teacher
+from gemkd.experiments.teacher.teacher_fit import fit_teacher
 from gemkd.transfer.config import build_dataclass
 from gemkd.transfer.errors import ConfigError
-from gemkd.transfer.training.day_checkpoints import day_checkpoints
+from gemkd.transfer.teacher_fit_dir import TeacherFitDir
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 @pytest.fixture
 def cfg() -> TeacherTrainConfig:
     torch.set_num_threads(1)
-    c = load_teacher_config(ROOT / "experiments/teachers/tiny.yaml")
+    c = load_teacher_config(ROOT / "experiments/teacher/configs/tiny.yaml")
     return dataclasses.replace(c, train_days=[0, 2], val_days=None, max_seq_len=16,
                                batch_size=256, stream=True)
 
@@ -39,8 +39,8 @@ def test_prefetched_stream_trains_the_same_daily_weights(tiny_data, tmp_path, cf
                 progress=False)
     fit_teacher(dataclasses.replace(cfg, prefetch=3), tiny_data, tmp_path / "ahead",
                 progress=False)
-    plain = day_checkpoints(tmp_path / "plain" / "checkpoints")
-    ahead = day_checkpoints(tmp_path / "ahead" / "checkpoints")
+    plain = TeacherFitDir(tmp_path / "plain").days()
+    ahead = TeacherFitDir(tmp_path / "ahead").days()
     assert sorted(plain) == sorted(ahead) == [0, 1]
     for day in plain:
         a, b = model_weights(plain[day]), model_weights(ahead[day])
@@ -60,11 +60,11 @@ def test_negative_prefetch_is_a_clear_error(key):
 
 
 def test_the_shipped_small_recipe_prefetches():
-    assert load_teacher_config(ROOT / "experiments/teachers/small.yaml").prefetch > 0
+    assert load_teacher_config(ROOT / "experiments/teacher/configs/small.yaml").prefetch > 0
 
 
 def test_prefetch_leaves_a_cached_teacher_valid():
-    cfg = load_teacher_config(ROOT / "experiments/teachers/small.yaml")
+    cfg = load_teacher_config(ROOT / "experiments/teacher/configs/small.yaml")
     key = cache_key(cfg)
     assert "prefetch" not in key and key["lr"] == cfg.lr
     assert cache_key(dataclasses.replace(cfg, prefetch=0)) == key

@@ -1,6 +1,6 @@
 """Reading a gemkd teacher checkpoint (a Lightning file or a sharded directory): shared by the
 export, the evaluation, parameter sharing and warm starts (``init_from``); a whole teacher is
-rebuilt from one by :func:`gemkd.experiments.teacher_config.load_teacher`."""
+rebuilt from one by :func:`gemkd.experiments.teacher.teacher_config.load_teacher`."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from pathlib import Path
 import torch
 
 from gemkd.transfer.errors import ConfigError
+from gemkd.transfer.teacher_fit_dir import TeacherFitDir
 
 
 def _read_checkpoint(ckpt: Path) -> dict:
@@ -30,10 +31,10 @@ def check_checkpoint(ckpt: str | Path, what: str = "--ckpt") -> Path:
     if not ckpt.exists():
         raise ConfigError(f"{what} {ckpt}: no such checkpoint")
     if ckpt.is_dir() and not (ckpt / ".metadata").is_file():
-        inside = ckpt / "checkpoints" / "last.ckpt"
+        inside = TeacherFitDir(ckpt).last
         hint = f" (did you mean {inside}?)" if inside.exists() else ""
-        raise ConfigError(f"{what} {ckpt}: a directory, not a checkpoint: no last.ckpt file and "
-                          f"no sharded checkpoint (.metadata) in it{hint}")
+        raise ConfigError(f"{what} {ckpt}: a directory, not a checkpoint: no {inside.name} file "
+                          f"and no sharded checkpoint (.metadata) in it{hint}")
     return ckpt
 
 
