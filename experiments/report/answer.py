@@ -21,7 +21,7 @@ from gemkd.experiments.report.robustness import suffix, unresolved_fragile
 from gemkd.experiments.report.summary import RunView, ci, f4, lag_str, pm
 from gemkd.experiments.report.teacher_diag import teacher_auc_better
 from gemkd.experiments.report.teacher_first import teacher_better, teacher_row
-from gemkd.experiments.results_schema import BASELINE, KD
+from gemkd.experiments.run_dir.results_schema import BASELINE, KD
 
 MAX_WORDS = 120
 

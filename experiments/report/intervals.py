@@ -83,8 +83,8 @@ from gemkd.experiments.report.point_estimates import from_results
 from gemkd.experiments.report.t_intervals import Bounds
 from gemkd.experiments.report.table_names import WORLD
 from gemkd.experiments.report.world_arrays import USERS, WorldArrays, arm_stats
-from gemkd.experiments.results_schema import CELL_KEYS, KD
 from gemkd.experiments.run_dir import RunDir
+from gemkd.experiments.run_dir.results_schema import CELL_KEYS, KD
 from gemkd.transfer.errors import ConfigError
 
 __all__ = [

@@ -33,7 +33,7 @@ from gemkd.experiments.report.world_arrays import (
     mean0,
     world_arrays,
 )
-from gemkd.experiments.results_schema import BASELINE, KD
+from gemkd.experiments.run_dir.results_schema import BASELINE, KD
 from gemkd.transfer.errors import ConfigError
 
 

@@ -9,7 +9,7 @@ import pandas as pd
 
 from gemkd.experiments.report.interval_columns import COLUMNS, UNRESOLVED, WORLD_COLUMNS
 from gemkd.experiments.report.table_names import WORLD
-from gemkd.experiments.results_schema import BASELINE, CELL_KEYS, KD
+from gemkd.experiments.run_dir.results_schema import BASELINE, CELL_KEYS, KD
 
 
 def from_results(results: pd.DataFrame, reference: str = KD

@@ -15,7 +15,7 @@ existed reads as version 1)::
     phases.json               the run's wall seconds per phase (steps, tuning, final runs)
     runs.jsonl                the ledger: one finished student run a line, {"key": ..., ...}
     results.csv               one row per variant × seed × world × domain × task × lag
-                              (gemkd.experiments.results_schema)
+                              (gemkd.experiments.run_dir.results_schema)
     tuning.csv                every search trial, one row per knob (run.tuning_rows)
     teacher_data.json         teacher vs student rows per world and lag (run.data_ratio)
     teacher_fit.json          each teacher fit's validation curve and kept epoch (run.teacher_curve)
@@ -39,8 +39,12 @@ existed reads as version 1)::
 
 from __future__ import annotations
 
-from gemkd.experiments.run_dir_layout import LAYOUT_VERSION, RunDirLayout, read_layout_version
-from gemkd.experiments.run_dir_readers import (
+from gemkd.experiments.run_dir.run_dir_layout import (
+    LAYOUT_VERSION,
+    RunDirLayout,
+    read_layout_version,
+)
+from gemkd.experiments.run_dir.run_dir_readers import (
     CURVE_METRICS,
     TUNING_REQUIRED,
     FinalRun,
@@ -49,7 +53,7 @@ from gemkd.experiments.run_dir_readers import (
     read_csv,
     read_ledger,
 )
-from gemkd.experiments.run_dir_writers import RunDirWriters, write_student_file
+from gemkd.experiments.run_dir.run_dir_writers import RunDirWriters, write_student_file
 
 __all__ = ["CURVE_METRICS", "LAYOUT_VERSION", "TUNING_REQUIRED", "FinalRun", "KeptStudent",
            "RunDir", "RunDirLayout", "read_csv", "read_layout_version", "read_ledger",
@@ -61,4 +65,5 @@ class RunDir(RunDirReaders, RunDirWriters):
     ConfigError saying which gemkd to use); every reader names the file it could not read;
     every writer replaces its file whole (atomically), except the ledger's and the log's lines,
     which are appended. The file names and paths: :class:`RunDirLayout`; the readers and the
-    writers: :mod:`gemkd.experiments.run_dir_readers`, :mod:`gemkd.experiments.run_dir_writers`."""
+    writers: :mod:`~gemkd.experiments.run_dir.run_dir_readers`,
+    :mod:`~gemkd.experiments.run_dir.run_dir_writers`."""

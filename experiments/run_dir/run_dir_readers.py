@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from gemkd.experiments.results_schema import WORLD, one_domain, validate_results
-from gemkd.experiments.run_dir_layout import RunDirLayout
+from gemkd.experiments.run_dir.results_schema import WORLD, one_domain, validate_results
+from gemkd.experiments.run_dir.run_dir_layout import RunDirLayout
 from gemkd.transfer.errors import ConfigError
 
 if TYPE_CHECKING:

@@ -14,8 +14,12 @@ from typing import Any
 import pandas as pd
 import yaml
 
-from gemkd.experiments.run_dir_layout import LAYOUT_VERSION, RunDirLayout, read_layout_version
-from gemkd.experiments.run_dir_readers import ledger_check
+from gemkd.experiments.run_dir.run_dir_layout import (
+    LAYOUT_VERSION,
+    RunDirLayout,
+    read_layout_version,
+)
+from gemkd.experiments.run_dir.run_dir_readers import ledger_check
 from gemkd.transfer.io.atomic import atomic_write_bytes
 
 
@@ -70,7 +74,7 @@ class RunDirWriters(RunDirLayout):
 
     def append_ledger(self, key: str, record: dict[str, Any]) -> dict[str, Any]:
         """Add a finished student run to ``runs.jsonl``: one line, its ``check`` last
-        (:func:`~gemkd.experiments.run_dir_readers.ledger_check`), written by one ``write``
+        (:func:`~gemkd.experiments.run_dir.run_dir_readers.ledger_check`), written by one ``write``
         to the end of the file. A line torn by a kill is never read as a record
         (:meth:`ledger` leaves it out and that run is redone); a torn tail is cut off before
         the next line is appended, so the new line is not glued to it. Returns ``record``."""

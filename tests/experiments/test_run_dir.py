@@ -12,14 +12,14 @@ import pytest
 import yaml
 
 from gemkd.experiments.report import render_report
-from gemkd.experiments.results_schema import (
+from gemkd.experiments.run_dir import LAYOUT_VERSION, RunDir
+from gemkd.experiments.run_dir.results_schema import (
     CELL_KEYS,
     REQUIRED_COLUMNS,
     RESULT_COLUMNS,
     ROW_KEYS,
     one_domain,
 )
-from gemkd.experiments.run_dir import LAYOUT_VERSION, RunDir
 from gemkd.transfer.errors import ConfigError
 from tests.experiments.report.test_report import make_results, make_run
 

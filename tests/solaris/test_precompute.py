@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from gemkd.adapters.methods.solaris import Solaris
-from gemkd.experiments.solaris_precompute import MEASUREMENTS, k_grid, precompute_pairs
+from gemkd.experiments.run.solaris_precompute import MEASUREMENTS, k_grid, precompute_pairs
 from gemkd.experiments.teacher_config import load_teacher
 from gemkd.transfer.data.batch import Batch
 from gemkd.transfer.data.dataset_reader import DatasetReader
