@@ -9,10 +9,12 @@ from torch import nn
 
 from gemkd.adapters.aux_head import AuxDistillHead
 from gemkd.transfer.methods import MethodContext, StepState, TransferMethod
+from gemkd.transfer.methods.base import BUILTIN_METHODS
 from gemkd.transfer.methods.space import LogUniform, Range
 from gemkd.transfer.models import StudentOutput
 
 
+@BUILTIN_METHODS.register("aux_head")
 class AuxHead(TransferMethod):
     """A separate head ``ŷ_D`` on the student's embedding takes the distillation loss, so the
     serving head ``ŷ_S`` trains on labels only. ``aux_beta`` β scales the head's gradient into

@@ -23,13 +23,14 @@ from typing import Any, ClassVar
 
 from torch import Tensor
 
-from gemkd.transfer.methods.base import StepState, TransferMethod
+from gemkd.transfer.methods.base import BUILTIN_METHODS, StepState, TransferMethod
 from gemkd.transfer.methods.losses import KD_LOSSES, masked_mean
 from gemkd.transfer.methods.space import LogUniform, Range, Uniform
 from gemkd.transfer.models import StudentOutput
 from gemkd.transfer.packs.member_wise import member_wise
 
 
+@BUILTIN_METHODS.register("kd")
 class KD(TransferMethod):
     """``alpha`` α (convex form) or ``kd_weight`` λ (additive form; the default, λ = 1, when
     neither is given), ``temperature`` T, ``loss`` ``bce`` (soft targets, T²-scaled), ``bce_cal``
