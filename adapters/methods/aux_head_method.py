@@ -24,7 +24,7 @@ class AuxHead(TransferMethod):
     gives the head a hidden layer. Only ``ŷ_S`` is evaluated and served.
 
     Tuned: ``aux_beta`` LogUniform(0.1, 10), default 1 — a gradient scale, so log-uniform,
-    two decades around 1 (the old list [0.5, 1] chose its top, 1, on most datasets); neither
+    two decades around 1 (a list [0.5, 1] chooses its top, 1, on most datasets); neither
     bound is natural (β → 0 cuts the teacher off the trunk, labels only)."""
 
     requires = frozenset({"kd_loss"})

@@ -4,8 +4,8 @@ and how it reads back (the runner, the report, the studies, the benchmarks and t
 (a temporary name, then a rename: a reader never sees a torn file); the ledger and the log grow
 a line at a time.
 
-Layout (version :data:`LAYOUT_VERSION`, recorded in ``run.json``; a run written before the file
-existed reads as version 1)::
+Layout (version :data:`LAYOUT_VERSION`, recorded in ``run.json``; a run without the file reads
+as version 1)::
 
     run.json                  {"layout_version": 1}
     spec.yaml                 the spec as run (RunSpec.to_dict())
