@@ -8,7 +8,7 @@ degrees of freedom of the level that has few units (:mod:`gemkd.transfer.metrics
 * several worlds: a t interval over the worlds' paired, seed-averaged values (W − 1 df; each
   world's own users and seeds are inside its value's spread), never narrower than the
   fixed-effect interval from each world's own per-seed noise (three worlds whose means agree
-  by chance would otherwise resolve a null: tests/metrics/test_null_calibration.py);
+  by chance would otherwise resolve a null: tests/transfer/metrics/test_null_calibration.py);
 * one world: the users' variance from a paired user-level bootstrap
   (:mod:`gemkd.transfer.metrics.bootstrap`, one user draw for every arm and seed) plus the
   between-seed variance over S, the latter with its S − 1 df through a generalized pivot
@@ -22,8 +22,9 @@ NE(reference) − NE(variant) gives ``beats KD`` / ``below KD`` (the reference i
 another is named). The verdict is the interval's, so it agrees with the two-sided p-value
 (``delta_ne_p``, ``vs_kd_p``: below 1 − level exactly when resolved) that a family-wise
 adjustment reads. The per-world sign counts are reported beside it and do not gate it
-(the t interval already pays for few worlds; tests/metrics/test_null_calibration.py holds the
-rates). A verdict is empty where the row is its own reference or the reference is missing.
+(the t interval already pays for few worlds;
+tests/transfer/metrics/test_null_calibration.py holds the rates). A verdict is empty where the
+row is its own reference or the reference is missing.
 Ratios (efficiency = ΔNE / ΔNE(reference), TR = ΔNE / ΔNE_FM with ΔNE_FM = NE(baseline) −
 NE(GEM teacher)) get Fieller's interval over the same variance, left empty unless the
 denominator's interval lies above 0 (a ratio to noise means nothing); the efficiency interval

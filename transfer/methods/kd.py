@@ -13,8 +13,8 @@ compared against, per task, in one of two forms:
 to the untempered target (:func:`~gemkd.transfer.methods.losses.kd_bce_calibrated`): at T > 1
 plain KD's student settles at the tempered targets' mean and under-predicts a teacher around
 p ≈ 0.1 (0.83× its mean at T = 4 for a student whose logits spread less than the teacher's:
-tests/methods/test_kd_cal.py); ``bce_cal``'s stays at the teacher's (or the Student Adapter's)
-mean at every T, and equals ``bce`` at T = 1.
+tests/transfer/methods/test_kd_cal.py); ``bce_cal``'s stays at the teacher's (or the Student
+Adapter's) mean at every T, and equals ``bce`` at T = 1.
 """
 
 from __future__ import annotations
