@@ -109,7 +109,7 @@ bench: install
 		--gpu-results $(RESULTS)/gpu \
 		--command "make bench BENCH_ARGS='$(BENCH_ARGS)' BENCH_DEVICE=$(BENCH_DEVICE)"
 
-# docs/results/RESULTS.md: the synthetic benchmark (eight worlds; its teachers two at a time on
+# docs/results/RESULTS.md (and RESULTS_knobs.md): the synthetic benchmark (eight worlds; its teachers two at a time on
 # the two workers, then every world's students), MovieLens and KuaiRand (both read datasets/),
 # side by side. Finished steps are cached: a rerun only reports. Wall times: docs/results/README.md.
 results: install

@@ -1,7 +1,7 @@
 """GEM's reference code paths, for before/after comparisons only: the untrimmed pyramid layout
 and k and v from one packed projection, permuted (the code before GEM's speed-only paths).
 
-Both give GEM's numbers up to float summation order (tests/teachers/test_gem_fast_paths.py);
+Both give GEM's numbers up to float summation order (tests/teachers/gem/test_gem_fast_paths.py);
 the streaming teacher benchmark's ``before`` candidate trains on them
 (``benchmarks/bench_teacher_stream.py``). The library keeps one path each; the reference
 attention lives here as a forward bound to an instance.

@@ -17,8 +17,8 @@ log() { echo "== $(date +%T) $*"; }
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
   $PY -c "import torch, triton, lightning, pyarrow; print('torch', torch.__version__, 'triton', triton.__version__, 'lightning', lightning.__version__, 'pyarrow', pyarrow.__version__)"
   log "gpu tests"
-  timeout 240 $PY -m pytest -q -m gpu -p no:cacheprovider tests/ops/test_jagged_gpu.py \
-    tests/teachers/test_gem_gpu.py tests/training/test_gpu_fit.py
+  timeout 240 $PY -m pytest -q -m gpu -p no:cacheprovider tests/transfer/ops/test_jagged_gpu.py \
+    tests/teachers/gem/test_gem_gpu.py tests/transfer/training/test_gpu_fit.py
   echo "gpu tests exit $?"
   log "bench_jagged (torch and triton kernels)"
   timeout 90 $PY -m benchmarks.bench_jagged --device cuda --json "$OUT/r/jagged.json"

@@ -6,8 +6,9 @@ bootstrap nested over worlds (drawn with replacement), each world's evaluation u
 training seeds, and wanted a strict majority of worlds agreeing on the sign. With 3 top-level
 units a percentile interval is a normal one with its variance shrunk by (W − 1) / W and no t
 quantile: it undercovers (15–22 % false verdicts on one world when the seeds dominate;
-benchmarks/null_calibration.py measures it, tests/metrics/test_null_calibration.py holds that it
-fails). :data:`PERCENTILE` plugs into ``lag_tables(..., rule=PERCENTILE)``; the world level of
+benchmarks/null_calibration.py measures it,
+tests/transfer/metrics/test_null_calibration.py holds that it fails). :data:`PERCENTILE` plugs
+into ``lag_tables(..., rule=PERCENTILE)``; the world level of
 the nested bootstrap (:func:`world_draws`, :func:`pool_worlds`) lives here because nothing else
 draws worlds.
 """

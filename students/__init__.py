@@ -4,9 +4,12 @@ A student is any ``torch.nn.Module`` whose ``forward(batch, features=None)`` ret
 ``StudentOutput``; the built-ins share :class:`StudentBase`, a user's own need not.
 """
 
-from gemkd.students.dcn import DCNStudent
+# the import order is the order of the built-in names (mlp, the default, first)
+# isort: off
 from gemkd.students.mlp_student import MLPStudent
+from gemkd.students.dcn import DCNStudent
 from gemkd.students.seq_pool import SeqPoolStudent
+# isort: on
 from gemkd.students.student_base import StudentBase
 from gemkd.students.student_registry import BUILTIN_STUDENTS, build_student
 from gemkd.transfer.models import StudentOutput

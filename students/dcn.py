@@ -13,6 +13,7 @@ import torch
 from torch import Tensor, nn
 
 from gemkd.students.student_base import StudentBase, mlp
+from gemkd.students.student_registry import BUILTIN_STUDENTS
 from gemkd.transfer.data.batch import Batch
 from gemkd.transfer.data.schema import DatasetSchema
 from gemkd.transfer.errors import ConfigError
@@ -31,6 +32,7 @@ class CrossLayer(nn.Module):
         return x0 * self.linear(x) + x
 
 
+@BUILTIN_STUDENTS.register("dcn")
 class DCNStudent(StudentBase):
     """The flat input (feature embeddings, domain, mean-pooled history, dense; plus the
     representation features' projection) feeds ``n_cross`` cross layers and, in parallel, an MLP

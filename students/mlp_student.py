@@ -8,6 +8,7 @@ from typing import Any
 from torch import Tensor, nn
 
 from gemkd.students.student_base import StudentBase, mlp
+from gemkd.students.student_registry import BUILTIN_STUDENTS
 from gemkd.transfer.data.batch import Batch
 from gemkd.transfer.data.schema import DatasetSchema
 from gemkd.transfer.errors import ConfigError
@@ -15,6 +16,7 @@ from gemkd.transfer.models import StudentOutput
 from gemkd.transfer.packs import stacked
 
 
+@BUILTIN_STUDENTS.register("mlp")
 class MLPStudent(StudentBase):
     """Feature embeddings + mean-pooled recent history + dense features → MLP → one logit per
     task. Representation features are added to the MLP's input.

@@ -13,6 +13,7 @@ import torch
 from torch import Tensor, nn
 
 from gemkd.students.student_base import StudentBase, mlp
+from gemkd.students.student_registry import BUILTIN_STUDENTS
 from gemkd.transfer.data.batch import Batch
 from gemkd.transfer.data.schema import DatasetSchema
 from gemkd.transfer.errors import ConfigError
@@ -21,6 +22,7 @@ from gemkd.transfer.ops import jagged_target_attention
 from gemkd.transfer.packs import stacked
 
 
+@BUILTIN_STUDENTS.register("seq_pool")
 class SeqPoolStudent(StudentBase):
     """The flat input (feature embeddings, domain, mean-pooled history, dense) plus the history
     pooled by target attention, with the ``query_feature`` embedding (the candidate ad) as the

@@ -1,8 +1,8 @@
 """Build a student from ``{"class_path": ..., "init_args": {...}}`` (DESIGN §1, §5.1).
 
 The mechanism is :mod:`gemkd.transfer.plugins` (shared with transfer methods and teachers); this
-module holds the built-in names and the student's constructor contract ``cls(schema, tasks,
-**args)``.
+module holds the table of built-in names (each registered beside its class) and the student's
+constructor contract ``cls(schema, tasks, **args)``.
 """
 
 from __future__ import annotations
@@ -14,14 +14,12 @@ from torch import nn
 
 from gemkd.transfer.data.schema import DatasetSchema
 from gemkd.transfer.errors import ConfigError
+from gemkd.transfer.plugins import Registry, instantiate, parse_plugin, resolve_class
 from gemkd.transfer.plugins import check_init_args as _check
-from gemkd.transfer.plugins import instantiate, parse_plugin, resolve_class
 
-BUILTIN_STUDENTS: dict[str, str] = {
-    "mlp": "gemkd.students.mlp_student.MLPStudent",
-    "dcn": "gemkd.students.dcn.DCNStudent",
-    "seq_pool": "gemkd.students.seq_pool.SeqPoolStudent",
-}
+#: The built-in students' names, each registered beside its class (``@BUILTIN_STUDENTS.register``);
+#: ``gemkd.students`` imports their modules, which fills it.
+BUILTIN_STUDENTS = Registry("student")
 PASSED = ("schema", "tasks")
 _PROTOCOL = "a student is a torch.nn.Module whose forward(batch, features=None) returns " \
             "StudentOutput"

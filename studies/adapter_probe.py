@@ -5,9 +5,10 @@
         [--worlds 0 1 2] [--lags 0 3 6] [--seeds 0 1 2] [--arms ...] [--threads 1]
 
 For every (world, lag) cell of ``--run`` (found from its cache:
-:func:`gemkd.experiments.run_cells.find_cells`) and every seed, student arms are trained on the
-run's own teacher stores with the hyper-parameters the run's search chose (``tuning.csv``), each
-arm's evaluation written as the run writes it (``OUT/clusters/world=W/lag=L/<arm>__seed<S>.npz``).
+:func:`gemkd.experiments.run_dir.run_cells.find_cells`) and every seed, student arms are trained
+on the run's own teacher stores with the hyper-parameters the run's search chose (``tuning.csv``),
+each arm's evaluation written as the run writes it
+(``OUT/clusters/world=W/lag=L/<arm>__seed<S>.npz``).
 The arms isolate the adapter:
 
 - ``kd_aux`` / ``kd_aux_adapter`` — the built-in pair (the adapter's own gain), each with the
@@ -61,8 +62,8 @@ from gemkd.experiments.run.jobs import InputPaths
 from gemkd.experiments.run.methods import search_space
 from gemkd.experiments.run.search import single_point
 from gemkd.experiments.run.student import StudentJob, student_datamodule, train_student
-from gemkd.experiments.run_cells import Cell, find_cells
 from gemkd.experiments.run_dir import RunDir
+from gemkd.experiments.run_dir.run_cells import Cell, find_cells
 from gemkd.experiments.spec.run_spec import RunSpec, VariantSpec
 from gemkd.transfer.data.schema import day_range
 from gemkd.transfer.io.atomic import atomic_write_bytes

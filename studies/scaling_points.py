@@ -13,8 +13,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from gemkd.experiments.results_schema import BASELINE, KD
 from gemkd.experiments.run_dir import RunDir, read_csv
+from gemkd.experiments.run_dir.results_schema import BASELINE, KD
 from gemkd.transfer.errors import ConfigError
 
 #: intervals.csv columns a point keeps: (point, lower, upper) per statistic

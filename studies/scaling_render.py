@@ -12,8 +12,8 @@ from typing import IO, TYPE_CHECKING, Any
 
 import pandas as pd
 
-from gemkd.experiments.results_schema import BASELINE, KD
 from gemkd.experiments.run_dir import RunDir
+from gemkd.experiments.run_dir.results_schema import BASELINE, KD
 from gemkd.transfer.io.atomic import atomic_write_bytes
 from studies.scaling_points import (
     Point,

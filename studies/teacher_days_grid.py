@@ -23,8 +23,8 @@ from typing import Any
 
 import pandas as pd
 
-from gemkd.experiments.results_schema import BASELINE, KD
 from gemkd.experiments.run_dir import RunDir, read_csv
+from gemkd.experiments.run_dir.results_schema import BASELINE, KD
 
 VARIANTS = (KD, "full")
 

@@ -36,14 +36,14 @@ import pandas as pd
 import torch
 
 from benchmarks.common import add_common_args, apply_common_args, command, machine
-from gemkd.experiments.results_schema import BASELINE
 from gemkd.experiments.run.evaluation import (
     eval_metrics,
     feature_oracle_metrics,
     oracle_logits,
 )
-from gemkd.experiments.run_cells import TeacherFit, teacher_fits
 from gemkd.experiments.run_dir import RunDir
+from gemkd.experiments.run_dir.results_schema import BASELINE
+from gemkd.experiments.run_dir.run_cells import TeacherFit, teacher_fits
 from gemkd.experiments.teacher.teacher_config import (
     TEACHER_CONFIGS,
     find_config,

@@ -15,11 +15,13 @@ from torch import Tensor
 from gemkd.teachers.gem.gem_config import GEMConfig
 from gemkd.teachers.gem.gem_model import GEM
 from gemkd.teachers.gem.heads import build_heads
+from gemkd.teachers.teacher_registry import BUILTIN_TEACHERS
 from gemkd.transfer.data.batch import Batch
 from gemkd.transfer.data.schema import DatasetSchema
 from gemkd.transfer.errors import ConfigError
 
 
+@BUILTIN_TEACHERS.register("domain_fm")
 class DomainFM(GEM):
     """GEM's architecture at domain-FM size; see :class:`GEM` for every hyper-parameter."""
 

@@ -18,12 +18,14 @@ from torch import Tensor, nn
 from gemkd.teachers.configurable import ConfigurableTeacher, built_config
 from gemkd.teachers.gem.embeddings import FeatureEmbeddings, HashedEmbedding
 from gemkd.teachers.mlp_ranker_config import MLPRankerConfig
+from gemkd.teachers.teacher_registry import BUILTIN_TEACHERS
 from gemkd.transfer.data.batch import Batch
 from gemkd.transfer.data.schema import DatasetSchema
 from gemkd.transfer.models import TeacherOutput
 from gemkd.transfer.ops import keep_last
 
 
+@BUILTIN_TEACHERS.register("mlp")
 class MLPRanker(ConfigurableTeacher):
     """A 2-hidden-layer MLP over GEM's embedded features, one logit per task.
 

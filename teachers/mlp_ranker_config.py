@@ -1,8 +1,7 @@
 """The MLP ranker's hyper-parameters as one typed, frozen dataclass, checked like GEM's.
 
-Why: the ranker's keyword arguments used to be captured through ``locals()`` into a dict and
-checked by hand; as a dataclass each key has one type, one default and one rule (declared in its
-annotation, read by :func:`gemkd.transfer.constraints.check_fields`), and a teacher config's
+Why: as a dataclass each of the ranker's keys has one type, one default and one rule (declared
+in its annotation, read by :func:`gemkd.transfer.constraints.check_fields`), and a teacher config's
 ``model:`` mapping is checked by the validator every other config uses
 (:func:`gemkd.transfer.config.build_dataclass`: unknown keys and wrong types are errors naming
 the key). The keys the ranker shares with GEM carry GEM's rules. What depends on the dataset

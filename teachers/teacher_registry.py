@@ -15,13 +15,11 @@ from torch import nn
 from gemkd.transfer.data.schema import DatasetSchema
 from gemkd.transfer.errors import ConfigError
 from gemkd.transfer.models import optional_hook
-from gemkd.transfer.plugins import check_init_args, instantiate, resolve_class
+from gemkd.transfer.plugins import Registry, check_init_args, instantiate, resolve_class
 
-BUILTIN_TEACHERS: dict[str, str] = {
-    "gem": "gemkd.teachers.gem.gem_model.GEM",
-    "domain_fm": "gemkd.teachers.domain_fm.DomainFM",
-    "mlp": "gemkd.teachers.mlp_ranker.MLPRanker",
-}
+#: The built-in teachers' names, each registered beside its class (``@BUILTIN_TEACHERS.register``);
+#: ``gemkd.teachers`` imports their modules, which fills it.
+BUILTIN_TEACHERS = Registry("teacher")
 _PROTOCOL = ("a teacher is a torch.nn.Module whose forward(batch) returns TeacherOutput and "
              "which has representation_dims()")
 

@@ -59,7 +59,7 @@ EpochSelect = Literal["last", "best"]
 #: What a teacher join does with an example the store lacks (``gemkd.transfer.store.join``):
 #: raise, or mask the example out of the distillation loss
 JoinPolicy = Literal["error", "mask"]
-#: The value type of a ``results.csv`` column (``gemkd.experiments.results_schema``)
+#: The value type of a ``results.csv`` column (``gemkd.experiments.run_dir.results_schema``)
 ColumnType = Literal["str", "int", "float"]
 #: How embedding tables are updated (``gemkd.transfer.training.table_optim``): row-wise Adagrad
 #: or lazy Adam over row-sparse gradients (only the rows a batch looked up), or dense AdamW

@@ -4,8 +4,10 @@
 A built-in name is shorthand for its import path; any other dotted path is imported, so a user's
 class in the user's own package needs no change to gemkd. Mistakes become one-line
 ``ConfigError``\\ s naming the kind, the class and the argument, checked against the
-constructor's signature before anything is built. ``transfer`` holds only the mechanism: the
-built-in name tables live with their packages (students, adapters, experiments).
+constructor's signature before anything is built. A built-in name is registered beside its class
+with :meth:`Registry.register` (torchdistill's pattern), in the package that defines the class;
+``transfer`` holds the mechanism and the tables of its own kinds (transfer methods, speculation
+policies), the model packages hold theirs (students, teachers).
 """
 
 from __future__ import annotations
@@ -13,11 +15,48 @@ from __future__ import annotations
 import importlib
 import inspect
 import typing
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any, TypeVar
 
 from gemkd.transfer.config import check_value
 from gemkd.transfer.errors import ConfigError
+
+_Class = TypeVar("_Class", bound=type)
+
+
+class Registry(Mapping[str, str]):
+    """The built-in names of one plug-in kind: name → the import path of the class registered
+    under it (the table :func:`parse_plugin` and :func:`resolve_class` read). A class joins with
+    ``@REGISTRY.register("name")`` above its definition, so the name sits beside the class; the
+    package that defines the classes imports their modules, which fills the table."""
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+        self._paths: dict[str, str] = {}
+
+    def register(self, name: str) -> Callable[[_Class], _Class]:
+        """A class decorator registering the class under ``name``; a name taken by another
+        class is a ``ConfigError`` naming both."""
+        def add(cls: _Class) -> _Class:
+            path = f"{cls.__module__}.{cls.__qualname__}"
+            known = self._paths.setdefault(name, path)
+            if known != path:
+                raise ConfigError(f"built-in {self.kind} name {name!r} is registered twice: "
+                                  f"{known} and {path}")
+            return cls
+        return add
+
+    def __getitem__(self, name: str) -> str:
+        return self._paths[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._paths)
+
+    def __len__(self) -> int:
+        return len(self._paths)
+
+    def __repr__(self) -> str:
+        return f"Registry({self.kind!r}, {self._paths!r})"
 
 
 def parse_plugin(spec: Any, kind: str, builtins: Mapping[str, str]) -> tuple[str, dict]:

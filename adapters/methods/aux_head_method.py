@@ -9,10 +9,12 @@ from torch import nn
 
 from gemkd.adapters.aux_head import AuxDistillHead
 from gemkd.transfer.methods import MethodContext, StepState, TransferMethod
+from gemkd.transfer.methods.base import BUILTIN_METHODS
 from gemkd.transfer.methods.space import LogUniform, Range
 from gemkd.transfer.models import StudentOutput
 
 
+@BUILTIN_METHODS.register("aux_head")
 class AuxHead(TransferMethod):
     """A separate head ``ŷ_D`` on the student's embedding takes the distillation loss, so the
     serving head ``ŷ_S`` trains on labels only. ``aux_beta`` β scales the head's gradient into
@@ -22,7 +24,7 @@ class AuxHead(TransferMethod):
     gives the head a hidden layer. Only ``ŷ_S`` is evaluated and served.
 
     Tuned: ``aux_beta`` LogUniform(0.1, 10), default 1 — a gradient scale, so log-uniform,
-    two decades around 1 (the old list [0.5, 1] chose its top, 1, on most datasets); neither
+    two decades around 1 (a list [0.5, 1] chooses its top, 1, on most datasets); neither
     bound is natural (β → 0 cuts the teacher off the trunk, labels only)."""
 
     requires = frozenset({"kd_loss"})

@@ -10,6 +10,7 @@ from torch import Tensor
 
 from gemkd.transfer.errors import ConfigError
 from gemkd.transfer.methods import MethodContext, TransferMethod
+from gemkd.transfer.methods.base import BUILTIN_METHODS
 from gemkd.transfer.models import embedding_tables
 
 
@@ -37,6 +38,7 @@ def fit_width(table: Tensor, width: int) -> Tensor:
     return out * (width ** -0.5 / std)
 
 
+@BUILTIN_METHODS.register("param_share")
 class ParamShare(TransferMethod):
     """Copy the teacher's embedding rows into the student's tables before the first step
     (row ``r`` of a student table takes the teacher's row ``r mod teacher_rows``: the same ids

@@ -11,6 +11,7 @@ from gemkd.transfer.data.schema import DatasetSchema
 from gemkd.transfer.errors import ConfigError
 from gemkd.transfer.layers import HashedEmbedding
 from gemkd.transfer.methods import MethodContext, TransferMethod
+from gemkd.transfer.methods.base import BUILTIN_METHODS
 from gemkd.transfer.ops import segment_mean
 from gemkd.transfer.repr_features import AsOfCodes
 
@@ -18,6 +19,7 @@ POOLINGS = ("mean", "attention")
 ITEM_FEATURES = ("ad_id", "item_id", "video_id", "movie_id")
 
 
+@BUILTIN_METHODS.register("repr")
 class Repr(TransferMethod):
     """``pooling`` ``mean`` (the average of the as-of codes; no parameters) or ``attention``
     (target attention: a learned query from the candidate's ``query_feature`` embedding, width

@@ -12,6 +12,7 @@ from torch import Tensor
 from gemkd.transfer.data.batch import Batch
 from gemkd.transfer.errors import ConfigError
 from gemkd.transfer.methods import MethodContext, TransferMethod
+from gemkd.transfer.methods.base import BUILTIN_METHODS
 from gemkd.transfer.solaris import FALLBACKS, PairLookup, PairStore, item_feature
 
 #: One lookup per opened pair store and fallback in this process: a pack's members (a tuning
@@ -30,6 +31,7 @@ def shared_lookup(store: PairStore, fallback: str) -> PairLookup:
     return own[fallback]
 
 
+@BUILTIN_METHODS.register("solaris")
 class Solaris(TransferMethod):
     """Feeds ``[B, dim + 1]`` (the pair vector or its ``fallback`` — ``user_mean``,
     ``item_mean`` or ``zero`` — then the miss flag) through the student's zero-initialised

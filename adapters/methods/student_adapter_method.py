@@ -12,6 +12,7 @@ from torch import Tensor
 from gemkd.adapters.student_adapter import StudentAdapter
 from gemkd.transfer.errors import ConfigError
 from gemkd.transfer.methods import MethodContext, StepState, TransferMethod
+from gemkd.transfer.methods.base import BUILTIN_METHODS
 from gemkd.transfer.methods.losses import masked_mean
 from gemkd.transfer.methods.space import IntRange, Range
 from gemkd.transfer.packs.member_wise import member_wise
@@ -21,6 +22,7 @@ OPTIMIZERS = {"adam": torch.optim.Adam, "adamw": torch.optim.AdamW, "sgd": torch
 UPDATES = ("fused", "separate")
 
 
+@BUILTIN_METHODS.register("adapter")
 class Adapter(TransferMethod):
     """``z_SA = g(z_t, domain, staleness[, features])`` trained on the batch's fresh labels; the
     KD target becomes ``stopgrad(z_SA)``.

@@ -44,12 +44,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from gemkd.experiments.cli import interrupt, output
+    from gemkd.experiments.cli import interrupt
+    from gemkd.transfer import stderr_output
 
     parser = build_parser()
     args = parser.parse_args(argv)
     command: Command = getattr(args, COMMAND)
-    output.configure(args.verbose, lightning=args.command in ("teacher", "run"))
+    stderr_output.configure(args.verbose, lightning=args.command in ("teacher", "run"))
     with interrupt.handled():
         try:
             _check_counts(command, args)

@@ -58,9 +58,10 @@ def _report(args: argparse.Namespace) -> None:
             print(line)
         return
     if args.markdown:
-        from gemkd.experiments.report.results_md import write_results
+        from gemkd.experiments.report.results_md import knobs_path, write_results
 
-        print(f"wrote {write_results(args.markdown, args.run_dir, args.title)}")
+        page = write_results(args.markdown, args.run_dir, args.title)
+        print(f"wrote {page} and {knobs_path(page)}")
         return
     if len(args.run_dir) != 1:
         raise ConfigError("gemkd report takes one RUN_DIR (several only with --markdown)")

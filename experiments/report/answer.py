@@ -19,9 +19,8 @@ from gemkd.experiments.report.intervals import BEATS, BELOW, GAIN, LOSS, UNRESOL
 from gemkd.experiments.report.no_signal import no_signal_tasks, opening_sentence
 from gemkd.experiments.report.robustness import suffix, unresolved_fragile
 from gemkd.experiments.report.summary import RunView, ci, f4, lag_str, pm
-from gemkd.experiments.report.teacher_diag import teacher_auc_better
-from gemkd.experiments.report.teacher_first import teacher_better, teacher_row
-from gemkd.experiments.results_schema import BASELINE, KD
+from gemkd.experiments.report.teacher_diag import teacher_auc_better, teacher_better, teacher_row
+from gemkd.experiments.run_dir.results_schema import BASELINE, KD
 
 MAX_WORDS = 120
 

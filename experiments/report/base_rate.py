@@ -18,7 +18,7 @@ import numpy as np
 
 from gemkd.experiments.report.cluster_files import has_clusters, load_eval_sets
 from gemkd.experiments.report.summary import RunView, f4
-from gemkd.experiments.results_schema import ALL
+from gemkd.experiments.run_dir.results_schema import ALL
 from gemkd.transfer.metrics.numerics import binary_entropy
 
 #: A constant's NE above 1 by more than this is a shift worth naming (it shows at 4 decimals).

@@ -18,8 +18,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from gemkd.experiments.results_schema import ALL
 from gemkd.experiments.run_dir import RunDir
+from gemkd.experiments.run_dir.results_schema import ALL
 from gemkd.transfer.errors import ConfigError
 from gemkd.transfer.metrics.bootstrap import WorldSums, ne_point
 

@@ -16,7 +16,7 @@ import math
 import pandas as pd
 
 from gemkd.experiments.report.summary import RunView, f4, md_table
-from gemkd.experiments.results_schema import BASELINE, WORLD
+from gemkd.experiments.run_dir.results_schema import BASELINE, WORLD
 from gemkd.transfer.errors import GemkdError
 
 #: A method's need (DESIGN §5.1) → what the served student then reads besides its features.

@@ -32,7 +32,7 @@ from gemkd.experiments.report.intervals import (
     labels,
     lag_tables,
 )
-from gemkd.experiments.results_schema import ALL, BASELINE, KD
+from gemkd.experiments.run_dir.results_schema import ALL, BASELINE, KD
 from gemkd.experiments.spec.primary import PrimarySpec
 from gemkd.transfer.errors import ConfigError
 from gemkd.transfer.metrics.holm import holm

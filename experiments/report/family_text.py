@@ -13,8 +13,8 @@ from gemkd.experiments.report.family import Family
 from gemkd.experiments.report.intervals import BEATS, GAIN, LOSS, UNRESOLVED
 from gemkd.experiments.report.robustness import fragile, repeated
 from gemkd.experiments.report.summary import RunView, ci, lag_str, md_table
-from gemkd.experiments.results_schema import KD
 from gemkd.experiments.run_dir import RunDir
+from gemkd.experiments.run_dir.results_schema import KD
 
 #: The mark of a Holm-adjusted interval in the tables.
 DAGGER = "†"

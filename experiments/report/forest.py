@@ -19,8 +19,8 @@ import pandas as pd
 from gemkd.experiments.report.day_unit import in_units, report_unit
 from gemkd.experiments.report.family import PRIMARY
 from gemkd.experiments.report.summary import RunView, lag_str
-from gemkd.experiments.results_schema import BASELINE, KD
 from gemkd.experiments.run_dir import RunDir
+from gemkd.experiments.run_dir.results_schema import BASELINE, KD
 from gemkd.transfer.io.atomic import atomic_write_bytes
 
 PREFIX = "forest_"

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from gemkd.experiments.report.table_names import WORLD
-from gemkd.experiments.results_schema import CELL_KEYS, KD
+from gemkd.experiments.run_dir.results_schema import CELL_KEYS, KD
 
 GAIN, LOSS, UNRESOLVED = "real gain", "real loss", "not resolved"
 BEATS, BELOW = "beats KD", "below KD"

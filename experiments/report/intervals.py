@@ -8,7 +8,7 @@ degrees of freedom of the level that has few units (:mod:`gemkd.transfer.metrics
 * several worlds: a t interval over the worlds' paired, seed-averaged values (W − 1 df; each
   world's own users and seeds are inside its value's spread), never narrower than the
   fixed-effect interval from each world's own per-seed noise (three worlds whose means agree
-  by chance would otherwise resolve a null: tests/metrics/test_null_calibration.py);
+  by chance would otherwise resolve a null: tests/transfer/metrics/test_null_calibration.py);
 * one world: the users' variance from a paired user-level bootstrap
   (:mod:`gemkd.transfer.metrics.bootstrap`, one user draw for every arm and seed) plus the
   between-seed variance over S, the latter with its S − 1 df through a generalized pivot
@@ -21,9 +21,10 @@ loss``) when its interval lies above (below) 0; vs_kd = ΔNE − ΔNE(reference)
 NE(reference) − NE(variant) gives ``beats KD`` / ``below KD`` (the reference is plain KD unless
 another is named). The verdict is the interval's, so it agrees with the two-sided p-value
 (``delta_ne_p``, ``vs_kd_p``: below 1 − level exactly when resolved) that a family-wise
-adjustment reads. The per-world sign counts are reported beside it; they no longer gate it
-(the t interval already pays for few worlds; tests/metrics/test_null_calibration.py holds the
-rates). A verdict is empty where the row is its own reference or the reference is missing.
+adjustment reads. The per-world sign counts are reported beside it and do not gate it
+(the t interval already pays for few worlds;
+tests/transfer/metrics/test_null_calibration.py holds the rates). A verdict is empty where the
+row is its own reference or the reference is missing.
 Ratios (efficiency = ΔNE / ΔNE(reference), TR = ΔNE / ΔNE_FM with ΔNE_FM = NE(baseline) −
 NE(GEM teacher)) get Fieller's interval over the same variance, left empty unless the
 denominator's interval lies above 0 (a ratio to noise means nothing); the efficiency interval
@@ -42,9 +43,9 @@ which undercovers with 3 top-level units (benchmarks/null_calibration.py).
 This module is the entry point (:func:`run_intervals`) and re-exports the parts' names. The
 parts: :mod:`~gemkd.experiments.report.interval_columns` (the tables' columns and verdict
 words), :mod:`~gemkd.experiments.report.lag_tables` (one lag's tables, :class:`IntervalRule`),
-:mod:`~gemkd.experiments.report.t_intervals` (the rule's maths),
-:mod:`~gemkd.experiments.report.world_arrays` (a world's arrays and the statistics) and
-:mod:`~gemkd.experiments.report.point_estimates` (a run without per-user files).
+:func:`~gemkd.experiments.report.lag_tables.t_intervals` (the rule's maths) and
+:mod:`~gemkd.experiments.report.world_arrays` (a world's arrays and the statistics); a run
+without per-user files gets :func:`from_results`.
 """
 
 from __future__ import annotations
@@ -53,6 +54,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from gemkd.experiments.report.cluster_files import (
@@ -74,17 +76,16 @@ from gemkd.experiments.report.interval_columns import (
     verdict,
 )
 from gemkd.experiments.report.lag_tables import (
+    Bounds,
     IntervalRule,
     interval_method,
     lag_intervals,
     lag_tables,
 )
-from gemkd.experiments.report.point_estimates import from_results
-from gemkd.experiments.report.t_intervals import Bounds
 from gemkd.experiments.report.table_names import WORLD
 from gemkd.experiments.report.world_arrays import USERS, WorldArrays, arm_stats
-from gemkd.experiments.results_schema import CELL_KEYS, KD
 from gemkd.experiments.run_dir import RunDir
+from gemkd.experiments.run_dir.results_schema import BASELINE, CELL_KEYS, KD
 from gemkd.transfer.errors import ConfigError
 
 __all__ = [
@@ -193,3 +194,38 @@ def check_against_results(sets: list[EvalSet], results: pd.DataFrame) -> None:
             f"row(s), e.g. variant={r['variant']} seed={r['seed']} world={r[WORLD]} "
             f"lag={r['teacher_lag_days']} {r['domain']}/{r['task']}: {r['ne']:.6f} vs "
             f"{r['ne_results']:.6f}; the files are not this run's evaluation")
+
+
+def from_results(results: pd.DataFrame, reference: str = KD
+                 ) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """A run without per-user files: the same point estimates from results.csv, every interval
+    column NaN and every verdict not resolved (seed spread on its own is no verdict)."""
+    keys = list(CELL_KEYS)
+    df = results.copy()
+    df["fm"] = df["ne_baseline"] - df["ne_teacher"]
+    per = (df.groupby([*keys, WORLD], sort=False)
+           .agg(ne=("ne", "mean"), delta_ne=("delta_ne", "mean"), fm=("fm", "mean"),
+                n_seeds=("seed", "nunique")).reset_index())
+    cell = ["teacher_lag_days", "domain", "task", WORLD]
+    kd = per[per["variant"] == reference].set_index(cell)["delta_ne"].rename("kd")
+    per = per.join(kd, on=cell)
+    per["vs_kd"] = per["delta_ne"] - per["kd"]
+    per["efficiency_vs_kd"] = (per["delta_ne"] / per["kd"]).where(per["kd"] > 0)
+    pooled = per.groupby(keys, sort=False)[["ne", "delta_ne", "fm", "kd", "vs_kd"]].mean()
+    table = pooled.reset_index()
+    table["efficiency_vs_kd"] = (table["delta_ne"] / table["kd"]).where(table["kd"] > 0)
+    table["transfer_ratio"] = (table["delta_ne"] / table["fm"]).where(table["fm"] > 0)
+    joined = per.merge(pooled[["delta_ne", "vs_kd"]].add_suffix("_pooled"), left_on=keys,
+                       right_index=True, how="left")
+    for col, name in (("delta_ne", "worlds_agree_delta_ne"), ("vs_kd", "worlds_agree_vs_kd")):
+        same = np.sign(joined[col]) == np.sign(joined[f"{col}_pooled"])
+        table[name] = same.groupby([joined[k] for k in keys], sort=False).sum().to_numpy()
+    table["n_worlds"] = per.groupby(keys, sort=False)[WORLD].nunique().to_numpy()
+    has_base = (per["variant"] == BASELINE).any()
+    has_ref = (per["variant"] == reference).any()
+    table["gain_verdict"] = np.where((table["variant"] == BASELINE) | (not has_base), "",
+                                     UNRESOLVED)
+    table["kd_verdict"] = np.where((table["variant"] == reference) | (not has_ref), "",
+                                   UNRESOLVED)
+    table = table.reindex(columns=COLUMNS)
+    return table, per.reindex(columns=WORLD_COLUMNS)

@@ -9,7 +9,7 @@ from typing import Any
 
 import pandas as pd
 
-from gemkd.experiments.results_schema import WORLD
+from gemkd.experiments.run_dir.results_schema import WORLD
 from gemkd.experiments.spec.run_spec import twin_name
 
 

@@ -18,7 +18,7 @@ import math
 
 from gemkd.experiments.report.base_rate import constant_of
 from gemkd.experiments.report.summary import RunView, f4
-from gemkd.experiments.results_schema import BASELINE
+from gemkd.experiments.run_dir.results_schema import BASELINE
 
 #: An NE this far below the constant's shows at the 4 decimals the report prints; nearer is
 #: below the run's own resolution (the trial's seed std of NE was ~1e-4).

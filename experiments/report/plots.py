@@ -19,8 +19,8 @@ from gemkd.experiments.report.day_unit import in_units, report_unit
 from gemkd.experiments.report.forest import write_forest_plots
 from gemkd.experiments.report.summary import RunView, f4, lag_str, variant_order
 from gemkd.experiments.report.table_names import CURVE_METRICS
-from gemkd.experiments.results_schema import BASELINE
 from gemkd.experiments.run_dir import RunDir
+from gemkd.experiments.run_dir.results_schema import BASELINE
 from gemkd.transfer.io.atomic import atomic_write_bytes
 
 _REF_STYLE = {

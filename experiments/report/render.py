@@ -36,8 +36,8 @@ from gemkd.experiments.report.tuning_plots import write_tuning_plots
 from gemkd.experiments.report.tuning_table import knob_rows
 from gemkd.experiments.report.twins import twins_section
 from gemkd.experiments.report.verdicts import ci, delta_cell, interval_table, rule_paragraph
-from gemkd.experiments.results_schema import KD
 from gemkd.experiments.run_dir import RunDir
+from gemkd.experiments.run_dir.results_schema import KD
 from gemkd.transfer.io.atomic import atomic_write_bytes
 
 INTERVALS_CSV = RunDir.INTERVALS

@@ -25,7 +25,7 @@ import pandas as pd
 from gemkd.experiments.report.no_signal import mde_caveat, no_signal_tasks
 from gemkd.experiments.report.sensitivity import components_of
 from gemkd.experiments.report.summary import f4, lag_str, md_table
-from gemkd.experiments.results_schema import BASELINE
+from gemkd.experiments.run_dir.results_schema import BASELINE
 from gemkd.transfer.errors import ConfigError
 from gemkd.transfer.metrics.power import POWER, Components, Prediction, predict
 

@@ -21,7 +21,7 @@ import pandas as pd
 from gemkd.experiments.report.cluster_files import load_eval_sets, unique_groups
 from gemkd.experiments.report.family import PRIMARY
 from gemkd.experiments.report.world_arrays import per_seed, world_arrays
-from gemkd.experiments.results_schema import BASELINE, CELL_KEYS
+from gemkd.experiments.run_dir.results_schema import BASELINE, CELL_KEYS
 from gemkd.transfer.metrics.contrasts import Units, covariance, difference
 from gemkd.transfer.metrics.power import POWER, Components, detectable, run_components
 

@@ -14,7 +14,7 @@ from gemkd.experiments.report.no_signal import mde_caveat, no_signal_tasks
 from gemkd.experiments.report.run_plan import plan_for
 from gemkd.experiments.report.sensitivity import SOURCES
 from gemkd.experiments.report.summary import RunView, f4, lag_str, md_table
-from gemkd.experiments.results_schema import BASELINE, KD
+from gemkd.experiments.run_dir.results_schema import BASELINE, KD
 
 
 def _main_rows(run: RunView, stat: str) -> pd.DataFrame:

@@ -1,13 +1,14 @@
 """The orders and names the report's tables use, and the sentence of a run's thread counts. The
 report reads the run directory through :class:`~gemkd.experiments.run_dir.RunDir` (results.csv
-validated by :mod:`gemkd.experiments.results_schema`, tuning.csv, curves/, spec.yaml,
+validated by :mod:`gemkd.experiments.run_dir.results_schema`, tuning.csv, curves/, spec.yaml,
 environment.json); any problem is a one-line ConfigError naming the file, column and row."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from gemkd.experiments.results_schema import (  # noqa: F401 (the report's names for them)
+from gemkd.experiments.run_dir import CURVE_METRICS, RunDir, read_csv  # noqa: F401
+from gemkd.experiments.run_dir.results_schema import (  # noqa: F401 (the report's names for them)
     ALL,
     CELL_KEYS,
     NUMERIC_COLUMNS,
@@ -16,7 +17,6 @@ from gemkd.experiments.results_schema import (  # noqa: F401 (the report's names
     WORLD,
     validate_results,
 )
-from gemkd.experiments.run_dir import CURVE_METRICS, RunDir, read_csv  # noqa: F401
 from gemkd.experiments.spec.run_spec import BUILTIN_VARIANTS
 
 #: Canonical order of the variants: the built-in ones' (DESIGN §5); unknown variants follow,

@@ -25,7 +25,7 @@ from gemkd.experiments.report.base_rate import constant_of
 from gemkd.experiments.report.no_signal import AUC_MARGIN, no_signal_tasks
 from gemkd.experiments.report.summary import RunView, bound, f4, md_table, pm, seed_stats
 from gemkd.experiments.report.teacher_try import try_sentence
-from gemkd.experiments.results_schema import BASELINE
+from gemkd.experiments.run_dir.results_schema import ALL, BASELINE
 from gemkd.experiments.teacher.teacher_curve import read_fit
 from gemkd.transfer.teacher_fit_dir import TeacherFitDir
 
@@ -137,7 +137,7 @@ def check_sentence(task: str, ne: float, auc: float, cal: float, base_ne: float,
                    ne_diff: tuple[float, float] | None = None, learnt: bool = True) -> str:
     """The teacher check of one task, saying exactly what the numbers say. ``ne_diff`` is the
     interval (lo, hi) of NE(teacher) − NE(baseline): with it the NE judgement is the first
-    paragraph's (:func:`gemkd.experiments.report.teacher_first.teacher_better`), not resolved
+    paragraph's (:func:`teacher_better`), not resolved
     where it holds 0; without it (no per-user files) the point estimates decide. An AUC edge is
     claimed only beyond :data:`~gemkd.experiments.report.no_signal.AUC_MARGIN`. ``learnt`` is
     False where no arm beats the constant (:mod:`gemkd.experiments.report.no_signal`): a teacher
@@ -228,3 +228,33 @@ def fit_lines(run: RunView, fits: list[TeacherFit]) -> list[str]:
                          "`select: best` would keep it")
         lines.append(line + ".")
     return ["The teacher's fit:", "", *lines, ""]
+
+
+# The teacher first (DESIGN §6): a gain over the baseline under a teacher worse than the
+# labels-only student is not the teacher's knowledge reaching the student, and the reader has to
+# know that before any verdict. The teacher (``clusters/…/teacher__gem.npz``) is an arm on the
+# same users, so NE(teacher) − NE(baseline) gets its interval from the same machinery as every
+# difference (:mod:`gemkd.experiments.report.intervals`: columns ``teacher_vs_baseline*``).
+
+
+def teacher_row(run: RunView) -> pd.Series | None:
+    """An interval row of the family's slice (the main one without a family): every row holds
+    the teacher's NE and NE(teacher) − NE(baseline); None when there is no such row."""
+    fam = run.family
+    where = {} if fam is None else {"lag": fam.lag, "task": fam.task, "domain": fam.domain}
+    rows = run.interval_rows(**where)
+    return None if rows.empty else rows.iloc[0]
+
+
+def teacher_better(run: RunView) -> bool | None:
+    """True when NE(teacher) − NE(baseline)'s interval lies below 0, False when it does not,
+    None when it is unknown (no intervals, no teacher file, no baseline)."""
+    if not run.has_intervals:
+        return None
+    r = teacher_row(run)
+    if r is None:
+        return None
+    lo, hi = r["teacher_vs_baseline_lo"], r["teacher_vs_baseline_hi"]
+    if not (math.isfinite(lo) and math.isfinite(hi)):
+        return None
+    return bool(hi < 0)

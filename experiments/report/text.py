@@ -15,9 +15,9 @@ from gemkd.experiments.report.base_rate import above_one_sentence
 from gemkd.experiments.report.no_signal import constant_note, no_signal_tasks
 from gemkd.experiments.report.summary import RunView, f4, lag_str, md_table, pm, seed_stats
 from gemkd.experiments.report.verdicts import interval_sentences, interval_table
-from gemkd.experiments.results_schema import BASELINE, KD
+from gemkd.experiments.run_dir.results_schema import BASELINE, KD
 
-#: How an old run (no per-user files) words a difference beyond its seed spread.
+#: How a run without per-user files words a difference beyond its seed spread.
 NO_VERDICT = "but without per-user evaluation files that is seed spread on one world, not a verdict"
 
 

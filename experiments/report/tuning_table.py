@@ -1,5 +1,5 @@
-"""The knobs tuning tried and chose, in a form a reader can take in (report.md's tuning table,
-docs/results/RESULTS.md's "Tuned knobs" line).
+"""The knobs tuning tried and chose, in a form a reader can take in (report.md's tuning table and
+"Tuned knobs" line, the tuned-knobs table beside docs/results/RESULTS.md).
 
 Why: a search draws tens of values per knob at full float precision, and a replicated run makes
 one choice per study (teacher lag × world × draw, a draw being one final seed's search under
@@ -119,16 +119,22 @@ def knob_rows(tuning: pd.DataFrame, variants: Iterable[str]) -> list[list[str]]:
     return rows
 
 
+def _chosen_at(tuning: pd.DataFrame, lag: int) -> pd.DataFrame:
+    """The chosen trials' rows at teacher lag ``lag`` (every row of a run without lags)."""
+    df = with_study_columns(tuning)
+    df = df[df["chosen"].astype(bool)]
+    if df["teacher_lag_days"].notna().any():
+        df = df[df["teacher_lag_days"] == lag]
+    return df
+
+
 def tuned_line(tuning: pd.DataFrame | None, variants: Iterable[str], lag: int) -> str:
     """The knobs chosen at teacher lag ``lag``, per variant and, in a replicated run, per world
     and per draw (a final seed's own search): ``kd: alpha=0.8152, temperature=1.88 (world 0,
     seed 0); alpha=… (world 0, seed 1)``."""
     if tuning is None or tuning.empty:
         return "none"
-    df = with_study_columns(tuning)
-    df = df[df["chosen"].astype(bool)]
-    if df["teacher_lag_days"].notna().any():
-        df = df[df["teacher_lag_days"] == lag]
+    df = _chosen_at(tuning, lag)
     by_world, by_draw = _varies(df, "world"), _varies(df, "draw")
     parts = []
     for v in variants:
@@ -143,3 +149,28 @@ def tuned_line(tuning: pd.DataFrame | None, variants: Iterable[str], lag: int) -
             studies.append(f"{knobs} ({label})" if label else knobs)
         parts.append(f"{v}: " + "; ".join(studies))
     return " · ".join(parts) or "none"
+
+
+def tuned_rows(tuning: pd.DataFrame | None, variants: Iterable[str], lag: int
+               ) -> tuple[list[str], list[list[str]]]:
+    """The knobs chosen at teacher lag ``lag`` as a table's header and rows: a row per variant
+    and study (``world`` and ``seed`` columns only where a run has several worlds or draws), a
+    column per knob in the variants' order, ``—`` where a variant has no such knob. No rows
+    when nothing was tuned."""
+    if tuning is None or tuning.empty:
+        return [], []
+    df = _chosen_at(tuning, lag)
+    by_world, by_draw = _varies(df, "world"), _varies(df, "draw")
+    variants = [v for v in variants if (df["variant"] == v).any()]
+    params = list(dict.fromkeys(p for v in variants for p in df[df["variant"] == v]["param"]))
+    header = ["variant", *(["world"] if by_world else []), *(["seed"] if by_draw else []),
+              *params]
+    rows = []
+    for v in variants:
+        tv = df[df["variant"] == v]
+        for (world, draw), g in tv.groupby(["world", "draw"], sort=True, dropna=False):
+            chosen = {r.param: fmt_knob(r.value) for r in g.drop_duplicates("param").itertuples()}
+            rows.append([v, *([fmt_knob(world)] if by_world else []),
+                         *([fmt_knob(draw)] if by_draw else []),
+                         *(chosen.get(p, "—") for p in params)])
+    return header, rows

@@ -15,7 +15,7 @@ from gemkd.experiments.report.cluster_files import load_eval_sets
 from gemkd.experiments.report.family import twins_of
 from gemkd.experiments.report.intervals import UNRESOLVED, lag_tables
 from gemkd.experiments.report.summary import RunView, f4, lag_str, md_table
-from gemkd.experiments.results_schema import KD
+from gemkd.experiments.run_dir.results_schema import KD
 
 COLUMNS = ["twin", "original", "teacher_lag_days", "domain", "task", "diff", "lo", "hi",
            "verdict", "identical"]

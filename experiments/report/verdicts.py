@@ -20,8 +20,7 @@ from gemkd.experiments.report.family_text import (
 from gemkd.experiments.report.intervals import GAIN, LOSS, METHOD_TEXT, UNRESOLVED
 from gemkd.experiments.report.sensitivity_text import mde_sentence
 from gemkd.experiments.report.summary import RunView, ci, f4, lag_str, md_table, pm
-from gemkd.experiments.report.teacher_diag import teacher_auc_better
-from gemkd.experiments.report.teacher_first import teacher_better
+from gemkd.experiments.report.teacher_diag import teacher_auc_better, teacher_better
 from gemkd.experiments.report.twins import twins_sentence
 
 

@@ -43,7 +43,7 @@ STEP_CODE: dict[str, tuple[str, ...]] = {
     "domain_fm": (*_STORE, *(_G + m for m in ("transfer.distill", "transfer.methods",
                                               "experiments.run.domain_fm_step"))),
     "codes": (*_STORE, _G + "transfer.repr_features", _G + "adapters.compressor"),
-    "pairs": (*_STORE, *(_G + m for m in ("transfer.solaris", "experiments.solaris_precompute",
+    "pairs": (*_STORE, *(_G + m for m in ("transfer.solaris", "experiments.run.solaris_precompute",
                                           "experiments.run.solaris_step"))),
     "students": tuple(_G + m for m in ("transfer", "teachers", "students", "adapters",
                                        "experiments.run", "experiments.spec")),

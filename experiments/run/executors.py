@@ -101,7 +101,7 @@ def _start_worker(threads: int, verbose: bool, path: list[str], env: dict[str, s
     starts workers may be older than both); and its end with the command (pid ``command``)."""
     import torch
 
-    from gemkd.experiments.cli import output
+    from gemkd.transfer import stderr_output
 
     if command is not None:
         die_with(command)
@@ -109,7 +109,7 @@ def _start_worker(threads: int, verbose: bool, path: list[str], env: dict[str, s
     os.environ.clear()
     os.environ.update(env)
     torch.set_num_threads(threads)
-    output.configure(verbose, lightning=True)
+    stderr_output.configure(verbose, lightning=True)
     # the command decides when its workers stop: Ctrl-C reaches the whole terminal's process
     # group, workers included, and is the command's to handle; SIGTERM (the command's, as it
     # unwinds, or anyone's) ends the worker, whose job would otherwise catch it and take the

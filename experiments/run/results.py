@@ -8,7 +8,14 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from gemkd.experiments.results_schema import ALL, BASELINE, KD, MATCH_KEYS, RESULT_COLUMNS, WORLD
+from gemkd.experiments.run_dir.results_schema import (
+    ALL,
+    BASELINE,
+    KD,
+    MATCH_KEYS,
+    RESULT_COLUMNS,
+    WORLD,
+)
 
 __all__ = ["RESULT_COLUMNS", "References", "derive", "rows_of"]
 

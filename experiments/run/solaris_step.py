@@ -1,5 +1,5 @@
 """The SOLARIS pair step of a run (cached): which teacher precomputes each student and
-evaluation day, and :func:`~gemkd.experiments.solaris_precompute.precompute_pairs` over them.
+evaluation day, and :func:`~gemkd.experiments.run.solaris_precompute.precompute_pairs` over them.
 
 Which teacher: the pairs of day d are computed as of the end of d − 1 by the freshest teacher
 that exists then. Under ``teacher_protocol: streaming`` that is the daily checkpoint of
@@ -36,7 +36,7 @@ def build_pairs(spec: RunSpec, data: Path, gem_run: Path, lag_ckpt: Path, layer:
                 cache: Path, log) -> Path:
     """The pair store of every student and evaluation day (a cached step named by the teacher
     fit, the checkpoints, the layer, the policy and K)."""
-    from gemkd.experiments.solaris_precompute import precompute_pairs
+    from gemkd.experiments.run.solaris_precompute import precompute_pairs
 
     sol = spec.solaris
     days = list(range(spec.student_days[0], spec.eval_days[1]))

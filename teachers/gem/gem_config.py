@@ -1,12 +1,12 @@
 """GEM's hyper-parameters as one typed, frozen dataclass, checked like the spec.
 
-Why: the model's ~30 keyword arguments used to be captured through ``locals()`` and checked by
-hand inside ``GEM.__init__``; as a dataclass each key has one type, one default and one rule, a
-teacher config's ``model:`` mapping is checked by the same validator as every other config
-(:func:`gemkd.transfer.config.build_dataclass`: unknown keys, wrong types and Literal choices
-are errors naming the key), and the rules that need no dataset live here. What depends on the
-dataset (the sequence arm when it has no histories, ``max_history`` from its schema) is resolved
-by :meth:`GEMConfig.resolve`. See :class:`gemkd.teachers.gem.gem_model.GEM` for what each key does.
+Why: the model takes ~30 keyword arguments; as a dataclass each key has one type, one default
+and one rule, a teacher config's ``model:`` mapping is checked by the same validator as every
+other config (:func:`gemkd.transfer.config.build_dataclass`: unknown keys, wrong types and
+Literal choices are errors naming the key), and the rules that need no dataset live here. What
+depends on the dataset (the sequence arm when it has no histories, ``max_history`` from its
+schema) is resolved by :meth:`GEMConfig.resolve`. See :class:`gemkd.teachers.gem.gem_model.GEM`
+for what each key does.
 """
 
 from __future__ import annotations

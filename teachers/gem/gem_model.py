@@ -24,12 +24,14 @@ from gemkd.teachers.gem.heads import build_heads
 from gemkd.teachers.gem.interformer import InterFormerLayer, SequenceSummary
 from gemkd.teachers.gem.pyramid import PyramidCompressor, layer_token_budgets
 from gemkd.teachers.gem.wukong import WukongLayer
+from gemkd.teachers.teacher_registry import BUILTIN_TEACHERS
 from gemkd.transfer.data.batch import Batch
 from gemkd.transfer.data.schema import DatasetSchema
 from gemkd.transfer.models import TeacherOutput
 from gemkd.transfer.ops import keep_last
 
 
+@BUILTIN_TEACHERS.register("gem")
 class GEM(ConfigurableTeacher):
     """GEM teacher built from a :class:`DatasetSchema` and scalar hyper-parameters.
 

@@ -17,7 +17,7 @@ events can reach: the last level's chunks past ``max_len`` are empty in every ro
 cap fills 26 of the 4 levels' 32 slots at R = 8, c = 4), and attending over, normalising and
 projecting them is work whose result is masked away. The reachable slots keep their columns
 (counted from the right) and their slot embeddings, so every output is the untrimmed layout's
-up to float summation order (tests/teachers/test_gem_fast_paths.py).
+up to float summation order (tests/teachers/gem/test_gem_fast_paths.py).
 """
 
 from __future__ import annotations

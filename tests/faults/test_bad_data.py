@@ -1,7 +1,7 @@
 """A damaged or outdated data directory given to the commands that consume one: one ``error:``
 line naming the file, exit code 2, and no run directory or store left behind.
 
-``gemkd data validate`` on damaged Parquet is covered in tests/data/test_bad_input.py.
+``gemkd data validate`` on damaged Parquet is covered in tests/transfer/data/test_bad_input.py.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """A damaged cached store (or data) under a finished run, found by a rerun of ``gemkd run``: one
 ``error:`` line naming the file, column or teacher, exit code 2, and no result or step changed.
 
-The store's own refusals are unit-tested in tests/store/test_store.py; this is the path a user
-meets them on, and the check that a cached store belongs to the run's teacher at all.
+The store's own refusals are unit-tested in tests/transfer/store/test_store.py; this is the path a
+user meets them on, and the check that a cached store belongs to the run's teacher at all.
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ from gemkd.transfer.errors import GemkdError
 from gemkd.transfer.store import StoreWriter, TeacherStore
 from tests.faults.conftest import ROOT, assert_same_store, error_line, export_argv
 from tests.faults.forked import fork_gemkd
-from tests.store.helpers import feed, make_rows, writer_args
+from tests.transfer.store.helpers import feed, make_rows, writer_args
 
 
 def no_leftovers(store: Path) -> None:

@@ -13,7 +13,7 @@ import yaml
 from gemkd.experiments.cli import main
 from gemkd.transfer.training.ranking_module import RankingModule
 from tests.faults.forked import fork_gemkd
-from tests.training.test_resume import TINY
+from tests.transfer.training.test_resume import TINY
 
 STEPS = 40  # one epoch of the tiny data's train days is 252 batches: every step is mid-epoch
 

@@ -10,8 +10,8 @@ import shutil
 import pandas as pd
 import pytest
 
-from gemkd.experiments.run_cells import find_cells, teacher_fits
 from gemkd.experiments.run_dir import LAYOUT_VERSION, RunDir
+from gemkd.experiments.run_dir.run_cells import find_cells, teacher_fits
 from studies.adapter_probe import main
 from tests.studies.runs import spec_run
 

@@ -13,7 +13,7 @@ import pytest
 import yaml
 from scipy import stats
 
-from gemkd.experiments.results_schema import RESULT_COLUMNS
+from gemkd.experiments.run_dir.results_schema import RESULT_COLUMNS
 from gemkd.experiments.spec.load import load_spec
 from gemkd.transfer.errors import ConfigError
 from studies.scaling_points import check_student_rows, read_point, teacher_share

@@ -46,10 +46,15 @@ from gemkd.transfer.data.batch import Batch
 from gemkd.transfer.data.schema import DatasetSchema
 from gemkd.transfer.methods.space import Range
 from gemkd.transfer.models import StudentOutput
+from gemkd.transfer.plugins import Registry
 from gemkd.transfer.repr_features.asof import AsOfCodes
 from gemkd.transfer.solaris.pair_store import PairStore
 
 NEEDS = ("teacher", "teacher_emb", "codes", "teacher_weights", "pairs")
+#: The built-in transfer methods' names, each registered beside its class
+#: (``@BUILTIN_METHODS.register``): ``kd`` in :mod:`gemkd.transfer.methods.kd`, the others in
+#: ``gemkd.adapters.methods``, whose import fills the table.
+BUILTIN_METHODS = Registry("method")
 
 
 @dataclass

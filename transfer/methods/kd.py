@@ -13,8 +13,8 @@ compared against, per task, in one of two forms:
 to the untempered target (:func:`~gemkd.transfer.methods.losses.kd_bce_calibrated`): at T > 1
 plain KD's student settles at the tempered targets' mean and under-predicts a teacher around
 p ≈ 0.1 (0.83× its mean at T = 4 for a student whose logits spread less than the teacher's:
-tests/methods/test_kd_cal.py); ``bce_cal``'s stays at the teacher's (or the Student Adapter's)
-mean at every T, and equals ``bce`` at T = 1.
+tests/transfer/methods/test_kd_cal.py); ``bce_cal``'s stays at the teacher's (or the Student
+Adapter's) mean at every T, and equals ``bce`` at T = 1.
 """
 
 from __future__ import annotations
@@ -23,13 +23,14 @@ from typing import Any, ClassVar
 
 from torch import Tensor
 
-from gemkd.transfer.methods.base import StepState, TransferMethod
+from gemkd.transfer.methods.base import BUILTIN_METHODS, StepState, TransferMethod
 from gemkd.transfer.methods.losses import KD_LOSSES, masked_mean
 from gemkd.transfer.methods.space import LogUniform, Range, Uniform
 from gemkd.transfer.models import StudentOutput
 from gemkd.transfer.packs.member_wise import member_wise
 
 
+@BUILTIN_METHODS.register("kd")
 class KD(TransferMethod):
     """``alpha`` α (convex form) or ``kd_weight`` λ (additive form; the default, λ = 1, when
     neither is given), ``temperature`` T, ``loss`` ``bce`` (soft targets, T²-scaled), ``bce_cal``

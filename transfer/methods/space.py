@@ -6,7 +6,7 @@ A method declares each knob as a range — :class:`LogUniform` for weights and s
 choices — with a ``default`` (the search's first trial) and, where a bound is a true limit of the
 parameter (KD's α ∈ [0, 1]), ``natural_low`` / ``natural_high``: a choice at a natural bound is
 an answer, a choice at any other bound says the range was too narrow (:meth:`Range.edge`). A
-plain list stays accepted as a :class:`Categorical` (the old ``tunable`` form).
+plain list is accepted as a :class:`Categorical`.
 
 ``alternative_to`` declares a knob tuned *instead of* another one, only when the spec names it
 (in ``tuning:`` or a variant's ``init_args``): KD's ``kd_weight`` λ replaces its ``alpha``.

@@ -12,7 +12,7 @@ a file per student run: 72 files of 9,324 clusters took 43 MB for a 1.8 MB datas
 ``np.load``) with the loss sums in float32 and the counts as integers where they are whole: a
 float32 rounding moves each cluster's sum by at most 2^-24 (6e-8) of itself, so an NE by at most
 that share of itself and a difference of two (a ΔNE, an interval end) by at most that share of
-their sum: ~1e-7 where a report prints 4 decimals (:data:`LOSS_DTYPE`; tests/metrics).
+their sum: ~1e-7 where a report prints 4 decimals (:data:`LOSS_DTYPE`; tests/transfer/metrics).
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ top-level variance enters with its degrees of freedom:
   7–10 % false verdicts at 5 % over 8 worlds); the point estimate the report gives is the plain
   mean over worlds, and its fixed-effect variance is ``Σ v_w / W²``. The floor's price:
   conservative where worlds do not differ (the wider of two intervals;
-  tests/metrics/test_null_calibration.py holds the rates).
+  tests/transfer/metrics/test_null_calibration.py holds the rates).
 * **One world, S seeds on the same users** (``Units`` of per-seed values ``[S, ...]`` with their
   user resamples ``[B, S, ...]``): for a per-seed value ``x_s = θ + a + b_s + e_s`` (``a`` the
   users' effect shared by the seeds, ``b_s`` the users' noise that differs by seed, ``e_s`` the

@@ -1,12 +1,11 @@
 """The ranking numerics, defined once: the probability clip, logit, binary entropy, log loss and
 normalized entropy, for Python floats, numpy arrays and torch tensors alike.
 
-Why one module: these used to be written out in seven places that disagreed at p ∈ {0, 1} (an
-entropy of 0 in some, nan in others) and on the clip (1e-6 against 1e-7). The conventions here:
+Why one module: every caller agrees at p ∈ {0, 1} (an entropy of 0, never nan) and on the clip.
+The conventions:
 
 * ``EPS = 1e-7``: probabilities are clipped to ``[EPS, 1 - EPS]`` before a log. 1e-7 (not 1e-6)
-  because it was the clip of every log loss already (the NE metric, the feature oracle, the data
-  summary) and is the smallest that float32 still tells from 1 (``1 - 1e-7 < 1`` in float32),
+  because it is the smallest that float32 still tells from 1 (``1 - 1e-7 < 1`` in float32),
   so a clipped p means the same in both precisions; the cost of a confident wrong p is then
   capped at ``-log(1e-7) ≈ 16.1`` nats.
 * ``binary_entropy`` is 0 at p ∈ {0, 1} (its limit), never nan there; nan in → nan out, and a p

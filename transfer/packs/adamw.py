@@ -15,8 +15,8 @@ updates, with the member's settings; two of them:
 
 Both kernels treat each tensor of their lists on its own, so a member's values do not depend
 on its pack: the fused update of a pack of one (a run alone) gives every member's bits, and the
-foreach update is the Lightning run's (``tests/packs/test_adamw.py``). β1, β2 and ε are shared
-by the pack (a member that differs cannot join it).
+foreach update is the Lightning run's (``tests/transfer/packs/test_adamw.py``). β1, β2 and ε are
+shared by the pack (a member that differs cannot join it).
 
 A stacked table ``[K, R, d]`` whose ``rule`` is row-wise (``rowwise_adagrad``, ``sparse_adam``:
 :mod:`gemkd.transfer.training.table_optim`) takes a row-sparse gradient and is updated on the

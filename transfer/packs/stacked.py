@@ -12,7 +12,7 @@ Each member's slice is computed as its own: batched matmuls compute each member'
 itself (a single member as the first of two copies: :func:`linear`), the gathers and bags treat
 each member's rows and bags on their own and add a row's gradients in event order, and
 elementwise ops are elementwise, so a member's numbers do not depend on K (a pack of one, a run
-alone, gives the same bits: ``tests/packs/test_stacked.py``, ``tests/experiments/
+alone, gives the same bits: ``tests/transfer/packs/test_stacked.py``, ``tests/experiments/
 test_packs.py``). They differ from the unstacked module's in the last bits (other kernels), as a
 vmapped pack's do.
 """
@@ -167,7 +167,8 @@ class _Lookups(torch.autograd.Function):
 
 #: From this many members on, :class:`_MeanBags`'s gradient sorts the events once for all of
 #: them (then one embedding bag); below, it adds each event's row in event order. Both sum
-#: each row's terms in event order, so they give the same bits (tests/packs/test_stacked.py).
+#: each row's terms in event order, so they give the same bits
+#: (tests/transfer/packs/test_stacked.py).
 _SORT_FROM = 2
 
 

@@ -18,11 +18,13 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from gemkd.transfer.plugins import check_init_args, instantiate, resolve_class
+from gemkd.transfer.plugins import Registry, check_init_args, instantiate, resolve_class
 
 #: The columns of a log a policy reads (``item``: the schema's item-id feature).
 LOG_COLUMNS = ("day", "ts", "user_id", "item")
 PICK_COLUMNS = ("user_id", "item", "rank")
+#: The built-in speculation policies' names, each registered beside its class below.
+BUILTIN_POLICIES = Registry("speculation policy")
 
 
 class PastLog:
@@ -75,6 +77,7 @@ def _ranked(frame: pd.DataFrame, k: int) -> pd.DataFrame:
                       ).reset_index(drop=True)
 
 
+@BUILTIN_POLICIES.register("recent")
 class Recent(SpeculationPolicy):
     """The user's ``k`` most recently seen distinct items (ties: the larger item id first):
     a user sees again what was shown to them lately."""
@@ -87,6 +90,7 @@ class Recent(SpeculationPolicy):
         return _ranked(last, k)
 
 
+@BUILTIN_POLICIES.register("popular")
 class Popular(SpeculationPolicy):
     """The ``k`` items with the most impressions before the day (over the last
     ``window_days`` days when set), the same list for every user seen before the day."""
@@ -109,6 +113,7 @@ class Popular(SpeculationPolicy):
         return _ranked(grid, k)
 
 
+@BUILTIN_POLICIES.register("cooccur")
 class Cooccur(SpeculationPolicy):
     """Items seen by the same users as the user's ``history`` most recent distinct items:
     item j scores ``sum over recent i of |users who saw both i and j|`` (over the last
@@ -160,11 +165,6 @@ class Cooccur(SpeculationPolicy):
         return _ranked(pd.concat(parts, ignore_index=True), k)
 
 
-BUILTIN_POLICIES: dict[str, str] = {
-    "recent": "gemkd.transfer.solaris.policy.Recent",
-    "popular": "gemkd.transfer.solaris.policy.Popular",
-    "cooccur": "gemkd.transfer.solaris.policy.Cooccur",
-}
 _PROTOCOL = ("a speculation policy subclasses gemkd.transfer.solaris.SpeculationPolicy "
              "(pick(log, k) -> user_id, item, rank)")
 

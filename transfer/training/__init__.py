@@ -1,4 +1,4 @@
-"""Lightning training for any multi-task ranking model (teachers now, students later)."""
+"""Lightning training for any multi-task ranking model (teachers and students)."""
 
 from gemkd.transfer.training.process_group import release_process_group
 from gemkd.transfer.training.ranking_module import RankingModule, fsdp_mesh, shard_model

@@ -11,7 +11,7 @@ and changes only the layout: each eligible group's parameters are re-pointed (``
 of one buffer, their Adam moments are slices of two more, all share one step count, and a step
 gathers the gradients into one buffer (one ``cat``) and runs torch's update on the three
 buffers. The update is elementwise, so every parameter takes the same values, bit for bit, as
-under ``torch.optim.AdamW(foreach=True)`` (``tests/training/test_flat_adamw.py``).
+under ``torch.optim.AdamW(foreach=True)`` (``tests/transfer/training/test_flat_adamw.py``).
 
 Per parameter, the optimiser's state stays torch's: ``state[p]`` holds ``step`` (the group's
 shared count), ``exp_avg`` and ``exp_avg_sq`` (views of the group's buffers), so

@@ -366,6 +366,39 @@ def test_results_page_shows_intervals_and_rule(cluster_run_dir, run_dir, tmp_pat
     assert "Student Adapter in isolation" not in text  # no probe in these runs
 
 
+def test_results_page_points_to_its_tuned_knobs_table(cluster_run_dir, tmp_path):
+    """The knobs go to a table page beside the results page (``<stem>_knobs.md``), one line on
+    the page points to it; a run that tuned nothing says so on both."""
+    import shutil
+
+    from gemkd.experiments.report.results_md import knobs_path, write_results
+
+    run = tmp_path / "run"
+    shutil.copytree(cluster_run_dir, run)
+    pd.DataFrame([dict(variant=v, param=p, value=x, chosen=True, val_ne=0.9, world=w, draw=d)
+                  for v, p, x in (("kd", "alpha", 0.25), ("kd", "temperature", 2.0),
+                                  ("kd_aux", "aux_beta", 3.0))
+                  for w in (0, 1) for d in (0, 1)]).to_csv(run / "tuning.csv", index=False)
+    untuned = tmp_path / "untuned"
+    shutil.copytree(cluster_run_dir, untuned)
+    (untuned / "tuning.csv").unlink(missing_ok=True)
+    page = write_results(tmp_path / "PAGE.md", [run, untuned])
+    assert knobs_path(page) == tmp_path / "PAGE_knobs.md"
+    text, knobs = page.read_text(), knobs_path(page).read_text()
+    pointers = re.findall(r"Tuned knobs \(validation day\): .*", text)
+    assert len(pointers) == 2 and "alpha=" not in text
+    assert re.fullmatch(r"Tuned knobs \(validation day\): a table in \[PAGE_knobs\.md\]"
+                        r"\(PAGE_knobs\.md\), section “.+”\.", pointers[0])
+    assert pointers[1] == "Tuned knobs (validation day): none."
+    assert knobs.startswith("# gemkd results: tuned knobs\n") and "[PAGE.md](PAGE.md)" in knobs
+    first, second = knobs.split("\n## ")[1:]
+    assert ("| variant | world | seed | alpha | temperature | aux_beta |\n|---|---|---|---:|"
+            in first)
+    assert "| kd | 1 | 0 | 0.25 | 2 | — |" in first and "| kd_aux | 1 | 1 | — | — | 3 |" in first
+    assert len(re.findall(r"^\| kd", first, re.M)) == 8
+    assert second.rstrip().endswith("No knob was tuned.")
+
+
 def test_results_page_carries_the_adapter_probe_summary(cluster_run_dir, tmp_path):
     """The probe's summary goes in; it is flagged outdated unless it records the run's current
     tuning.csv."""

@@ -93,3 +93,19 @@ def test_tuning_plot_labels_each_draw(tmp_path):
     rows = pd.concat([_search(worlds=(0,)).assign(draw=d) for d in (0, 1)], ignore_index=True)
     (png,) = tuning_plots.write_tuning_plots(rows, tmp_path)
     assert png.name == "tuning_kd.png" and png.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_tuned_rows_are_a_row_per_variant_and_study_a_column_per_knob():
+    from gemkd.experiments.report.tuning_table import tuned_rows
+
+    kd = _search(worlds=(0, 1), lags=(0, 3))
+    aux = kd.assign(variant="kd_aux", param="aux_beta", value=kd["value"] * 10)
+    header, rows = tuned_rows(pd.concat([kd, kd.assign(param="temperature"), aux]),
+                              ["kd_aux", "absent", "kd"], lag=3)
+    assert header == ["variant", "world", "aux_beta", "alpha", "temperature"]
+    # world w chose trial 3 + w; lag 3 adds 0.0003 to alpha
+    assert rows == [["kd_aux", "0", "3.403", "—", "—"], ["kd_aux", "1", "4.213", "—", "—"],
+                    ["kd", "0", "—", "0.3403", "0.3403"], ["kd", "1", "—", "0.4213", "0.4213"]]
+    header, rows = tuned_rows(_search(worlds=(2,)), ["kd"], lag=0)
+    assert (header, rows) == (["variant", "alpha"], [["kd", "0.502"]])  # one study: no labels
+    assert tuned_rows(None, ["kd"], lag=0) == ([], [])

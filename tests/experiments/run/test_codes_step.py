@@ -18,7 +18,7 @@ from gemkd.transfer.repr_features import (
     write_code_store,
 )
 from gemkd.transfer.store import TeacherStore
-from tests.store.helpers import make_rows, write_store
+from tests.transfer.store.helpers import make_rows, write_store
 
 
 def test_streamed_codes_equal_whole_store_codes(tmp_path):
