@@ -19,13 +19,14 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
+import pandas as pd
 import yaml
 
 from gemkd.experiments.report.base_rate import constant_of
 from gemkd.experiments.report.no_signal import AUC_MARGIN, no_signal_tasks
 from gemkd.experiments.report.summary import RunView, bound, f4, md_table, pm, seed_stats
 from gemkd.experiments.report.teacher_try import try_sentence
-from gemkd.experiments.run_dir.results_schema import ALL, BASELINE
+from gemkd.experiments.run_dir.results_schema import BASELINE
 from gemkd.experiments.teacher.teacher_curve import read_fit
 from gemkd.transfer.teacher_fit_dir import TeacherFitDir
 
