@@ -85,7 +85,7 @@ def hashed(distinct: pd.Series, buckets: int, source: str) -> Vocabulary:
     """The seen ids (as text, sorted) and their buckets; any other id hashes as well."""
     from gemkd.transfer.data.importer.encode import hashed as hash_ids
 
-    text = pd.Index(pd.unique(distinct.astype(str).to_numpy(dtype=object))).sort_values()
+    text = pd.Index(distinct.drop_duplicates().astype(str).unique()).sort_values()
     return Vocabulary("hash", source, text, hash_ids(pd.Series(text), buckets).codes,
                       unknown=None, buckets=buckets)
 
@@ -185,9 +185,10 @@ def encode(v: Vocabulary, values: Sequence[Any] | np.ndarray | pd.Series, column
     """
     from gemkd.transfer.data.importer import encode as enc
 
-    s = values if isinstance(values, pd.Series) else pd.Series(list(values) if not isinstance(
-        values, np.ndarray) else values)
-    s = s.reset_index(drop=True)
+    if isinstance(values, pd.Series):
+        s = values.reset_index(drop=True)
+    else:
+        s = pd.Series(values if isinstance(values, np.ndarray) else list(values))
     if v.rule == "log2":
         return enc.log2_buckets(pd.to_numeric(s, errors="coerce").to_numpy(dtype=float))[0]
     if v.rule == "raw":
