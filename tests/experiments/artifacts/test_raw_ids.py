@@ -14,6 +14,7 @@ import torch
 
 import gemkd
 from gemkd.experiments.artifacts import StudentArtifact, export_student
+from gemkd.experiments.cli import main
 from gemkd.experiments.run import packs
 from gemkd.experiments.run.jobs import StudentRun
 from gemkd.experiments.run_dir import RunDir
@@ -91,6 +92,14 @@ def artifact(imported, tmp_path_factory):
         eval_days=(5, 6), trained_until_day=2, data=str(data), stores={},
         base_rates={"click": 0.25}, student=str(run.student_path(0, 0, "baseline", 0)))])
     return StudentArtifact(export_student(run.path, "baseline", root / "art"))
+
+
+def test_the_export_names_the_vocabularies(artifact, tmp_path, capsys):
+    assert main(["student", "export", artifact.meta["run"], "--variant", "baseline", "--out",
+                 str(tmp_path / "art")]) == 0
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert last == ("id vocabularies: device, domain, hist_item_id, hist_topic, item_id, "
+                    "topic, user_id (raw ids -> codes: gemkd.encode_raw)")
 
 
 def _histories(log: pd.DataFrame, rows: np.ndarray) -> list[pd.DataFrame]:
