@@ -72,6 +72,7 @@ _API: dict[str, str] = {
     "export_student": "gemkd.experiments.artifacts",
     "score_artifact": "gemkd.experiments.artifacts",
     "StudentArtifact": "gemkd.experiments.artifacts",
+    "encode_raw": "gemkd.experiments.artifacts",
 }
 _RENAMED = {"summarize_data": "summarize"}
 

@@ -12,6 +12,9 @@
     codes/          the LoopFM code table the student reads (kd_repr, full): a code store of
                     each user's latest codes before the first evaluation day and every code
                     since, so a lookup from that day on is the run's own
+    vocab/          the id vocabularies of the columns the student reads (raw value → code,
+                    the dataset's ``vocab/`` files; none for synthetic data): what
+                    :func:`encode_raw` turns a serving request's raw ids into codes with
 
 The as-of lookup (a user's ``max_events`` latest codes strictly before the impression) runs on
 the host over ``codes/``; its values and offsets are program inputs (serving_model).
@@ -25,6 +28,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from torch import Tensor, nn
 
@@ -122,6 +126,7 @@ class StudentArtifact:
         self.tasks: list[str] = list(self.meta["tasks"])
         self.sequence: list[str] = list(self.meta["inputs"]["sequence"])
         self.max_seq_len: int | None = self.meta["inputs"]["max_seq_len"]
+        self._vocab: dict[str, Any] = {}  # column → its vocabulary, read on first use
 
     @property
     def has_codes(self) -> bool:
@@ -168,3 +173,52 @@ class StudentArtifact:
     def predict(self, batch: Batch) -> Tensor:
         """Serving logits ``[B, n_tasks]`` (columns in :attr:`tasks` order) by the program."""
         return self.program(*self.inputs(batch))
+
+    def encode_raw(self, column: str, values: Any) -> np.ndarray:
+        """The codes of raw ids of an input column (:func:`encode_raw`)."""
+        from gemkd.transfer.data import vocabulary
+
+        entries = self.meta["inputs"].get("vocabularies")
+        if not entries:
+            raise ConfigError(f"{self.path}: {self.meta['inputs'].get('vocabularies_note')}")
+        if column not in self._vocab:
+            self._vocab[column] = vocabulary.load_vocabulary(self.path, column, entries)
+        return vocabulary.encode(self._vocab[column], values, column)
+
+
+def encode_raw(artifact: str | Path | StudentArtifact, column: str, values: Any) -> np.ndarray:
+    """Raw ids (as the log had them) → the codes the student reads, by the vocabulary the
+    import kept for ``column``: what a serving request puts in the program's ``categorical``
+    column ``column``, its ``domain`` or a history field (``hist_item``: item ids).
+
+    An id the import never saw gets the code the import gives an unknown or missing value
+    (0, the table's row for it; a domain value: ``other``); a hashed column hashes any id; a
+    ``raw`` column's integer ids are their own codes; a ``log2`` column buckets a number.
+
+    Parameters
+    ----------
+    artifact
+        The artifact folder (``gemkd student export``), or one already opened.
+    column
+        An input column with a vocabulary: ``artifact.json``'s ``inputs.vocabularies``.
+    values
+        The raw values, one per row (a list, array or ``pandas.Series``); a column the import
+        took the first item of (``split``) takes the whole list text.
+
+    Returns
+    -------
+    numpy.ndarray
+        int64 codes, one per value.
+
+    Raises
+    ------
+    ConfigError
+        No vocabulary for ``column`` (the error names those there are), or an artifact of a
+        dataset without raw ids (synthetic data: its ids are codes already).
+    DataError
+        A vocabulary file that differs from its sha256.
+    ValueError
+        A ``raw`` column's value that is not a non-negative integer.
+    """
+    art = artifact if isinstance(artifact, StudentArtifact) else StudentArtifact(artifact)
+    return art.encode_raw(column, values)

@@ -29,6 +29,7 @@ from gemkd.experiments.artifacts.student_artifact import (
 )
 from gemkd.experiments.run_dir import KeptStudent, RunDir
 from gemkd.transfer.data.schema import SCHEMA_FILE, DatasetSchema
+from gemkd.transfer.data.vocabulary import NO_VOCABULARIES
 from gemkd.transfer.errors import ConfigError
 from gemkd.transfer.io.integrity import sha256_file
 from gemkd.transfer.io.publish import output_directory
@@ -116,6 +117,8 @@ def export_student(run_dir: str | Path, variant: str, out: str | Path, seed: int
         shutil.copyfile(Path(data) / SCHEMA_FILE, tmp / SCHEMA)
         torch.save(model.state_dict(), tmp / WEIGHTS)
         files = [SCHEMA, WEIGHTS, PROGRAM]
+        vocabs = copy_vocabularies(data, schema, sequence, tmp)
+        files += sorted({e["file"] for e in vocabs.values() if "file" in e})
         codes_meta = None
         if codes_store is not None:
             assert codes_method is not None
@@ -125,6 +128,9 @@ def export_student(run_dir: str | Path, variant: str, out: str | Path, seed: int
                           "bits": codes_store.bits, "max_events": int(payload["max_events"]),
                           "from_day": eval_days[0], "source": str(payload["codes"])}
         meta = _meta(payload, kept, run, schema, sequence, max_seq_len, codes_meta)
+        meta["inputs"].update(vocabularies=vocabs or None, vocabularies_note=(
+            "raw ids -> codes: gemkd.encode_raw(artifact, column, values)" if vocabs else
+            f"the dataset {data} {NO_VOCABULARIES}: requests carry codes"))
         asof = None
         if codes_meta is not None:
             from gemkd.transfer.repr_features import AsOfCodes, CodeStore
@@ -136,6 +142,23 @@ def export_student(run_dir: str | Path, variant: str, out: str | Path, seed: int
         meta["files"] = {name: sha256_file(tmp / name) for name in files}
         (tmp / ARTIFACT_JSON).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
     return Path(out)
+
+
+def copy_vocabularies(data: str | Path, schema: DatasetSchema, sequence: list[str], out: Path
+                      ) -> dict[str, dict[str, Any]]:
+    """Copy the id vocabularies of the columns the student reads (categorical, domain, the
+    history fields of ``sequence``) from dataset ``data`` into ``out``, each checked against
+    its sha256 on the way; their entries."""
+    from gemkd.transfer.data.vocabulary import load_vocabulary
+
+    read = {f.name for f in schema.categorical} | {"domain"} | set(sequence)
+    chosen = {c: dict(e) for c, e in schema.vocabularies.items() if c in read}
+    for column, e in chosen.items():
+        if "file" in e:
+            load_vocabulary(data, column, schema.vocabularies)  # its sha256, or a DataError
+            (out / e["file"]).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(Path(data) / e["file"], out / e["file"])
+    return chosen
 
 
 def _load(model: torch.nn.Module, payload: dict[str, Any], source: Path) -> None:

@@ -50,11 +50,14 @@ def _import(args: argparse.Namespace) -> None:
 
 
 def _print_imported(result, out: str) -> None:
+    from gemkd.experiments.report.day_unit import day_unit
+
     for note in result.notes:
         print(f"note: {note}")
     s = result.schema
-    print(f"wrote {s.n_rows} examples over {len(s.days)} days, tasks {s.tasks}, "
-          f"domains {s.domains}, to {out}")
+    unit = day_unit({"generator": s.generator})  # a bucketed import's days are buckets
+    print(f"wrote {s.n_rows} examples over {len(s.days)} {unit}{'s' * (len(s.days) != 1)}, "
+          f"tasks {s.tasks}, domains {s.domains}, to {out}")
 
 
 def _print_summary(path, oracle: bool, all_days: bool = False) -> None:

@@ -23,6 +23,9 @@ def _export(args: argparse.Namespace) -> None:
     print(f"exported {meta['variant']} seed {meta['seed']} (lag {meta['lag']}, world "
           f"{meta['world']}; NE {task} {meta['metrics'].get(f'ne/{task}/all', float('nan')):.4f} "
           f"on {window}) to {out}")
+    vocabs = meta["inputs"].get("vocabularies")
+    print(f"id vocabularies: {', '.join(sorted(vocabs))} (raw ids -> codes: gemkd.encode_raw)"
+          if vocabs else f"id vocabularies: none; {meta['inputs'].get('vocabularies_note')}")
 
 
 def _score(args: argparse.Namespace) -> None:

@@ -93,6 +93,22 @@ def constant_note(run: RunView, tasks: list[str]) -> str:
             "base rate does, and their differences are noise around it.")
 
 
+def meaning_paragraph(run: RunView) -> str:
+    """The "What it means" paragraph where no arm beats the constant on the headline task
+    (empty otherwise): there are no gains to describe, so it says so instead of reading the
+    variants' differences as comparisons."""
+    if not no_signal_tasks(run, [run.task]):
+        return ""
+    c = constant_of(run, run.task)
+    assert c is not None  # no_signal_tasks leaves out a task without its constant
+    return (f"Nothing was learnt on {run.task} (domain {run.domain}): no model — the "
+            "labels-only baseline, any variant, the teacher — has an NE below the constant "
+            f"base-rate predictor's {f4(c.ne)} or an AUC above 0.5 by more than its seeds' "
+            "noise. No variant gained anything: the differences between them in the tables "
+            "above are noise around the constant, so this run says nothing about whether "
+            "transfer helps here.")
+
+
 def mde_caveat(tasks: list[str]) -> str:
     """What an MDE means where no model beats the constant (empty otherwise)."""
     if not tasks:

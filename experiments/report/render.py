@@ -11,6 +11,7 @@ from gemkd.experiments.report.day_unit import text_in_units
 from gemkd.experiments.report.family_text import family_section, robustness_section
 from gemkd.experiments.report.forest import PREFIX, forest_name
 from gemkd.experiments.report.missing import missing_note, missing_runs
+from gemkd.experiments.report.no_signal import meaning_paragraph
 from gemkd.experiments.report.plots import no_ratio_reason, write_run_plots
 from gemkd.experiments.report.sensitivity_text import sensitivity_section
 from gemkd.experiments.report.summary import (
@@ -108,7 +109,7 @@ def render(run: RunView) -> str:
     out += cost_section(run)
     out += teacher_section(run)
 
-    out += ["## What it means", "", " ".join(sentences(run)), ""]
+    out += ["## What it means", "", meaning_paragraph(run) or " ".join(sentences(run)), ""]
     out += _efficiency_note(run)
     out += twins_section(run)
     out += sensitivity_section(run)

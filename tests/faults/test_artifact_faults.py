@@ -78,6 +78,8 @@ def test_export_states_its_evaluation_window(tiny_run, tmp_path, capsys):
                  str(tmp_path / "a")]) == 0
     out = capsys.readouterr().out
     assert "on days [5, 6)) to " in out, out
+    assert "id vocabularies: none; the dataset " in out  # synthetic: its ids are codes
+    assert "a synthetic dataset has no raw ids" in out, out
 
 
 def test_a_changed_program_is_refused(artifact, tiny_run, tmp_path, capsys):

@@ -17,6 +17,7 @@ from gemkd.transfer.data import validate
 from gemkd.transfer.data.dataset_reader import DatasetReader
 from gemkd.transfer.data.part_digests import NO_DIGESTS, verify_parts
 from gemkd.transfer.data.schema import DatasetSchema
+from gemkd.transfer.data.vocabulary import verify_vocabularies
 from gemkd.transfer.errors import DataError
 from gemkd.transfer.io import fs
 
@@ -28,6 +29,7 @@ def validate_dataset(root: str | Path) -> DatasetReader:
     naming the file, column and row."""
     schema = DatasetSchema.load(fs.as_where(root))
     verify_parts(fs.as_where(root), schema.part_sha256, schema.days)
+    verify_vocabularies(fs.as_where(root), schema.vocabularies)
     reader = DatasetReader(root, batch_size=65536, oracle=True)
     # the reader checks types, nulls, labels and ids row group by row group. Its batches are
     # views of their row group's buffers, so a loop variable holding the last one while the

@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
+from gemkd.transfer.data import vocabulary
 from gemkd.transfer.data.dataset_writer import write_day
 from gemkd.transfer.data.importer import source
 from gemkd.transfer.data.ranges import (
@@ -203,6 +204,10 @@ def convert_movielens(src: str | Path, out: str | Path, n_days: int = 20,
                                has_movies)
             write_day(table.cast(arrow_schema), tmp, d)
             schema.rows_per_day[str(d)] = table.num_rows
+        schema.vocabularies = vocabulary.write_vocabularies(  # source ids are the codes
+            {"user_id": vocabulary.rule_only("raw", f"{ratings_path.name} column 'userId'"),
+             "item_id": vocabulary.rule_only("raw", f"{ratings_path.name} column 'movieId'")},
+            tmp, {"hist_item_id": "item_id"})
         schema.save(tmp)
     return schema
 

@@ -64,6 +64,9 @@ class DatasetSchema:
     #: ``day=N/part-K.parquet`` → its sha256 (``part_digests``), taken by :meth:`save`; empty
     #: in a dataset of a gemkd that did not record them
     part_sha256: dict[str, str] = field(default_factory=dict)
+    #: id column → its raw value → code vocabulary (``vocabulary.py``: rule, file, sha256);
+    #: empty for data without raw ids (synthetic) or of a gemkd that did not record them
+    vocabularies: dict[str, dict] = field(default_factory=dict)
     schema_version: int = SCHEMA_VERSION
 
     @property
@@ -100,6 +103,8 @@ class DatasetSchema:
             del d["negatives"]
         if not d["part_sha256"]:  # no part files (yet): no key, as before digests existed
             del d["part_sha256"]
+        if not d["vocabularies"]:  # no raw ids: no key
+            del d["vocabularies"]
         return json.dumps(d, indent=2, sort_keys=True)
 
     def save(self, directory: str | Path) -> None:
@@ -107,8 +112,10 @@ class DatasetSchema:
         sha256 of every part file of its days there (``part_sha256``): every writer saves the
         schema last, once its files are complete, so every dataset records its digests."""
         from gemkd.transfer.data.part_digests import digest_parts
+        from gemkd.transfer.data.vocabulary import digest_vocabularies
 
         self.part_sha256 = digest_parts(directory, self.days)
+        digest_vocabularies(directory, self.vocabularies)
         Path(directory, SCHEMA_FILE).write_text(self.to_json() + "\n")
 
     @classmethod
@@ -144,6 +151,9 @@ class DatasetSchema:
                 isinstance(k, str) and isinstance(v, str) and len(v) == 64
                 for k, v in digests.items()):
             raise DataError(f"{path}: 'part_sha256' must map part files to 64-digit sha256s")
+        if not isinstance(schema.vocabularies, dict) or not all(
+                isinstance(v, dict) and "rule" in v for v in schema.vocabularies.values()):
+            raise DataError(f"{path}: 'vocabularies' must map columns to {{rule, ...}} entries")
         return schema
 
 

@@ -86,6 +86,9 @@ def test_round_trip_every_builtin_student(student, tiny_data, tmp_path, evaluate
         out = export_student(run.path, "baseline", tmp_path / f"art{seed}", seed=seed)
         art = StudentArtifact(out)
         assert art.meta["seed"] == seed and art.meta["student"]["class_path"] == student
+        assert art.meta["inputs"]["vocabularies"] is None  # synthetic ids are codes already
+        with pytest.raises(ConfigError, match="synthetic dataset has no raw ids"):
+            art.encode_raw("user_id", [1])
         assert art.meta["metrics"]["ne/click/all"] == pytest.approx(
             float(records[seed]["metrics"]["ne/click/all"]), abs=1e-12)
         got_ids, got, eager = [], [], []

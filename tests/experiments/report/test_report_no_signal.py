@@ -67,11 +67,26 @@ def test_a_run_that_learnt_nothing_says_so_first(flat_run):
     assert "- click: " in section and "nothing was learnt on this task" in section
 
 
+def test_what_it_means_says_nothing_was_learnt_instead_of_gains(flat_run):
+    run, text = flat_run
+    view = RunView(run)
+    section = text.split("## What it means\n\n")[1].split("\n## ")[0]
+    assert section.startswith(f"Nothing was learnt on {view.task} (domain {view.domain}): no "
+                              "model — the labels-only baseline, any variant, the teacher — "
+                              "has an NE below the constant base-rate predictor's ")
+    assert "No variant gained anything" in section
+    for gain_words in ("real gain", "lowers NE", "raises NE", "primary comparisons",
+                       "beats the labels-only"):
+        assert gain_words not in section, gain_words
+
+
 def test_a_run_that_learnt_is_not_flagged(tmp_path):
     run = make_cluster_run(tmp_path / "good", users=150)
     assert no_signal_tasks(RunView(run)) == []
     text = render_report(run)
     assert "No model beats" not in text and "Nothing was learnt" not in text
+    meaning = text.split("## What it means\n\n")[1].split("\n## ")[0]
+    assert "primary comparisons" in meaning or "Plain KD" in meaning  # the gains, described
     assert "models sitting at the constant" not in text
 
 

@@ -34,6 +34,8 @@ def test_rows_labels_and_ids(ml, movielens_src):
                            "conv": t["conversion"].to_numpy()}).merge(
         ratings, left_on=["u", "m"], right_on=["userId", "movieId"], validate="one_to_one")
     assert len(merged) == len(ratings)  # source ids kept
+    assert {c: e["rule"] for c, e in schema.vocabularies.items()} == {
+        "user_id": "raw", "item_id": "raw", "hist_item_id": "raw"}  # no tables: ids are codes
     assert np.array_equal(merged["click"], (merged["rating"] >= 4).astype(np.int8))
     assert np.array_equal(merged["conv"], (merged["rating"] == 5).astype(np.int8))
     assert np.all(np.diff(t["ts"].to_numpy()) >= 0)

@@ -21,8 +21,10 @@ import numpy as np
 import pandas as pd
 
 from gemkd.transfer.config import check_value
+from gemkd.transfer.data import vocabulary
 from gemkd.transfer.data.importer import (
     encode,
+    id_vocab,
     log_checks,
     negatives,
     sides,
@@ -123,7 +125,8 @@ def import_logs(src: str | Path, mapping: Mapping, out: str | Path,
             age = None
             if mapping.negatives is not None:
                 rows, age = _add_negatives(rows, mapping, notes)
-            schema, columns, events = _assemble(rows, mapping, side, notes, one_event)
+            schema, columns, events, vocabs = _assemble(rows, mapping, side, notes, one_event)
+            schema.vocabularies = id_vocab.write(vocabs, tmp, mapping)
             log_checks.emit(notes, [log_checks.duplicate_note(log_checks.duplicates(raw), n)])
             if age is not None:
                 assert schema.negatives is not None  # _assemble records the mapping's negatives
@@ -351,27 +354,33 @@ def _check_days(day: np.ndarray, rows: dict, calendar: str, first: int | None,
     log_checks.emit(notes, list(log_checks.day_notes(present, counts, first, one_event)))
 
 
-def _ids(values: np.ndarray | pd.Series, ids: Ids, notes: list[str]) -> tuple[np.ndarray, int]:
-    """An id column's table rows and their count, by the mapping's ``ids`` (mapping.Ids)."""
+def _ids(values: np.ndarray | pd.Series, ids: Ids, notes: list[str]
+         ) -> tuple[np.ndarray, int, vocabulary.Vocabulary]:
+    """An id column's table rows, their count and its vocabulary, by the mapping's ``ids``
+    (mapping.Ids)."""
     if ids.ids == "raw":
         assert isinstance(values, np.ndarray)  # _extract checked them as integers >= 0
-        return values, int(values.max()) + 1
+        return values, int(values.max()) + 1, vocabulary.rule_only("raw", id_vocab.id_source(ids))
     assert isinstance(values, pd.Series)  # _extract keeps ids to code as read
     if ids.ids == "dense":
-        return encode.codes(values)
+        c, uniq = encode.factorize(values)
+        return c, len(uniq) + 1, vocabulary.dense(uniq, id_vocab.id_source(ids))
     assert ids.buckets is not None  # parse_mapping: hash comes with buckets
     h = encode.hashed(values, ids.buckets)
     note = encode.hash_note(ids.key, ids.buckets, h)
     notes.append(note)
     log.info(note)
-    return h.codes, h.cardinality
+    return h.codes, h.cardinality, vocabulary.hashed(values, ids.buckets, id_vocab.id_source(ids))
 
 
 def _assemble(rows: dict, m: Mapping, side: list, notes: list[str],
               one_event: float | None = None
-              ) -> tuple[DatasetSchema, dict[str, np.ndarray], Events]:
-    """Rows in time order → the schema, the flat columns and the history's event fields."""
+              ) -> tuple[DatasetSchema, dict[str, np.ndarray], Events,
+                         dict[str, vocabulary.Vocabulary]]:
+    """Rows in time order → the schema, the flat columns, the history's event fields and each
+    encoded column's vocabulary."""
     t = rows["t"]
+    vocabs: dict[str, vocabulary.Vocabulary] = {}
     n = len(t)
     cols: dict[str, np.ndarray] = {"example_id": np.arange(n, dtype=np.int64),
                                    "ts": t // 10**9}
@@ -385,27 +394,37 @@ def _assemble(rows: dict, m: Mapping, side: list, notes: list[str],
         cols["day"] = equal_count_days(cols["ts"], m.days.buckets)
     if m.domain is not None:
         where = f"{m.path}: key 'domain' (column {m.domain.column!r})"
-        cols["domain"], domains = encode.group_domains(rows["domain"], m.domain.min_share,
-                                                       m.domain.prefix, where)
+        raw, uniq = encode.factorize(rows["domain"])  # encode.group_domains, table kept
+        table, domains = encode.domain_table(uniq, np.bincount(raw, minlength=len(uniq) + 1),
+                                             m.domain.min_share, m.domain.prefix, where)
+        cols["domain"] = table[raw]
+        vocabs["domain"] = vocabulary.domain(uniq, table, id_vocab.domain_source(m))
     else:
         cols["domain"], domains = np.zeros(n, dtype=np.int16), ["all"]
     categorical: list[Feature] = []
     if m.user is not None:
-        cols["user_id"], card = _ids(rows["user"], m.user, notes)
+        cols["user_id"], card, vocabs["user_id"] = _ids(rows["user"], m.user, notes)
         categorical.append(Feature("user_id", card))
     else:
         cols["user_id"] = np.zeros(n, dtype=np.int64)
     if m.item is not None:
-        cols["item_id"], card = _ids(rows["item"], m.item, notes)
+        cols["item_id"], card, vocabs["item_id"] = _ids(rows["item"], m.item, notes)
         categorical.append(Feature("item_id", card))
     for c in m.categorical:
         v = rows[f"cat:{c.name}"]
-        cols[c.name], card = encode.log2_buckets(v) if c.bucket else encode.codes(v)
+        if c.bucket:
+            cols[c.name], card = encode.log2_buckets(v)
+        else:
+            cols[c.name], uniq = encode.factorize(v)
+            card = len(uniq) + 1
+        vocabs[c.name] = id_vocab.categorical_vocabulary(c, None if c.bucket else uniq)
         categorical.append(Feature(c.name, card))
     dense = [c.name for c in m.dense]
     cols.update({c.name: rows[f"dense:{c.name}"] for c in m.dense})
     for s, path in side:
-        joined = sides.join(m, s, path, rows[f"on:{s.on}"])
+        loaded = sides.load(m, s, path)
+        joined = loaded.align(rows[f"on:{s.on}"])
+        vocabs.update(loaded.vocab)
         if joined.matched == 0:
             notes.append(f"side table {path}: no log row matched its key {s.key!r} "
                          f"(log column {s.on!r}); its features are all 0")
@@ -446,5 +465,5 @@ def _assemble(rows: dict, m: Mapping, side: list, notes: list[str],
     events = Events(user=cols["user_id"], t=t, fields=fields,
                     max_events=m.history.max_events if m.history else 0,
                     logged=rows[SAMPLED_COLUMN] == 0 if SAMPLED_COLUMN in rows else None)
-    return schema, cols, events
+    return schema, cols, events, vocabs
 

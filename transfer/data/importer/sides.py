@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from gemkd.transfer.data import vocabulary
 from gemkd.transfer.data.importer import encode, source
 from gemkd.transfer.data.importer.mapping import Column, Mapping, SideTable
 from gemkd.transfer.errors import ConfigError, DataError
@@ -57,6 +58,7 @@ class Loaded:
     keys: pd.Series
     categorical: dict[str, tuple[np.ndarray, int]]  # name → (codes per side row, cardinality)
     dense: dict[str, np.ndarray]                    # name → float32 per side row
+    vocab: dict[str, vocabulary.Vocabulary]         # name → its raw value → code rule
 
     def align(self, on: pd.Series) -> Joined:
         keys = self.keys
@@ -94,7 +96,10 @@ def load(m: Mapping, s: SideTable, path: Path) -> Loaded:
                         f"has one row per key; mapping key '{s.where}.key')")
     categorical = {c.name: categorical_codes(df[c.column], path, c) for c in s.categorical}
     dense = {c.name: dense_values(df[c.column], path, c) for c in s.dense}
-    return Loaded(keys, categorical, dense)
+    vocab = {c.name: column_vocabulary(df[c.column], c, f"side table {s.path} column "
+                                       f"{c.column!r}, by its key {s.key!r}")
+             for c in s.categorical}
+    return Loaded(keys, categorical, dense, vocab)
 
 
 def categorical_codes(values: pd.Series, path: Path, c: Column) -> tuple[np.ndarray, int]:
@@ -102,6 +107,14 @@ def categorical_codes(values: pd.Series, path: Path, c: Column) -> tuple[np.ndar
     if c.bucket == "log2":
         return encode.log2_buckets(source.numbers(values, path, c.key, missing_ok=True))
     return encode.codes(encode.first_item(values, c.split) if c.split else values)
+
+
+def column_vocabulary(values: pd.Series, c: Column, where: str) -> vocabulary.Vocabulary:
+    """The raw value → code rule of a categorical column (:func:`categorical_codes`'s)."""
+    if c.bucket == "log2":
+        return vocabulary.rule_only("log2", where)
+    uniq = encode.factorize(encode.first_item(values, c.split) if c.split else values)[1]
+    return vocabulary.dense(uniq, where, c.split)
 
 
 def dense_values(values: pd.Series, path: Path, c: Column) -> np.ndarray:

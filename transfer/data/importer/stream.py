@@ -41,8 +41,9 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
+from gemkd.transfer.data import vocabulary
 from gemkd.transfer.data.dataset_writer import PART_ROWS, ROW_GROUP_SIZE, DayWriter
-from gemkd.transfer.data.importer import encode, log_checks, sides, source
+from gemkd.transfer.data.importer import encode, id_vocab, log_checks, sides, source
 from gemkd.transfer.data.importer.mapping import Ids, Mapping, SideTable
 from gemkd.transfer.data.importer.stream_write import Carry, Hist
 from gemkd.transfer.data.ranges import N_AGE_BUCKETS, age_buckets, gather_ranges
@@ -147,6 +148,7 @@ def import_streaming(files: list[Path], m: Mapping, side: list[tuple[SideTable, 
         scan_notes(scan, m, notes)
         plan = _Plan.of(scan, m, side, notes)
         schema = plan.schema(m)
+        schema.vocabularies = id_vocab.write(plan.vocab, out, m)
         repeats = _write(scan, plan, m, spill, out, schema, part_rows, notes,
                          max(1, batch_rows // GROUP_SHARE))
         log_checks.emit(notes, [log_checks.duplicate_note(repeats, scan.kept)])
@@ -314,6 +316,7 @@ class _Plan:
     edges: np.ndarray | None   # buckets: the equal-count edges (seconds)
     days: list[int]
     side: list[tuple[SideTable, Path, sides.Loaded]]
+    vocab: dict[str, vocabulary.Vocabulary]  # each encoded column's (id_vocab.write)
 
     @classmethod
     def of(cls, scan: _Scan, m: Mapping, side: list[tuple[SideTable, Path]],
@@ -336,25 +339,30 @@ class _Plan:
             days = sorted(int(d) for d in np.unique(np.searchsorted(edges, ts, side="right")))
             del ts
         domain, domains = None, ["all"]
+        vocab: dict[str, vocabulary.Vocabulary] = {}
         if m.domain is not None:
             where = f"{m.path}: key 'domain' (column {m.domain.column!r})"
             uniq, counts = scan.domain.table()
             table, domains = encode.domain_table(uniq, counts, m.domain.min_share,
                                                  m.domain.prefix, where)
             domain = (uniq, table)
+            vocab["domain"] = vocabulary.domain(uniq, table, id_vocab.domain_source(m))
         uniq_by: dict[str, pd.Index] = {}
         cards: dict[str, int] = {}
         for role, ids in (("user", m.user), ("item", m.item)):
             if ids is not None:
-                cards[role] = _id_table(role, ids, scan, uniq_by, notes)
+                cards[role], vocab[f"{role}_id"] = _id_table(role, ids, scan, uniq_by, notes)
         for c in m.categorical:
             if c.bucket:
                 cards[c.name] = scan.maxima.get(c.name, 1)
             else:
                 uniq_by[c.name] = encode.factorize(scan.distinct[c.name].values())[1]
                 cards[c.name] = len(uniq_by[c.name]) + 1
+            vocab[c.name] = id_vocab.categorical_vocabulary(c, uniq_by.get(c.name))
         loaded = [(s, path, sides.load(m, s, path)) for s, path in side]
-        return cls(uniq_by, cards, domain, domains, first, edges, days, loaded)
+        for _, _, one in loaded:
+            vocab.update(one.vocab)
+        return cls(uniq_by, cards, domain, domains, first, edges, days, loaded, vocab)
 
     def schema(self, m: Mapping) -> DatasetSchema:
         """The schema the in-memory import builds (build._assemble), from the vocabularies."""
@@ -385,20 +393,22 @@ class _Plan:
 
 
 def _id_table(role: str, ids: Ids, scan: _Scan, uniq_by: dict[str, pd.Index],
-              notes: list[str]) -> int:
-    """An id column's table rows (build._ids), noting a hash's collision rate."""
+              notes: list[str]) -> tuple[int, vocabulary.Vocabulary]:
+    """An id column's table rows and vocabulary (build._ids), noting a hash's collision
+    rate."""
+    where = id_vocab.id_source(ids)
     if ids.ids == "raw":
-        return scan.maxima[role] + 1
+        return scan.maxima[role] + 1, vocabulary.rule_only("raw", where)
     values = scan.distinct[role].values()
     if ids.ids == "dense":
         uniq_by[role] = encode.factorize(values)[1]
-        return len(uniq_by[role]) + 1
+        return len(uniq_by[role]) + 1, vocabulary.dense(uniq_by[role], where)
     assert ids.buckets is not None  # parse_mapping: hash comes with buckets
     h = encode.hashed(values, ids.buckets)
     note = encode.hash_note(ids.key, ids.buckets, h)
     notes.append(note)
     log.info(note)
-    return h.cardinality
+    return h.cardinality, vocabulary.hashed(values, ids.buckets, where)
 
 
 # ---- pass 2: write --------------------------------------------------------------------------

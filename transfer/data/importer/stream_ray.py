@@ -47,7 +47,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from gemkd.transfer.data.dataset_writer import DayWriter
-from gemkd.transfer.data.importer import log_checks, source, stream, stream_ray_hist
+from gemkd.transfer.data.importer import id_vocab, log_checks, source, stream, stream_ray_hist
 from gemkd.transfer.data.importer.mapping import Mapping, SideTable
 from gemkd.transfer.data.importer.stream_write import Hist
 from gemkd.transfer.data.schema import DatasetSchema
@@ -89,6 +89,7 @@ def import_on_ray(files: list[Path], m: Mapping, side: list[tuple[SideTable, Pat
             stream.scan_notes(scan, m, notes)
             plan = stream._Plan.of(scan, m, side, notes)
             schema = plan.schema(m)
+            schema.vocabularies = id_vocab.write(plan.vocab, out, m)
             repeats = _write(ray, scan, plan, m, spill, out, schema, part_rows, notes)
             log_checks.emit(notes, [log_checks.duplicate_note(repeats, scan.kept)])
         finally:

@@ -68,6 +68,18 @@ def run(capsys, src: Path, mapping: Path, out: Path) -> tuple[DatasetSchema, pd.
     return DatasetSchema.load(out), dataset_table(out).to_pandas()
 
 
+@pytest.mark.parametrize("days, unit", [({"buckets": 2}, "2 buckets"),
+                                        ({"calendar": "UTC"}, "1 day")])
+def test_the_last_line_counts_buckets_or_days(tmp_path, capsys, days, unit):
+    """A bucketed import's days are equal-count time buckets: its last line says so."""
+    src, mapping = setup(tmp_path, {**MAPPING, "days": days})
+    assert main(["data", "import", "--src", str(src), "--mapping", str(mapping), "--out",
+                 str(tmp_path / "out")]) == 0
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert last.startswith(f"wrote 8 examples over {unit}, tasks ['like', 'click']"), last
+    assert ("day" in last.split(", to ")[0]) == ("day" in unit)
+
+
 def test_threshold_label_side_table_history(tmp_path, capsys):
     src, mapping = setup(tmp_path)
     schema, t = run(capsys, src, mapping, tmp_path / "out")
