@@ -20,7 +20,11 @@ from gemkd.experiments.report.no_signal import no_signal_tasks, opening_sentence
 from gemkd.experiments.report.robustness import suffix, unresolved_fragile
 from gemkd.experiments.report.summary import RunView, ci, f4, lag_str, pm
 from gemkd.experiments.report.teacher_diag import teacher_auc_better
-from gemkd.experiments.report.teacher_first import teacher_better, teacher_row
+from gemkd.experiments.report.teacher_first import (
+    lower_unresolved,
+    teacher_better,
+    teacher_row,
+)
 from gemkd.experiments.results_schema import BASELINE, KD
 
 MAX_WORDS = 120
@@ -71,13 +75,12 @@ def _teacher_first(run: RunView, flat: list[str]) -> str:
     base = run.interval_rows(lag=r["teacher_lag_days"], domain=r["domain"], task=r["task"])
     base = base[base["variant"] == BASELINE]
     y = f4(base.iloc[0]["ne"]) if not base.empty else "—"
-    d = r["teacher_vs_baseline"]
-    if math.isfinite(d) and d < 0:  # a lower NE whose interval holds 0: not "worse probabilities"
-        diff = ci(d, r["teacher_vs_baseline_lo"], r["teacher_vs_baseline_hi"])
+    diff = lower_unresolved(run)
+    if diff is not None:  # a lower NE whose interval holds 0: not "worse probabilities"
         return ("The teacher is not resolved as better than the labels-only student on the "
                 f"evaluation data: NE {f4(r['teacher_ne'])} vs the baseline's {y} ({r['task']}), "
-                f"difference {diff}, an interval that holds 0, so a gain here is not evidence of "
-                "its knowledge reaching the student (section The teacher).")
+                f"{diff}, an interval that holds 0, so a gain here is not evidence of its "
+                "knowledge reaching the student (section The teacher).")
     text = ("The teacher is not better than the labels-only student on the evaluation data: NE "
             f"{f4(r['teacher_ne'])} vs the baseline's {y} ({r['task']})")
     if teacher_auc_better(run, r["task"]):

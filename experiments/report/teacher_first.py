@@ -13,7 +13,7 @@ import math
 
 import pandas as pd
 
-from gemkd.experiments.report.summary import RunView
+from gemkd.experiments.report.summary import RunView, ci
 
 
 def teacher_row(run: RunView) -> pd.Series | None:
@@ -37,3 +37,18 @@ def teacher_better(run: RunView) -> bool | None:
     if not (math.isfinite(lo) and math.isfinite(hi)):
         return None
     return bool(hi < 0)
+
+
+def lower_unresolved(run: RunView) -> str | None:
+    """``difference -0.0184 [-0.0373, 0.0006]`` when the teacher's NE is below the baseline's but
+    the interval holds 0 (not better by the rule, yet not worse: words such as "worse
+    probabilities" or "none of it is its knowledge" would read the point the wrong way); None
+    otherwise."""
+    if teacher_better(run) is not False:
+        return None
+    r = teacher_row(run)
+    assert r is not None  # teacher_better found it
+    d = r["teacher_vs_baseline"]
+    if not (math.isfinite(d) and d < 0):
+        return None
+    return f"difference {ci(d, r['teacher_vs_baseline_lo'], r['teacher_vs_baseline_hi'])}"

@@ -22,7 +22,8 @@ def test_a_teacher_with_lower_ne_but_an_interval_holding_0_is_not_resolved_not_w
     table = RunView(run).intervals.table
     r = table[(table["domain"] == "all") & (table["task"] == "click")].iloc[0]
     assert r["teacher_vs_baseline"] < 0 < r["teacher_vs_baseline_hi"]  # lower NE, unresolved
-    first = render_report(run).split("\n\n")[1]
+    text = render_report(run)
+    first = text.split("\n\n")[1]
     assert first.startswith("The teacher is not resolved as better than the labels-only student "
                             "on the evaluation data: NE ")
     assert (f"(click), difference {r['teacher_vs_baseline']:.4f} "
@@ -30,3 +31,9 @@ def test_a_teacher_with_lower_ne_but_an_interval_holding_0_is_not_resolved_not_w
             "interval that holds 0, so a gain here is not evidence of its knowledge reaching the "
             "student (section The teacher).") in first
     assert "worse probabilities" not in first and "not better than" not in first
+    means = text.split("## What it means")[1].split("\n## ")[0]
+    assert ("— with a teacher not resolved as better than the labels-only student (difference "
+            f"{r['teacher_vs_baseline']:.4f} ") in means
+    assert "a real gain after Holm's adjustment, but the teacher is not resolved as better" in means
+    for wrong in ("not from better probabilities", "none of it", "no better", "(it is on AUC)"):
+        assert wrong not in means
