@@ -19,7 +19,12 @@ from gemkd.experiments.report.intervals import BEATS, BELOW, GAIN, LOSS, UNRESOL
 from gemkd.experiments.report.no_signal import no_signal_tasks, opening_sentence
 from gemkd.experiments.report.robustness import suffix, unresolved_fragile
 from gemkd.experiments.report.summary import RunView, ci, f4, lag_str, pm
-from gemkd.experiments.report.teacher_diag import teacher_auc_better, teacher_better, teacher_row
+from gemkd.experiments.report.teacher_diag import (
+    lower_unresolved,
+    teacher_auc_better,
+    teacher_better,
+    teacher_row,
+)
 from gemkd.experiments.run_dir.results_schema import BASELINE, KD
 
 MAX_WORDS = 120
@@ -70,6 +75,12 @@ def _teacher_first(run: RunView, flat: list[str]) -> str:
     base = run.interval_rows(lag=r["teacher_lag_days"], domain=r["domain"], task=r["task"])
     base = base[base["variant"] == BASELINE]
     y = f4(base.iloc[0]["ne"]) if not base.empty else "—"
+    diff = lower_unresolved(run)
+    if diff is not None:  # a lower NE whose interval holds 0: not "worse probabilities"
+        return ("The teacher is not resolved as better than the labels-only student on the "
+                f"evaluation data: NE {f4(r['teacher_ne'])} vs the baseline's {y} ({r['task']}), "
+                f"{diff}, an interval that holds 0, so a gain here is not evidence of its "
+                "knowledge reaching the student (section The teacher).")
     text = ("The teacher is not better than the labels-only student on the evaluation data: NE "
             f"{f4(r['teacher_ne'])} vs the baseline's {y} ({r['task']})")
     if teacher_auc_better(run, r["task"]):

@@ -24,7 +24,7 @@ import yaml
 
 from gemkd.experiments.report.base_rate import constant_of
 from gemkd.experiments.report.no_signal import AUC_MARGIN, no_signal_tasks
-from gemkd.experiments.report.summary import RunView, bound, f4, md_table, pm, seed_stats
+from gemkd.experiments.report.summary import RunView, bound, ci, f4, md_table, pm, seed_stats
 from gemkd.experiments.report.teacher_try import try_sentence
 from gemkd.experiments.run_dir.results_schema import BASELINE
 from gemkd.experiments.teacher.teacher_curve import read_fit
@@ -259,3 +259,18 @@ def teacher_better(run: RunView) -> bool | None:
     if not (math.isfinite(lo) and math.isfinite(hi)):
         return None
     return bool(hi < 0)
+
+
+def lower_unresolved(run: RunView) -> str | None:
+    """``difference -0.0184 [-0.0373, 0.0006]`` when the teacher's NE is below the baseline's but
+    the interval holds 0 (not better by the rule, yet not worse: words such as "worse
+    probabilities" or "none of it is its knowledge" would read the point the wrong way); None
+    otherwise."""
+    if teacher_better(run) is not False:
+        return None
+    r = teacher_row(run)
+    assert r is not None  # teacher_better found it
+    d = r["teacher_vs_baseline"]
+    if not (math.isfinite(d) and d < 0):
+        return None
+    return f"difference {ci(d, r['teacher_vs_baseline_lo'], r['teacher_vs_baseline_hi'])}"

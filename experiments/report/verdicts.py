@@ -20,7 +20,11 @@ from gemkd.experiments.report.family_text import (
 from gemkd.experiments.report.intervals import GAIN, LOSS, METHOD_TEXT, UNRESOLVED
 from gemkd.experiments.report.sensitivity_text import mde_sentence
 from gemkd.experiments.report.summary import RunView, ci, f4, lag_str, md_table, pm
-from gemkd.experiments.report.teacher_diag import teacher_auc_better, teacher_better
+from gemkd.experiments.report.teacher_diag import (
+    lower_unresolved,
+    teacher_auc_better,
+    teacher_better,
+)
 from gemkd.experiments.report.twins import twins_sentence
 
 
@@ -227,7 +231,12 @@ def interval_sentences(run: RunView) -> list[str]:
 
     first = headline(run)
     auc_better = teacher_auc_better(run) if better is False else None
-    if better is False and auc_better:
+    lower = lower_unresolved(run)
+    if lower is not None:
+        first = (first[:-1] + " — with a teacher not resolved as better than the labels-only "
+                 f"student ({lower}), a gain here is not evidence of its knowledge reaching the "
+                 "student.")
+    elif better is False and auc_better:
         first = (first[:-1] + " — with a teacher no better than the labels-only student on NE "
                  "but better on AUC, a gain may come from its ranking or representations, "
                  "not from better probabilities.")
@@ -248,15 +257,16 @@ def interval_sentences(run: RunView) -> list[str]:
             verb = f"raises NE by {ci(-r['delta_ne'], -r['delta_ne_hi'], -r['delta_ne_lo'])}"
         tr = ratio_ci(r["transfer_ratio"], r["tr_lo"], r["tr_hi"])
         second = (f"Plain KD {verb} against the labels-only baseline (TR {tr}), "
-                  f"{_gain(r, 'KD', better, auc_better)}.")
+                  f"{_gain(r, 'KD', better, auc_better, lower)}.")
     return [first, second, *robustness_sentence(run)]
 
 
 def _gain(r: pd.Series, who: str, teacher_better: bool | None = None,
-          auc_better: bool | None = None) -> str:
+          auc_better: bool | None = None, lower: str | None = None) -> str:
     """The clause on ``r``'s ΔNE verdict; a KD gain reads as the teacher's knowledge reaching
     the student only when the teacher is better than the baseline (``teacher_better``); a
-    teacher worse on NE but better on AUC (``auc_better``) may still pass on its ranking."""
+    teacher worse on NE but better on AUC (``auc_better``) may still pass on its ranking; one
+    whose NE is lower, its interval holding 0 (``lower``: the difference), is not resolved."""
     agree = _agree(r, "worlds_agree_delta_ne")
     family = r.get("gain_family", "")
     tag = (" after Holm's adjustment" if family == PRIMARY else
@@ -265,6 +275,10 @@ def _gain(r: pd.Series, who: str, teacher_better: bool | None = None,
         tail = ""
         if who == "KD" and teacher_better:
             tail = ", so the teacher's knowledge reaches the student"
+        elif who == "KD" and lower:  # lower NE, interval holding 0 (teacher_diag.lower_unresolved)
+            tail = (", but the teacher is not resolved as better than the labels-only student "
+                    f"({lower}), so the gain is not evidence of its knowledge reaching the "
+                    "student (the soft targets may regularize)")
         elif who == "KD" and teacher_better is False and auc_better:
             tail = (", though the teacher is no better than the labels-only student on NE (it "
                     "is on AUC): the gain may be its ranking reaching the student, or the soft "

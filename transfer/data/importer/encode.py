@@ -10,6 +10,7 @@ import pandas as pd
 from gemkd.transfer.errors import DataError
 
 OTHER = "other"
+ALL = "all"  # a single-domain dataset's one domain; every metric's all-domains row beside others
 MAX_DOMAINS = np.iinfo(np.int16).max
 
 
@@ -110,6 +111,12 @@ def domain_table(uniq: pd.Index, counts: np.ndarray, min_share: float, prefix: s
     domains = [nm for _, nm in kept]
     if len(kept) < len(order) or counts[0]:
         domains.append(OTHER)
+    if ALL in domains and len(domains) > 1:
+        renamed = ["d_" + d if d != OTHER else d for d in domains]
+        raise DataError(f"{where}: a value names the domain {ALL!r} beside others {domains}, "
+                        f"but {ALL!r} is reserved for every metric's all-domains row (a run "
+                        "would refuse the dataset); set 'domain.prefix', e.g. prefix: \"d_\" "
+                        f"names them {renamed}")
     return table, domains
 
 

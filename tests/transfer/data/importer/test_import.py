@@ -277,3 +277,30 @@ def test_same_name_in_two_folders_is_two_tables(tmp_path):
     LOG.to_csv(tmp_path / "day2" / "a.csv.gz", index=False)
     with pytest.raises(DataError, match="both day2/a.csv and day2/a.csv.gz match"):
         find_files(tmp_path, ("*/*.csv", "*/*.csv.gz"), set())
+
+
+def test_a_domain_named_all_beside_others_is_refused_until_prefixed(tmp_path, capsys):
+    """'all' is every metric's all-domains row: a log whose domain column holds the value 'all'
+    beside other values (a campaign 'all' next to 'men' and 'women') made a dataset that every
+    run then refused; the import says so, naming the fix, and the prefixed mapping imports."""
+    log = LOG.assign(surface=LOG["surface"].replace({"feed": "all"}))
+    src, mapping = setup(tmp_path, MAPPING, log)
+    out = tmp_path / "out"
+    assert main(["data", "import", "--src", str(src), "--mapping", str(mapping), "--out",
+                 str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"error: {mapping}: key 'domain' (column 'surface')") and "\n" not in err
+    assert "['all', 'other']" in err and "'domain.prefix'" in err and "['d_all', 'other']" in err
+    assert not out.exists()
+    prefixed = copy.deepcopy(MAPPING)
+    prefixed["domain"]["prefix"] = "d_"
+    src, mapping = setup(tmp_path, prefixed, log)
+    schema, _ = run(capsys, src, mapping, out)
+    assert schema.domains == ["d_all", "other"]
+
+
+def test_a_single_domain_named_all_is_kept(tmp_path, capsys):
+    """One domain whose value is 'all' is the all-domains row itself: not refused."""
+    src, mapping = setup(tmp_path, MAPPING, LOG.assign(surface="all"))
+    schema, _ = run(capsys, src, mapping, tmp_path / "out")
+    assert schema.domains == ["all"]
