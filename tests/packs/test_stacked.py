@@ -1,6 +1,7 @@
-"""A built-in student's stacked forward (a pack's K members in one set of ops): member k's
-outputs and gradients are those of its stacked forward alone (K = 1), bit for bit, and they
-mirror the student's own forward; a student whose class changed ``forward`` is not stacked."""
+"""A built-in student's stacked forward (a pack's K members in one set of ops, registered by
+class in transfer/packs): member k's outputs and gradients are those of its stacked forward
+alone (K = 1), bit for bit, and they mirror the student's own forward; a student whose class
+changed ``forward`` is not stacked."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import torch
 from gemkd.students import MLPStudent, build_student
 from gemkd.transfer.packs import stacked
 from gemkd.transfer.packs.pack import stacked_forward
+from gemkd.transfer.packs.stacked_students import register_stacked
 from tests.teachers.helpers import SEQUENCE, batch_from_lengths, random_batch, tiny_schema
 
 K = 3
@@ -46,8 +48,14 @@ def _stack(members, k=None):
             .requires_grad_() for n in names}
 
 
+def _forward(model):
+    forward = stacked_forward(model)
+    assert forward is not None
+    return forward
+
+
 def _run(model, params, batch, features, weights):
-    out = model.forward_stacked(params, batch, features)
+    out = _forward(model)(params, batch, features)
     loss = (out.logits * weights[:out.logits.shape[0]]).sum() \
         + out.embedding.square().sum() * 0.01
     loss.backward()
@@ -140,5 +148,30 @@ def test_a_batch_without_histories_stacks():
     batch = random_batch(schema, b=4, seed=1, long_len=0)
     empty = batch_from_lengths(schema, torch.zeros(4, dtype=torch.long), seed=2)
     for b in (batch, empty):
-        out = members[0].forward_stacked(_stack(members), b)
+        out = _forward(members[0])(_stack(members), b)
         assert out.logits.shape == (K, 4, 3) and torch.isfinite(out.logits).all()
+
+
+def test_every_builtin_student_has_a_stacked_forward_and_no_twin_of_its_own():
+    """The stacking lives with the packs: the students write one forward each."""
+    from gemkd.students import BUILTIN_STUDENTS, StudentBase
+    from gemkd.transfer.plugins import resolve_class
+
+    schema = tiny_schema()
+    for name in BUILTIN_STUDENTS:
+        model = build_student({"class_path": name, "init_args": {}}, schema, None)
+        assert stacked_forward(model) is not None, name
+        cls = resolve_class(BUILTIN_STUDENTS[name], "student", BUILTIN_STUDENTS,
+                            torch.nn.Module, "")
+        assert not [n for n in dir(cls) if "stacked" in n], name
+    public = [n for n, v in vars(StudentBase).items()
+              if not n.startswith("_") and (callable(v) or isinstance(v, property))]
+    assert len(public) <= 15, public
+
+
+def test_a_stacked_forward_is_registered_for_a_class_that_defines_forward():
+    class NoForward(MLPStudent):
+        pass
+
+    with pytest.raises(TypeError, match="NoForward does not define forward"):
+        register_stacked(NoForward, lambda s, p, b, f=None: None)
