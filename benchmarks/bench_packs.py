@@ -37,6 +37,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from benchmarks.common import (
     add_common_args,
@@ -183,7 +184,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 #: the built-in students at the quickstart's sizes (embedding 8, 20 events, hidden [64, 32])
-FORWARD_STUDENTS = {
+FORWARD_STUDENTS: dict[str, dict[str, object]] = {
     "mlp": {"hidden": [64, 32]},
     "dcn": {"hidden": [64, 32], "n_cross": 2},
     "seq_pool": {"hidden": [64, 32]},
@@ -267,11 +268,11 @@ def _modules(runs: list, k: int) -> list:
     return modules
 
 
-def _vmap_student(pack: object) -> None:
+def _vmap_student(pack: Any) -> None:
     """Switch a built batched pack to vmap over ``functional_call`` of the student's forward
     (what a student without a stacked forward gets)."""
-    pack._stacked, pack._student, pack._shared_features = None, {}, False  # type: ignore
-    pack._stacked_step = False  # type: ignore[attr-defined]
+    pack._stacked, pack._student, pack._shared_features = None, {}, False
+    pack._stacked_step = False
 
 
 def _under_vmap(fn: Callable[[], object]) -> Callable[[], object]:
