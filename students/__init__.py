@@ -3,7 +3,7 @@
 A student is any ``torch.nn.Module`` whose ``forward(batch, features=None)`` returns a
 ``StudentOutput``; the built-ins share :class:`StudentBase`, a user's own need not. A pack of a
 student's runs vmaps that one forward; the built-ins' packs run the stacked forwards registered
-here instead (:mod:`gemkd.transfer.packs.stacked_students`: they pay over vmap).
+here instead (:mod:`gemkd.transfer.packs.stacked_students`: faster for a run alone).
 """
 
 from gemkd.students.dcn import DCNStudent

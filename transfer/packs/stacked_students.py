@@ -3,13 +3,15 @@
 Why here and not on the student: a student writes one ``forward``. A pack runs any student's
 K members under ``torch.func.vmap`` over ``functional_call`` of that forward; for the built-in
 students a hand-stacked forward (:mod:`gemkd.transfer.packs.stacked`'s batched matmuls and
-embedding bags) pays over vmap (``python -m benchmarks.bench_packs --forwards``,
-docs/notes/2026-12-06-one-forward.md), so it lives with the packs and is looked up by the
-student's class (:func:`register_stacked`, :func:`stacked_forward`). The students register
-theirs (``gemkd.students``): transfer does not import the model packages, so the functions
-here read a student through the attributes :class:`StudentLayout` names (those of
-``gemkd.students.StudentBase``) and mirror its ``forward`` op for op. Each member's slice is
-computed as its own, so a member's numbers do not depend on K (``tests/packs/test_stacked.py``).
+embedding bags) is faster than vmap for a run alone (a pack of one; ``python -m
+benchmarks.bench_packs --forwards``, docs/notes/2026-12-06-one-forward.md), so it lives with
+the packs and is looked up by the student's class (:func:`register_stacked`,
+:func:`stacked_forward`), one choice per class whatever K (the two differ in the last bits).
+The students register theirs (``gemkd.students``): transfer does not import the model
+packages, so the functions here read a student through the attributes :class:`StudentLayout`
+names (those of ``gemkd.students.StudentBase``) and mirror its ``forward`` op for op. Each
+member's slice is computed as its own, so a member's numbers do not depend on K
+(``tests/packs/test_stacked.py``).
 """
 
 from __future__ import annotations
