@@ -13,8 +13,12 @@ member's epoch (``PackedDistill`` with K = 1) against ``benchmarks/bare.py``'s b
 Exact packs (each member's own ops, as Lightning's run alone; up to K = 16) and batched ones
 (the default: the student stacked, the methods vmapped, a run alone being a batched pack of one)
 are both timed against one Lightning run per pass; ``--vmap`` also times each batched pack with
-the student's hand-stacked ``forward_stacked`` switched off, so ``torch.func.vmap`` runs its
+the student's registered stacked forward switched off, so ``torch.func.vmap`` runs its
 ``forward`` (what a user's student without one gets): whether the hand-stacked forwards pay;
+``--forwards N`` times, for each built-in student (mlp, dcn, seq_pool) and each pack size, N
+training steps of a batched pack (batches in memory, labels-only) with the student's registered
+stacked forward against ``torch.func.vmap`` over ``functional_call`` of its one ``forward``
+(``forwards_<student><K>`` figures; docs/notes/2026-12-06-one-forward.md);
 ``--adapter-pack`` K times the kd_aux_adapter variant against labels-only, each in a batched
 pack of K, after building a tiny teacher's store.
 The floor's bare loop keeps the recipe's weight average, as the packs do.
@@ -33,6 +37,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from benchmarks.common import (
     add_common_args,
@@ -91,7 +96,10 @@ def main(argv: list[str] | None = None) -> int:
                         "dense_adamw adds batched packs of each size with it (named "
                         "batched<K>_<optimiser>), timed in the same rounds")
     p.add_argument("--vmap", action="store_true", help="also time every batched pack with the "
-                   "student under torch.func.vmap instead of its forward_stacked (vmap<K>)")
+                   "student under torch.func.vmap instead of its stacked forward (vmap<K>)")
+    p.add_argument("--forwards", type=int, default=0, help="training steps of the per-student "
+                   "timing of vmap against the stacked forward (0: skip; see the module doc)")
+    p.add_argument("--only-forwards", action="store_true", help="time only --forwards")
     args = p.parse_args(argv)
     apply_common_args(p, args)
     quiet_lightning()
@@ -103,6 +111,15 @@ def main(argv: list[str] | None = None) -> int:
                                                                            (12, 14))
     with tempfile.TemporaryDirectory() as tmp:
         data = _world(preset, Path(tmp) / "data")
+        if args.forwards:
+            forwards = _forward_figures(data, days, eval_days, sizes, args.forwards,
+                                        args.repeats)
+            if args.only_forwards:
+                print(f"bench_packs --forwards {args.forwards} on the {preset} world, "
+                      f"repeats {args.repeats}:")
+                print_figures(forwards)
+                write_json(args.json, {"quick": args.quick, "figures": forwards})
+                return 0
         base = _runs(data, days, eval_days, max(sizes))
         fns: dict[str, Callable[[], object]] = {"alone": functools.partial(execute, base[0])}
         for k in sizes:
@@ -126,7 +143,8 @@ def main(argv: list[str] | None = None) -> int:
                                  args.threads or 1, Path(tmp)) if args.adapter_pack else None)
         print(f"(measured in {time.perf_counter() - t0:.0f} s)")
     alone = 1 / med["alone"]
-    figures = [figure("pack: one run alone, students/s", alone, "students/s",
+    figures = forwards if args.forwards else []
+    figures += [figure("pack: one run alone, students/s", alone, "students/s",
                       note="execute: build, Lightning epoch, evaluation")]
     for k in sizes:
         for mode, name in (("exact", f"pack{k}"), ("batched", f"batched{k}")):
@@ -137,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
             figures.append(figure(f"pack {mode}: K={k} / one run per pass", rate / alone, "x",
                                   target=">= 6" if k == 16 and mode == "batched" else None))
         if f"vmap{k}" in med:
-            figures.append(figure(f"pack batched: K={k}, vmap / forward_stacked seconds",
+            figures.append(figure(f"pack batched: K={k}, vmap / stacked forward seconds",
                                   med[f"vmap{k}"] / med[f"batched{k}"], "x",
                                   note="the student under torch.func.vmap against its "
                                        "hand-stacked forward, methods stacked in both"))
@@ -165,8 +183,100 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+#: the built-in students at the quickstart's sizes (embedding 8, 20 events, hidden [64, 32])
+FORWARD_STUDENTS: dict[str, dict[str, object]] = {
+    "mlp": {"hidden": [64, 32]},
+    "dcn": {"hidden": [64, 32], "n_cross": 2},
+    "seq_pool": {"hidden": [64, 32]},
+}
+
+
+def _forward_figures(data: Path, days: tuple[int, int], eval_days: tuple[int, int],
+                     sizes: list[int], steps: int, repeats: int) -> list[dict]:
+    """For each built-in student and pack size K: median seconds of ``steps`` training steps
+    of a batched pack of K labels-only members under vmap over those through the student's
+    stacked forward (one interleaved run over the same in-memory batches; each candidate is
+    built once and trains on across rounds)."""
+    import dataclasses
+
+    from gemkd.experiments.run.student import StudentJob, student_datamodule
+    from gemkd.experiments.spec.load import spec_from_mapping
+    from gemkd.transfer.io import fs
+    from gemkd.transfer.packs.pack import PackedDistill
+
+    base = _runs(data, days, eval_days, max(sizes))
+    runs = {}
+    for name, init in FORWARD_STUDENTS.items():
+        spec = spec_from_mapping({
+            "name": "bench_forwards", "seeds": [0], "data": {"source": "synthetic"},
+            "teacher_days": days[0], "student_days": list(days), "eval_days": list(eval_days),
+            "student": {"class_path": name, "init_args": {"embedding_dim": 8, "max_seq_len": 20,
+                                                          **init}},
+            "student_tasks": TASKS, "variants": ["baseline"], "batch_size": 256, "lr": 0.01,
+            "ema_decay": 0.98})
+        runs[name] = [dataclasses.replace(r, spec=spec) for r in base]
+    r = runs["mlp"][0]
+    job = StudentJob(r.spec.variant("baseline"), dict(r.params), r.seed, r.train_days,
+                     r.eval_days, r.trained_until_day)
+    dm = student_datamodule(r.spec, job, fs.as_where(r.data), _modules(runs["mlp"], 1)[0].model)
+    batches = [b for _, b in zip(range(steps), dm.train_dataloader(), strict=False)]
+
+    def steps_of(members: list, vmapped: bool) -> Callable[[], object]:
+        pack = PackedDistill(members, [0.98] * len(members), batched=True)
+        if vmapped:
+            _vmap_student(pack)
+        assert (pack._stacked is None) == vmapped
+
+        def fit() -> None:
+            for batch in batches:
+                pack.train_step(batch)
+        return fit
+
+    fns: dict[str, Callable[[], object]] = {}
+    for name in FORWARD_STUDENTS:
+        for k in sizes:
+            fns[f"{name}{k}_stacked"] = steps_of(_modules(runs[name], k), False)
+            fns[f"{name}{k}_vmap"] = steps_of(_modules(runs[name], k), True)
+    times = interleaved_times(fns, repeats=repeats, warmup=1, rotate=True)
+    med = {n: statistics.median(v) for n, v in times.items()}
+    out = []
+    for name in FORWARD_STUDENTS:
+        for k in sizes:
+            out.append(figure(f"forwards {name}: K={k}, vmap / stacked seconds",
+                              med[f"{name}{k}_vmap"] / med[f"{name}{k}_stacked"], "x",
+                              note=f"{len(batches)} training steps of a batched pack, batch "
+                                   f"256, labels-only; stacked "
+                                   f"{med[f'{name}{k}_stacked']:.2f} s"))
+    return out
+
+
+def _modules(runs: list, k: int) -> list:
+    """The first ``k`` runs' training modules, each built (seeded) as its run builds it."""
+    import lightning.pytorch as pl
+
+    from gemkd.experiments.run.jobs import _inputs
+    from gemkd.experiments.run.student import StudentJob, build_module
+    from gemkd.transfer.io import fs
+
+    modules = []
+    for r in runs[:k]:
+        job = StudentJob(r.spec.variant("baseline"), dict(r.params), r.seed, r.train_days,
+                         r.eval_days, r.trained_until_day)
+        pl.seed_everything(r.seed, verbose=False)
+        module, _ = build_module(r.spec, job, fs.as_where(r.data), _inputs(r), dict(r.base_rates))
+        modules.append(module)
+    return modules
+
+
+def _vmap_student(pack: Any) -> None:
+    """Switch a built batched pack to vmap over ``functional_call`` of the student's forward
+    (what a student without a stacked forward gets)."""
+    pack._stacked, pack._student, pack._shared_features = None, {}, False
+    pack._stacked_step = False
+
+
 def _under_vmap(fn: Callable[[], object]) -> Callable[[], object]:
-    """``fn`` with every student's ``forward_stacked`` ignored: the pack vmaps its forward."""
+    """``fn`` with every student's stacked forward ignored: the pack vmaps its forward."""
     from unittest import mock
 
     def call() -> object:

@@ -6,7 +6,6 @@ bounded-degree feature crosses for ``O(D²)`` parameters per layer (Wang et al.,
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 import torch
@@ -18,7 +17,6 @@ from gemkd.transfer.data.batch import Batch
 from gemkd.transfer.data.schema import DatasetSchema
 from gemkd.transfer.errors import ConfigError
 from gemkd.transfer.models import StudentOutput
-from gemkd.transfer.packs import stacked
 
 
 class CrossLayer(nn.Module):
@@ -68,14 +66,3 @@ class DCNStudent(StudentBase):
         for layer in self.cross:
             x = layer(x0, x)
         return self.output(torch.cat([x, self.deep(x0)], dim=1))
-
-    def forward_stacked(self, params: Mapping[str, Tensor], batch: Batch,
-                        features: Tensor | None = None) -> StudentOutput:
-        """:meth:`forward` for K stacked copies (a pack's members; ``params`` ``[K, ...]``)."""
-        x0 = self.stacked_add_repr(params, self.stacked_flat_input(params, batch), features)
-        x = x0
-        for i in range(len(self.cross)):
-            x = x0 * stacked.linear(x, params[f"cross.{i}.linear.weight"],
-                                    params[f"cross.{i}.linear.bias"]) + x
-        deep = stacked.mlp(params, "deep", x0, len(self.hidden))
-        return self.stacked_output(params, torch.cat([x, deep], dim=2))

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 from torch import Tensor, nn
@@ -13,7 +12,6 @@ from gemkd.transfer.data.batch import Batch
 from gemkd.transfer.data.schema import DatasetSchema
 from gemkd.transfer.errors import ConfigError
 from gemkd.transfer.models import StudentOutput
-from gemkd.transfer.packs import stacked
 
 
 @BUILTIN_STUDENTS.register("mlp")
@@ -45,9 +43,3 @@ class MLPStudent(StudentBase):
     def forward(self, batch: Batch, features: Tensor | None = None) -> StudentOutput:
         x = self.add_repr(self.flat_input(batch), features)
         return self.output(self.mlp(x))
-
-    def forward_stacked(self, params: Mapping[str, Tensor], batch: Batch,
-                        features: Tensor | None = None) -> StudentOutput:
-        """:meth:`forward` for K stacked copies (a pack's members; ``params`` ``[K, ...]``)."""
-        x = self.stacked_add_repr(params, self.stacked_flat_input(params, batch), features)
-        return self.stacked_output(params, stacked.mlp(params, "mlp", x, len(self.hidden)))

@@ -6,7 +6,6 @@ query says which of it matters for *this* ad — the cheapest sequence signal a 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 import torch
@@ -19,7 +18,6 @@ from gemkd.transfer.data.schema import DatasetSchema
 from gemkd.transfer.errors import ConfigError
 from gemkd.transfer.models import StudentOutput
 from gemkd.transfer.ops import jagged_target_attention
-from gemkd.transfer.packs import stacked
 
 
 @BUILTIN_STUDENTS.register("seq_pool")
@@ -78,16 +76,3 @@ class SeqPoolStudent(StudentBase):
         attended = jagged_target_attention(q, events, events, offsets)
         x = torch.cat([self.flat_input(batch, (events, offsets)), attended], dim=1)
         return self.output(self.mlp(self.add_repr(x, features)))
-
-    def forward_stacked(self, params: Mapping[str, Tensor], batch: Batch,
-                        features: Tensor | None = None) -> StudentOutput:
-        """:meth:`forward` for K stacked copies (a pack's members; ``params`` ``[K, ...]``)."""
-        self.check_batch(batch)
-        events, offsets = self.stacked_history(params, batch)
-        q = stacked.linear(self.stacked_embed_feature(params, batch, self.query_feature),
-                           params["query.weight"], params["query.bias"])
-        attended = stacked.target_attention(q, events, offsets)
-        x = torch.cat([self.stacked_flat_input(params, batch, (events, offsets)), attended],
-                      dim=2)
-        x = self.stacked_add_repr(params, x, features)
-        return self.stacked_output(params, stacked.mlp(params, "mlp", x, len(self.hidden)))

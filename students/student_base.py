@@ -15,7 +15,7 @@ takes the schema's first field, if any).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import cast
 
 import torch
@@ -27,7 +27,6 @@ from gemkd.transfer.errors import ConfigError
 from gemkd.transfer.layers import HashedEmbedding, default_shared_tables
 from gemkd.transfer.models import StudentOutput
 from gemkd.transfer.ops import keep_last, segment_mean
-from gemkd.transfer.packs import stacked
 
 
 def _subset(kind: str, wanted: list[str], available: list[str]) -> list[str]:
@@ -244,144 +243,3 @@ class StudentBase(nn.Module):
         if self.head is None:
             raise RuntimeError(f"{type(self).__name__}: call init_head() in __init__")
         return StudentOutput(logits=self.head(embedding), embedding=embedding)
-
-    # ---- the same blocks for K stacked copies (a pack: forward_stacked) -----------------
-    # ``p`` maps this module's parameter names to ``[K, ...]`` tensors; activations are
-    # ``[K, B, ...]`` and each member's slice is computed as its own (gemkd.transfer.packs.
-    # stacked). A subclass's ``forward_stacked`` mirrors its ``forward`` with them.
-    def _stacked_lookup(self, p: Mapping[str, Tensor], key: str, table: nn.Embedding,
-                        ids: Tensor) -> Tensor:
-        """``[K, ..., d]``: the hashed rows ``ids`` of every member's copy of ``table``."""
-        return stacked.lookup(torch.remainder(ids, table.num_embeddings), p[f"{key}.weight"],
-                              table.sparse)
-
-    def _stacked_seq_table(self, name: str) -> tuple[str, nn.Embedding]:
-        """The parameter prefix and table of sequence field ``name`` (a shared one's
-        feature table)."""
-        if name in self.shared:
-            return (f"tables.{self.shared[name]}",
-                    cast(nn.Embedding, self.tables[self.shared[name]]))
-        return f"seq_tables.{name}", cast(nn.Embedding, self.seq_tables[name])
-
-    def stacked_embed_feature(self, p: Mapping[str, Tensor], batch: Batch, name: str) -> Tensor:
-        """``[K, B, d]``: :meth:`embed_feature` for every member."""
-        col = batch.categorical[:, self.cat_cols[self.features.index(name)]]
-        return self._stacked_lookup(p, f"tables.{name}", cast(nn.Embedding, self.tables[name]),
-                                    col)
-
-    def stacked_history(self, p: Mapping[str, Tensor], batch: Batch) -> tuple[Tensor, Tensor]:
-        """``(events [K, N', d], offsets [B+1])``: :meth:`history` for every member."""
-        if not self.sequence:
-            events, offsets = self._no_history(batch)
-            k = next(iter(p.values())).shape[0]
-            return events.unsqueeze(0).expand(k, *events.shape), offsets
-        index, offsets, _ = keep_last(batch.seq_offsets, self.max_seq_len, batch.seq_max_len)
-        total: Tensor | None = None
-        for name in self.sequence:
-            ids = batch.seq_values[name]
-            if index is not None:
-                ids = ids.index_select(0, index)
-            rows = self._stacked_lookup(p, *self._stacked_seq_table(name), ids)
-            total = rows if total is None else total + rows
-        assert total is not None
-        return total, offsets
-
-    def _stacked_embeddings(self, p: Mapping[str, Tensor], batch: Batch,
-                            pool_history: bool) -> tuple[list[Tensor], Tensor | None]:
-        """Every chosen feature's rows ``[K, B, d]`` (in ``self.tables`` order) and, with
-        ``pool_history``, the mean-pooled history ``[K, B, d]``. A table's uses go through one
-        embedding bag (a feature's id a bag of one beside the history's bags of a field that
-        shares the table), so its gradient is one tensor, written once: the tables are most of
-        the step's memory traffic at K members."""
-        b = batch.categorical.shape[0]
-        history: dict[str, Tensor] = {}
-        offsets = batch.seq_offsets
-        if pool_history and self.sequence:
-            index, offsets, _ = keep_last(batch.seq_offsets, self.max_seq_len,
-                                          batch.seq_max_len)
-            for name in self.sequence:
-                ids = batch.seq_values[name]
-                history[name] = ids if index is None else ids.index_select(0, index)
-        pooled: dict[str, Tensor] = {}
-        rows: dict[str, Tensor] = {}
-        single: dict[str, Tensor] = {}  # looked up together, in one autograd node
-        cols = batch.categorical.index_select(1, self.cat_index) if self.features else None
-        for j, name in enumerate(self.tables):
-            assert cols is not None
-            table = cast(nn.Embedding, self.tables[name])
-            ids = torch.remainder(cols[:, j], table.num_embeddings)
-            fields = [f for f in history if self.shared.get(f) == name]
-            if not fields:
-                single[name] = ids
-                continue
-            bag_ids, bag_offsets, start = [ids], [torch.arange(b + 1, device=ids.device)], b
-            for f in fields:
-                bag_ids.append(torch.remainder(history[f], table.num_embeddings))
-                bag_offsets.append(offsets[1:] + start)
-                start += history[f].shape[0]
-            out = stacked.bag_mean(torch.cat(bag_ids), p[f"tables.{name}.weight"],
-                                   torch.cat(bag_offsets), table.sparse)
-            rows[name] = out[:, :b]
-            for i, f in enumerate(fields):
-                pooled[f] = out[:, b * (i + 1):b * (i + 2)]
-        found = stacked.lookups(list(single.values()),
-                                [p[f"tables.{name}.weight"] for name in single],
-                                any(cast(nn.Embedding, self.tables[n]).sparse for n in single))
-        rows.update(zip(single, found, strict=True))
-        for f in history:
-            if f not in pooled:
-                key, table = self._stacked_seq_table(f)
-                pooled[f] = stacked.bag_mean(torch.remainder(history[f], table.num_embeddings),
-                                             p[f"{key}.weight"], offsets, table.sparse)
-        total: Tensor | None = None
-        for f in self.sequence if pool_history else []:
-            total = pooled[f] if total is None else total + pooled[f]
-        return [rows[name] for name in self.tables], total
-
-    def stacked_flat_input(self, p: Mapping[str, Tensor], batch: Batch,
-                           history: tuple[Tensor, Tensor] | None = None) -> Tensor:
-        """``[K, B, input_dim]``: :meth:`flat_input` for every member."""
-        self.check_batch(batch)
-        k = next(iter(p.values())).shape[0]
-        b = batch.categorical.shape[0]
-        parts = []
-        rows, pooled = self._stacked_embeddings(p, batch, pool_history=history is None)
-        if rows:
-            parts.append(torch.cat(rows, dim=2))
-        if self.domain_table is not None:
-            parts.append(self._stacked_lookup(p, "domain_table", self.domain_table,
-                                              batch.domain))
-        if self.sequence:
-            if history is not None:
-                pooled = stacked.segment_mean(*history)
-            assert pooled is not None
-            parts.append(pooled)
-        if self.n_dense:
-            dense = self.dense_input(batch)  # no parameters: every member's
-            parts.append(dense.unsqueeze(0).expand(k, *dense.shape))
-        if not parts:
-            return batch.dense.new_zeros(k, b, 0)
-        return torch.cat(parts, dim=2)
-
-    def stacked_add_repr(self, p: Mapping[str, Tensor], x: Tensor,
-                         features: Tensor | None) -> Tensor:
-        """:meth:`add_repr` for every member (``features`` ``[B, F]`` or ``[K, B, F]``)."""
-        if features is None:
-            return x
-        if self.repr_proj is None or self.repr_norm is None:
-            raise ValueError(f"{type(self).__name__}: representation features given but "
-                             "repr_dim is 0 (set init_args.repr_dim to their width)")
-        if features.shape[-1] != self.repr_dim or features.shape[-2] != x.shape[1]:
-            raise ValueError(f"{type(self).__name__}: representation features have shape "
-                             f"{tuple(features.shape)}, expected [..., {x.shape[1]}, "
-                             f"{self.repr_dim}]")
-        normed = stacked.layer_norm(features.to(x.dtype), p["repr_norm.weight"],
-                                    p["repr_norm.bias"], self.repr_norm.eps)
-        return x + stacked.linear(normed, p["repr_proj.weight"], p["repr_proj.bias"])
-
-    def stacked_output(self, p: Mapping[str, Tensor], embedding: Tensor) -> StudentOutput:
-        """:meth:`output` for every member: logits ``[K, B, n_tasks]``."""
-        if self.head is None:
-            raise RuntimeError(f"{type(self).__name__}: call init_head() in __init__")
-        return StudentOutput(logits=stacked.linear(embedding, p["head.weight"], p["head.bias"]),
-                             embedding=embedding)

@@ -105,16 +105,6 @@ class OptionalHooks(Protocol):
         and ``param_share`` refuses the student."""
         return {}
 
-    def forward_stacked(self, params: Mapping[str, torch.Tensor], batch: Any,
-                        features: torch.Tensor | None = None) -> StudentOutput:
-        """A student's forward for K stacked copies of itself: ``params`` maps each of its
-        parameter (and buffer) names to a ``[K, ...]`` tensor, ``features`` is ``[B, F]``
-        (every member's) or ``[K, B, F]``; the output's tensors are ``[K, B, ...]``, member k's
-        slice its own forward's (:mod:`gemkd.transfer.packs.stacked`). A pack of runs trains
-        the members through it in one set of ops per step. Default: a pack runs the student's
-        ``forward`` under ``torch.func.vmap`` (the same numbers, several times the cost)."""
-        raise NotImplementedError
-
 
 #: The names :func:`optional_hook` looks up
 HOOKS = frozenset(name for name in vars(OptionalHooks) if not name.startswith("_"))

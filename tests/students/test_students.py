@@ -262,3 +262,25 @@ def test_students_import_only_transfer():
             for m in mods:
                 top = m.split(".")[1] if m.startswith("gemkd.") else m.split(".")[0]
                 assert top not in {"teachers", "adapters", "experiments"}, (path, m)
+
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _public(cls: type) -> list[str]:
+    return [n for n, v in vars(cls).items()
+            if not n.startswith("_") and (callable(v) or isinstance(v, property))]
+
+
+def test_a_student_writes_one_forward():
+    """No stacked twins: StudentBase keeps at most 15 public methods, each named in the custom
+    student guide, and a built-in defines forward and __init__ only (a pack's stacked forward
+    lives in transfer/packs)."""
+    public = _public(StudentBase)
+    assert 10 <= len(public) <= 15, public
+    assert not [n for n in dir(StudentBase) if "stacked" in n]
+    guide = (ROOT / "docs" / "guides" / "custom_student.md").read_text()
+    assert not [n for n in public if f"`{n}" not in guide]
+    for cls in CLASSES.values():
+        assert [n for n in _public(cls) if n != "forward"] == [], cls
+        assert not [n for n in dir(cls) if "stacked" in n], cls

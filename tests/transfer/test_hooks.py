@@ -55,7 +55,7 @@ class WrapsClasses(Plain):
 
 def test_the_hooks_are_the_protocols_members():
     assert HOOKS == {"from_config", "init_output_bias", "fsdp_units", "fsdp_wrap_modules",
-                     "embedding_tables", "forward_stacked"}
+                     "embedding_tables"}
     assert all(getattr(OptionalHooks, name).__doc__ for name in HOOKS)
 
 

@@ -14,21 +14,21 @@ Two ways to run the members' steps (``batched``):
   backward over the sum of the losses (each member's gradient is its own: the sum passes it
   exactly 1), torch's foreach AdamW and StreamEMA's update. Every op is the one a Lightning run
   alone calls, so each member's losses, weights and evaluation equal that run's bit for bit.
-* ``True`` (batched): the members' parameters stacked ``[K, ...]``. A student that implements
-  ``forward_stacked`` (the built-ins: :mod:`gemkd.transfer.packs.stacked`) runs its K copies
-  natively, one kernel per op; the methods' hooks and losses (and any other student's whole
-  step) run once under ``torch.func.vmap`` over ``functional_call`` of the first member (the
-  template). Knobs the members differ in (KD's α and T, the auxiliary head's β: any float
-  attribute that differs) enter the vmapped part as per-member float64 0-dim tensors; the
+* ``True`` (batched): the members' parameters stacked ``[K, ...]``. A student with a stacked
+  forward registered for its class (the built-ins: :mod:`gemkd.transfer.packs.stacked_students`)
+  runs its K copies natively, one kernel per op; the methods' hooks and losses (and any other
+  student's whole step) run once under ``torch.func.vmap`` over ``functional_call`` of the first
+  member (the template). Knobs the members differ in (KD's α and T, the auxiliary head's β: any
+  float attribute that differs) enter the vmapped part as per-member float64 0-dim tensors; the
   methods cast them to the loss's dtype where they weight a loss, as torch casts a Python float.
   The optimiser is torch's fused AdamW kernel and the average a lerp, each per member. On the
   CPU every member's slice is computed as its own call (batched matmuls, per-member optimiser
   and average calls, index ops that accumulate a member's column in its own row order), so a
   member's numbers do not depend on K or on the other members: a member of a pack of K equals
   the same run in a pack of one bit for bit (losses, weights, evaluation; every built-in
-  variant, ``tests/experiments/run/test_packs.py``). They differ from the exact mode's in the last
-  bits (another kernel per op, and training grows those bits), so the experiments define a run
-  alone as a batched pack of one (:func:`gemkd.experiments.run.packs.run_alone`).
+  variant, ``tests/experiments/run/test_packs.py``). They differ from the exact mode's in the
+  last bits (another kernel per op, and training grows those bits), so the experiments define a
+  run alone as a batched pack of one (:func:`gemkd.experiments.run.packs.run_alone`).
 
 The loop is written by hand, not Lightning's: Lightning's per-step hook dispatch is a cost the
 pack removes, and a Trainer drives one module's optimisers. A run today is not checkpointed
@@ -172,8 +172,8 @@ class PackedDistill:
         template = self._template
         forward = stacked_forward(template.model) if self.batched else None
         if self.batched and forward is None:
-            log.info("%s has no forward_stacked of its own: its pack of %d runs the student "
-                     "under torch.func.vmap (the same numbers, several times the cost)",
+            log.info("%s has no stacked forward registered: its pack of %d runs the student's "
+                     "forward under torch.func.vmap (the same numbers to rounding, slower)",
                      type(template.model).__name__, self.k)
         own = ("model.",)
         if forward is None or any(p.startswith(own) for p, _ in self.knobs) \
@@ -228,7 +228,7 @@ class PackedDistill:
     def _stacked_call(self, name: str, args: tuple) -> Any:
         """``template.name(*args)`` once for every member: the members' stacked parameters,
         buffers and ``[K, 1, 1]`` knobs swapped into the template (no vmap; its modules and
-        methods take them: ``forward_stacked``, ``TransferMethod.stacks``)."""
+        methods take them: a registered stacked forward, ``TransferMethod.stacks``)."""
         names = self._names
         state = {a: t for n, t in self.params.items() for a in names[n]}
         state.update({a: t for n, t in self.buffers.items() for a in names[n]})
@@ -247,8 +247,8 @@ class PackedDistill:
         """Every member's student output ``[K, B, ...]`` through the stacked forward."""
         out = self._stacked(self._student, batch, self._features(batch))
         if not isinstance(out, StudentOutput):
-            raise TypeError(f"{type(self._call.module.model).__name__}.forward_stacked must "
-                            f"return a StudentOutput, got {type(out).__name__}")
+            raise TypeError(f"the stacked forward of {type(self._call.module.model).__name__} "
+                            f"must return a StudentOutput, got {type(out).__name__}")
         return out
 
     def targets(self, batch: Batch) -> TeacherTargets | None:

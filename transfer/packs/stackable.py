@@ -1,34 +1,15 @@
-"""Whether a pack's step can run stacked, once for every member without vmap: the student's
-own ``forward_stacked`` (:func:`stacked_forward`) and methods whose step hooks take stacked
+"""Whether a pack's step can run stacked, once for every member without vmap: a stacked forward
+registered for the student's class (:func:`stacked_forward`, from
+:mod:`~gemkd.transfer.packs.stacked_students`) and methods whose step hooks take stacked
 tensors (:func:`method_stacks`); otherwise :class:`~gemkd.transfer.packs.pack.PackedDistill`
 runs that part under ``torch.func.vmap``."""
 
 from __future__ import annotations
 
-from typing import Any
-
-from torch import nn
-
 from gemkd.transfer.methods.base import TransferMethod
-from gemkd.transfer.models import optional_hook
+from gemkd.transfer.packs.stacked_students import stacked_forward
 
-
-def stacked_forward(student: nn.Module) -> Any:
-    """``student.forward_stacked`` when it mirrors the student's ``forward``, else None: the
-    class that defines ``forward_stacked`` must define ``forward`` too, and a subclass of it
-    may change ``__init__`` only (a user's subclass that overrides ``forward`` or a building
-    block it calls runs under vmap, not through a stacked forward that would ignore it)."""
-    hook = optional_hook(student, "forward_stacked")
-    if hook is None:
-        return None
-    mro = type(student).__mro__
-    owner = next(c for c in mro if "forward_stacked" in vars(c))
-    if "forward" not in vars(owner):
-        return None
-    for cls in mro[:mro.index(owner)]:
-        if any(callable(v) and name != "__init__" for name, v in vars(cls).items()):
-            return None
-    return hook
+__all__ = ["method_stacks", "stacked_forward"]
 
 
 #: The hooks of a step a stacked pack runs once for every member (``TransferMethod.stacks``)

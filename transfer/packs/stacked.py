@@ -2,8 +2,8 @@
 
 Why: a pack's members share every batch; under ``torch.func.vmap`` each op of a tiny student
 pays the transform's wrapping, batching rule and copies, several times the op's own cost at
-batch 256 on the CPU. A student that implements ``forward_stacked``
-(:class:`gemkd.transfer.models.OptionalHooks`) runs its layers on parameters with a leading
+batch 256 on the CPU. A student with a stacked forward registered for its class
+(:mod:`gemkd.transfer.packs.stacked_students`) runs its layers on parameters with a leading
 member dimension ``K`` through these functions instead: ``[K, B, ...]`` activations, one kernel
 per op for all members, and every use of an embedding table in one gather or embedding bag over
 the table's flat ``[K·R, d]`` view (the tables are most of a step's memory traffic).

@@ -21,6 +21,7 @@ from gemkd.experiments.spec.load import spec_from_mapping
 from gemkd.experiments.spec.run_spec import BUILTIN_VARIANTS
 from gemkd.students import StudentOutput
 from gemkd.students.mlp_student import MLPStudent
+from gemkd.transfer.packs import stacked_students
 
 TASKS = ["click", "conversion"]
 RATES = {"click": 0.06, "conversion": 0.004}
@@ -233,14 +234,14 @@ def test_every_variant_packs_to_its_runs_alone(final_runs, variant, batched, tab
     # a run alone: a batched pack of one (batched), Lightning's loop (exact)
     alone = [run_alone(r) if batched else execute(r) for r in alone_runs]
     calls: list[int] = []
-    stacked = MLPStudent.forward_stacked
+    stacked = stacked_students.mlp_student
 
-    def counted(self, params, batch, features=None):
+    def counted(student, params, batch, features=None):
         calls.append(next(iter(params.values())).shape[0])
-        return stacked(self, params, batch, features)
+        return stacked(student, params, batch, features)
 
     mp = pytest.MonkeyPatch()
-    mp.setattr(MLPStudent, "forward_stacked", counted)
+    mp.setitem(stacked_students._REGISTRY, MLPStudent, counted)
     try:
         with caplog.at_level(logging.INFO, logger="gemkd.experiments.run.packs"):
             packed = execute_pack(packed_runs, batched=batched)
@@ -280,7 +281,7 @@ def _pack(runs: list[StudentRun], batched: bool):
 @pytest.mark.slow
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_a_stacked_step_is_each_members_own_step(final_runs, variant):
-    """The stacked step (the student's forward_stacked, the methods' hooks once for all
+    """The stacked step (the student's stacked forward, the methods' hooks once for all
     members, the fused AdamW) computes each member's own step: its losses and weights equal
     the exact pack's (each member's own modules and ops) to rounding."""
     runs, _ = final_runs

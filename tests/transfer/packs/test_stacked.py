@@ -1,6 +1,7 @@
-"""A built-in student's stacked forward (a pack's K members in one set of ops): member k's
-outputs and gradients are those of its stacked forward alone (K = 1), bit for bit, and they
-mirror the student's own forward; a student whose class changed ``forward`` is not stacked."""
+"""A built-in student's stacked forward (a pack's K members in one set of ops, registered by
+class in transfer/packs): member k's outputs and gradients are those of its stacked forward
+alone (K = 1), bit for bit, and they mirror the student's own forward; a student whose class
+changed ``forward`` is not stacked."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import torch
 from gemkd.students import MLPStudent, build_student
 from gemkd.transfer.packs import stacked
 from gemkd.transfer.packs.pack import stacked_forward
+from gemkd.transfer.packs.stacked_students import register_stacked
 from tests.teachers.helpers import SEQUENCE, batch_from_lengths, random_batch, tiny_schema
 
 K = 3
@@ -46,8 +48,14 @@ def _stack(members, k=None):
             .requires_grad_() for n in names}
 
 
+def _forward(model):
+    forward = stacked_forward(model)
+    assert forward is not None
+    return forward
+
+
 def _run(model, params, batch, features, weights):
-    out = model.forward_stacked(params, batch, features)
+    out = _forward(model)(params, batch, features)
     loss = (out.logits * weights[:out.logits.shape[0]]).sum() \
         + out.embedding.square().sum() * 0.01
     loss.backward()
@@ -140,5 +148,51 @@ def test_a_batch_without_histories_stacks():
     batch = random_batch(schema, b=4, seed=1, long_len=0)
     empty = batch_from_lengths(schema, torch.zeros(4, dtype=torch.long), seed=2)
     for b in (batch, empty):
-        out = members[0].forward_stacked(_stack(members), b)
+        out = _forward(members[0])(_stack(members), b)
         assert out.logits.shape == (K, 4, 3) and torch.isfinite(out.logits).all()
+
+
+def test_every_builtin_student_has_a_registered_stacked_forward():
+    schema = tiny_schema()
+    for name in STUDENTS:
+        model = build_student({"class_path": name.removesuffix("_all_fields"),
+                               "init_args": {}}, schema, None)
+        assert stacked_forward(model) is not None, name
+
+
+def test_a_stacked_forward_is_registered_for_a_class_that_defines_forward():
+    class NoForward(MLPStudent):
+        pass
+
+    with pytest.raises(TypeError, match="NoForward does not define forward"):
+        register_stacked(NoForward, lambda s, p, b, f=None: None)
+
+
+@pytest.mark.parametrize("name", list(STUDENTS))
+def test_vmap_over_the_one_forward_gives_the_stacked_forwards_numbers(name):
+    """What a pack runs for a student without a stacked forward (or a subclass that changed
+    forward): ``vmap`` over ``functional_call`` of the student's forward; the registered
+    stacked forward gives the same outputs and gradients to rounding."""
+    from torch.func import functional_call, vmap
+
+    schema = tiny_schema()
+    members = _members(name, schema)
+    batch = batch_from_lengths(schema, torch.tensor([0, 3, 40, 0, 7, 25, 1, 60]), seed=3)
+    weights = torch.randn(K, len(batch), 3, generator=torch.Generator().manual_seed(4))
+    params = _stack(members)
+    stacked_out = _run(members[0], params, batch, None, weights)
+    mapped = {n: p.detach().clone().requires_grad_() for n, p in params.items()}
+
+    def one(p):
+        out = functional_call(members[0], p, (batch,))
+        return out.logits, out.embedding
+
+    logits, embedding = vmap(one)(mapped)
+    ((logits * weights).sum() + embedding.square().sum() * 0.01).backward()
+    torch.testing.assert_close(logits, stacked_out.logits.detach(), rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(embedding, stacked_out.embedding.detach(), rtol=1e-5, atol=1e-6)
+    for n, p in params.items():
+        if p.grad is None:
+            assert mapped[n].grad is None or not mapped[n].grad.any(), n
+            continue
+        torch.testing.assert_close(mapped[n].grad, p.grad, rtol=1e-4, atol=1e-6, msg=n)
