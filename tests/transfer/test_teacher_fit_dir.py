@@ -13,7 +13,7 @@ import yaml
 
 from gemkd.transfer.teacher_fit_dir import TeacherFitDir
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 OWNER = "transfer/teacher_fit_dir.py"
 #: the sources that must reach a teacher fit's files through the owner
 SOURCES = ("transfer", "teachers", "students", "adapters", "experiments", "gemkd", "benchmarks",
