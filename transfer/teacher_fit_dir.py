@@ -17,7 +17,8 @@ writes, under ROOT::
 Most of these files are written by the Lightning callbacks of transfer/training, the rest by
 experiments (the fit, its export, the run's cache and curve, the report), so the owner sits
 below both, in transfer, and no other module spells a name
-(``tests/transfer/test_teacher_fit_dir.py`` checks). It imports neither torch nor Lightning: the command line names its files in help texts.
+(``tests/transfer/test_teacher_fit_dir.py`` checks). It imports neither torch nor Lightning:
+the command line names its files in help texts.
 """
 
 from __future__ import annotations
