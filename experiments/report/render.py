@@ -197,11 +197,15 @@ def _sources(run: RunView) -> list[str]:
         parts.append(f"{r['variant']} learned from a teacher of NE "
                      f"{pm(r['ne_source_mean'], r['ne_source_std'])}")
         if r["ne_source_mean"] > gem_ne:
-            worse.append(str(r["variant"]))
+            worse.append(f"{r['variant']} (+{r['ne_source_mean'] - gem_ne:.4f})")
     out = [f"Teachers on the same data: GEM {pm(gem_ne, gem_sd)}; " + "; ".join(parts) + "."]
     if worse:
-        out.append(f"**{', '.join(worse)}'s teacher is worse than GEM** on these evaluation days: "
-                   "it passes on less than GEM knows. A domain FM fine-tuned from GEM "
+        # two teachers' NEs on the same users: a point estimate, which the report gives no
+        # interval, so the sentence states the gap rather than a verdict
+        out.append(f"**The teacher of {', '.join(worse)} scores a higher NE than GEM's** on these "
+                   "evaluation days (a point estimate on the same users, without an interval): "
+                   "where the gap is real, it passes on less than GEM knows. A domain FM "
+                   "fine-tuned from GEM "
                    "(`hierarchical: {init_from: gem}`) trains GEM's days again, as a further "
                    "epoch would, and over-fits where GEM's own fit kept its first epoch; a "
                    "from-scratch domain FM (`hierarchical: {config: domain_fm}`) or fewer "
