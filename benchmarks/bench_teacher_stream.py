@@ -119,11 +119,11 @@ def candidate_config(overrides: dict[str, Any], config: str = "small") -> Teache
 def shipped_config(spec: Path = SPEC) -> TeacherTrainConfig:
     """The streaming teacher ``spec`` trains (its ``teacher:`` config and overrides, as
     ``gemkd run`` builds it), on day 0: the ``after`` recipe."""
-    from gemkd.experiments.run.teacher_steps import teacher_config
+    from gemkd.experiments.run.preflight import plan_run
     from gemkd.experiments.spec.load import load_spec
 
     loaded = load_spec(spec)
-    return one_day_of(teacher_config(loaded, 0, loaded.teacher))
+    return one_day_of(plan_run(loaded).teachers[0])
 
 
 def parse_candidate(text: str) -> tuple[str, dict[str, Any]]:

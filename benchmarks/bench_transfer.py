@@ -76,6 +76,7 @@ from benchmarks.common import (
 from benchmarks.transfer_figures import SEPARATE, figures
 from gemkd.experiments.run.codes_step import build_codes
 from gemkd.experiments.run.data_sources import prepare_data
+from gemkd.experiments.run.preflight import plan_run
 from gemkd.experiments.run.student import (
     Inputs,
     StudentJob,
@@ -131,8 +132,8 @@ def build_inputs(spec: RunSpec, cache: Path, teacher_steps: int) -> tuple[Path, 
     data, data_key = prepare_data(spec, cache, log)
     which = TeacherSpec("tiny", overrides={"max_seq_len": spec.teacher.overrides.get("max_seq_len"),
                                            "max_steps": teacher_steps, "log_every_n_steps": 1})
-    run = cached_fit(teacher_config(spec, 0, which), data, data_key, cache,
-                            log)
+    run = cached_fit(teacher_config(spec, 0, which, plan_run(spec).val_days), data, data_key,
+                     cache, log)
     store = cached_export(best_or_last(run), data, spec.repr.layer or "trunk", cache, log)
     codes = build_codes(store, spec.teacher_window(0),
                               dataclasses.replace(spec.repr, epochs=1), spec.seeds[0], cache, log)

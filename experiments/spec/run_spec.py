@@ -205,44 +205,11 @@ class RunSpec:
     def teacher_window(self, lag: int) -> tuple[int, int]:
         """The half-open window of recent days of a lag-``lag`` teacher (DESIGN §6.1):
         ``teacher_window_days`` ending at ``teacher_days - lag`` (all days before it when the
-        window is unset). The window protocol's teacher learns from it (its last
-        ``teacher_val_days`` days choose the epoch); under both protocols the lag's domain FMs
-        and LoopFM codes are fit on it."""
+        window is unset). The window protocol's teacher learns from it (its last validation days,
+        :attr:`gemkd.experiments.run.plan.RunPlan.val_days`, choose the epoch); under both
+        protocols the lag's domain FMs and LoopFM codes are fit on it."""
         end = self.teacher_days - lag
         return (0 if self.teacher_window_days is None else end - self.teacher_window_days), end
-
-    def teacher_seen(self, lag: int) -> tuple[int, int]:
-        """The half-open days the lag-``lag`` teacher has trained on: its window, or under
-        streaming every day from ``teacher_stream_start`` to ``teacher_days - lag`` (the
-        checkpoint of the day before)."""
-        first, end = self.teacher_window(lag)
-        if self.teacher_protocol == "streaming":
-            return self.teacher_stream_start, end
-        return first, end - self.val_days()
-
-    def val_days(self) -> int:
-        """The validation days each lag's window holds out: ``teacher_val_days``, or where it
-        is null 1 when the teacher's config (with the spec's overrides) trains more than one
-        epoch and every lag's window has a day to spare, else 0 (a streaming or imported
-        teacher: 0)."""
-        if self.teacher_val_days is not None:
-            return self.teacher_val_days
-        if self.teacher_protocol == "streaming" or self.teacher.store is not None:
-            return 0
-        if self.teacher_epochs() <= 1:
-            return 0
-        windows = [self.teacher_window(lag) for lag in self.lags]
-        return 1 if all(end - first >= 2 for first, end in windows) else 0
-
-    def teacher_epochs(self) -> int:
-        """``max_epochs`` of the teacher's config as the spec overrides it."""
-        from gemkd.experiments.teacher_config import find_config
-        from gemkd.transfer.config import load_yaml
-
-        if "max_epochs" in self.teacher.overrides:
-            return int(self.teacher.overrides["max_epochs"])
-        path = find_config(self.teacher.config, "teachers", self.source_dir)
-        return int(load_yaml(path).get("max_epochs", 1))
 
     @property
     def worlds(self) -> list[int | None]:

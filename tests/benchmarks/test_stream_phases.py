@@ -21,7 +21,7 @@ from benchmarks.bench_teacher_stream import (
     shipped_config,
 )
 from benchmarks.stream_phases import PHASES, PhaseTimer
-from gemkd.experiments.run.teacher_steps import teacher_config
+from gemkd.experiments.run.preflight import plan_run
 from gemkd.experiments.spec.load import load_spec
 from gemkd.experiments.teacher_config import load_teacher_config
 from gemkd.experiments.teacher_fit import fit_teacher
@@ -65,7 +65,7 @@ def test_candidates_parse_and_apply():
 
 def test_after_is_the_benchmark_specs_streaming_teacher_and_before_the_old_code():
     spec = load_spec(ROOT / "experiments" / "benchmark.yaml")
-    shipped = teacher_config(spec, 0, spec.teacher)
+    shipped = plan_run(spec).teachers[0]
     after = shipped_config()
     assert shipped.stream and after.stream
     assert dataclasses.replace(after, train_days=shipped.train_days) == shipped

@@ -10,6 +10,7 @@ import shutil
 import pandas as pd
 import pytest
 
+from gemkd.experiments.run.preflight import plan_run
 from gemkd.experiments.run_cells import find_cells, teacher_fits
 from gemkd.experiments.run_dir import LAYOUT_VERSION, RunDir
 from studies.adapter_probe import main
@@ -42,7 +43,7 @@ def probe(run):
 
 def test_cells_found_from_the_cache(run):
     rd = RunDir(run)
-    cells = find_cells(rd, rd.run_spec())
+    cells = find_cells(rd, plan_run(rd.run_spec()).seen)
     assert [(c.world, c.lag, c.trained_until_day) for c in cells] == [(0, 0, 3), (0, 2, 1)]
     assert all(c.data.is_dir() and c.stores["gem"].is_dir() for c in cells)
 

@@ -14,6 +14,7 @@ import yaml
 from scipy import stats
 
 from gemkd.experiments.results_schema import RESULT_COLUMNS
+from gemkd.experiments.run.preflight import plan_run
 from gemkd.experiments.spec.load import load_spec
 from gemkd.transfer.errors import ConfigError
 from studies.scaling_points import check_student_rows, read_point, teacher_share
@@ -74,7 +75,7 @@ def test_shipped_config_grows_only_the_teacher():
     assert cfg.teacher_days[-1] >= 16 * cfg.teacher_days[0]
     specs = {d: load_spec(cfg.base, cfg.point_sets(d)) for d in cfg.teacher_days}
     for d, spec in specs.items():
-        assert spec.teacher_seen(0) == (cfg.end - d, cfg.end)
+        assert plan_run(spec).seen[0] == (cfg.end - d, cfg.end)
         assert spec.teacher_window(0) == (cfg.end - min(d, cfg.window_cap), cfg.end)
         assert spec.lags == [0]
     first = specs[cfg.teacher_days[0]]
@@ -106,7 +107,7 @@ def test_shipped_config_teacher_is_at_least_d_times_the_student_on_average(tmp_p
                           [first.student_domain] if first.student_domain else None)
         assert 0 < student < rows_in(tmp_path / f"w{world}", day_range(first.student_days))
         for d, spec in specs.items():
-            ratios[d].append(rows_in(tmp_path / f"w{world}", spec.teacher_seen(0)) / student)
+            ratios[d].append(rows_in(tmp_path / f"w{world}", plan_run(spec).seen[0]) / student)
     for d, r in ratios.items():
         assert np.mean(r) >= d, (d, r)
         assert r == pytest.approx([d * x for x in ratios[1]])  # d days of the same traffic

@@ -57,8 +57,7 @@ def test_what_is_in_effect_is_not_suggested_and_the_fm_coupling_is_named(tmp_pat
 def test_the_suggested_configs_pass_the_check_that_one_alone_fails():
     """What the line says is what the run's own check needs: the teacher alone changed fails
     before training, with hierarchical.config changed too it passes."""
-    from gemkd.experiments.run.preflight import check_warm_start
-    from gemkd.experiments.run.teacher_steps import teacher_config
+    from gemkd.experiments.run.preflight import check_warm_start, plan_run
     from gemkd.experiments.spec.load import load_spec
     from gemkd.transfer.errors import ConfigError
 
@@ -67,8 +66,8 @@ def test_the_suggested_configs_pass_the_check_that_one_alone_fails():
 
     def check(sets: list[str]) -> None:
         spec = load_spec(template, sets)
-        check_warm_start(spec, teacher_config(spec, 0, spec.hierarchical),
-                         teacher_config(spec, 0, spec.teacher))
+        plan = plan_run(spec)
+        check_warm_start(spec, plan.domain_fms[0], plan.teachers[0])
 
     with pytest.raises(ConfigError, match="set hierarchical.config"):
         check(["teacher.config=tiny"])

@@ -15,6 +15,7 @@ import yaml
 
 from gemkd.experiments.cli import main
 from gemkd.experiments.run.domain_fm_step import PerDomainModels, fit_domain_fms
+from gemkd.experiments.run.preflight import plan_run
 from gemkd.experiments.run.results import RESULT_COLUMNS, derive
 from gemkd.experiments.run.teacher_steps import teacher_config
 from gemkd.experiments.spec import TeacherSpec, apply_sets, load_spec, parse_set
@@ -179,7 +180,8 @@ def test_domain_fm_is_trained_and_exported_per_domain(run):
     data = next((out / "cache").glob("data-*")) / "data"
     gem_store = next((out / "cache").glob("store-*")) / "store"
     cfg = teacher_config(spec, 0, TeacherSpec.from_mapping(
-        {"config": "domain_fm", "max_seq_len": 32, "max_steps": 5}, "test"))
+        {"config": "domain_fm", "max_seq_len": 32, "max_steps": 5}, "test"),
+        plan_run(spec).val_days)
     schema = DatasetSchema.load(data)
     counts = {d: 0 for d in schema.domains}
     for day in schema.days:

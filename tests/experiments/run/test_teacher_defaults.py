@@ -15,8 +15,8 @@ import pandas as pd
 import pytest
 import yaml
 
+from gemkd.experiments.run.preflight import plan_run
 from gemkd.experiments.run.teacher_curve import fit_entry, summary_line
-from gemkd.experiments.run.teacher_steps import teacher_config
 from gemkd.experiments.run_dir import RunDir
 from gemkd.experiments.spec.load import spec_from_mapping
 
@@ -35,12 +35,13 @@ TEMPLATE = {"name": "mine", "teacher": {"config": "small"}, "teacher_days": 9,
 ])
 def test_a_config_of_several_epochs_holds_a_validation_day_out(keys, held, select):
     spec = spec_from_mapping({**TEMPLATE, **keys})
-    assert spec.val_days() == held
-    cfg = teacher_config(spec, 0, spec.teacher)
+    plan = plan_run(spec)
+    assert plan.val_days == held
+    cfg = plan.teachers[0]
     end = 9
     assert cfg.val_days == ([end - held, end] if held else None)
     assert cfg.train_days[1] == end - held and cfg.select == select
-    assert spec.teacher_seen(0)[1] == (end if keys.get("teacher_protocol") else end - held)
+    assert plan.seen[0][1] == (end if keys.get("teacher_protocol") else end - held)
     if held and "teacher_val_days" not in keys:
         assert cfg.patience == 1  # stops at the first worse epoch
 
