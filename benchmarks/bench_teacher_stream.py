@@ -128,16 +128,12 @@ def shipped_config(spec: Path = SPEC) -> TeacherTrainConfig:
 
 def parse_candidate(text: str) -> tuple[str, dict[str, Any]]:
     """``NAME:key=value,key=value`` (values parsed as YAML) → ``(NAME, {key: value})``."""
+    from gemkd.experiments.spec.load import parse_set
+
     name, sep, rest = text.partition(":")
     if not sep or not name:
-        raise ValueError(f"--candidate {text!r}: expected NAME:key=value[,key=value]")
-    out: dict[str, Any] = {}
-    for item in filter(None, rest.split(",")):
-        key, eq, value = item.partition("=")
-        if not eq:
-            raise ValueError(f"--candidate {text!r}: {item!r} is not key=value")
-        out[key.strip()] = yaml.safe_load(value)
-    return name, out
+        raise ConfigError(f"--candidate {text!r}: expected NAME:key=value[,key=value]")
+    return name, parse_set(filter(None, rest.split(",")), f"--candidate {text!r}:")
 
 
 def candidate(overrides: dict[str, Any]) -> Candidate:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -17,17 +18,33 @@ EXPERIMENTS = Path(__file__).resolve().parents[1]
 DEFAULT_SPEC = EXPERIMENTS / "quickstart.yaml"
 
 
-def parse_set(items: list[str]) -> dict[str, Any]:
-    """``["data.seed=7", "seeds=[1,2,3]"]`` → ``{"data.seed": 7, "seeds": [1, 2, 3]}``."""
+def split_item(item: str, what: str = "--set", form: str = "key=value") -> tuple[str, str]:
+    """``"a.b=[1, 2]"`` → ``("a.b", "[1, 2]")``; no ``=`` or an empty key is a ConfigError
+    naming the option ``what`` and the expected ``form``."""
+    key, sep, value = item.partition("=")
+    if not sep or not key:
+        raise ConfigError(f"{what} {item!r}: expected {form}")
+    return key, value
+
+
+def parse_set(items: Iterable[str], what: str = "--set", form: str = "key=value",
+              as_yaml: bool = True) -> dict[str, Any]:
+    """The one parser of ``key=value`` arguments: ``["data.seed=7", "seeds=[1,2,3]"]`` →
+    ``{"data.seed": 7, "seeds": [1, 2, 3]}``, each value read as YAML (``as_yaml``; else kept
+    as the string it is, which must not be empty). An error names the option ``what``, the
+    item and the expected ``form``."""
     out = {}
     for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise ConfigError(f"--set {item!r}: expected key=value")
+        key, value = split_item(item, what, form)
+        if not as_yaml:
+            if not value:
+                raise ConfigError(f"{what} {item!r}: expected {form}")
+            out[key] = value
+            continue
         try:
             out[key] = yaml.safe_load(value)
         except yaml.YAMLError:
-            raise ConfigError(f"--set {item!r}: value is not valid YAML") from None
+            raise ConfigError(f"{what} {item!r}: value is not valid YAML") from None
     return out
 
 
@@ -120,4 +137,4 @@ def _first_bad_set(values: dict[str, Any], overrides: dict[str, Any], sets: list
 
 def _item(sets: list[str], key: str) -> str:
     """The ``--set`` argument as the user wrote it for ``key``."""
-    return next((item for item in sets if item.partition("=")[0] == key), key)
+    return next((item for item in sets if split_item(item)[0] == key), key)

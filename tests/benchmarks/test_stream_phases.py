@@ -25,6 +25,7 @@ from gemkd.experiments.run.preflight import plan_run
 from gemkd.experiments.spec.load import load_spec
 from gemkd.experiments.teacher_config import load_teacher_config
 from gemkd.experiments.teacher_fit import fit_teacher
+from gemkd.transfer.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -59,7 +60,7 @@ def test_candidates_parse_and_apply():
     before = candidate_config(BEFORE)
     assert (before.batch_size, before.prefetch) == (512, 0)
     for bad in ("nocolon", ":lr=1", "x:lr"):
-        with pytest.raises(ValueError, match="--candidate"):
+        with pytest.raises(ConfigError, match="--candidate"):
             parse_candidate(bad)
 
 
