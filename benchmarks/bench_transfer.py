@@ -102,7 +102,7 @@ VARIANTS = ["baseline", "kd", "kd_aux", "kd_aux_adapter", "kd_repr", "full",
             "kd_aux_adapter" + SEPARATE]
 BARE = ["bare_memory", "bare_loader"]
 # tiny world at 3x its impressions: a student epoch of ~10k examples, long enough to time
-QUICK_SETS = ["data.preset=tiny", "data.examples_per_day=12000", "teacher_days=3",
+QUICK_SETS = ["data.preset=tiny", "data.overrides.examples_per_day=12000", "teacher_days=3",
               "student_days=[3,5]", "eval_days=[5,6]"]
 
 

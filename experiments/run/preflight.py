@@ -47,7 +47,7 @@ def check_spec(spec: RunSpec) -> RunPlan:
         Manifest.load(fs.as_where(spec.teacher.store))  # there, and a finished export
         if spec.teacher.overrides or len(spec.lags) > 1:
             raise ConfigError("spec teacher.store: an imported store is one fixed teacher; "
-                              "it takes no other teacher keys and no lag sweep")
+                              "it takes no teacher.overrides and no lag sweep")
         sharing = [v.name for v in spec.variants if "teacher_weights" in variant_needs(v)]
         if sharing:
             raise ConfigError(f"spec variants: {', '.join(sharing)} start the student from the "
@@ -75,8 +75,8 @@ def check_spec(spec: RunSpec) -> RunPlan:
     check_draws(spec)
     unknown = sorted(set(spec.tuning.knobs) - builtin - used)
     if unknown:
-        raise ConfigError(f"spec tuning: unknown key {unknown[0]!r}; this spec's variants tune: "
-                          f"{', '.join(sorted(used)) or 'nothing'}")
+        raise ConfigError(f"spec tuning.knobs: unknown knob {unknown[0]!r}; this spec's variants "
+                          f"tune: {', '.join(sorted(used)) or 'nothing'}")
     init_args = dict(spec.student.init_args)
     if any("codes" in variant_needs(v) for v in spec.variants):
         init_args["repr_dim"] = spec.repr.code_dim
@@ -85,18 +85,18 @@ def check_spec(spec: RunSpec) -> RunPlan:
 
 
 def check_warm_start(spec: RunSpec, fm, gem) -> None:
-    """``hierarchical.init_from: gem`` needs a GEM checkpoint (``gem`` None: an imported store
-    has none) of the same architecture as the FM config (else the weights cannot load, minutes
-    in)."""
+    """``hierarchical.overrides.init_from: gem`` needs a GEM checkpoint (``gem`` None: an
+    imported store has none) of the same architecture as the FM config (else the weights cannot
+    load, minutes in)."""
     if gem is None:
-        raise ConfigError("spec hierarchical.init_from: gem starts the domain FMs from the "
-                          "run's GEM checkpoint, and an imported teacher.store has none (give a "
-                          "checkpoint path, or leave init_from out)")
+        raise ConfigError("spec hierarchical.overrides.init_from: gem starts the domain FMs "
+                          "from the run's GEM checkpoint, and an imported teacher.store has "
+                          "none (give a checkpoint path, or leave init_from out)")
     if (fm.class_path, fm.model) != (gem.class_path, gem.model):
         keys = sorted(k for k in set(fm.model) | set(gem.model)
                       if fm.model.get(k) != gem.model.get(k))
-        raise ConfigError(f"spec hierarchical.init_from: gem needs the domain FM to be built as "
-                          f"the teacher is (config {spec.hierarchical.config!r} vs "
+        raise ConfigError(f"spec hierarchical.overrides.init_from: gem needs the domain FM to "
+                          f"be built as the teacher is (config {spec.hierarchical.config!r} vs "
                           f"{spec.teacher.config!r}: class {fm.class_path} vs {gem.class_path}"
                           f"{'; model keys ' + ', '.join(keys[:5]) if keys else ''} differ); "
                           f"set hierarchical.config to the teacher's config")

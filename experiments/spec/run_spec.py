@@ -1,15 +1,16 @@
 """The experiment spec as typed, nested dataclasses (one YAML file, DESIGN §6.1).
 
 Every section is a dataclass; :func:`gemkd.transfer.config.build_dataclass` is the one validator
-that builds them from YAML (unknown keys and wrong types are errors naming the key). Sections that
-point at another config (``data:``, ``teacher:``, ``hierarchical:``) keep their extra keys as
-``overrides`` of that config, checked against it by :mod:`gemkd.experiments.run.preflight` before
-any work starts. docs/reference/spec.md lists every key.
+that builds them from YAML (unknown keys and wrong types are errors naming the section and the
+key). Sections that point at another config (``data:``, ``teacher:``, ``hierarchical:``) take
+keys of that config under ``overrides:``, checked against it by
+:mod:`gemkd.experiments.run.preflight` before any work starts; ``tuning:`` takes knob ranges
+under ``knobs:``. docs/reference/spec.md lists every key.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -23,6 +24,8 @@ from gemkd.experiments.spec.sections import (
     SolarisSpec,
     TeacherSpec,
     TuningSpec,
+    as_mapping,
+    quiet,
 )
 from gemkd.experiments.spec.variants import (
     BUILTIN_VARIANTS,
@@ -131,19 +134,19 @@ class RunSpec:
     bootstrap: BootstrapSpec = field(default_factory=BootstrapSpec)
     #: the report's primary family: the comparisons its verdicts and headline rest on, adjusted
     #: together (Holm, 5 %); left out: every variant vs kd and kd vs baseline
-    primary: PrimarySpec = field(default_factory=PrimarySpec)
+    primary: PrimarySpec = quiet(factory=PrimarySpec)
     #: repeat the search and final runs under perturbed numerics and mark the primary verdicts
     #: that flip as fragile (null perturb: no repeat)
-    robustness: RobustnessSpec = field(default_factory=RobustnessSpec)
+    robustness: RobustnessSpec = quiet(factory=RobustnessSpec)
     #: A/A twins: variant name -> how many copies to add (kd: 2 adds kd_twin1, kd_twin2, each
     #: with its own search draw); the report counts how many of them come out resolved
-    twins: dict[str, int] = field(default_factory=dict)
+    twins: dict[str, int] = quiet(factory=dict)
     #: the LoopFM codes of variants with repr
     repr: ReprSpec = field(default_factory=ReprSpec)
     #: the SOLARIS pair representations of variants with solaris
     solaris: SolarisSpec = field(default_factory=SolarisSpec)
     #: the domain FM of variants with teacher: domain_fm (a teacher config and overrides, e.g.
-    #: init_from: gem to start it from the lag's GEM)
+    #: overrides: {init_from: gem} to start it from the lag's GEM)
     hierarchical: TeacherSpec = field(default_factory=lambda: TeacherSpec("domain_fm"))
     #: the students' Lightning accelerator (small models: cpu); teachers take their config's
     accelerator: Accelerator = "cpu"
@@ -219,21 +222,10 @@ class RunSpec:
         return [v.name for v in self.variants]
 
     def to_dict(self) -> dict[str, Any]:
-        """The spec as its YAML mapping (what ``spec.yaml`` of a run holds)."""
-        out: dict[str, Any] = {}
-        for f in fields(self):
-            value = getattr(self, f.name)
-            if f.name == "variants":
-                value = {v.name: v.to_value() for v in value}
-            elif f.name in ("primary", "twins", "robustness"):
-                value = value.to_dict() if f.name != "twins" else dict(value)
-                if not value:
-                    continue  # unset: a spec.yaml (and inputs tag) as before these keys
-            elif hasattr(value, "to_dict"):
-                value = value.to_dict()
-            elif f.name in ("repr", "bootstrap"):
-                value = dict(vars(value))
-            out[f.name] = value
+        """The spec as its YAML mapping (what ``spec.yaml`` of a run holds), read from its
+        fields (:func:`~gemkd.experiments.spec.sections.as_mapping`)."""
+        out = as_mapping(self)
+        out["variants"] = {v.name: v.to_value() for v in self.variants}
         return out
 
 

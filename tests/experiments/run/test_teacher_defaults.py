@@ -26,7 +26,8 @@ TEMPLATE = {"name": "mine", "teacher": {"config": "small"}, "teacher_days": 9,
 
 @pytest.mark.parametrize("keys, held, select", [
     ({}, 1, "best"),  # small trains 2 epochs: one day chooses between them
-    ({"teacher": {"config": "small", "max_epochs": 1}}, 0, "last"),  # one pass (quickstart)
+    # one pass (quickstart)
+    ({"teacher": {"config": "small", "overrides": {"max_epochs": 1}}}, 0, "last"),
     ({"teacher": {"config": "tiny"}}, 0, "last"),  # tiny: max_epochs 1
     ({"teacher_val_days": 0}, 0, "last"),  # asked for: no validation
     ({"teacher_val_days": 2}, 2, "best"),
@@ -124,12 +125,12 @@ def test_readme_template_on_a_raw_id_log_keeps_the_best_epoch(tmp_path):
     spec = tmp_path / "spec.yaml"
     spec.write_text(yaml.safe_dump({
         "name": "mine", "seeds": [0],
-        "data": {"source": "import", "src": "log.csv", "mapping": "mapping.yaml"},
-        "teacher": {"config": "small", "max_seq_len": 20},  # README's template
+        "data": {"source": "import", "src": "log.csv", "overrides": {"mapping": "mapping.yaml"}},
+        "teacher": {"config": "small", "overrides": {"max_seq_len": 20}},  # README's template
         "teacher_days": 65, "teacher_window_days": 5,  # stray day 0 is outside the window
         "student_days": [65, 67], "eval_days": [67, 69], "student_tasks": ["engage", "buy"],
         "variants": ["baseline", "kd"], "batch_size": 128,
-        "tuning": {"kd_weight": [1.0], "temperature": [1.0], "lr": [0.01]}}))
+        "tuning": {"knobs": {"kd_weight": [1.0], "temperature": [1.0], "lr": [0.01]}}}))
     out = tmp_path / "out"
     assert gemkd_run(spec, out) == 0
     fits = RunDir(out).teacher_fit()

@@ -62,7 +62,7 @@ def _use(spec: RunSpec, name: str, member: object) -> object:
 @pytest.mark.parametrize("keys", [
     {},  # small: 2 epochs, so a held-out day depends on the config file
     {"teacher_protocol": "streaming", "teacher_lag_days": [0, 1]},
-    {"teacher": {"config": "tiny", "max_epochs": 3}, "teacher_window_days": 4},
+    {"teacher": {"config": "tiny", "overrides": {"max_epochs": 3}}, "teacher_window_days": 4},
 ])
 def test_no_property_or_method_of_the_spec_reads_a_file(monkeypatch, keys):
     spec = spec_from_mapping({"variants": ["baseline", "kd"], **keys})
