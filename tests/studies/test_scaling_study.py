@@ -175,10 +175,9 @@ def _fake_run(path: Path, days: int, student_rows: dict[int, int], gains: dict[s
     path.mkdir(parents=True)
     (path / "spec.yaml").write_text(yaml.safe_dump({
         "student_domain": "stories", "student_days": [16, 18], "eval_days": [18, 22],
-        "seeds": [0, 1], "data": {"preset": "base", "overrides": {"n_users": 800,
-                                                                  "examples_per_day": 12000,
-                                                                  "n_days": 22}},
-                                                    "tuning": {"trials": 4},
+        "seeds": [0, 1], "tuning": {"trials": 4}, "data": {
+            "preset": "base", "overrides": {"n_users": 800, "examples_per_day": 12000,
+                                            "n_days": 22}},
         "student": {"class_path": "mlp"}}))
     (path / "teacher_data.json").write_text(json.dumps({str(w): {"0": {
         "protocol": "streaming", "teacher_days": [16 - days, 16], "teacher_rows": days * 12000,

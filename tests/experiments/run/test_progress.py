@@ -25,9 +25,8 @@ def test_work_is_counted_up_front():
     assert runs == 2 * (2 + 3 * (2 * 3 + 2))
     shared = spec_from_mapping({**SPEC, "seeds": [0, 1], "teacher_lag_days": [0, 1],
                                 "variants": ["baseline", "kd", "kd_repr", "hierarchical"],
-                                "tuning": {"draws": "shared", "knobs": {"kd_weight": [0.5, 1.0,
-                                                                                      2.0],
-                                                                        "temperature": [1.0]}}})
+                                "tuning": {"draws": "shared", "knobs": {
+                                    "kd_weight": [0.5, 1.0, 2.0], "temperature": [1.0]}}})
     assert count_work(shared, makes_data=True)[0] == 2 * (2 + 3 * (3 + 2))  # one draw
     # data once; per lag teacher, store, domain FMs, codes
     assert steps == 1 + 2 * 4

@@ -92,3 +92,10 @@ def test_a_path_under_overrides_is_read_from_where_it_was_written(tmp_path, monk
                             "hierarchical.overrides={init_from: gem}"])
     assert spec.data.overrides["mapping"] == str(Path.cwd() / "m" / "x.yaml")
     assert spec.hierarchical.overrides == {"init_from": "gem"}  # a word, not a path
+
+
+def test_a_variants_keys_are_its_fields():
+    with pytest.raises(ConfigError) as e:
+        spec_from_mapping({"variants": {"mine": {"method": ["kd"]}}}, "my.yaml")
+    assert str(e.value).endswith("variant 'mine': unknown key 'method'; valid keys: methods, "
+                                 "teacher, twin_of (did you mean 'methods'?)")
