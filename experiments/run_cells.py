@@ -71,7 +71,7 @@ def _world_seed(config: dict[str, Any]) -> int:
 
 def find_cells(run: RunDir, seen: dict[int, tuple[int, int]]) -> list[Cell]:
     """Every finished GEM store of ``run`` of one of the lags of ``seen`` (lag → the days its
-    teacher trained on: :attr:`gemkd.experiments.run.plan.RunPlan.seen`), sorted by (world,
+    teacher trained on: :attr:`gemkd.experiments.run.spec_plan.RunPlan.seen`), sorted by (world,
     lag)."""
     worlds = {s.name: _world_seed(step_config(s)) for s in run.steps("data")}
     fms = {step_config(s)["gem_store"]: s / "store" for s in run.steps("domain_fm")}

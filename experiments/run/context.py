@@ -15,7 +15,7 @@ from typing import Any
 
 from gemkd.experiments.run.executors import Executor
 from gemkd.experiments.run.jobs import InputPaths, StudentRun
-from gemkd.experiments.run.plan import RunPlan
+from gemkd.experiments.run.spec_plan import RunPlan
 from gemkd.experiments.run_dir import RunDir
 from gemkd.experiments.spec.run_spec import RunSpec
 from gemkd.transfer.data.schema import day_range

@@ -6,7 +6,7 @@ from __future__ import annotations
 from gemkd.adapters.methods import BUILTIN_METHODS
 from gemkd.experiments.run.data_sources import data_plan
 from gemkd.experiments.run.methods import check_variant, method_class, search_space, variant_needs
-from gemkd.experiments.run.plan import RunPlan, held_out_days, needs_epochs, teacher_seen
+from gemkd.experiments.run.spec_plan import RunPlan, held_out_days, needs_epochs, teacher_seen
 from gemkd.experiments.run.teacher_steps import teacher_config, teacher_values
 from gemkd.experiments.run.tuning import check_draws
 from gemkd.experiments.spec.run_spec import PluginSpec, RunSpec

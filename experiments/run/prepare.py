@@ -24,10 +24,10 @@ from gemkd.experiments.run.context import RunContext
 from gemkd.experiments.run.data_sources import prepare_data
 from gemkd.experiments.run.executors import LocalProcesses, Serial
 from gemkd.experiments.run.inputs import lag_inputs
-from gemkd.experiments.run.plan import RunPlan
 from gemkd.experiments.run.positives import check_positives
 from gemkd.experiments.run.preflight import check_data, data_name, read_days
 from gemkd.experiments.run.progress import PlainLog, clock
+from gemkd.experiments.run.spec_plan import RunPlan
 from gemkd.experiments.run_dir import RunDir
 from gemkd.experiments.spec.run_spec import RunSpec
 

@@ -40,11 +40,11 @@ from gemkd.experiments.run.jobs import StudentRun
 from gemkd.experiments.run.kept_students import keep_students
 from gemkd.experiments.run.methods import variant_needs
 from gemkd.experiments.run.perturbed import copy_teacher_sums, finish, open_repeat, repeat_cell
-from gemkd.experiments.run.plan import RunPlan
 from gemkd.experiments.run.preflight import DataMismatch, check_spec
 from gemkd.experiments.run.prepare import fm_domains, prepare_worlds, world_steps
 from gemkd.experiments.run.progress import Progress, clock
 from gemkd.experiments.run.results import References, derive, rows_of
+from gemkd.experiments.run.spec_plan import RunPlan
 from gemkd.experiments.run.tracking import log_results, run_tracker
 from gemkd.experiments.run.tuning import planned_runs, tune_variants
 from gemkd.experiments.run.tuning_rows import TUNING_COLUMNS

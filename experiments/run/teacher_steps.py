@@ -24,7 +24,7 @@ def teacher_config(spec: RunSpec, lag: int, which: TeacherSpec, val_days: int
                    ) -> TeacherTrainConfig:
     """The teacher config ``which`` names, with its overrides, on the lag's window
     (:meth:`RunSpec.teacher_window`): training days, then the ``val_days`` validation days
-    (:attr:`gemkd.experiments.run.plan.RunPlan.val_days`)."""
+    (:attr:`gemkd.experiments.run.spec_plan.RunPlan.val_days`)."""
     base = teacher_values(spec, which)
     if spec.teacher_protocol == "streaming" and which is spec.teacher:
         return streaming_config(spec, base, which)

@@ -196,7 +196,7 @@ class RunSpec:
         """The half-open window of recent days of a lag-``lag`` teacher (DESIGN §6.1):
         ``teacher_window_days`` ending at ``teacher_days - lag`` (all days before it when the
         window is unset). The window protocol's teacher learns from it (its last validation days,
-        :attr:`gemkd.experiments.run.plan.RunPlan.val_days`, choose the epoch); under both
+        :attr:`gemkd.experiments.run.spec_plan.RunPlan.val_days`, choose the epoch); under both
         protocols the lag's domain FMs and LoopFM codes are fit on it."""
         end = self.teacher_days - lag
         return (0 if self.teacher_window_days is None else end - self.teacher_window_days), end
