@@ -301,7 +301,7 @@ def _adapter_cost(preset: str, days: tuple[int, int], eval_days: tuple[int, int]
     spec = {
         "name": "bench_packs_adapter", "seeds": [0], "data": {"source": "synthetic",
                                                               "preset": preset},
-        "teacher": {"config": "tiny", "max_seq_len": 32, "max_steps": 30},
+        "teacher": {"config": "tiny", "overrides": {"max_seq_len": 32, "max_steps": 30}},
         "teacher_days": days[0], "student_days": list(days), "eval_days": list(eval_days),
         "teacher_lag_days": 0, "student_tasks": TASKS, "variants": ["baseline", "kd_aux_adapter"],
         "student": {"class_path": "mlp", "init_args": {"embedding_dim": 8, "max_seq_len": 20,

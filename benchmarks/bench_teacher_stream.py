@@ -120,25 +120,21 @@ def candidate_config(overrides: dict[str, Any], config: str = "small") -> Teache
 def shipped_config(spec: Path = SPEC) -> TeacherTrainConfig:
     """The streaming teacher ``spec`` trains (its ``teacher:`` config and overrides, as
     ``gemkd run`` builds it), on day 0: the ``after`` recipe."""
-    from gemkd.experiments.run.teacher_steps import teacher_config
+    from gemkd.experiments.run.preflight import plan_run
     from gemkd.experiments.spec.load import load_spec
 
     loaded = load_spec(spec)
-    return one_day_of(teacher_config(loaded, 0, loaded.teacher))
+    return one_day_of(plan_run(loaded).teachers[0])
 
 
 def parse_candidate(text: str) -> tuple[str, dict[str, Any]]:
     """``NAME:key=value,key=value`` (values parsed as YAML) → ``(NAME, {key: value})``."""
+    from gemkd.experiments.spec.load import parse_set
+
     name, sep, rest = text.partition(":")
     if not sep or not name:
-        raise ValueError(f"--candidate {text!r}: expected NAME:key=value[,key=value]")
-    out: dict[str, Any] = {}
-    for item in filter(None, rest.split(",")):
-        key, eq, value = item.partition("=")
-        if not eq:
-            raise ValueError(f"--candidate {text!r}: {item!r} is not key=value")
-        out[key.strip()] = yaml.safe_load(value)
-    return name, out
+        raise ConfigError(f"--candidate {text!r}: expected NAME:key=value[,key=value]")
+    return name, parse_set(filter(None, rest.split(",")), f"--candidate {text!r}:")
 
 
 def candidate(overrides: dict[str, Any]) -> Candidate:

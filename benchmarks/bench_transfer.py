@@ -76,6 +76,7 @@ from benchmarks.common import (
 from benchmarks.transfer_figures import SEPARATE, figures
 from gemkd.experiments.run.codes_step import build_codes
 from gemkd.experiments.run.data_sources import prepare_data
+from gemkd.experiments.run.preflight import plan_run
 from gemkd.experiments.run.student import (
     Inputs,
     StudentJob,
@@ -101,7 +102,7 @@ VARIANTS = ["baseline", "kd", "kd_aux", "kd_aux_adapter", "kd_repr", "full",
             "kd_aux_adapter" + SEPARATE]
 BARE = ["bare_memory", "bare_loader"]
 # tiny world at 3x its impressions: a student epoch of ~10k examples, long enough to time
-QUICK_SETS = ["data.preset=tiny", "data.examples_per_day=12000", "teacher_days=3",
+QUICK_SETS = ["data.preset=tiny", "data.overrides.examples_per_day=12000", "teacher_days=3",
               "student_days=[3,5]", "eval_days=[5,6]"]
 
 
@@ -131,8 +132,8 @@ def build_inputs(spec: RunSpec, cache: Path, teacher_steps: int) -> tuple[Path, 
     data, data_key = prepare_data(spec, cache, log)
     which = TeacherSpec("tiny", overrides={"max_seq_len": spec.teacher.overrides.get("max_seq_len"),
                                            "max_steps": teacher_steps, "log_every_n_steps": 1})
-    run = cached_fit(teacher_config(spec, 0, which), data, data_key, cache,
-                            log)
+    run = cached_fit(teacher_config(spec, 0, which, plan_run(spec).val_days), data, data_key,
+                     cache, log)
     store = cached_export(TeacherFitDir(run).best_or_last(), data, spec.repr.layer or "trunk",
                           cache, log)
     codes = build_codes(store, spec.teacher_window(0),

@@ -16,7 +16,7 @@ Usage::
     python -m benchmarks.plan_validation sim [--runs 1000] [--samples 500]
     python -m benchmarks.plan_validation real --out /tmp/plan [--pilot-seeds 0,1,2]
         [--seeds 10] [--set KEY=VALUE ...] [--threads 1]
-    python -m benchmarks.plan_validation eval-days --out /tmp/plan --set data.n_days=16
+    python -m benchmarks.plan_validation eval-days --out /tmp/plan --set data.overrides.n_days=16
         [--days 12,14] [--more 12,16] [--seeds 0,1,2] [--set KEY=VALUE ...]
 """
 

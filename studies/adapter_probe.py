@@ -60,6 +60,7 @@ from gemkd.adapters.methods.student_adapter_method import Adapter
 from gemkd.experiments.report.results_md import PROBE_SOURCE
 from gemkd.experiments.run.jobs import InputPaths
 from gemkd.experiments.run.methods import search_space
+from gemkd.experiments.run.preflight import plan_run
 from gemkd.experiments.run.search import single_point
 from gemkd.experiments.run.student import StudentJob, student_datamodule, train_student
 from gemkd.experiments.run_dir import RunDir
@@ -329,7 +330,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     shutil.copyfile(run / RunDir.SPEC, out / RunDir.SPEC)  # bootstrap settings for the report
     tuning = run.tuning()
     seeds = args.seeds if args.seeds is not None else list(spec.seeds)
-    cells = [c for c in find_cells(run, spec)
+    cells = [c for c in find_cells(run, plan_run(spec).seen)
              if (args.worlds is None or c.world in args.worlds)
              and (args.lags is None or c.lag in args.lags)]
     done = read_records(out)

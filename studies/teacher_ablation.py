@@ -45,11 +45,13 @@ from gemkd.experiments.run.evaluation import (
     has_oracle,
     oracle_logits,
 )
+from gemkd.experiments.spec.load import parse_set, split_item
 from gemkd.experiments.teacher.teacher_config import TeacherTrainConfig, load_teacher_config
 from gemkd.experiments.teacher.teacher_fit import fit_teacher
 from gemkd.transfer.config import load_dataclass
 from gemkd.transfer.data.schema import DatasetSchema, day_range
 from gemkd.transfer.data.synth import SynthConfig, generate
+from gemkd.transfer.errors import ConfigError
 from gemkd.transfer.metrics.numerics import binary_entropy, logit
 from gemkd.transfer.options import ACCELERATORS
 from gemkd.transfer.training import training_base_rates
@@ -60,14 +62,11 @@ SAME_FEATURES = ("d", "max_history", "max_rows", "n_dense_tokens", "domain_token
 
 
 def parse_overrides(items: list[str] | None, what: str) -> dict[str, Any]:
-    """``["key=value", ...]`` → ``{key: YAML value}``."""
-    out: dict[str, Any] = {}
-    for item in items or []:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise SystemExit(f"error: {what} {item!r}: expected KEY=VALUE")
-        out[key] = yaml.safe_load(value)
-    return out
+    """``["key=value", ...]`` → ``{key: YAML value}`` (gemkd's one key=value parser)."""
+    try:
+        return parse_set(items or [], what, "KEY=VALUE")
+    except ConfigError as e:
+        raise SystemExit(f"error: {e}") from None
 
 
 def variant_config(variant: str, teacher: TeacherTrainConfig, mlp: TeacherTrainConfig,
@@ -207,7 +206,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         raise SystemExit("error: the teacher config needs val_days and test_days")
     tune = None
     if args.tune:
-        key, _, values = args.tune.partition("=")
+        try:
+            key, values = split_item(args.tune, "--tune", "KEY=V1,V2,...")
+        except ConfigError as e:
+            raise SystemExit(f"error: {e}") from None
         tune = (key, [yaml.safe_load(v) for v in values.split(",")])
     results: dict[str, list[dict]] = {v: [] for v in args.variants}
     chosen: dict[str, Any] = {}

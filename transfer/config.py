@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import collections.abc
 import dataclasses
+import difflib
 import inspect
 import types
 import typing
@@ -50,9 +51,7 @@ def build_dataclass(cls: type[T], values: dict[str, Any], source: str = "config"
     known = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
     unknown = sorted(set(values) - set(known))
     if unknown:
-        raise ConfigError(
-            f"{source}: unknown key {unknown[0]!r}; valid keys: {', '.join(sorted(known))}"
-        )
+        raise ConfigError(f"{source}: {unknown_key(unknown[0], known.values())}")
     hints = typing.get_type_hints(cls)
     checked = {}
     for key, value in values.items():
@@ -61,6 +60,22 @@ def build_dataclass(cls: type[T], values: dict[str, Any], source: str = "config"
         return cls(**checked)
     except ValueError as e:
         raise ConfigError(f"{source}: {e}") from None
+
+
+def unknown_key(key: str, known: collections.abc.Iterable[dataclasses.Field]) -> str:
+    """What an unknown ``key`` among the fields ``known`` is: the valid keys, the closest one
+    (did you mean), and where a field marked ``metadata={"open": "..."}`` takes keys of another
+    config, that it goes there."""
+    known = list(known)
+    names = sorted(f.name for f in known)
+    text = f"unknown key {key!r}; valid keys: {', '.join(names)}"
+    close = difflib.get_close_matches(key, names, n=1)
+    if close:
+        return f"{text} (did you mean {close[0]!r}?)"
+    opened = [f for f in known if f.metadata.get("open")]
+    if opened:
+        return f"{text} ({opened[0].metadata['open']} goes under {opened[0].name!r})"
+    return text
 
 
 def check_value(value: Any, hint: Any, where: str) -> Any:

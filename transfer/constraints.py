@@ -52,9 +52,19 @@ def int_at_least(low: int, message: str) -> Rule:
 
 
 def one_of(choices: Sequence[Any], message: str) -> Rule:
-    """A value among ``choices`` (a ``Literal``'s, for an instance built without the YAML
-    validator); ``message`` as :class:`Rule`'s."""
+    """A value among ``choices``; ``message`` as :class:`Rule`'s. A ``Literal`` field needs
+    none: its rule is derived from the type (:func:`literal_rule`)."""
     return Rule(lambda v: v in choices, message)
+
+
+@cache
+def literal_rule(kind: Any) -> Rule:
+    """The rule of a ``Literal`` type, read from it (``typing.get_args``), so its choices are
+    written once, as the type: an instance built without the YAML validator (which checks the
+    type itself) is refused with the key, the choices and the value."""
+    values = typing.get_args(kind)
+    listed = ", ".join(str(v) for v in values).replace("{", "{{").replace("}", "}}")
+    return Rule(lambda v: v in values, f"{{key}} must be one of {listed}, got {{value!r}}")
 
 
 def half_open(message: str, first: int | None = None) -> Rule:
@@ -70,10 +80,15 @@ def unique(message: str, nonempty: bool = True) -> Rule:
 
 
 def _rules_of(hint: Any) -> tuple[Rule, ...]:
-    """The rules of an ``Annotated`` hint, or of the ``Annotated`` arms of an optional one."""
-    if typing.get_origin(hint) is typing.Annotated:
-        return tuple(m for m in hint.__metadata__ if isinstance(m, Rule))
-    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+    """The rules of a hint: a ``Literal``'s own (:func:`literal_rule`), then an ``Annotated``
+    hint's, or those of the arms of an optional one."""
+    origin = typing.get_origin(hint)
+    if origin is typing.Literal:
+        return (literal_rule(hint),)
+    if origin is typing.Annotated:
+        return _rules_of(hint.__origin__) + tuple(m for m in hint.__metadata__
+                                                  if isinstance(m, Rule))
+    if origin in (typing.Union, types.UnionType):
         return tuple(r for arm in typing.get_args(hint) for r in _rules_of(arm))
     return ()
 

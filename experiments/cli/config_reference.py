@@ -17,9 +17,6 @@ import types
 import typing
 from typing import Any, Literal
 
-#: a section's field holding every key it does not name (its config's overrides)
-OVERRIDES = "overrides"
-
 
 def field_docs(cls: type) -> dict[str, str]:
     """Field name → its doc: the comment lines right above it and the comment on its line,
@@ -112,9 +109,6 @@ def key_table(cls: type, instance: Any, prefix: str, links: dict[type, str] | No
     rows = ["| key | type | default | meaning |", "|---|---|---|---|"]
     for f in dataclasses.fields(cls):
         doc = cell(docs.get(f.name, ""))
-        if f.name == OVERRIDES:
-            rows.append(f"| *any other key* | | | {doc} |")
-            continue
         hint = hints[f.name]
         kind = type_name(hint)
         if anchors and f.name in anchors:

@@ -155,8 +155,11 @@ def spec_page() -> str:
              "(`experiments/quickstart.yaml` is one); a key left out takes its default. "
              "`--set a.b.c=value` overrides a key at any depth (the value is YAML, e.g. "
              "`--set seeds=[1,2,3]`). Paths in the file are read from the file's folder; "
-             "paths given with `--set` from the working directory. Unknown keys, wrong types "
-             "and values outside a key's choices are errors naming the key.", "",
+             "paths given with `--set` from the working directory. Every section is closed: "
+             "unknown keys (with the closest known one), wrong types and values outside a "
+             "key's choices are errors naming the section and the key; keys of the config a "
+             "section points at go under its `overrides`, knob ranges under `tuning.knobs`.",
+             "",
              "## Top-level keys", "",
              *key_table(run_spec.RunSpec, spec, "", anchors={k: k for k in sections}), ""]
     for key, (cls, instance) in sections.items():

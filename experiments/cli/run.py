@@ -77,7 +77,7 @@ COMMANDS = (
             param=f"{LOAD_SPEC}.path"),
         Opt("--out", "run directory (default: runs/<spec name>); an s3:// URI works through a "
             "local working copy synced after every step"),
-        Opt("--set", "override a spec key, e.g. --set data.drift=0.5 --set seeds=[1,2,3]",
+        Opt("--set", "override a spec key, e.g. --set data.overrides.drift=0.5 --set seeds=[1,2,3]",
             many=True, metavar="KEY=VALUE", param=f"{LOAD_SPEC}.sets",
             convert=lambda sets: list(sets) or None),
         Opt("--threads", "torch CPU threads of this process's steps (default: torch's own "

@@ -6,19 +6,14 @@ from __future__ import annotations
 import argparse
 
 from gemkd.experiments.cli.declare import Command, Opt, arguments
-from gemkd.transfer.errors import ConfigError
 from gemkd.transfer.options import EMB_DTYPES
 
 
 def _mapping(items: list[str]) -> dict[str, str] | None:
     """``["click=p_click"]`` → ``{"click": "p_click"}``; none given: None (``logit_<task>``)."""
-    out = {}
-    for item in items:
-        task, sep, column = item.partition("=")
-        if not sep or not task or not column:
-            raise ConfigError(f"--logit-column {item!r}: expected TASK=COLUMN")
-        out[task] = column
-    return out or None
+    from gemkd.experiments.spec.load import parse_set
+
+    return parse_set(items, "--logit-column", "TASK=COLUMN", as_yaml=False) or None
 
 
 def _import(args: argparse.Namespace) -> None:

@@ -206,9 +206,9 @@ def _sources(run: RunView) -> list[str]:
                    "evaluation days (a point estimate on the same users, without an interval): "
                    "where the gap is real, it passes on less than GEM knows. A domain FM "
                    "fine-tuned from GEM "
-                   "(`hierarchical: {init_from: gem}`) trains GEM's days again, as a further "
-                   "epoch would, and over-fits where GEM's own fit kept its first epoch; a "
-                   "from-scratch domain FM (`hierarchical: {config: domain_fm}`) or fewer "
+                   "(`hierarchical: {overrides: {init_from: gem}}`) trains GEM's days again, as "
+                   "a further epoch would, and over-fits where GEM's own fit kept its first "
+                   "epoch; a from-scratch domain FM (`hierarchical: {config: domain_fm}`) or fewer "
                    "epochs at a lower `lr` may hold up better (docs/results/HIERARCHICAL.md).")
     return [" ".join(out), ""]
 

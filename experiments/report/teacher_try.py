@@ -4,9 +4,9 @@ not already do, read from the run as it ran (``teacher_fit.json``, else the cach
 
 A new user's report suggested a validation day with ``select: best`` and one epoch, both
 already in effect (epoch 1 of 2 kept on the validation day), then a smaller teacher config,
-which fails before training while the spec's ``hierarchical.init_from: gem`` starts the domain
-FM from GEM's weights of another build, unless ``hierarchical.config`` changes with it. So the
-sentence says what is in effect, suggests the rest, and names that coupling."""
+which fails before training while the spec's ``hierarchical.overrides.init_from: gem`` starts the
+domain FM from GEM's weights of another build, unless ``hierarchical.config`` changes with it. So
+the sentence says what is in effect, suggests the rest, and names that coupling."""
 
 from __future__ import annotations
 
@@ -73,20 +73,20 @@ def try_sentence(run: RunView, cached: Sequence[Any] = ()) -> str:
                          + (f" (epoch {', '.join(kept)} kept)" if kept else ""))
     elif several:
         tries.append("a validation day with early stopping (`teacher_val_days: 1` in the spec, "
-                     "with `select: best` and `patience: 1` in `teacher:`)")
+                     "with `select: best` and `patience: 1` in `teacher.overrides`)")
     if not several:
         in_effect.append("one epoch")
     elif not validated:
-        tries.append("one epoch (`teacher: {max_epochs: 1}`: a second pass over the same days "
-                     "can memorise ids)")
+        tries.append("one epoch (`teacher: {overrides: {max_epochs: 1}}`: a second pass over "
+                     "the same days can memorise ids)")
     config = str(teacher.get("config") or "small")
     smaller = smaller_config(config, run.dir)
     if smaller is not None:
         text = f"a smaller teacher config (`teacher: {{config: {smaller}}}`"
         if _fm_from_gem(spec):
-            text += (f"; with this spec's `hierarchical.init_from: gem` set `hierarchical: "
-                     f"{{config: {smaller}}}` too, as the domain FM starts from GEM's weights "
-                     "and must be built alike, or leave init_from out")
+            text += (f"; with this spec's `hierarchical.overrides.init_from: gem` set "
+                     f"`hierarchical: {{config: {smaller}}}` too, as the domain FM starts from "
+                     "GEM's weights and must be built alike, or leave init_from out")
         tries.append(text + ")")
     head = f"Already in effect: {' and '.join(in_effect)}. " if in_effect else ""
     if not tries:
@@ -101,7 +101,8 @@ def try_sentence(run: RunView, cached: Sequence[Any] = ()) -> str:
 def _fm_from_gem(spec: dict[str, Any]) -> bool:
     """Does a variant of this run learn from a domain FM started from GEM's weights?"""
     fm = spec.get("hierarchical")
-    if not isinstance(fm, dict) or fm.get("init_from") != "gem":
+    overrides = fm.get("overrides") if isinstance(fm, dict) else None
+    if not isinstance(overrides, dict) or overrides.get("init_from") != "gem":
         return False
     variants = spec.get("variants")
     if isinstance(variants, dict):

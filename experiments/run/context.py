@@ -15,6 +15,7 @@ from typing import Any
 
 from gemkd.experiments.run.executors import Executor
 from gemkd.experiments.run.jobs import InputPaths, StudentRun
+from gemkd.experiments.run.spec_plan import RunPlan
 from gemkd.experiments.run_dir import RunDir
 from gemkd.experiments.spec.run_spec import RunSpec
 from gemkd.transfer.data.schema import day_range
@@ -22,11 +23,13 @@ from gemkd.transfer.data.schema import day_range
 
 @dataclass
 class RunContext:
-    """``out`` the run directory (every file in it written through :attr:`run`); ``log`` the
-    run's :class:`~gemkd.experiments.run.progress.Progress`; ``done`` the ledger (``runs.jsonl``:
-    key → record)."""
+    """``plan`` the spec's derived values; ``out`` the run directory (every file in it written
+    through :attr:`run`); ``log`` the run's :class:`~gemkd.experiments.run.progress.Progress`;
+    ``done`` the ledger (``runs.jsonl``: key → record)."""
 
     spec: RunSpec
+    #: what the spec's teacher configs decide (:func:`gemkd.experiments.run.preflight.plan_run`)
+    plan: RunPlan
     out: Path
     log: Any
     executor: Executor

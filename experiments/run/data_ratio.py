@@ -8,8 +8,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from gemkd.experiments.spec.run_spec import RunSpec
-
 
 def rows_in(data: Path, days: tuple[int, int], domains: list[str] | None = None) -> int:
     """Rows of ``data`` on the half-open ``days`` (only ``domains``' rows when given)."""
@@ -22,13 +20,13 @@ def rows_in(data: Path, days: tuple[int, int], domains: list[str] | None = None)
     return sum(len(b) for b in reader)
 
 
-def teacher_student_rows(spec: RunSpec, data: Path, lag: int, student_rows: int
-                         ) -> dict[str, Any]:
-    """The lag's teacher days and rows (every domain) against the student's training rows."""
-    seen = spec.teacher_seen(lag)
+def teacher_student_rows(data: Path, seen: tuple[int, int], protocol: str,
+                         student_days: tuple[int, int], student_rows: int) -> dict[str, Any]:
+    """A lag's teacher days ``seen`` and their rows (every domain) against the student's
+    training rows."""
     teacher = rows_in(data, seen)
-    return {"protocol": spec.teacher_protocol, "teacher_days": list(seen),
-            "teacher_rows": teacher, "student_days": list(spec.student_days),
+    return {"protocol": protocol, "teacher_days": list(seen),
+            "teacher_rows": teacher, "student_days": list(student_days),
             "student_rows": student_rows,
             "ratio": teacher / student_rows if student_rows else None}
 

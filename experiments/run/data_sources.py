@@ -6,6 +6,7 @@ the data will have (checked against the spec before any work)."""
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -28,14 +29,19 @@ MAPPINGS = EXPERIMENTS / "data" / "mappings"
 
 
 def _options(d, source: str, known: dict[str, Any]) -> dict[str, Any]:
-    """The section's extra keys, checked against ``known`` (name → default)."""
+    """The section's overrides (and preset), checked against ``known`` (name → default) of the
+    source's own config."""
     extra = dict(d.overrides)
     if d.preset is not None:
         extra["preset"] = d.preset
     unknown = sorted(set(extra) - set(known))
     if unknown:
-        raise ConfigError(f"spec data: unknown key {unknown[0]!r} for source {source} (keys: "
-                          f"src, {', '.join(known)})")
+        key = unknown[0]
+        where = "data.overrides" if key in d.overrides else "data"
+        close = difflib.get_close_matches(key, list(known), n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        raise ConfigError(f"spec {where}: unknown key {key!r} for source {source} (its keys: "
+                          f"{', '.join(known) or 'none'}{hint})")
     return {k: extra.get(k, v) for k, v in known.items()}
 
 
@@ -125,8 +131,8 @@ def _import(spec: RunSpec, world: int | None) -> DataPlan:
     d, source = spec.data, spec.data.source
     args = _options(d, source, {"mapping": None})
     if d.src is None or args["mapping"] is None:
-        raise ConfigError("spec data: source import needs src (the log) and mapping (its "
-                          "YAML mapping, docs/guides/your_data.md)")
+        raise ConfigError("spec data: source import needs src (the log) and overrides.mapping "
+                          "(its YAML mapping, docs/guides/your_data.md)")
     src = _src(d)
     mapping_path = find_config(args["mapping"], "data/mappings", spec.source_dir)
     mapping = load_mapping(mapping_path)

@@ -18,7 +18,6 @@ from gemkd.experiments.run.teacher_steps import (
     cached_export,
     cached_fit,
     lag_checkpoint,
-    teacher_config,
 )
 from gemkd.experiments.spec.run_spec import RunSpec, VariantSpec
 from gemkd.transfer.io import fs
@@ -45,7 +44,7 @@ def lag_inputs(ctx: RunContext, lag: int, data, data_key: dict, fm_domains: list
         stores = {"gem": fs.as_where(spec.teacher.store)}
         log(f"  teacher: the imported store {stores['gem']}")
     else:
-        gem_cfg = teacher_config(spec, lag, spec.teacher)
+        gem_cfg = ctx.plan.teachers[lag]
         streaming = spec.teacher_protocol == "streaming"
         gem_run = cached_fit(gem_cfg, data, data_key, cache, log, tracker=tracker,
                              run_name="teacher" if streaming else f"teacher-lag{lag}")
@@ -54,7 +53,7 @@ def lag_inputs(ctx: RunContext, lag: int, data, data_key: dict, fm_domains: list
         days = store_days(spec, lag)
         stores = {"gem": cached_export(ckpt, data, layer, cache, log, days=days)}
     if any(v.teacher == "domain_fm" for v in spec.variants):
-        fm_cfg = teacher_config(spec, lag, spec.hierarchical)
+        fm_cfg = ctx.plan.domain_fms[lag]
         if fm_cfg.init_from == "gem":  # the domain FMs start from this lag's GEM (validated)
             fm_cfg = dataclasses.replace(fm_cfg, init_from=str(ckpt))
         stores["domain_fm"] = fit_domain_fms(fm_cfg, data, data_key, stores["gem"], fm_domains,

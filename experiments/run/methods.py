@@ -71,7 +71,7 @@ def search_space(spec: RunSpec, variant: VariantSpec) -> dict[str, Range]:
                 try:
                     instantiate(cls, "method", (), {**base, **centre, knob: value})
                 except ConfigError as e:
-                    raise ConfigError(f"spec tuning: {knob}={value!r} ({rng.describe()}) for "
+                    raise ConfigError(f"spec tuning.knobs: {knob}={value!r} ({rng.describe()}) for "
                                       f"method {m.class_path!r} of variant {variant.name!r}: "
                                       f"{e}") from None
     return space

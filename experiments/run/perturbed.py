@@ -51,7 +51,7 @@ def open_repeat(ctx: RunContext) -> Repeat | None:
     out = ctx.out / FOLDER
     out.mkdir(parents=True, exist_ok=True)
     run = RunDir(out)
-    return Repeat(ctx.spec, out, ctx.log, ctx.executor, None, run.ledger(), perturb=how)
+    return Repeat(ctx.spec, ctx.plan, out, ctx.log, ctx.executor, None, run.ledger(), perturb=how)
 
 
 def repeat_cell(cell: LagCell, how: str) -> LagCell:

@@ -6,28 +6,40 @@ from __future__ import annotations
 from gemkd.adapters.methods import BUILTIN_METHODS
 from gemkd.experiments.run.data_sources import data_plan
 from gemkd.experiments.run.methods import check_variant, method_class, search_space, variant_needs
-from gemkd.experiments.run.teacher_steps import teacher_config
+from gemkd.experiments.run.spec_plan import RunPlan, held_out_days, needs_epochs, teacher_seen
+from gemkd.experiments.run.teacher_steps import teacher_config, teacher_values
 from gemkd.experiments.run.tuning import check_draws
 from gemkd.experiments.spec.run_spec import PluginSpec, RunSpec
 from gemkd.transfer.errors import ConfigError
 
 
-def check_spec(spec: RunSpec) -> None:
+def plan_run(spec: RunSpec) -> RunPlan:
+    """The run's :class:`RunPlan`: the teacher config's epochs (read once, where the held-out
+    days depend on them), the validation days, each lag's teacher days and the teacher and
+    domain-FM configs each lag's fit steps train (built, so checked, here)."""
+    epochs = (int(teacher_values(spec, spec.teacher).get("max_epochs", 1))
+              if needs_epochs(spec) else None)
+    val = held_out_days(spec, epochs)
+    teachers = ({} if spec.teacher.store is not None
+                else {lag: teacher_config(spec, lag, spec.teacher, val) for lag in spec.lags})
+    fms = ({lag: teacher_config(spec, lag, spec.hierarchical, val) for lag in spec.lags}
+           if any(v.teacher == "domain_fm" for v in spec.variants) else {})
+    return RunPlan(val, {lag: teacher_seen(spec, lag, val) for lag in spec.lags}, teachers, fms)
+
+
+def check_spec(spec: RunSpec) -> RunPlan:
     """Build every section once: data source (and, where the config alone tells them, its days
     and domains against the spec's windows and student_domain), teacher configs per lag, the
     hierarchical FM's, every variant's methods and tuning lists, the student class and its
-    init_args, an imported store's manifest."""
+    init_args, an imported store's manifest. Returns the run's plan (:func:`plan_run`)."""
     from gemkd.students.student_registry import check_init_args, resolve_student_class
 
-    plan = data_plan(spec)
-    check_data(spec, plan.days, plan.domains, plan.tasks, data_name(spec))
-    for lag in spec.lags:
-        gem = (None if spec.teacher.store is not None
-               else teacher_config(spec, lag, spec.teacher))
-        if any(v.teacher == "domain_fm" for v in spec.variants):
-            fm = teacher_config(spec, lag, spec.hierarchical)
-            if fm.init_from == "gem":
-                check_warm_start(spec, fm, gem)
+    data = data_plan(spec)
+    check_data(spec, data.days, data.domains, data.tasks, data_name(spec))
+    run_plan = plan_run(spec)
+    for lag, fm in run_plan.domain_fms.items():
+        if fm.init_from == "gem":
+            check_warm_start(spec, fm, run_plan.teachers.get(lag))
     if spec.teacher.store is not None:
         from gemkd.transfer.io import fs
         from gemkd.transfer.store import Manifest
@@ -35,7 +47,7 @@ def check_spec(spec: RunSpec) -> None:
         Manifest.load(fs.as_where(spec.teacher.store))  # there, and a finished export
         if spec.teacher.overrides or len(spec.lags) > 1:
             raise ConfigError("spec teacher.store: an imported store is one fixed teacher; "
-                              "it takes no other teacher keys and no lag sweep")
+                              "it takes no teacher.overrides and no lag sweep")
         sharing = [v.name for v in spec.variants if "teacher_weights" in variant_needs(v)]
         if sharing:
             raise ConfigError(f"spec variants: {', '.join(sharing)} start the student from the "
@@ -63,27 +75,28 @@ def check_spec(spec: RunSpec) -> None:
     check_draws(spec)
     unknown = sorted(set(spec.tuning.knobs) - builtin - used)
     if unknown:
-        raise ConfigError(f"spec tuning: unknown key {unknown[0]!r}; this spec's variants tune: "
-                          f"{', '.join(sorted(used)) or 'nothing'}")
+        raise ConfigError(f"spec tuning.knobs: unknown knob {unknown[0]!r}; this spec's variants "
+                          f"tune: {', '.join(sorted(used)) or 'nothing'}")
     init_args = dict(spec.student.init_args)
     if any("codes" in variant_needs(v) for v in spec.variants):
         init_args["repr_dim"] = spec.repr.code_dim
     check_init_args(resolve_student_class(spec.student.class_path), init_args)
+    return run_plan
 
 
 def check_warm_start(spec: RunSpec, fm, gem) -> None:
-    """``hierarchical.init_from: gem`` needs a GEM checkpoint (``gem`` None: an imported store
-    has none) of the same architecture as the FM config (else the weights cannot load, minutes
-    in)."""
+    """``hierarchical.overrides.init_from: gem`` needs a GEM checkpoint (``gem`` None: an
+    imported store has none) of the same architecture as the FM config (else the weights cannot
+    load, minutes in)."""
     if gem is None:
-        raise ConfigError("spec hierarchical.init_from: gem starts the domain FMs from the "
-                          "run's GEM checkpoint, and an imported teacher.store has none (give a "
-                          "checkpoint path, or leave init_from out)")
+        raise ConfigError("spec hierarchical.overrides.init_from: gem starts the domain FMs "
+                          "from the run's GEM checkpoint, and an imported teacher.store has "
+                          "none (give a checkpoint path, or leave init_from out)")
     if (fm.class_path, fm.model) != (gem.class_path, gem.model):
         keys = sorted(k for k in set(fm.model) | set(gem.model)
                       if fm.model.get(k) != gem.model.get(k))
-        raise ConfigError(f"spec hierarchical.init_from: gem needs the domain FM to be built as "
-                          f"the teacher is (config {spec.hierarchical.config!r} vs "
+        raise ConfigError(f"spec hierarchical.overrides.init_from: gem needs the domain FM to "
+                          f"be built as the teacher is (config {spec.hierarchical.config!r} vs "
                           f"{spec.teacher.config!r}: class {fm.class_path} vs {gem.class_path}"
                           f"{'; model keys ' + ', '.join(keys[:5]) if keys else ''} differ); "
                           f"set hierarchical.config to the teacher's config")

@@ -27,6 +27,7 @@ from gemkd.experiments.run.inputs import lag_inputs
 from gemkd.experiments.run.positives import check_positives
 from gemkd.experiments.run.preflight import check_data, data_name, read_days
 from gemkd.experiments.run.progress import PlainLog, clock
+from gemkd.experiments.run.spec_plan import RunPlan
 from gemkd.experiments.run_dir import RunDir
 from gemkd.experiments.spec.run_spec import RunSpec
 
@@ -53,7 +54,8 @@ def world_steps(ctx: RunContext, world: int | None) -> tuple[Any, dict, Any]:
     return data, data_key, schema
 
 
-def prepare_world(spec: RunSpec, out: str, world: int | None) -> dict[str, Any]:
+def prepare_world(spec: RunSpec, plan: RunPlan, out: str, world: int | None
+                  ) -> dict[str, Any]:
     """Run ``world``'s cached steps (data, then every lag's :func:`lag_inputs`) into ``out``'s
     cache; a worker's job. Returns its wall seconds."""
     t0 = time.perf_counter()
@@ -65,7 +67,7 @@ def prepare_world(spec: RunSpec, out: str, world: int | None) -> dict[str, Any]:
             f.write(f"{time.strftime('%H:%M:%S')} {msg}\n")
             f.flush()
 
-        ctx = RunContext(spec, run.path, PlainLog(write), Serial())
+        ctx = RunContext(spec, plan, run.path, PlainLog(write), Serial())
         data, data_key, schema = world_steps(ctx, world)
         for lag in spec.lags:
             write(f"== teacher lag {lag}")
@@ -105,5 +107,6 @@ def prepare_worlds(ctx: RunContext) -> None:
     assert isinstance(ctx.executor, LocalProcesses)
     ctx.log(f"the steps of worlds {worlds} side by side on {ctx.executor.parallel} workers "
             f"(each world's lines: {ctx.run.logs_dir}/prepare_world<W>.txt)")
-    for res in ctx.executor.map(prepare_world, [(ctx.spec, str(ctx.out), w) for w in worlds]):
+    jobs = [(ctx.spec, ctx.plan, str(ctx.out), w) for w in worlds]
+    for res in ctx.executor.map(prepare_world, jobs):
         ctx.log(f"  world {res['world']}: steps done in {clock(res['seconds'])}")

@@ -43,6 +43,7 @@ from gemkd.experiments.run.preflight import DataMismatch, check_spec
 from gemkd.experiments.run.prepare import fm_domains, prepare_worlds, world_steps
 from gemkd.experiments.run.progress import Progress, clock
 from gemkd.experiments.run.results import References, derive, rows_of
+from gemkd.experiments.run.spec_plan import RunPlan
 from gemkd.experiments.run.tracking import log_results, run_tracker
 from gemkd.experiments.run.tuning import planned_runs, tune_variants
 from gemkd.experiments.run.tuning_rows import TUNING_COLUMNS
@@ -90,7 +91,7 @@ def run_experiment(spec: RunSpec, out: str | Path, sync: Callable[[], None] | No
     """
     out = Path(out)
     run = RunDir(out)  # a directory of a newer layout is refused here, before any work
-    check_spec(spec)
+    plan = check_spec(spec)
     tracker = run_tracker(spec, run)
     created = not out.exists()
     out.mkdir(parents=True, exist_ok=True)
@@ -98,7 +99,7 @@ def run_experiment(spec: RunSpec, out: str | Path, sync: Callable[[], None] | No
     aborted = True  # until _run returns: then the workers' runs in flight are stopped
     try:
         with exclusive(run.lock_path, str(out)):
-            results = _run(spec, out, tracker, sync, executor)
+            results = _run(spec, plan, out, tracker, sync, executor)
         aborted = False
         return results
     except Exception as e:  # bad input found only once the data was read, or a full disk
@@ -136,12 +137,12 @@ def _holds_work(run: RunDir) -> bool:
     return run.has_done_steps() or run.ledger_path.is_file()
 
 
-def _run(spec: RunSpec, out: Path, tracker, sync, executor: Executor) -> pd.DataFrame:
-    plan = data_plan(spec)
-    runs, n_steps = count_work(spec, plan.make is not None)
+def _run(spec: RunSpec, plan: RunPlan, out: Path, tracker, sync, executor: Executor
+         ) -> pd.DataFrame:
+    runs, n_steps = count_work(spec, data_plan(spec).make is not None)
     run = RunDir(out)
     log = Progress(run.log_path, runs, n_steps, on_change=sync)
-    ctx = RunContext(spec, out, log, executor, tracker, run.ledger())
+    ctx = RunContext(spec, plan, out, log, executor, tracker, run.ledger())
     ctx.perturbed = open_repeat(ctx)
     try:
         return _steps(ctx)
@@ -216,10 +217,11 @@ def _world(ctx: RunContext, world: int | None, tuning_rows: list[dict]) -> list[
     student_rows = rows_in(data, day_range(spec.student_days), only)
     rows = []
     for lag in spec.lags:
-        seen = spec.teacher_seen(lag)
+        seen = ctx.plan.seen[lag]
         train_end = seen[1]
         if spec.teacher.store is None:
-            ratio = teacher_student_rows(spec, data, lag, student_rows)
+            ratio = teacher_student_rows(data, seen, spec.teacher_protocol,
+                                         day_range(spec.student_days), student_rows)
             ctx.run.record_teacher_data(label, lag, ratio)
             log(f"== teacher lag {lag}: teacher learns from days [{seen[0]}, {seen[1]}) "
                 f"({spec.teacher_protocol}; {ratio['teacher_rows']:,} rows, "

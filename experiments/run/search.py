@@ -83,7 +83,7 @@ from gemkd.transfer.methods.space import (
     Uniform,
     space_signature,
 )
-from gemkd.transfer.options import SAMPLERS
+from gemkd.transfer.options import Sampler
 
 _PRIMITIVE = (type(None), bool, int, float, str)
 
@@ -170,12 +170,9 @@ class Search:
     is said (the run's log; None: stderr). Resuming a study with another space, sampler or seed
     is a ``ConfigError``; with another ``trials`` it stops at the new count."""
 
-    def __init__(self, space: Mapping[str, Range], sampler: str, trials: int, seed: int,
+    def __init__(self, space: Mapping[str, Range], sampler: Sampler, trials: int, seed: int,
                  storage_dir: Path, name: str, seed_key: str | None = None,
                  note: Callable[[str], None] | None = None) -> None:
-        if sampler not in SAMPLERS:
-            raise ConfigError(f"spec tuning: sampler must be one of {', '.join(SAMPLERS)}, "
-                              f"got {sampler!r}")
         if trials < 1:
             raise ConfigError(f"spec tuning: trials must be >= 1, got {trials}")
         self.space = dict(sorted(space.items()))

@@ -4,6 +4,7 @@ cached step wrapping the library functions ``fit_teacher`` / ``export_teacher``)
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from gemkd.experiments.run.cache import cached_step, plugin_key
 from gemkd.experiments.spec.run_spec import RunSpec, TeacherSpec
@@ -17,16 +18,23 @@ from gemkd.transfer.config import build_dataclass, load_yaml
 from gemkd.transfer.errors import GemkdError
 
 
-def teacher_config(spec: RunSpec, lag: int, which: TeacherSpec) -> TeacherTrainConfig:
-    """The teacher config ``which`` names, with its overrides, on the lag's window
-    (:meth:`RunSpec.teacher_window`): training days, then the validation days
-    (:meth:`RunSpec.val_days`)."""
+def teacher_values(spec: RunSpec, which: TeacherSpec) -> dict[str, Any]:
+    """The keys of the teacher config ``which`` names (a file), with the spec's overrides."""
     base = load_yaml(find_config(which.config, TEACHER_CONFIGS, spec.source_dir))
     base.update(which.overrides)
+    return base
+
+
+def teacher_config(spec: RunSpec, lag: int, which: TeacherSpec, val_days: int
+                   ) -> TeacherTrainConfig:
+    """The teacher config ``which`` names, with its overrides, on the lag's window
+    (:meth:`RunSpec.teacher_window`): training days, then the ``val_days`` validation days
+    (:attr:`gemkd.experiments.run.spec_plan.RunPlan.val_days`)."""
+    base = teacher_values(spec, which)
     if spec.teacher_protocol == "streaming" and which is spec.teacher:
         return streaming_config(spec, base, which)
     first, end = spec.teacher_window(lag)
-    v = spec.val_days()
+    v = val_days
     base.update(train_days=[first, end - v], val_days=[end - v, end] if v else None,
                 test_days=None)
     if not v:  # no validation days: no epoch to choose; the config's max_epochs are trained

@@ -7,7 +7,7 @@ Each store step's manifest names the teacher checkpoint and the data it was expo
 day the teacher was trained until; the lag is the spec's lag whose teacher window ends there. The
 domain-FM store and the LoopFM codes of a cell are the steps whose config names its store. It
 reads the run through :class:`gemkd.experiments.run_dir.RunDir` (which knows nothing of cells):
-``find_cells(RunDir(path), spec)`` and ``teacher_fits(RunDir(path))``.
+``find_cells(RunDir(path), plan_run(spec).seen)`` and ``teacher_fits(RunDir(path))``.
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ from gemkd.transfer.errors import ConfigError
 
 if TYPE_CHECKING:
     from gemkd.experiments.run_dir import RunDir
-    from gemkd.experiments.spec.run_spec import RunSpec
 
 
 @dataclasses.dataclass(frozen=True)
@@ -70,12 +69,14 @@ def _world_seed(config: dict[str, Any]) -> int:
     return int(config.get("seed", 0) or 0)
 
 
-def find_cells(run: RunDir, spec: RunSpec) -> list[Cell]:
-    """Every finished GEM store of ``run`` of one of ``spec``'s lags, sorted by (world, lag)."""
+def find_cells(run: RunDir, seen: dict[int, tuple[int, int]]) -> list[Cell]:
+    """Every finished GEM store of ``run`` of one of the lags of ``seen`` (lag → the days its
+    teacher trained on: :attr:`gemkd.experiments.run.spec_plan.RunPlan.seen`), sorted by (world,
+    lag)."""
     worlds = {s.name: _world_seed(step_config(s)) for s in run.steps("data")}
     fms = {step_config(s)["gem_store"]: s / "store" for s in run.steps("domain_fm")}
     codes = {step_config(s)["store"]: s / "codes" for s in run.steps("codes")}
-    ends = {spec.teacher_seen(lag)[1] - 1: lag for lag in spec.lags}
+    ends = {days[1] - 1: lag for lag, days in seen.items()}
     cells = []
     for step in run.steps("store"):
         manifest = json.loads((step / "store" / "manifest.json").read_text())
@@ -91,7 +92,7 @@ def find_cells(run: RunDir, spec: RunSpec) -> list[Cell]:
                           codes.get(step.name), _in_cache(run, ckpt) if ckpt else None, until))
     if not cells:
         raise ConfigError(f"{run.cache}: no finished teacher store of the spec's lags "
-                          f"{list(spec.lags)}")
+                          f"{list(seen)}")
     return sorted(cells, key=lambda c: (c.world, c.lag))
 
 

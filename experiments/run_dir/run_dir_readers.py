@@ -78,10 +78,11 @@ class RunDirReaders(RunDirLayout):
 
     def spec(self) -> dict[str, Any] | None:
         """``spec.yaml`` as a mapping (None when the run has none)."""
+        from gemkd.experiments.spec.load import nest_open_keys
         from gemkd.transfer.config import load_yaml
 
         path = self.path / self.SPEC
-        return load_yaml(path) if path.is_file() else None
+        return nest_open_keys(load_yaml(path)) if path.is_file() else None
 
     def run_spec(self) -> RunSpec:
         """``spec.yaml`` as the typed spec the run ran."""
@@ -90,7 +91,7 @@ class RunDirReaders(RunDirLayout):
         path = self.path / self.SPEC
         if not path.is_file():
             raise ConfigError(f"{path}: spec file not found (not a gemkd run directory?)")
-        return load_spec(path)
+        return load_spec(path, written_by_run=True)
 
     def environment(self) -> dict[str, Any]:
         """``environment.json`` (empty for a run without it)."""

@@ -1,8 +1,11 @@
-"""Load a spec: one YAML file plus ``--set key=value`` overrides (``data.seed=7``)."""
+"""Load a spec: one YAML file plus ``--set key=value`` overrides (``data.overrides.seed=7``)."""
 
 from __future__ import annotations
 
 import copy
+import dataclasses
+import typing
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -17,17 +20,33 @@ EXPERIMENTS = Path(__file__).resolve().parents[1]
 DEFAULT_SPEC = EXPERIMENTS / "quickstart.yaml"
 
 
-def parse_set(items: list[str]) -> dict[str, Any]:
-    """``["data.seed=7", "seeds=[1,2,3]"]`` → ``{"data.seed": 7, "seeds": [1, 2, 3]}``."""
+def split_item(item: str, what: str = "--set", form: str = "key=value") -> tuple[str, str]:
+    """``"a.b=[1, 2]"`` → ``("a.b", "[1, 2]")``; no ``=`` or an empty key is a ConfigError
+    naming the option ``what`` and the expected ``form``."""
+    key, sep, value = item.partition("=")
+    if not sep or not key:
+        raise ConfigError(f"{what} {item!r}: expected {form}")
+    return key, value
+
+
+def parse_set(items: Iterable[str], what: str = "--set", form: str = "key=value",
+              as_yaml: bool = True) -> dict[str, Any]:
+    """The one parser of ``key=value`` arguments: ``["tuning.trials=4", "seeds=[1,2,3]"]`` →
+    ``{"tuning.trials": 4, "seeds": [1, 2, 3]}``, each value read as YAML (``as_yaml``; else
+    kept as the string it is, which must not be empty). An error names the option ``what``, the
+    item and the expected ``form``."""
     out = {}
     for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise ConfigError(f"--set {item!r}: expected key=value")
+        key, value = split_item(item, what, form)
+        if not as_yaml:
+            if not value:
+                raise ConfigError(f"{what} {item!r}: expected {form}")
+            out[key] = value
+            continue
         try:
             out[key] = yaml.safe_load(value)
         except yaml.YAMLError:
-            raise ConfigError(f"--set {item!r}: value is not valid YAML") from None
+            raise ConfigError(f"{what} {item!r}: value is not valid YAML") from None
     return out
 
 
@@ -55,7 +74,27 @@ def spec_from_mapping(values: dict[str, Any], source: str = "spec") -> RunSpec:
     return build_dataclass(RunSpec, values, source=source)
 
 
-def load_spec(path: str | Path | None = None, sets: list[str] | None = None) -> RunSpec:
+def nest_open_keys(values: dict[str, Any]) -> dict[str, Any]:
+    """A run's ``spec.yaml`` written before the sections were closed, as it reads now: each
+    section's keys it does not declare moved under its open field (``overrides``, tuning's
+    ``knobs``; the fields marked ``open``). A spec of this version is returned as it is."""
+    out = dict(values)
+    hints = typing.get_type_hints(RunSpec)
+    for f in dataclasses.fields(RunSpec):
+        cls, part = hints[f.name], out.get(f.name)
+        if not (dataclasses.is_dataclass(cls) and isinstance(part, dict)):
+            continue
+        opened = [g.name for g in dataclasses.fields(cls) if g.metadata.get("open")]
+        declared = {g.name for g in dataclasses.fields(cls)}
+        loose = {k: v for k, v in part.items() if k not in declared}
+        if opened and loose:
+            kept = {k: v for k, v in part.items() if k in declared}
+            out[f.name] = {**kept, opened[0]: {**kept.get(opened[0], {}), **loose}}
+    return out
+
+
+def load_spec(path: str | Path | None = None, sets: list[str] | None = None,
+              written_by_run: bool = False) -> RunSpec:
     """Read a spec file, apply ``--set``-style overrides and validate keys and types.
 
     The deeper checks (against the data and the configs) are
@@ -69,6 +108,9 @@ def load_spec(path: str | Path | None = None, sets: list[str] | None = None) -> 
     sets
         ``key=value`` overrides (dotted keys reach into sections, e.g. ``tuning.trials=4``); their
         relative paths resolve against the working directory.
+    written_by_run
+        ``path`` is a run's ``spec.yaml``, which an earlier version may have written with the
+        sections' overrides inline (:func:`nest_open_keys`).
 
     Returns
     -------
@@ -83,6 +125,8 @@ def load_spec(path: str | Path | None = None, sets: list[str] | None = None) -> 
     """
     path = Path(path) if path else DEFAULT_SPEC
     values = load_yaml(path)
+    if written_by_run:
+        values = nest_open_keys(values)
     if not values:  # an empty file is a mistake, not a request for every default
         raise ConfigError(f"{path}: the spec file is empty (no keys); name what to run, or "
                           f"leave out the SPEC argument to run the quickstart")
@@ -120,4 +164,4 @@ def _first_bad_set(values: dict[str, Any], overrides: dict[str, Any], sets: list
 
 def _item(sets: list[str], key: str) -> str:
     """The ``--set`` argument as the user wrote it for ``key``."""
-    return next((item for item in sets if item.partition("=")[0] == key), key)
+    return next((item for item in sets if split_item(item)[0] == key), key)

@@ -5,9 +5,10 @@ Naming them before the run is what keeps "the best of 30 comparisons" out of a h
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
+from gemkd.experiments.spec.sections import as_mapping, quiet
 from gemkd.transfer.errors import ConfigError
 
 #: How a comparison is written: ``"A vs B"`` is ΔNE(A) − ΔNE(B) = NE(B) − NE(A).
@@ -39,13 +40,13 @@ class PrimarySpec:
 
     #: comparisons "A vs B" of the spec's variants (A/A twins excluded); empty: every variant
     #: vs kd and kd vs baseline
-    comparisons: list[str] = field(default_factory=list)
+    comparisons: list[str] = quiet(factory=list)
     #: the teacher lag of the family (null: the first of teacher_lag_days)
-    lag: int | None = None
+    lag: int | None = quiet()
     #: the task of the family (null: the first of student_tasks)
-    task: str | None = None
+    task: str | None = quiet()
     #: the domain of the family (null: the student's domain; all when it has several)
-    domain: str | None = None
+    domain: str | None = quiet()
 
     @classmethod
     def from_mapping(cls, values: Any, where: str) -> PrimarySpec:
@@ -67,11 +68,7 @@ class PrimarySpec:
         return [parse_comparison(c, "primary") for c in self.comparisons]
 
     def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"comparisons": list(self.comparisons)} if self.comparisons else {}
-        for key in ("lag", "task", "domain"):
-            if getattr(self, key) is not None:
-                out[key] = getattr(self, key)
-        return out
+        return as_mapping(self)
 
     def check(self, variants: dict[str, str | None], lags: list[int], tasks: list[str],
               student_domain: str | None) -> None:

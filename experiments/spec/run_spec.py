@@ -1,15 +1,16 @@
 """The experiment spec as typed, nested dataclasses (one YAML file, DESIGN §6.1).
 
 Every section is a dataclass; :func:`gemkd.transfer.config.build_dataclass` is the one validator
-that builds them from YAML (unknown keys and wrong types are errors naming the key). Sections that
-point at another config (``data:``, ``teacher:``, ``hierarchical:``) keep their extra keys as
-``overrides`` of that config, checked against it by :mod:`gemkd.experiments.run.preflight` before
-any work starts. docs/reference/spec.md lists every key.
+that builds them from YAML (unknown keys and wrong types are errors naming the section and the
+key). Sections that point at another config (``data:``, ``teacher:``, ``hierarchical:``) take
+keys of that config under ``overrides:``, checked against it by
+:mod:`gemkd.experiments.run.preflight` before any work starts; ``tuning:`` takes knob ranges
+under ``knobs:``. docs/reference/spec.md lists every key.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -23,6 +24,8 @@ from gemkd.experiments.spec.sections import (
     SolarisSpec,
     TeacherSpec,
     TuningSpec,
+    as_mapping,
+    quiet,
 )
 from gemkd.experiments.spec.variants import (
     BUILTIN_VARIANTS,
@@ -37,14 +40,9 @@ from gemkd.transfer.constraints import (
     at_least,
     check_fields,
     half_open,
-    one_of,
     unique,
 )
 from gemkd.transfer.options import (
-    ACCELERATORS,
-    KEEP_STUDENTS,
-    PROTOCOLS,
-    TABLE_OPTIMIZERS,
     Accelerator,
     KeepStudents,
     TableOptimizer,
@@ -59,13 +57,9 @@ __all__ = ["BUILTIN_VARIANTS", "BootstrapSpec", "DEFAULT_VARIANTS", "DataSpec", 
 #: the rules of RunSpec's keys (checked by :func:`gemkd.transfer.constraints.check_fields`)
 _SEEDS = Rule(bool, "'seeds' must list at least one seed")
 _SEEDS_ONCE = unique("'seeds' lists a seed twice: {value}", nonempty=False)
-_PROTOCOL = one_of(PROTOCOLS, f"'teacher_protocol' must be one of {', '.join(PROTOCOLS)}, got "
-                              "{value!r}")
 _DAYS = half_open("{key!r} must be a half-open range [first, end), got {value}")
 _TASKS = unique("'student_tasks' must list at least one task, each once, got {value}")
 _STEP = "'batch_size' must be >= 1 and 'lr' > 0"
-_ACCELERATOR = one_of(ACCELERATORS, f"'accelerator' must be one of {', '.join(ACCELERATORS)}, "
-                                    "got {value!r}")
 _VAL_DAYS = at_least(0, "'teacher_val_days' must be >= 0, got {value}")
 _EMA = Rule(lambda v: 0 < v < 1, "'ema_decay' must be in (0, 1) or null, got {value}")
 
@@ -93,7 +87,7 @@ class RunSpec:
     # window: each lag's teacher is its own fit on a window of equal length (age isolated from
     # data amount); streaming: one time-ordered pass over [0, teacher_days) with daily
     # checkpoints, the lag-L teacher being the checkpoint of day teacher_days - L - 1
-    teacher_protocol: Annotated[TeacherProtocol, _PROTOCOL] = "window"
+    teacher_protocol: TeacherProtocol = "window"
     teacher_stream_start: int = 0  # streaming: the pass's first day (a teacher of fewer days)
     #: W: every lag's window is [T - L - W, T - L), one length for all, so a lag sweep measures
     #: age alone (streaming: the days the domain FMs and codes learn from); null: all before
@@ -127,9 +121,7 @@ class RunSpec:
     lr: Annotated[float, Rule(lambda v: v > 0, _STEP)] = 0.01
     #: how the student's ID tables are updated: rowwise_adagrad or sparse_adam (only the rows
     #: a batch looked up, at 10 x lr; their weight average likewise) or dense_adamw (every row)
-    table_optimizer: Annotated[TableOptimizer, one_of(
-        TABLE_OPTIMIZERS, "'table_optimizer' must be one of "
-        f"{', '.join(TABLE_OPTIMIZERS)}, got {{value!r}}")] = "dense_adamw"
+    table_optimizer: TableOptimizer = "dense_adamw"
     #: under a row-wise table_optimizer, tables with fewer rows stay dense (a batch reads most
     #: of their rows)
     table_min_rows: Annotated[int, at_least(0, "'table_min_rows' must be >= 0, got {value}")] = 1024
@@ -142,22 +134,22 @@ class RunSpec:
     bootstrap: BootstrapSpec = field(default_factory=BootstrapSpec)
     #: the report's primary family: the comparisons its verdicts and headline rest on, adjusted
     #: together (Holm, 5 %); left out: every variant vs kd and kd vs baseline
-    primary: PrimarySpec = field(default_factory=PrimarySpec)
+    primary: PrimarySpec = quiet(factory=PrimarySpec)
     #: repeat the search and final runs under perturbed numerics and mark the primary verdicts
     #: that flip as fragile (null perturb: no repeat)
-    robustness: RobustnessSpec = field(default_factory=RobustnessSpec)
+    robustness: RobustnessSpec = quiet(factory=RobustnessSpec)
     #: A/A twins: variant name -> how many copies to add (kd: 2 adds kd_twin1, kd_twin2, each
     #: with its own search draw); the report counts how many of them come out resolved
-    twins: dict[str, int] = field(default_factory=dict)
+    twins: dict[str, int] = quiet(factory=dict)
     #: the LoopFM codes of variants with repr
     repr: ReprSpec = field(default_factory=ReprSpec)
     #: the SOLARIS pair representations of variants with solaris
     solaris: SolarisSpec = field(default_factory=SolarisSpec)
     #: the domain FM of variants with teacher: domain_fm (a teacher config and overrides, e.g.
-    #: init_from: gem to start it from the lag's GEM)
+    #: overrides: {init_from: gem} to start it from the lag's GEM)
     hierarchical: TeacherSpec = field(default_factory=lambda: TeacherSpec("domain_fm"))
     #: the students' Lightning accelerator (small models: cpu); teachers take their config's
-    accelerator: Annotated[Accelerator, _ACCELERATOR] = "cpu"
+    accelerator: Accelerator = "cpu"
     #: evaluate an exponential moving average of the student's weights with this decay (in
     #: (0, 1); the shipped specs use 0.98) instead of its last step's (null)
     ema_decay: Annotated[float, _EMA] | None = None
@@ -165,9 +157,7 @@ class RunSpec:
     logger: TrackerKind | None = None
     #: which final students the run keeps in RUN_DIR/students for `gemkd student export`:
     #: median (each variant's median-NE seed per lag and world), all, or none
-    keep_students: Annotated[KeepStudents, one_of(
-        KEEP_STUDENTS, "'keep_students' must be one of "
-        f"{', '.join(KEEP_STUDENTS)}, got {{value!r}}")] = "median"
+    keep_students: KeepStudents = "median"
 
     def __post_init__(self) -> None:
         #: the spec file's folder (load_spec sets it): relative config paths in the spec are
@@ -205,44 +195,11 @@ class RunSpec:
     def teacher_window(self, lag: int) -> tuple[int, int]:
         """The half-open window of recent days of a lag-``lag`` teacher (DESIGN §6.1):
         ``teacher_window_days`` ending at ``teacher_days - lag`` (all days before it when the
-        window is unset). The window protocol's teacher learns from it (its last
-        ``teacher_val_days`` days choose the epoch); under both protocols the lag's domain FMs
-        and LoopFM codes are fit on it."""
+        window is unset). The window protocol's teacher learns from it (its last validation days,
+        :attr:`gemkd.experiments.run.spec_plan.RunPlan.val_days`, choose the epoch); under both
+        protocols the lag's domain FMs and LoopFM codes are fit on it."""
         end = self.teacher_days - lag
         return (0 if self.teacher_window_days is None else end - self.teacher_window_days), end
-
-    def teacher_seen(self, lag: int) -> tuple[int, int]:
-        """The half-open days the lag-``lag`` teacher has trained on: its window, or under
-        streaming every day from ``teacher_stream_start`` to ``teacher_days - lag`` (the
-        checkpoint of the day before)."""
-        first, end = self.teacher_window(lag)
-        if self.teacher_protocol == "streaming":
-            return self.teacher_stream_start, end
-        return first, end - self.val_days()
-
-    def val_days(self) -> int:
-        """The validation days each lag's window holds out: ``teacher_val_days``, or where it
-        is null 1 when the teacher's config (with the spec's overrides) trains more than one
-        epoch and every lag's window has a day to spare, else 0 (a streaming or imported
-        teacher: 0)."""
-        if self.teacher_val_days is not None:
-            return self.teacher_val_days
-        if self.teacher_protocol == "streaming" or self.teacher.store is not None:
-            return 0
-        if self.teacher_epochs() <= 1:
-            return 0
-        windows = [self.teacher_window(lag) for lag in self.lags]
-        return 1 if all(end - first >= 2 for first, end in windows) else 0
-
-    def teacher_epochs(self) -> int:
-        """``max_epochs`` of the teacher's config as the spec overrides it."""
-        from gemkd.experiments.teacher.teacher_config import TEACHER_CONFIGS, find_config
-        from gemkd.transfer.config import load_yaml
-
-        if "max_epochs" in self.teacher.overrides:
-            return int(self.teacher.overrides["max_epochs"])
-        path = find_config(self.teacher.config, TEACHER_CONFIGS, self.source_dir)
-        return int(load_yaml(path).get("max_epochs", 1))
 
     @property
     def worlds(self) -> list[int | None]:
@@ -265,21 +222,10 @@ class RunSpec:
         return [v.name for v in self.variants]
 
     def to_dict(self) -> dict[str, Any]:
-        """The spec as its YAML mapping (what ``spec.yaml`` of a run holds)."""
-        out: dict[str, Any] = {}
-        for f in fields(self):
-            value = getattr(self, f.name)
-            if f.name == "variants":
-                value = {v.name: v.to_value() for v in value}
-            elif f.name in ("primary", "twins", "robustness"):
-                value = value.to_dict() if f.name != "twins" else dict(value)
-                if not value:
-                    continue  # unset: a spec.yaml (and inputs tag) as before these keys
-            elif hasattr(value, "to_dict"):
-                value = value.to_dict()
-            elif f.name in ("repr", "bootstrap"):
-                value = dict(vars(value))
-            out[f.name] = value
+        """The spec as its YAML mapping (what ``spec.yaml`` of a run holds), read from its
+        fields (:func:`~gemkd.experiments.spec.sections.as_mapping`)."""
+        out = as_mapping(self)
+        out["variants"] = {v.name: v.to_value() for v in self.variants}
         return out
 
 

@@ -6,34 +6,65 @@ dataclass with its rules beside its fields (:mod:`gemkd.transfer.constraints`), 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import MISSING, Field, dataclass, field, fields, is_dataclass
 from typing import Annotated, Any, Literal
 
 from gemkd.transfer.constraints import (
     at_least,
     check_fields,
     int_at_least,
-    one_of,
     unique,
 )
-from gemkd.transfer.errors import ConfigError
 from gemkd.transfer.options import (
-    SAMPLERS,
     Sampler,
     TuningDraws,
 )
 
+#: field metadata: the key is left out of the section's YAML mapping (``to_dict``) while at its
+#: default, so a spec.yaml, and the run tags hashed from it, read as before the key existed
+QUIET = {"quiet": True}
 
-def _open_section(cls, values: Any, where: str, fixed: tuple[str, ...]):
-    """A section with a few named keys; every other key is kept in ``overrides``."""
-    if not isinstance(values, dict):
-        raise ConfigError(f"{where}: expected a mapping, got {values!r}")
-    from gemkd.transfer.config import build_dataclass
 
-    named = {k: v for k, v in values.items() if k in fixed}
-    obj = build_dataclass(cls, named, where)
-    obj.overrides = {k: v for k, v in values.items() if k not in fixed}
-    return obj
+def quiet(default: Any = None, factory: Any = None, takes: str | None = None) -> Any:
+    """A field left out of :func:`as_mapping` at its default (:data:`QUIET`); ``takes``: the
+    field is a mapping of keys the section does not declare (what they are, for the error of a
+    key that belongs there: :func:`gemkd.transfer.config.unknown_key`)."""
+    metadata = {**QUIET, **({"open": takes} if takes else {})}
+    if factory is not None:
+        return field(default_factory=factory, metadata=metadata)
+    return field(default=default, metadata=metadata)
+
+
+def _default(f: Field) -> Any:
+    if f.default is not MISSING:
+        return f.default
+    return f.default_factory() if f.default_factory is not MISSING else MISSING
+
+
+def yaml_value(value: Any) -> Any:
+    """A spec value as YAML writes it: a section as its mapping (its ``to_dict``), lists and
+    mappings copied."""
+    if hasattr(value, "to_dict"):
+        return value.to_dict()
+    if is_dataclass(value) and not isinstance(value, type):
+        return as_mapping(value)
+    if isinstance(value, list | tuple):
+        return [yaml_value(v) for v in value]
+    if isinstance(value, dict):
+        return {k: yaml_value(v) for k, v in value.items()}
+    return value
+
+
+def as_mapping(obj: Any) -> dict[str, Any]:
+    """A section (a dataclass) as its YAML mapping, read from its fields in their order; a
+    :data:`QUIET` field at its default is left out."""
+    out: dict[str, Any] = {}
+    for f in fields(obj):
+        value = getattr(obj, f.name)
+        if f.metadata.get("quiet") and value == _default(f):
+            continue
+        out[f.name] = yaml_value(value)
+    return out
 
 
 _WORLDS = unique("key 'seeds' must list at least one world seed, each once, got {value}")
@@ -44,74 +75,55 @@ class DataSpec:
     """``source`` synthetic | movielens | kuairand | import; ``preset`` (synthetic: a name in
     experiments/data or a YAML path); ``src`` (real data: the source directory or file);
     ``seeds`` (synthetic: the world seeds the experiment is replicated over, one world each;
-    unset: the preset's one world); every other key overrides the source's own config (e.g.
+    unset: the preset's one world); ``overrides``: keys of the source's own config (e.g.
     ``examples_per_day``)."""
 
     #: synthetic, movielens, kuairand, import (a log and its ``mapping``) or dataset (a gemkd
     #: dataset made before: a directory or s3:// URI, read in place)
     source: str = "synthetic"
     #: synthetic: the world's config, a name in experiments/data or a YAML path
-    preset: str | None = None
+    preset: str | None = quiet()
     #: real data: the source directory or file (dataset: the dataset itself)
-    src: str | None = None
+    src: str | None = quiet()
     #: synthetic: the worlds the experiment is replicated over, one seed each (each its own
     #: data, teachers and students; a verdict must hold in most); null: the preset's one world
-    seeds: Annotated[list[int], _WORLDS] | None = None
-    #: every other key overrides a key of the source's own config (e.g. examples_per_day; an
-    #: import's mapping; movielens n_days; kuairand tasks)
-    overrides: dict[str, Any] = field(default_factory=dict)
+    seeds: Annotated[list[int], _WORLDS] | None = quiet()
+    #: keys of the source's own config it overrides (e.g. seed, examples_per_day; an import's
+    #: mapping; movielens n_days; kuairand tasks)
+    overrides: dict[str, Any] = quiet(factory=dict, takes="a key of the source's own config")
 
     def __post_init__(self) -> None:
         check_fields(self)
-
-    @classmethod
-    def from_mapping(cls, values: Any, where: str) -> DataSpec:
-        obj = _open_section(cls, values, where, ("source", "preset", "src", "seeds"))
-        if obj.seeds is not None:
-            if obj.source != "synthetic":
-                raise ConfigError(f"{where}: key 'seeds' replicates the synthetic world; source "
-                                  f"{obj.source} is one dataset (replicate real data over "
-                                  "datasets: gemkd report --markdown RUN_DIR...)")
-            if "seed" in obj.overrides:
-                raise ConfigError(f"{where}: give the world's seed as 'seed' or its replicates "
-                                  "as 'seeds', not both")
-        return obj
+        if self.seeds is not None:
+            if self.source != "synthetic":
+                raise ValueError(f"key 'seeds' replicates the synthetic world; source "
+                                 f"{self.source} is one dataset (replicate real data over "
+                                 "datasets: gemkd report --markdown RUN_DIR...)")
+            if "seed" in self.overrides:
+                raise ValueError("give the world's seed as 'overrides.seed' or its "
+                                 "replicates as 'seeds', not both")
 
     def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"source": self.source}
-        if self.preset is not None:
-            out["preset"] = self.preset
-        if self.src is not None:
-            out["src"] = self.src
-        if self.seeds is not None:
-            out["seeds"] = list(self.seeds)
-        return {**out, **self.overrides}
+        return as_mapping(self)
 
 
 @dataclass
 class TeacherSpec:
     """``config`` a teacher config (a name in experiments/teacher/configs or a YAML path); ``store``
     a verified teacher-output store to use instead of training one (``gemkd store import``);
-    every other key overrides a key of the teacher config (e.g. ``max_seq_len``)."""
+    ``overrides``: keys of the teacher config (e.g. ``max_seq_len``)."""
 
     #: a teacher config: a name in experiments/teacher/configs or a path to a teacher config YAML
     config: str = "small"
     #: a verified teacher-output store (directory or s3:// URI) used instead of training a
     #: teacher (gemkd store import)
-    store: str | None = None
-    #: every other key overrides a key of the teacher config (e.g. max_seq_len, init_from; the
+    store: str | None = quiet()
+    #: keys of the teacher config it overrides (e.g. max_seq_len, max_epochs, init_from; the
     #: days are set by the protocol)
-    overrides: dict[str, Any] = field(default_factory=dict)
-
-    @classmethod
-    def from_mapping(cls, values: Any, where: str) -> TeacherSpec:
-        return _open_section(cls, values, where, ("config", "store"))
+    overrides: dict[str, Any] = quiet(factory=dict, takes="a key of the teacher config")
 
     def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"config": self.config}
-        if self.store is not None:
-            out["store"] = self.store
-        return {**out, **self.overrides}
+        return as_mapping(self)
 
 
 @dataclass
@@ -145,13 +157,12 @@ class TuningSpec:
     search of its own, scored on validation seeds that are never final seeds, so the search's
     luck varies with the seed and lies inside the intervals; ``shared`` is the single draw of
     earlier versions (their run keys). ``seed`` seeds the samplers; another value redraws every
-    search with the training seeds unchanged. Every other key names a knob and replaces its
-    declared range: a list of values (categorical) or ``{low, high, log, int}``; ``lr`` and
+    search with the training seeds unchanged. ``knobs`` replace the declared ranges of knobs
+    they name: a list of values (categorical) or ``{low, high, log, int}``; ``lr`` and
     ``ema_decay`` are the student's."""
 
     #: Optuna's sampler (grid needs a list of values for every knob)
-    sampler: Annotated[Sampler, one_of(SAMPLERS, f"key 'sampler' must be one of "
-                                                 f"{', '.join(SAMPLERS)}, got {{value!r}}")] = "tpe"
+    sampler: Sampler = "tpe"
     #: trials per variant and draw, the same for every variant with knobs (the first at the
     #: defaults; per_seed: the student's lr is a knob of every variant, the baseline's too)
     trials: Annotated[int, _TRIALS] = 8
@@ -159,49 +170,34 @@ class TuningSpec:
     seeds: Annotated[int, _TRIALS] = 1
     #: the samplers' seed (null: per_seed draws the final seed's own, shared the spec's first
     #: training seed); another value redraws every search with the training seeds unchanged
-    seed: int | None = None
+    seed: int | None = quiet()
     #: per_seed: each final seed s its own search, scored on validation seeds s + 1000, s + 2000,
     #: ... (never a final seed), its choice trains seed s; shared: one search per (variant, lag,
     #: world) for every seed, scored on the first seeds, lr and ema_decay searched only when
-    #: named below (the runs, and run keys, of earlier versions)
+    #: named in knobs (the runs, and run keys, of earlier versions)
     draws: TuningDraws = "per_seed"
     #: candidates each search asks for at once (TPE's constant liar stands in for the scores
     #: not yet known): a round trains batch × draws runs of a variant, which packs train in one
     #: pass; 1 asks one at a time, each after the last one's score (the runs of earlier versions)
     batch: Annotated[int, int_at_least(1, "key 'batch' must be an int >= 1 (candidates asked "
-                                          "for at once), got {value!r}")] = 1
-    #: every other key names a knob (alpha, kd_weight, temperature, aux_beta, adapter_hidden,
-    #: your method's, or the student's lr and ema_decay) and replaces its range: a list of values
-    #: or {low, high, log, int}
-    overrides: dict[str, Any] = field(default_factory=dict)
+                                          "for at once), got {value!r}")] = quiet(1)
+    #: knob (alpha, kd_weight, temperature, aux_beta, adapter_hidden, your method's, or the
+    #: student's lr and ema_decay) → its range here: a list of values or {low, high, log, int}
+    knobs: dict[str, Any] = quiet(factory=dict, takes="a knob's range")
 
     def __post_init__(self) -> None:
         check_fields(self)
-
-    @classmethod
-    def from_mapping(cls, values: Any, where: str) -> TuningSpec:
-        obj = _open_section(cls, values, where, ("sampler", "trials", "seeds", "seed", "draws",
-                                                 "batch"))
-        for key, value in obj.overrides.items():
+        for key, value in self.knobs.items():
             if isinstance(value, list) and value:
                 continue
             if isinstance(value, dict) and {"low", "high"} <= set(value) \
                     and set(value) <= {"low", "high", "log", "int"}:
                 continue
-            raise ConfigError(f"{where}: key {key!r} must be a non-empty list of values "
-                              f"to try or a range {{low, high, log, int}}, got {value!r}")
-        return obj
+            raise ValueError(f"key 'knobs': knob {key!r} must be a non-empty list of values to try "
+                             f"or a range {{low, high, log, int}}, got {value!r}")
 
     def to_dict(self) -> dict[str, Any]:
-        seed = {} if self.seed is None else {"seed": self.seed}  # unset: a spec's tag unchanged
-        batch = {} if self.batch == 1 else {"batch": self.batch}  # likewise
-        return {"sampler": self.sampler, "trials": self.trials, "seeds": self.seeds, **seed,
-                "draws": self.draws, **batch, **self.overrides}
-
-    @property
-    def knobs(self) -> dict[str, Any]:
-        """Knob → the spec's list or range for it."""
-        return dict(self.overrides)
+        return as_mapping(self)
 
 
 @dataclass
@@ -217,10 +213,10 @@ class RobustnessSpec:
 
     #: null: no repeat; ulp: repeat the search and the final runs with every student's initial
     #: weights moved by one ulp, and mark the primary verdicts that flip as fragile
-    perturb: Literal["ulp"] | None = None
+    perturb: Literal["ulp"] | None = quiet()
 
     def to_dict(self) -> dict[str, Any]:
-        return {"perturb": self.perturb} if self.perturb else {}
+        return as_mapping(self)
 
 
 _SAMPLES = at_least(100, "bootstrap: key 'samples' must be >= 100, got {value}")
@@ -238,6 +234,9 @@ class BootstrapSpec:
 
     def __post_init__(self) -> None:
         check_fields(self)
+
+    def to_dict(self) -> dict[str, Any]:
+        return as_mapping(self)
 
 
 @dataclass
@@ -258,6 +257,9 @@ class ReprSpec:
     max_events: int = 50
     #: the compressor's training epochs
     epochs: int = 10
+
+    def to_dict(self) -> dict[str, Any]:
+        return as_mapping(self)
 
 
 @dataclass
@@ -283,5 +285,4 @@ class SolarisSpec:
         check_fields(self)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"policy": self.policy.to_dict(), "k": self.k, "layer": self.layer,
-                "item_feature": self.item_feature}
+        return as_mapping(self)

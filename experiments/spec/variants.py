@@ -3,6 +3,7 @@ A/A twins (``twins:``)."""
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -66,10 +67,12 @@ class VariantSpec:
         if not isinstance(value, dict):
             raise ConfigError(f"{where}: variant {name!r} must be a list of methods or a "
                               f"mapping with methods (and teacher), got {value!r}")
-        unknown = sorted(set(value) - {"methods", "teacher", "twin_of"})
+        from gemkd.transfer.config import unknown_key
+
+        keys = [f for f in dataclasses.fields(cls) if f.name != "name"]  # the name is the key
+        unknown = sorted(set(value) - {f.name for f in keys})
         if unknown:
-            raise ConfigError(f"{where}: variant {name!r}: unknown key {unknown[0]!r} "
-                              "(keys: methods, teacher, twin_of)")
+            raise ConfigError(f"{where}: variant {name!r}: {unknown_key(unknown[0], keys)}")
         twin_of = value.get("twin_of")
         if twin_of is not None and not isinstance(twin_of, str):
             raise ConfigError(f"{where}: variant {name!r}: twin_of must be a variant's name, "

@@ -16,10 +16,10 @@ from dataclasses import dataclass
 from typing import Annotated, TypeVar
 
 from gemkd.teachers.configurable import ModelConfig, resolve_use_sequence
-from gemkd.transfer.constraints import Rule, check_fields, int_at_least, is_int, one_of
+from gemkd.transfer.constraints import Rule, check_fields, int_at_least, is_int
 from gemkd.transfer.data.schema import DatasetSchema
 from gemkd.transfer.errors import ConfigError
-from gemkd.transfer.options import HEAD_TYPES, KERNELS, HeadType, Kernel
+from gemkd.transfer.options import HeadType, Kernel
 
 C = TypeVar("C", bound="GEMConfig")
 
@@ -30,9 +30,6 @@ Chunk = Annotated[int, int_at_least(2, "pyramid_chunk must be an integer >= 2, g
 Shrink = Annotated[float, Rule(lambda v: isinstance(v, int | float) and v >= 1,
                                "pyramid_shrink must be >= 1, got {value!r}")]
 History = Annotated[int, Rule(is_int, "max_history must be an integer or null, got {value!r}")]
-Heads = Annotated[HeadType, one_of(HEAD_TYPES, f"head_type must be one of {HEAD_TYPES}, got "
-                                               "{value!r}")]
-Kernels = Annotated[Kernel, one_of(KERNELS, f"kernel must be one of {KERNELS}, got {{value!r}}")]
 Dropout = Annotated[float, Rule(lambda v: isinstance(v, int | float) and 0 <= v < 1,
                                 "dropout must be in [0, 1), got {value!r}")]
 Tristate = Annotated[bool, Rule(lambda v: v in (True, False), "use_sequence must be true, false "
@@ -67,7 +64,7 @@ class GEMConfig(ModelConfig):
     max_rows: Positive = 1_000_000  # embedding rows cap (ids hashed)
     n_dense_tokens: NonNegative = 1
     trunk_dim: Positive = 128
-    head_type: Heads = "domain_task"
+    head_type: HeadType = "domain_task"
     head_hidden: Positive = 64
     n_experts: Positive = 4  # domain_gated heads' shared experts
     dropout: Dropout = 0.0
@@ -75,7 +72,7 @@ class GEMConfig(ModelConfig):
     use_sequence: Tristate | None = None  # None: iff the dataset has sequence fields
     domain_token: bool = True  # embed the domain id as a token
     shared_tables: dict[str, str] | None = None  # sequence field → categorical feature's table
-    kernel: Kernels = "auto"  # gemkd.transfer.ops kernel
+    kernel: Kernel = "auto"  # gemkd.transfer.ops kernel
     fused_lookup: bool = True  # pool history chunks with embedding bags
 
     def __post_init__(self) -> None:

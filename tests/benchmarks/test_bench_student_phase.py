@@ -13,7 +13,7 @@ from gemkd.experiments.cli import main as gemkd
 
 SPEC = {
     "name": "phase", "seeds": [0, 1], "data": {"source": "synthetic", "preset": "tiny"},
-    "teacher": {"config": "tiny", "max_seq_len": 16, "max_steps": 10},
+    "teacher": {"config": "tiny", "overrides": {"max_seq_len": 16, "max_steps": 10}},
     "teacher_days": 3, "student_days": [3, 5], "eval_days": [5, 6], "teacher_lag_days": 0,
     "student": {"class_path": "mlp", "init_args": {"hidden": [8]}},
     "student_tasks": ["click"], "variants": ["baseline", "kd"], "tuning": {"trials": 2},

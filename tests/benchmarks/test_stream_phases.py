@@ -21,10 +21,11 @@ from benchmarks.bench_teacher_stream import (
     shipped_config,
 )
 from benchmarks.stream_phases import PHASES, PhaseTimer
-from gemkd.experiments.run.teacher_steps import teacher_config
+from gemkd.experiments.run.preflight import plan_run
 from gemkd.experiments.spec.load import load_spec
 from gemkd.experiments.teacher.teacher_config import load_teacher_config
 from gemkd.experiments.teacher.teacher_fit import fit_teacher
+from gemkd.transfer.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -59,13 +60,13 @@ def test_candidates_parse_and_apply():
     before = candidate_config(BEFORE)
     assert (before.batch_size, before.prefetch) == (512, 0)
     for bad in ("nocolon", ":lr=1", "x:lr"):
-        with pytest.raises(ValueError, match="--candidate"):
+        with pytest.raises(ConfigError, match="--candidate"):
             parse_candidate(bad)
 
 
 def test_after_is_the_benchmark_specs_streaming_teacher_and_before_the_old_code():
     spec = load_spec(ROOT / "experiments" / "benchmark.yaml")
-    shipped = teacher_config(spec, 0, spec.teacher)
+    shipped = plan_run(spec).teachers[0]
     after = shipped_config()
     assert shipped.stream and after.stream
     assert dataclasses.replace(after, train_days=shipped.train_days) == shipped

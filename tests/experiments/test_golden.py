@@ -30,12 +30,12 @@ GOLDEN = Path(__file__).parent / "golden" / "results_tiny.csv"
 TIMING = ["train_seconds", "examples_per_second"]
 SPEC = {
     "name": "golden", "seeds": [0],
-    "data": {"source": "synthetic", "preset": "tiny", "seed": 3, "n_days": 6,
-             "examples_per_day": 2500, "n_users": 400, "n_ads": 200, "n_advertisers": 30,
-             "n_content": 400, "n_topics": 16, "n_domains": 3, "new_ads_per_day": 10,
-             "history_days": 5, "mean_history": 20.0, "max_history": 256},
-    "teacher": {"config": "tiny", "max_seq_len": 16, "max_steps": 12},
-    "hierarchical": {"config": "domain_fm", "max_seq_len": 16},
+    "data": {"source": "synthetic", "preset": "tiny", "overrides": {
+        "seed": 3, "n_days": 6, "examples_per_day": 2500, "n_users": 400, "n_ads": 200,
+        "n_advertisers": 30, "n_content": 400, "n_topics": 16, "n_domains": 3,
+        "new_ads_per_day": 10, "history_days": 5, "mean_history": 20.0, "max_history": 256}},
+    "teacher": {"config": "tiny", "overrides": {"max_seq_len": 16, "max_steps": 12}},
+    "hierarchical": {"config": "domain_fm", "overrides": {"max_seq_len": 16}},
     "teacher_days": 3, "student_days": [3, 5], "eval_days": [5, 6], "teacher_lag_days": 0,
     "student": {"class_path": "mlp", "init_args": {"hidden": [8], "embedding_dim": 4}},
     "student_tasks": ["click", "conversion"], "student_domain": "feed",
@@ -46,8 +46,8 @@ SPEC = {
                  "full": ["kd", "aux_head", "adapter", "repr"]},
     "batch_size": 64, "ema_decay": 0.9,
     # draws: shared, the single search of earlier versions: the recorded results, unchanged
-    "tuning": {"kd_weight": [0.5, 2.0], "temperature": [1.0], "aux_beta": [1.0],
-               "adapter_hidden": [8], "draws": "shared"},
+    "tuning": {"draws": "shared", "knobs": {"kd_weight": [0.5, 2.0], "temperature": [1.0],
+                                            "aux_beta": [1.0], "adapter_hidden": [8]}},
     "repr": {"layer": "trunk", "code_dim": 4, "bits": 8, "max_events": 10, "epochs": 2},
 }
 

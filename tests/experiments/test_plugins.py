@@ -24,9 +24,11 @@ ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "docs" / "examples"
 # the fault tests' tiny spec with a little more data and teacher steps; variants per test
 BASE = {k: v for k, v in SPEC.items() if k != "variants"} | {
-    "name": "plugins", "data": {**SPEC["data"], "examples_per_day": 1500},
-    "teacher": {**SPEC["teacher"], "max_steps": 10}, "batch_size": 128,
-    "tuning": {"kd_weight": [1.0], "lr": [0.01]},
+    "name": "plugins", "data": {**SPEC["data"], "overrides": {**SPEC["data"].get("overrides", {}),
+                                                              "examples_per_day": 1500}},
+    "teacher": {**SPEC["teacher"], "overrides": {**SPEC["teacher"].get("overrides", {}),
+                                                 "max_steps": 10}}, "batch_size": 128,
+    "tuning": {"knobs": {"kd_weight": [1.0], "lr": [0.01]}},
 }
 
 
@@ -58,7 +60,7 @@ def test_a_method_from_outside_the_packages(tmp_path):
     out = run(tmp_path, variants={
         "baseline": [], "kd": ["kd"],
         "mine": ["kd", "my_methods.embedding_kd.EmbeddingKD"]},
-        tuning={"kd_weight": [1.0], "emb_weight": [0.5, 2.0], "lr": [0.01]})
+        tuning={"knobs": {"kd_weight": [1.0], "emb_weight": [0.5, 2.0], "lr": [0.01]}})
     ne = click_all(out)
     assert list(ne.index) == ["baseline", "kd", "mine"] and np.isfinite(ne).all()
     assert ne["mine"] != ne["kd"]  # the embedding loss changed the student
@@ -95,7 +97,7 @@ def test_doc_check_snippets_run(monkeypatch, doc, heading):
 def test_a_teacher_from_outside_the_packages(tmp_path):
     """docs/examples/my_teachers/deep_tower.yaml (a YAML path): fit, export, codes, students."""
     config = EXAMPLES / "my_teachers" / "deep_tower.yaml"
-    out = run(tmp_path, teacher={"config": str(config), "max_steps": 10},
+    out = run(tmp_path, teacher={"config": str(config), "overrides": {"max_steps": 10}},
               variants=["baseline", "kd", "kd_repr"],
               repr={"code_dim": 4, "max_events": 10, "epochs": 1})
     (store_step,) = (out / "cache").glob("store-*")
@@ -127,7 +129,8 @@ def test_an_imported_store_is_a_teacher(tmp_path):
     imported = TeacherStore(store)
     assert imported.num_rows == sum(len(i) for i in ids) and imported.manifest.layer == "none"
     out = run(tmp_path / "b", teacher={"store": str(store)}, variants=["baseline", "kd"],
-              tuning={"kd_weight": [1.0], "temperature": [1.0], "lr": [0.01]})  # T = 1: the truth
+              # T = 1: the truth
+              tuning={"knobs": {"kd_weight": [1.0], "temperature": [1.0], "lr": [0.01]}})
     ne = click_all(out)
     assert ne["kd"] < ne["baseline"]  # a teacher that knows the truth helps
     assert not list((out / "cache").glob("teacher-*"))  # nothing trained
@@ -152,10 +155,10 @@ def test_store_import_errors(tmp_path, capsys):
 
 
 def test_hierarchical_domain_fms_can_start_from_gem(tmp_path, capsys):
-    """`hierarchical: {init_from: gem}`: each lag's domain FMs start from that lag's GEM
-    checkpoint (same architecture); with an imported store there is no checkpoint to start
+    """`hierarchical: {overrides: {init_from: gem}}`: each lag's domain FMs start from that lag's
+    GEM checkpoint (same architecture); with an imported store there is no checkpoint to start
     from, which is one error before any work."""
-    fm = {"config": "tiny", "max_seq_len": 16, "max_steps": 5, "init_from": "gem"}
+    fm = {"config": "tiny", "overrides": {"max_seq_len": 16, "max_steps": 5, "init_from": "gem"}}
     out = run(tmp_path / "a", variants=["baseline", "hierarchical"], hierarchical=fm)
     (fm_step,) = (out / "cache").glob("domain_fm-*")
     key = json.loads((fm_step / "config.json").read_text())
@@ -168,7 +171,7 @@ def test_hierarchical_domain_fms_can_start_from_gem(tmp_path, capsys):
     path.write_text(yaml.safe_dump({**BASE, "teacher": {"store": str(tmp_path / "none")},
                                     "variants": ["hierarchical"], "hierarchical": fm}))
     assert main(["run", str(path), "--out", str(tmp_path / "b")]) == 2
-    assert "hierarchical.init_from: gem" in capsys.readouterr().err
+    assert "hierarchical.overrides.init_from: gem" in capsys.readouterr().err
     assert not (tmp_path / "b").exists()
     path.write_text(yaml.safe_dump({**BASE, "variants": ["hierarchical"],
                                     "hierarchical": {**fm, "config": "domain_fm"}}))

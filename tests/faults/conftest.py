@@ -23,13 +23,13 @@ from gemkd.transfer.store import TeacherStore
 # 8 teacher steps, two variants, one seed, no tuning grid (about 5 s here).
 SPEC = {
     "name": "faults", "seeds": [0],
-    "data": {"source": "synthetic", "preset": "tiny", "examples_per_day": 1000, "n_users": 500,
-             "history_days": 5},
-    "teacher": {"config": "tiny", "max_seq_len": 16, "max_steps": 8},
+    "data": {"source": "synthetic", "preset": "tiny",
+             "overrides": {"examples_per_day": 1000, "n_users": 500, "history_days": 5}},
+    "teacher": {"config": "tiny", "overrides": {"max_seq_len": 16, "max_steps": 8}},
     "teacher_days": 3, "student_days": [3, 5], "eval_days": [5, 6], "teacher_lag_days": 0,
     "student": {"class_path": "mlp", "init_args": {"hidden": [8]}},
     "student_tasks": ["click"], "variants": ["baseline", "kd"],
-    "tuning": {"kd_weight": [1.0], "temperature": [1.0], "lr": [0.01]},
+    "tuning": {"knobs": {"kd_weight": [1.0], "temperature": [1.0], "lr": [0.01]}},
 }
 ROOT = Path(__file__).resolve().parents[2]
 TIMING = ["train_seconds", "examples_per_second"]

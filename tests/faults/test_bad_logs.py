@@ -164,9 +164,9 @@ def test_run_refuses_a_task_without_positives_in_the_student_days(tmp_path, caps
     mapping = {**MAPPING, "days": {"buckets": 6}}
     (tmp_path / "map.yaml").write_text(yaml.safe_dump(mapping))
     spec = tmp_path / "spec.yaml"
-    spec.write_text(yaml.safe_dump({**SPEC, "data": {"source": "import",
-                                                     "src": str(tmp_path / "log.csv"),
-                                                     "mapping": str(tmp_path / "map.yaml")}}))
+    spec.write_text(yaml.safe_dump({**SPEC, "data": {
+        "source": "import", "src": str(tmp_path / "log.csv"),
+        "overrides": {"mapping": str(tmp_path / "map.yaml")}}}))
     out = tmp_path / "out"
     err = cli_error(capsys, "run", str(spec), "--out", str(out))
     assert err == (f"error: student_days [3, 5): task 'click' has no positive in spec data "

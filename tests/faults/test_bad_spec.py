@@ -16,16 +16,32 @@ from tests.faults.conftest import SPEC, cli_error
 CASES = [
     ("batch_size=big", "--set batch_size=big: key 'batch_size': expected an integer, got "
                        "'big'"),
-    ("teacher.max_stepz=3", "spec teacher (config tiny): unknown key 'max_stepz'; valid keys:"),
-    ("teacher.max_steps=many",
+    ("teacher.overrides.max_stepz=3",
+     "spec teacher (config tiny): unknown key 'max_stepz'; valid keys:"),
+    ("teacher.overrides.max_steps=many",
      "spec teacher (config tiny): key 'max_steps': expected an integer, got 'many'"),
-    ("data.examples_per_dya=10", "spec data (preset tiny): unknown key 'examples_per_dya'"),
-    ("data.drift=strong", "spec data (preset tiny): key 'drift': expected a number, got "
-                          "'strong'"),
-    ("tuning.kd_wieght=[1.0]", "spec tuning: unknown key 'kd_wieght'; this spec's variants "
-                               "tune: kd_weight, lr, temperature"),
-    ("tuning.kd_weight=1.0", "--set tuning.kd_weight=1.0: key 'tuning': key 'kd_weight' must be "
-                             "a non-empty list"),
+    ("data.overrides.examples_per_dya=10",
+     "spec data (preset tiny): unknown key 'examples_per_dya'"),
+    ("data.overrides.drift=strong",
+     "spec data (preset tiny): key 'drift': expected a number, got 'strong'"),
+    ("tuning.knobs.kd_wieght=[1.0]", "spec tuning.knobs: unknown knob 'kd_wieght'; this spec's "
+                                     "variants tune: kd_weight, lr, temperature"),
+    ("tuning.knobs.kd_weight=1.0",
+     "--set tuning.knobs.kd_weight=1.0: key 'tuning': key 'knobs': knob 'kd_weight' must be "
+     "a non-empty list"),
+    # the sections are closed: a key of the config a section points at goes under overrides
+    ("data.examples_per_day=10",
+     "--set data.examples_per_day=10: key 'data': unknown key 'examples_per_day'; valid keys: "
+     "overrides, preset, seeds, source, src (a key of the source's own config goes under "
+     "'overrides')"),
+    ("teacher.max_steps=10",
+     "--set teacher.max_steps=10: key 'teacher': unknown key 'max_steps'; valid keys: config, "
+     "overrides, store (a key of the teacher config goes under 'overrides')"),
+    ("tuning.sampl=tpe", "--set tuning.sampl=tpe: key 'tuning': unknown key 'sampl'; valid keys: "
+                         "batch, draws, knobs, sampler, seed, seeds, trials (did you mean "
+                         "'sampler'?)"),
+    ("data.overrides.examples_per_dya=10",
+     "spec data (preset tiny): unknown key 'examples_per_dya'"),
     ("student.hidden=[8]", "--set student.hidden=[8]: key 'student': unknown key 'hidden' "
                            "(expected class_path, init_args)"),
     ("student.class_path=my_studentz.tower.TwoTower",

@@ -46,9 +46,9 @@ def test_real_data_mismatch_found_after_the_data_step_leaves_no_run_dir(tmp_path
                "user": "user", "item": "item", "labels": {"click": "clicked"}}
     (tmp_path / "map.yaml").write_text(yaml.safe_dump(mapping))
     spec = tmp_path / "spec.yaml"
-    spec.write_text(yaml.safe_dump({**SPEC, "data": {"source": "import",
-                                                     "src": str(tmp_path / "log.csv"),
-                                                     "mapping": str(tmp_path / "map.yaml")}}))
+    spec.write_text(yaml.safe_dump({**SPEC, "data": {
+        "source": "import", "src": str(tmp_path / "log.csv"),
+        "overrides": {"mapping": str(tmp_path / "map.yaml")}}}))
     out = tmp_path / "out"
     err = cli_error(capsys, "run", str(spec), "--out", str(out))
     assert err == (f"error: student_days [3, 5): days 3..4 not in spec data (import, "

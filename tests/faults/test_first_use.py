@@ -39,7 +39,7 @@ def single_domain_log(folder: Path, n: int = 5000, days: int = 7) -> None:
 def import_spec(folder: Path, **changes) -> Path:
     """The fault tests' tiny spec on the log beside it, its paths relative to the spec."""
     spec = {**SPEC, "name": "first", "data": {"source": "import", "src": "log.csv",
-                                               "mapping": "mapping.yaml"},
+                                              "overrides": {"mapping": "mapping.yaml"}},
             "eval_days": [5, 7], **changes}
     path = folder / "spec.yaml"
     path.write_text(yaml.safe_dump(spec))
@@ -67,7 +67,7 @@ def test_single_domain_log_runs_end_to_end(log_dir, tmp_path, monkeypatch):
     assert np.isfinite(df["ne"]).all() and (df["ne"] > 0).all()
     recorded = yaml.safe_load((out / "spec.yaml").read_text())["data"]
     assert recorded["src"] == str(log_dir / "log.csv")  # absolute, as it was resolved
-    assert recorded["mapping"] == str(log_dir / "mapping.yaml")
+    assert recorded["overrides"]["mapping"] == str(log_dir / "mapping.yaml")
 
 
 def test_set_paths_are_relative_to_the_working_directory(log_dir, tmp_path, monkeypatch):

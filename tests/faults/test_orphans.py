@@ -136,10 +136,11 @@ def hangs(tmp_path, monkeypatch) -> Path:
 def _spec(tuned: bool) -> dict:
     """Two seeds of the hanging KD variant; ``tuned``: a kd_weight range (the first student
     runs are tuning trials), else one point (no tuning run: the first are the final runs)."""
-    knobs = ({"trials": 3, "kd_weight": {"low": 0.1, "high": 10.0, "log": True}} if tuned
-             else {"kd_weight": [1.0]})
+    tuning = ({"trials": 3, "knobs": {"kd_weight": {"low": 0.1, "high": 10.0, "log": True}}}
+              if tuned else {"knobs": {"kd_weight": [1.0]}})
     return {**SPEC, "seeds": [0, 1], "variants": {"hangs": ["hanging_method.Hangs"]},
-            "tuning": {**SPEC["tuning"], **knobs}}
+            "tuning": {**SPEC["tuning"], **tuning,
+                       "knobs": {**SPEC["tuning"].get("knobs", {}), **tuning["knobs"]}}}
 
 
 def test_a_process_dies_with_the_one_it_watches(tmp_path):
@@ -210,7 +211,8 @@ def test_the_reaper_ends_what_outlives_its_process(tmp_path):
 @pytest.mark.slow  # a run of two worlds whose steps run on two workers: ~1 min
 def test_sigkill_in_the_worlds_steps_leaves_nothing(tmp_path):
     spec = {**SPEC, "data": {**SPEC["data"], "seeds": [0, 1]},
-            "teacher": {**SPEC["teacher"], "max_steps": 2000}}
+            "teacher": {**SPEC["teacher"], "overrides": {**SPEC["teacher"].get("overrides", {}),
+                                                         "max_steps": 2000}}}
     logs = tmp_path / "out" / "logs"
 
     def ready(out: Path, seen: Seen) -> bool:  # both workers inside a world's teacher fit

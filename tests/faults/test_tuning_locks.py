@@ -166,9 +166,8 @@ def test_sigkill_at_random_moments_of_tuning_then_the_rerun_matches(tmp_path, mo
     followed by a rerun of the same command (``--out`` relative): no rerun waits on a lock, no
     lock file is left, and the last rerun ends with the uninterrupted run's choices and
     results."""
-    spec = {**SPEC, "variants": ["kd"], "tuning": {
-        "trials": 120, "kd_weight": {"low": 0.1, "high": 10.0, "log": True},
-        "temperature": [1.0]}}
+    knobs = {"kd_weight": {"low": 0.1, "high": 10.0, "log": True}, "temperature": [1.0]}
+    spec = {**SPEC, "variants": ["kd"], "tuning": {"trials": 120, "knobs": knobs}}
     (tmp_path / "spec.yaml").write_text(yaml.safe_dump(spec))
     monkeypatch.chdir(tmp_path)
     argv = ["run", "spec.yaml", "--threads", "1", "--workers", "1", "--out"]

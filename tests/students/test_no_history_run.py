@@ -46,11 +46,13 @@ def test_run_on_a_log_without_histories(tmp_path):
                  "--out", str(data)]) == 0
     assert DatasetSchema.load(data).sequence == []
     spec = {"name": "nohist", "seeds": [0], "data": {"source": "dataset", "src": str(data)},
-            "teacher": {"config": "tiny", "max_steps": 20},  # says use_sequence: true
+            # tiny says use_sequence: true
+            "teacher": {"config": "tiny", "overrides": {"max_steps": 20}},
             "teacher_days": 3, "student_days": [3, 5], "eval_days": [5, 6],
-            "student_tasks": ["click"], "hierarchical": {"config": "domain_fm", "max_steps": 20},
-            "tuning": {"kd_weight": [1.0], "temperature": [1.0], "aux_beta": [1.0],
-                       "adapter_hidden": [8], "lr": [0.01]},
+            "student_tasks": ["click"], "hierarchical": {"config": "domain_fm",
+                                                         "overrides": {"max_steps": 20}},
+            "tuning": {"knobs": {"kd_weight": [1.0], "temperature": [1.0], "aux_beta": [1.0],
+                                 "adapter_hidden": [8], "lr": [0.01]}},
             "repr": {"code_dim": 4, "epochs": 1, "max_events": 10}}
     (tmp_path / "spec.yaml").write_text(yaml.safe_dump(spec))
     assert main(["run", str(tmp_path / "spec.yaml"), "--out", str(tmp_path / "out")]) == 0

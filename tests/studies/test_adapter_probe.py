@@ -10,6 +10,7 @@ import shutil
 import pandas as pd
 import pytest
 
+from gemkd.experiments.run.preflight import plan_run
 from gemkd.experiments.run_dir import LAYOUT_VERSION, RunDir
 from gemkd.experiments.run_dir.run_cells import find_cells, teacher_fits
 from studies.adapter_probe import main
@@ -17,14 +18,14 @@ from tests.studies.runs import spec_run
 
 SPEC = {
     "name": "probe", "seeds": [0], "data": {"source": "synthetic", "preset": "tiny"},
-    "teacher": {"config": "tiny", "max_seq_len": 32},
+    "teacher": {"config": "tiny", "overrides": {"max_seq_len": 32}},
     "teacher_protocol": "streaming", "teacher_window_days": 1,
     "teacher_days": 4, "student_days": [4, 5], "eval_days": [5, 6], "teacher_lag_days": [0, 2],
     "student": {"class_path": "mlp", "init_args": {"hidden": [16]}},
     "student_tasks": ["click"], "student_domain": "stories",
     "variants": ["baseline", "kd", "kd_aux", "kd_aux_adapter"],
-    "tuning": {"kd_weight": [1.0], "temperature": [1.0], "aux_beta": [1.0],
-               "adapter_hidden": [4], "lr": [0.01]},
+    "tuning": {"knobs": {"kd_weight": [1.0], "temperature": [1.0], "aux_beta": [1.0],
+                         "adapter_hidden": [4], "lr": [0.01]}},
 }
 ARMS = ["kd", "kd_adapter", "kd_aux", "kd_aux_adapter", "kd_aux_adapter_separate"]
 
@@ -42,7 +43,7 @@ def probe(run):
 
 def test_cells_found_from_the_cache(run):
     rd = RunDir(run)
-    cells = find_cells(rd, rd.run_spec())
+    cells = find_cells(rd, plan_run(rd.run_spec()).seen)
     assert [(c.world, c.lag, c.trained_until_day) for c in cells] == [(0, 0, 3), (0, 2, 1)]
     assert all(c.data.is_dir() and c.stores["gem"].is_dir() for c in cells)
 

@@ -13,6 +13,7 @@ import pytest
 import yaml
 from scipy import stats
 
+from gemkd.experiments.run.preflight import plan_run
 from gemkd.experiments.run_dir.results_schema import RESULT_COLUMNS
 from gemkd.experiments.spec.load import load_spec
 from gemkd.transfer.errors import ConfigError
@@ -22,7 +23,7 @@ from studies.scaling_study import ROOT, load_config, main, run_order
 
 GOOD = {"base": "experiments/benchmark.yaml", "teacher_days": [1, 4, 16], "window_cap": 4,
         "sets": {"teacher_days": 16, "student_days": [16, 18], "eval_days": [18, 22],
-                 "data.n_days": 22, "variants": ["baseline", "kd", "kd_repr"]}}
+                 "data.overrides.n_days": 22, "variants": ["baseline", "kd", "kd_repr"]}}
 
 
 def _config(tmp_path: Path, **change) -> Path:
@@ -74,7 +75,7 @@ def test_shipped_config_grows_only_the_teacher():
     assert cfg.teacher_days[-1] >= 16 * cfg.teacher_days[0]
     specs = {d: load_spec(cfg.base, cfg.point_sets(d)) for d in cfg.teacher_days}
     for d, spec in specs.items():
-        assert spec.teacher_seen(0) == (cfg.end - d, cfg.end)
+        assert plan_run(spec).seen[0] == (cfg.end - d, cfg.end)
         assert spec.teacher_window(0) == (cfg.end - min(d, cfg.window_cap), cfg.end)
         assert spec.lags == [0]
     first = specs[cfg.teacher_days[0]]
@@ -106,7 +107,7 @@ def test_shipped_config_teacher_is_at_least_d_times_the_student_on_average(tmp_p
                           [first.student_domain] if first.student_domain else None)
         assert 0 < student < rows_in(tmp_path / f"w{world}", day_range(first.student_days))
         for d, spec in specs.items():
-            ratios[d].append(rows_in(tmp_path / f"w{world}", spec.teacher_seen(0)) / student)
+            ratios[d].append(rows_in(tmp_path / f"w{world}", plan_run(spec).seen[0]) / student)
     for d, r in ratios.items():
         assert np.mean(r) >= d, (d, r)
         assert r == pytest.approx([d * x for x in ratios[1]])  # d days of the same traffic
@@ -174,8 +175,9 @@ def _fake_run(path: Path, days: int, student_rows: dict[int, int], gains: dict[s
     path.mkdir(parents=True)
     (path / "spec.yaml").write_text(yaml.safe_dump({
         "student_domain": "stories", "student_days": [16, 18], "eval_days": [18, 22],
-        "seeds": [0, 1], "data": {"preset": "base", "n_users": 800, "examples_per_day": 12000,
-                                  "n_days": 22}, "tuning": {"trials": 4},
+        "seeds": [0, 1], "tuning": {"trials": 4}, "data": {
+            "preset": "base", "overrides": {"n_users": 800, "examples_per_day": 12000,
+                                            "n_days": 22}},
         "student": {"class_path": "mlp"}}))
     (path / "teacher_data.json").write_text(json.dumps({str(w): {"0": {
         "protocol": "streaming", "teacher_days": [16 - days, 16], "teacher_rows": days * 12000,

@@ -16,12 +16,12 @@ from tests.studies.runs import spec_run
 
 SPEC = {
     "name": "scaling", "seeds": [0], "data": {"source": "synthetic", "preset": "tiny"},
-    "teacher": {"config": "tiny", "max_seq_len": 32},
+    "teacher": {"config": "tiny", "overrides": {"max_seq_len": 32}},
     "teacher_protocol": "streaming", "teacher_window_days": 1,
     "teacher_days": 4, "student_days": [4, 5], "eval_days": [5, 6], "teacher_lag_days": 0,
     "student": {"class_path": "mlp", "init_args": {"hidden": [16]}},
     "student_tasks": ["click"], "student_domain": "stories", "variants": ["baseline", "kd"],
-    "tuning": {"kd_weight": [1.0], "temperature": [1.0], "lr": [0.01]},
+    "tuning": {"knobs": {"kd_weight": [1.0], "temperature": [1.0], "lr": [0.01]}},
 }
 
 

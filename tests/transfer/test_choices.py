@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from gemkd.experiments.spec import run_spec as spec_model
-from gemkd.experiments.spec import sections, spec_from_mapping
+from gemkd.experiments.spec import spec_from_mapping
 from gemkd.experiments.teacher.teacher_config import TeacherTrainConfig
 from gemkd.transfer import options
 from gemkd.transfer.config import build_dataclass
@@ -39,12 +39,9 @@ def test_each_tuple_is_its_literal(kind, values):
 
 
 def test_the_users_read_the_one_list():
-    from gemkd.experiments.run import search
     from gemkd.teachers.gem import heads
     from gemkd.transfer import ops
 
-    assert search.SAMPLERS is options.SAMPLERS and sections.SAMPLERS is options.SAMPLERS
-    assert spec_model.PROTOCOLS is options.PROTOCOLS
     assert ops.KERNELS is options.KERNELS and heads.HEAD_TYPES is options.HEAD_TYPES
     hints = typing.get_type_hints(spec_model.RunSpec)
     assert hints["teacher_protocol"] is options.TeacherProtocol
@@ -124,3 +121,35 @@ def test_build_dataclass_checks_literal_fields_and_optional_literals():
         build_dataclass(_Choosy, {"kernel": "cuda"}, "c.yaml")
     with pytest.raises(ConfigError, match="key 'heads': expected one of"):
         build_dataclass(_Choosy, {"heads": "mmoe"}, "c.yaml")
+
+
+@pytest.mark.parametrize(("cls", "key", "value"), [
+    (spec_model.RunSpec, "teacher_protocol", "online"),
+    (spec_model.RunSpec, "keep_students", "best"),
+    (spec_model.RunSpec, "table_optimizer", "adam"),
+    (spec_model.TuningSpec, "sampler", "cmaes"),
+    (TeacherTrainConfig, "select", "first"),
+])
+def test_a_literal_field_is_checked_from_its_type_when_built_directly(cls, key, value):
+    """The check and its message come from the ``Literal`` (no hand-written list of choices):
+    an instance built without the YAML validator is refused naming the key, every choice and
+    the value."""
+    kind = typing.get_type_hints(cls)[key]
+    choices = ", ".join(typing.get_args(kind))
+    with pytest.raises(ValueError, match=f"{key} must be one of {choices}, got {value!r}"):
+        cls(**{key: value})
+
+
+def test_no_spec_or_config_module_lists_a_literals_choices_again():
+    """``one_of`` is for value sets that are not a type; a Literal field's rule is derived."""
+    import inspect
+
+    from gemkd.teachers.gem.gem_config import GEMConfig
+
+    spec_dir = Path(inspect.getfile(spec_model)).parent
+    paths = [*sorted(spec_dir.glob("*.py")), Path(inspect.getfile(TeacherTrainConfig)),
+             Path(inspect.getfile(GEMConfig))]
+    calls = [f"{p.name}:{node.lineno}" for p in paths
+             for node in ast.walk(ast.parse(p.read_text()))
+             if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "one_of"]
+    assert calls == []

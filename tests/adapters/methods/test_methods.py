@@ -207,7 +207,7 @@ def test_bad_variants(variants, message):
 
 
 def test_out_of_range_tuning_value_is_found_up_front():
-    spec = load_spec(None, ["variants=[kd]", "tuning.kd_weight=[1.0, -2.0]"])
+    spec = load_spec(None, ["variants=[kd]", "tuning.knobs.kd_weight=[1.0, -2.0]"])
     with pytest.raises(ConfigError, match="kd_weight=-2.0 .* kd_weight >= 0"):
         check_variant(spec, spec.variants[0])
 

@@ -22,9 +22,9 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 SPEC = {
     "name": "repr-artifact", "seeds": [0, 1],
-    "data": {"source": "synthetic", "preset": "tiny", "examples_per_day": 1000,
-             "n_users": 300, "history_days": 5},
-    "teacher": {"config": "tiny", "max_seq_len": 16, "max_steps": 8},
+    "data": {"source": "synthetic", "preset": "tiny",
+             "overrides": {"examples_per_day": 1000, "n_users": 300, "history_days": 5}},
+    "teacher": {"config": "tiny", "overrides": {"max_seq_len": 16, "max_steps": 8}},
     "teacher_days": 3, "student_days": [3, 5], "eval_days": [5, 6], "teacher_lag_days": 0,
     "student": {"class_path": "mlp", "init_args": {"hidden": [8]}},
     "student_tasks": ["click", "conversion"], "ema_decay": 0.9, "tuning": {"trials": 1},

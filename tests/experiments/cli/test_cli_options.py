@@ -206,7 +206,7 @@ def test_a_count_below_one_is_one_error_line(capsys):
     assert capsys.readouterr().err == "error: --n-days must be >= 1, got 0\n"
 
 
-def test_store_import_converts_its_lists(monkeypatch, tmp_path):
+def test_store_import_converts_its_lists(monkeypatch, tmp_path, capsys):
     import gemkd.transfer.store.importer as module
 
     calls = []
@@ -221,3 +221,6 @@ def test_store_import_converts_its_lists(monkeypatch, tmp_path):
     assert calls[-1]["tasks"] == ["click", "like"] and calls[-1]["logit_columns"] is None
     assert main([*argv, "--logit-column", "click=p"]) == 0
     assert calls[-1]["logit_columns"] == {"click": "p"}
+    for bad in ("click", "=p", "click="):  # the one key=value parser, its values kept as text
+        assert main([*argv, "--logit-column", bad]) == 2
+        assert f"--logit-column {bad!r}: expected TASK=COLUMN" in capsys.readouterr().err

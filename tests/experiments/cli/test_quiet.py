@@ -17,10 +17,10 @@ from tests.faults.conftest import ROOT, SPEC
 QUIET_SPEC = {
     **SPEC, "name": "quiet", "variants": ["baseline", "kd_aux_adapter", "kd_repr", "hierarchical"],
     "ema_decay": 0.9,
-    "tuning": {"kd_weight": [1.0], "temperature": [1.0], "aux_beta": [1.0],
-               "adapter_hidden": [4], "lr": [0.01], "ema_decay": [0.9]},
+    "tuning": {"knobs": {"kd_weight": [1.0], "temperature": [1.0], "aux_beta": [1.0],
+                         "adapter_hidden": [4], "lr": [0.01], "ema_decay": [0.9]}},
     "repr": {"layer": "trunk", "code_dim": 4, "bits": 8, "max_events": 10, "epochs": 1},
-    "hierarchical": {"config": "domain_fm", "max_seq_len": 16, "max_steps": 4},
+    "hierarchical": {"config": "domain_fm", "overrides": {"max_seq_len": 16, "max_steps": 4}},
 }
 
 

@@ -16,9 +16,9 @@ from gemkd.experiments.cli import main
 from tests.faults.conftest import ROOT, SPEC
 
 TRACKED = {**SPEC, "name": "tracked", "batch_size": 32,  # enough steps to log train/loss
-           "teacher": {**SPEC["teacher"], "log_every_n_steps": 4},
-           "tuning": {"kd_weight": [1.0, 2.0], "temperature": [1.0],
-                      "lr": [0.01]}}
+           "teacher": {**SPEC["teacher"], "overrides": {**SPEC["teacher"].get("overrides", {}),
+                                                        "log_every_n_steps": 4}},
+           "tuning": {"knobs": {"kd_weight": [1.0, 2.0], "temperature": [1.0], "lr": [0.01]}}}
 #: a validation run's name ends with its knobs (seed 1000: final seed 0's own search)
 TUNE_NAME = "lr=0.01,temperature=1.0"
 

@@ -215,7 +215,7 @@ def test_a_teacher_worse_on_ne_but_better_on_auc_is_told_as_such(tmp_path):
                 "kept epoch 2, though epoch 1 validated better (0.9800): `select: best` would "
                 "keep it.") in section
     assert "What to try: a validation day with early stopping (`teacher_val_days: 1`" in section
-    assert "one epoch (`teacher: {max_epochs: 1}`" in section
+    assert "one epoch (`teacher: {overrides: {max_epochs: 1}}`" in section
 
 
 def test_a_best_epoch_fit_reports_the_epoch_it_kept(tmp_path):

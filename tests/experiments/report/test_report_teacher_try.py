@@ -37,7 +37,8 @@ def _try(run: Path) -> str:
 
 
 FM_FROM_GEM = {"teacher": {"config": "small"},
-               "hierarchical": {"config": "small", "init_from": "gem", "max_epochs": 2}}
+               "hierarchical": {"config": "small", "overrides": {"init_from": "gem",
+                                                                 "max_epochs": 2}}}
 
 
 def test_what_is_in_effect_is_not_suggested_and_the_fm_coupling_is_named(tmp_path):
@@ -49,16 +50,15 @@ def test_what_is_in_effect_is_not_suggested_and_the_fm_coupling_is_named(tmp_pat
     line = _try(run)
     assert line.startswith("Already in effect: a validation day with `select: best` (epoch 1 "
                            "of 2 kept). What to try: a smaller teacher config (`teacher: "
-                           "{config: tiny}`; with this spec's `hierarchical.init_from: gem` set "
-                           "`hierarchical: {config: tiny}` too")
+                           "{config: tiny}`; with this spec's `hierarchical.overrides.init_from: "
+                           "gem` set `hierarchical: {config: tiny}` too")
     assert "teacher_val_days: 1" not in line and "max_epochs: 1" not in line
 
 
 def test_the_suggested_configs_pass_the_check_that_one_alone_fails():
     """What the line says is what the run's own check needs: the teacher alone changed fails
     before training, with hierarchical.config changed too it passes."""
-    from gemkd.experiments.run.preflight import check_warm_start
-    from gemkd.experiments.run.teacher_steps import teacher_config
+    from gemkd.experiments.run.preflight import check_warm_start, plan_run
     from gemkd.experiments.spec.load import load_spec
     from gemkd.transfer.errors import ConfigError
 
@@ -67,8 +67,8 @@ def test_the_suggested_configs_pass_the_check_that_one_alone_fails():
 
     def check(sets: list[str]) -> None:
         spec = load_spec(template, sets)
-        check_warm_start(spec, teacher_config(spec, 0, spec.hierarchical),
-                         teacher_config(spec, 0, spec.teacher))
+        plan = plan_run(spec)
+        check_warm_start(spec, plan.domain_fms[0], plan.teachers[0])
 
     with pytest.raises(ConfigError, match="set hierarchical.config"):
         check(["teacher.config=tiny"])
@@ -82,7 +82,7 @@ def test_an_unvalidated_two_epoch_fit_gets_every_suggestion(tmp_path):
     line = _try(run)
     assert line.startswith("What to try: a validation day with early stopping "
                            "(`teacher_val_days: 1`")
-    assert ", one epoch (`teacher: {max_epochs: 1}`" in line
+    assert ", one epoch (`teacher: {overrides: {max_epochs: 1}}`" in line
     assert ", or a smaller teacher config (`teacher: {config: tiny}`)" in line
     assert "Already in effect" not in line and "hierarchical" not in line  # no FM from GEM
 

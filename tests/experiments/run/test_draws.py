@@ -29,7 +29,7 @@ from gemkd.transfer.methods import Categorical, LogUniform, Uniform
 from tests.faults.conftest import SPEC
 
 DRAWS = {**SPEC, "name": "draws", "seeds": [0, 1], "variants": ["baseline", "kd"],
-         "tuning": {"trials": 2, "kd_weight": [0.5, 2.0], "temperature": [1.0]}}
+         "tuning": {"trials": 2, "knobs": {"kd_weight": [0.5, 2.0], "temperature": [1.0]}}}
 RUNS = 2 * 2 * 2 + 2 * 2  # (baseline, kd) x 2 draws x 2 trials, then 2 final runs each
 
 
@@ -168,13 +168,13 @@ def test_the_students_knobs_and_their_ranges(tmp_path):
     assert search.next() == {"ema_decay": 0.98, "lr": spec.lr}  # trial 0: the defaults
     assert set(search_space(spec, spec.variant("kd"))) == {"ema_decay", "kd_weight", "lr",
                                                             "temperature"}
-    listed = spec_of(tmp_path, ["tuning.lr=[0.005, 0.02]"])
+    listed = spec_of(tmp_path, ["tuning.knobs.lr=[0.005, 0.02]"])
     assert search_space(listed, listed.variant("baseline"))["lr"] == Categorical([0.005, 0.02])
     assert "ema_decay" not in search_space(listed, listed.variant("baseline"))  # ema off
-    no_ema = spec_of(tmp_path, ["tuning.ema_decay=[0.9]"])
+    no_ema = spec_of(tmp_path, ["tuning.knobs.ema_decay=[0.9]"])
     with pytest.raises(ConfigError, match="'ema_decay' searches the EMA decay"):
         search_space(no_ema, no_ema.variant("baseline"))
-    bad = spec_of(tmp_path, ["tuning.lr={low: 0, high: 0.1, log: false}"])
+    bad = spec_of(tmp_path, ["tuning.knobs.lr={low: 0, high: 0.1, log: false}"])
     with pytest.raises(ConfigError, match=r"knob 'lr' Uniform\(0, 0.1\): 0 is not a valid lr"):
         search_space(bad, bad.variant("baseline"))
     wide = spec_of(tmp_path, ["ema_decay=0.999"])
@@ -192,7 +192,7 @@ def test_run_counts_per_draw_and_shared(tmp_path):
     assert count_work(old, True)[0] == 6 * 8 + 7 * n  # the baseline untuned, one draw
     assert planned_runs(old, old.variant("baseline")) == 0
     assert search_space(old, old.variant("baseline")) == {}
-    named = load_spec(None, ["tuning.draws=shared", "tuning.lr=[0.01, 0.02]"])
+    named = load_spec(None, ["tuning.draws=shared", "tuning.knobs.lr=[0.01, 0.02]"])
     assert planned_runs(named, named.variant("baseline")) == 2  # searched: it is named
     spec = spec_of(tmp_path, ["tuning.seeds=2"])
     assert planned_runs(spec, spec.variant("kd")) == 2 * 2 * 2  # trials x seeds x draws

@@ -19,7 +19,8 @@ from tests.faults.conftest import SPEC, results
 
 # the fault tests' tiny spec with two seeds and a tuned knob: tuning candidates and final runs
 FANOUT = {**SPEC, "name": "fanout", "seeds": [0, 1], "variants": ["baseline", "kd", "kd_aux"],
-          "tuning": {**SPEC["tuning"], "kd_weight": [0.5, 2.0], "aux_beta": [1.0]}}
+          "tuning": {**SPEC["tuning"], "knobs": {**SPEC["tuning"].get("knobs", {}),
+                                                 "kd_weight": [0.5, 2.0], "aux_beta": [1.0]}}}
 
 
 @pytest.fixture(scope="module")

@@ -164,13 +164,13 @@ BUILTIN = ["baseline", "kd", "kd_aux", "kd_aux_adapter", "kd_repr", "hierarchica
 VARIANTS = [*BUILTIN, "kd_repr_attention"]
 SPEC = {
     "name": "packrun", "seeds": [0], "data": {"source": "synthetic", "preset": "tiny"},
-    "teacher": {"config": "tiny", "max_seq_len": 32, "max_steps": 30},
+    "teacher": {"config": "tiny", "overrides": {"max_seq_len": 32, "max_steps": 30}},
     "teacher_days": 3, "student_days": [3, 5], "eval_days": [5, 6], "teacher_lag_days": 0,
     "student": {"class_path": "mlp", "init_args": {"hidden": [16]}},
     "student_tasks": TASKS, "ema_decay": 0.9, "tuning": {"trials": 1},
     "variants": {**{v: BUILTIN_VARIANTS[v] for v in BUILTIN}, "kd_repr_attention": [
         "kd", {"class_path": "repr", "init_args": {"pooling": "attention"}}]},
-    "hierarchical": {"config": "tiny", "max_seq_len": 32, "max_steps": 20},
+    "hierarchical": {"config": "tiny", "overrides": {"max_seq_len": 32, "max_steps": 20}},
     "repr": {"layer": "trunk", "code_dim": 4, "bits": 8, "max_events": 20, "epochs": 2},
     "solaris": {"k": 4},
 }

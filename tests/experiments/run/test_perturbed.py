@@ -74,11 +74,11 @@ def test_the_repeat_leaves_the_main_runs_keys_alone_and_doubles_the_student_runs
 
 SPEC = {
     "name": "tinyrobust", "seeds": [0, 1, 2], "data": {"source": "synthetic", "preset": "tiny"},
-    "teacher": {"config": "tiny", "max_seq_len": 32, "max_steps": 30},
+    "teacher": {"config": "tiny", "overrides": {"max_seq_len": 32, "max_steps": 30}},
     "teacher_days": 3, "student_days": [3, 5], "eval_days": [5, 6], "teacher_lag_days": 0,
     "student": {"class_path": "mlp", "init_args": {"hidden": [16]}},
     "student_tasks": ["click"], "variants": ["baseline", "kd"],
-    "tuning": {"trials": 2, "kd_weight": [0.5, 2.0], "temperature": [1.0]},
+    "tuning": {"trials": 2, "knobs": {"kd_weight": [0.5, 2.0], "temperature": [1.0]}},
     "bootstrap": {"samples": 100},
     "robustness": {"perturb": "ulp"},
 }

@@ -17,16 +17,16 @@ from tests.faults.conftest import SPEC
 def test_work_is_counted_up_front():
     spec = spec_from_mapping({**SPEC, "seeds": [0, 1], "teacher_lag_days": [0, 1],
                               "variants": ["baseline", "kd", "kd_repr", "hierarchical"],
-                              "tuning": {"kd_weight": [0.5, 1.0, 2.0], "temperature": [1.0],
-                                         "lr": [0.01]}})
+                              "tuning": {"knobs": {"kd_weight": [0.5, 1.0, 2.0],
+                                                   "temperature": [1.0], "lr": [0.01]}}})
     runs, steps = count_work(spec, makes_data=True)
     # per lag: baseline (lr fixed: nothing to search) its 2 final seeds; kd, kd_repr and
     # hierarchical a draw per final seed of 3 candidates each, + their 2 final seeds
     assert runs == 2 * (2 + 3 * (2 * 3 + 2))
     shared = spec_from_mapping({**SPEC, "seeds": [0, 1], "teacher_lag_days": [0, 1],
                                 "variants": ["baseline", "kd", "kd_repr", "hierarchical"],
-                                "tuning": {"kd_weight": [0.5, 1.0, 2.0], "temperature": [1.0],
-                                           "draws": "shared"}})
+                                "tuning": {"draws": "shared", "knobs": {
+                                    "kd_weight": [0.5, 1.0, 2.0], "temperature": [1.0]}}})
     assert count_work(shared, makes_data=True)[0] == 2 * (2 + 3 * (3 + 2))  # one draw
     # data once; per lag teacher, store, domain FMs, codes
     assert steps == 1 + 2 * 4

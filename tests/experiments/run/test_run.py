@@ -15,6 +15,7 @@ import yaml
 
 from gemkd.experiments.cli import main
 from gemkd.experiments.run.domain_fm_step import PerDomainModels, fit_domain_fms
+from gemkd.experiments.run.preflight import plan_run
 from gemkd.experiments.run.results import RESULT_COLUMNS, derive
 from gemkd.experiments.run.teacher_steps import teacher_config
 from gemkd.experiments.spec import TeacherSpec, apply_sets, load_spec, parse_set
@@ -26,13 +27,13 @@ from gemkd.transfer.store import TeacherStore
 
 SPEC = {
     "name": "tinyrun", "seeds": [0], "data": {"source": "synthetic", "preset": "tiny"},
-    "teacher": {"config": "tiny", "max_seq_len": 32, "max_steps": 30},
+    "teacher": {"config": "tiny", "overrides": {"max_seq_len": 32, "max_steps": 30}},
     "teacher_days": 3, "student_days": [3, 5], "eval_days": [5, 6], "teacher_lag_days": 0,
     "student": {"class_path": "mlp", "init_args": {"hidden": [16]}},
     "student_tasks": ["click", "conversion"],
     "variants": ["baseline", "kd", "full"],  # full = aux head + LoopFM codes
-    "tuning": {"kd_weight": [0.5, 2.0], "temperature": [1.0], "aux_beta": [1.0],
-               "adapter_hidden": [8], "lr": [0.01]},
+    "tuning": {"knobs": {"kd_weight": [0.5, 2.0], "temperature": [1.0], "aux_beta": [1.0],
+                         "adapter_hidden": [8], "lr": [0.01]}},
     "repr": {"layer": "trunk", "code_dim": 4, "bits": 8, "max_events": 20, "epochs": 2},
 }
 
@@ -120,14 +121,15 @@ def test_rerun_reuses_every_step(run, capsys):
 def test_spec_sets_and_errors(tmp_path, capsys):
     spec = tmp_path / "spec.yaml"
     spec.write_text(yaml.safe_dump(SPEC))
-    loaded = load_spec(spec, ["data.seed=7", "data.drift=0.5", "seeds=[1,2,3]"])
+    loaded = load_spec(spec, ["data.overrides.seed=7", "data.overrides.drift=0.5", "seeds=[1,2,3]"])
     assert loaded.seeds == [1, 2, 3]
     assert loaded.data.overrides["seed"] == 7 and loaded.data.overrides["drift"] == 0.5
     assert apply_sets({"a": {"b": 1}}, parse_set(["a.c=[1, 2]"]), "x") == {
         "a": {"b": 1, "c": [1, 2]}}
     with pytest.raises(ConfigError, match="expected key=value"):
         parse_set(["seeds"])
-    deep = load_spec(spec, ["student.init_args.embedding_dim=4", "hierarchical.init_from=gem"])
+    deep = load_spec(spec, ["student.init_args.embedding_dim=4",
+                            "hierarchical.overrides.init_from=gem"])
     assert deep.student.init_args["embedding_dim"] == 4
     assert deep.hierarchical.overrides["init_from"] == "gem"
     with pytest.raises(ConfigError, match=r"'a.b' in x is 1, not a mapping"):
@@ -149,7 +151,7 @@ def test_ema_evaluates_averaged_weights(run, tmp_path):
     base = pd.read_csv(out / "results.csv")
     ema_out = tmp_path / "ema"
     args = ["run", str(spec_path), "--out", str(ema_out), "--set", "ema_decay=0.9",
-            "--set", "tuning.ema_decay=[0.9]", "--set", "variants=[baseline]"]
+            "--set", "tuning.knobs.ema_decay=[0.9]", "--set", "variants=[baseline]"]
     assert main(args) == 0
     ema = pd.read_csv(ema_out / "results.csv")
     key = (base.variant == "baseline") & (base.domain == "all")
@@ -178,8 +180,9 @@ def test_domain_fm_is_trained_and_exported_per_domain(run):
     spec = load_spec(spec_path, [])
     data = next((out / "cache").glob("data-*")) / "data"
     gem_store = next((out / "cache").glob("store-*")) / "store"
-    cfg = teacher_config(spec, 0, TeacherSpec.from_mapping(
-        {"config": "domain_fm", "max_seq_len": 32, "max_steps": 5}, "test"))
+    cfg = teacher_config(spec, 0, TeacherSpec("domain_fm", overrides={"max_seq_len": 32,
+                                                                      "max_steps": 5}),
+                         plan_run(spec).val_days)
     schema = DatasetSchema.load(data)
     counts = {d: 0 for d in schema.domains}
     for day in schema.days:

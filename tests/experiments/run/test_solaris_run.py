@@ -15,7 +15,7 @@ from gemkd.transfer.errors import ConfigError
 
 SPEC = {
     "name": "tinysolaris", "seeds": [0], "data": {"source": "synthetic", "preset": "tiny"},
-    "teacher": {"config": "tiny", "max_seq_len": 32, "max_steps": 30},
+    "teacher": {"config": "tiny", "overrides": {"max_seq_len": 32, "max_steps": 30}},
     "teacher_days": 3, "student_days": [3, 5], "eval_days": [5, 6], "teacher_lag_days": 0,
     "student": {"class_path": "mlp", "init_args": {"hidden": [16]}},
     "student_tasks": ["click"], "variants": ["baseline", "kd_solaris"],

@@ -17,13 +17,13 @@ from gemkd.transfer.store import TeacherStore
 
 SPEC = {
     "name": "streamrun", "seeds": [0], "data": {"source": "synthetic", "preset": "tiny"},
-    "teacher": {"config": "tiny", "max_seq_len": 32},
+    "teacher": {"config": "tiny", "overrides": {"max_seq_len": 32}},
     "teacher_protocol": "streaming", "teacher_window_days": 1,
     "teacher_days": 4, "student_days": [4, 5], "eval_days": [5, 6], "teacher_lag_days": [0, 2],
     "student": {"class_path": "mlp", "init_args": {"hidden": [16]}},
     "student_tasks": ["click"], "student_domain": "stories",
     "variants": ["baseline", "kd"],
-    "tuning": {"kd_weight": [1.0], "temperature": [1.0], "lr": [0.01]},
+    "tuning": {"knobs": {"kd_weight": [1.0], "temperature": [1.0], "lr": [0.01]}},
 }
 
 
@@ -84,13 +84,14 @@ def test_streaming_spec_checks(tmp_path):
 
 
 def test_stream_start_makes_a_teacher_of_fewer_days(tmp_path):
-    from gemkd.experiments.run.teacher_steps import teacher_config
+    from gemkd.experiments.run.preflight import plan_run
 
     path = tmp_path / "s.yaml"
     path.write_text(yaml.safe_dump(dict(SPEC, teacher_stream_start=1)))
     spec = load_spec(path)
-    assert spec.teacher_seen(0) == (1, 4) and spec.teacher_seen(2) == (1, 2)
-    cfg = teacher_config(spec, 2, spec.teacher)
+    plan = plan_run(spec)
+    assert plan.seen[0] == (1, 4) and plan.seen[2] == (1, 2)
+    cfg = plan.teachers[2]
     assert cfg.train_days == [1, 4] and cfg.stream and cfg.val_days is None
     path.write_text(yaml.safe_dump(dict(SPEC, teacher_stream_start=2)))
     with pytest.raises(ConfigError, match=r"'teacher_stream_start' 2: .* \(< 2\)"):

@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from gemkd.experiments.run.teacher_steps import teacher_config
+from gemkd.experiments.run.preflight import plan_run
 from gemkd.experiments.run_dir import RunDir
 from gemkd.experiments.spec.load import spec_from_mapping
 from gemkd.experiments.teacher.teacher_curve import fit_entry, summary_line
@@ -26,7 +26,8 @@ TEMPLATE = {"name": "mine", "teacher": {"config": "small"}, "teacher_days": 9,
 
 @pytest.mark.parametrize("keys, held, select", [
     ({}, 1, "best"),  # small trains 2 epochs: one day chooses between them
-    ({"teacher": {"config": "small", "max_epochs": 1}}, 0, "last"),  # one pass (quickstart)
+    # one pass (quickstart)
+    ({"teacher": {"config": "small", "overrides": {"max_epochs": 1}}}, 0, "last"),
     ({"teacher": {"config": "tiny"}}, 0, "last"),  # tiny: max_epochs 1
     ({"teacher_val_days": 0}, 0, "last"),  # asked for: no validation
     ({"teacher_val_days": 2}, 2, "best"),
@@ -35,12 +36,13 @@ TEMPLATE = {"name": "mine", "teacher": {"config": "small"}, "teacher_days": 9,
 ])
 def test_a_config_of_several_epochs_holds_a_validation_day_out(keys, held, select):
     spec = spec_from_mapping({**TEMPLATE, **keys})
-    assert spec.val_days() == held
-    cfg = teacher_config(spec, 0, spec.teacher)
+    plan = plan_run(spec)
+    assert plan.val_days == held
+    cfg = plan.teachers[0]
     end = 9
     assert cfg.val_days == ([end - held, end] if held else None)
     assert cfg.train_days[1] == end - held and cfg.select == select
-    assert spec.teacher_seen(0)[1] == (end if keys.get("teacher_protocol") else end - held)
+    assert plan.seen[0][1] == (end if keys.get("teacher_protocol") else end - held)
     if held and "teacher_val_days" not in keys:
         assert cfg.patience == 1  # stops at the first worse epoch
 
@@ -123,12 +125,12 @@ def test_readme_template_on_a_raw_id_log_keeps_the_best_epoch(tmp_path):
     spec = tmp_path / "spec.yaml"
     spec.write_text(yaml.safe_dump({
         "name": "mine", "seeds": [0],
-        "data": {"source": "import", "src": "log.csv", "mapping": "mapping.yaml"},
-        "teacher": {"config": "small", "max_seq_len": 20},  # README's template
+        "data": {"source": "import", "src": "log.csv", "overrides": {"mapping": "mapping.yaml"}},
+        "teacher": {"config": "small", "overrides": {"max_seq_len": 20}},  # README's template
         "teacher_days": 65, "teacher_window_days": 5,  # stray day 0 is outside the window
         "student_days": [65, 67], "eval_days": [67, 69], "student_tasks": ["engage", "buy"],
         "variants": ["baseline", "kd"], "batch_size": 128,
-        "tuning": {"kd_weight": [1.0], "temperature": [1.0], "lr": [0.01]}}))
+        "tuning": {"knobs": {"kd_weight": [1.0], "temperature": [1.0], "lr": [0.01]}}}))
     out = tmp_path / "out"
     assert gemkd_run(spec, out) == 0
     fits = RunDir(out).teacher_fit()

@@ -18,12 +18,13 @@ from gemkd.experiments.spec import load_spec
 
 SPEC = {
     "name": "variantkeys", "seeds": [0], "data": {"source": "synthetic", "preset": "tiny"},
-    "teacher": {"config": "tiny", "max_seq_len": 32, "max_steps": 20},
+    "teacher": {"config": "tiny", "overrides": {"max_seq_len": 32, "max_steps": 20}},
     "teacher_days": 3, "student_days": [3, 5], "eval_days": [5, 6], "teacher_lag_days": 0,
     "student": {"class_path": "mlp", "init_args": {"hidden": [8]}},
     "student_tasks": ["click"],
     "variants": ["baseline", "kd"],
-    "tuning": {"kd_weight": [0.5, 2.0], "temperature": [1.0], "aux_beta": [1.0], "lr": [0.01]},
+    "tuning": {"knobs": {"kd_weight": [0.5, 2.0], "temperature": [1.0], "aux_beta": [1.0],
+                         "lr": [0.01]}},
 }
 
 

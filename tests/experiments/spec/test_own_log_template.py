@@ -42,10 +42,10 @@ def test_the_large_log_recipe_spec_and_its_teacher_load():
     """docs/examples/large_log (guides/scale.md's 16M-row recipe): the spec loads, its teacher
     config is found beside it and learns from the window's 2 days, its store starts there."""
     from gemkd.experiments.run.inputs import store_days
-    from gemkd.experiments.run.teacher_steps import teacher_config
+    from gemkd.experiments.run.preflight import plan_run
 
     spec = load_spec(ROOT / "docs" / "examples" / "large_log" / "spec.yaml")
-    cfg = teacher_config(spec, 0, spec.teacher)
+    cfg = plan_run(spec).teachers[0]
     assert cfg.name == "gem-large-log" and cfg.model["max_rows"] == 262_144
     assert cfg.train_days == [10, 12] and cfg.max_epochs == 1 and cfg.val_days is None
     assert store_days(spec, 0) == (10, 16)

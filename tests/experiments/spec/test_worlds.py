@@ -48,8 +48,9 @@ def test_world_seeds_only_for_the_synthetic_world():
 
     with pytest.raises(ConfigError, match="key 'seeds' replicates the synthetic world"):
         spec_from_mapping({**SPEC, "data": {"source": "movielens", "seeds": [1, 2]}})
-    with pytest.raises(ConfigError, match="'seed' or its replicates as 'seeds', not both"):
-        spec_from_mapping({**SPEC, "data": {**SPEC["data"], "seed": 3, "seeds": [1, 2]}})
+    with pytest.raises(ConfigError, match="'overrides.seed' or its replicates as 'seeds'"):
+        spec_from_mapping({**SPEC, "data": {**SPEC["data"], "seeds": [1, 2],
+                                            "overrides": {"seed": 3}}})
     with pytest.raises(ConfigError, match="each once"):
         spec_from_mapping({**SPEC, "data": {**SPEC["data"], "seeds": [1, 1]}})
 

@@ -20,9 +20,9 @@ ROOT = Path(__file__).resolve().parents[3]
 GUIDE = ROOT / "docs" / "guides" / "own_loop.md"
 SPEC = {
     "name": "own-loop", "seeds": [0],
-    "data": {"source": "synthetic", "preset": "tiny", "examples_per_day": 1500,
-             "n_users": 300, "history_days": 5},
-    "teacher": {"config": "tiny", "max_seq_len": 16, "max_steps": 60},
+    "data": {"source": "synthetic", "preset": "tiny",
+             "overrides": {"examples_per_day": 1500, "n_users": 300, "history_days": 5}},
+    "teacher": {"config": "tiny", "overrides": {"max_seq_len": 16, "max_steps": 60}},
     "teacher_days": 3, "student_days": [3, 5], "eval_days": [5, 6], "teacher_lag_days": 0,
     "student": {"class_path": "mlp", "init_args": {"hidden": [8]}},
     "student_tasks": ["click"], "tuning": {"trials": 1}, "keep_students": "none",

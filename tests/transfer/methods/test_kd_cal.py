@@ -163,8 +163,8 @@ def test_the_kd_cal_variants_run_end_to_end(tmp_path):
     from tests.faults.conftest import SPEC
 
     spec = {**SPEC, "seeds": [0, 1], "variants": ["kd", "kd_cal", "kd_adapter_cal"],
-            "tuning": {"alpha": [0.7], "temperature": [2.0], "adapter_hidden": [4],
-                       "lr": [0.01]}}
+            "tuning": {"knobs": {"alpha": [0.7], "temperature": [2.0], "adapter_hidden": [4],
+                                 "lr": [0.01]}}}
     (tmp_path / "spec.yaml").write_text(yaml.safe_dump(spec))
     assert main(["run", str(tmp_path / "spec.yaml"), "--out", str(tmp_path / "out"),
                  "--threads", "1", "--pack-size", "2"]) == 0

@@ -77,7 +77,8 @@ def test_builtin_spaces_by_default_and_with_spec_overrides():
                                               "temperature"]
     assert list(search_space(spec, kd_repr)) == ["alpha", "temperature"]
     # naming kd_weight tunes λ instead of α (the older specs' lists keep working)
-    spec = _spec("tuning.kd_weight=[0.5, 1.0, 2.0]", "tuning.temperature={low: 1, high: 4}")
+    spec = _spec("tuning.knobs.kd_weight=[0.5, 1.0, 2.0]",
+                 "tuning.knobs.temperature={low: 1, high: 4}")
     space = search_space(spec, spec.variants[0])
     assert list(space) == ["kd_weight", "temperature"]
     assert space["kd_weight"].values == (0.5, 1.0, 2.0)
@@ -85,7 +86,7 @@ def test_builtin_spaces_by_default_and_with_spec_overrides():
 
 
 def test_fixing_either_form_in_init_args_stops_both_being_tuned():
-    spec = _spec("tuning.kd_weight=[1.0, 2.0]",
+    spec = _spec("tuning.knobs.kd_weight=[1.0, 2.0]",
                  variants="variants={a: [{class_path: kd, init_args: {kd_weight: 3.0}}], "
                           "b: [{class_path: kd, init_args: {alpha: 0.9}}]}")
     a, b = spec.variants
@@ -95,13 +96,14 @@ def test_fixing_either_form_in_init_args_stops_both_being_tuned():
 
 
 @pytest.mark.parametrize("sets, message", [
-    (["tuning.alpha={low: 0.5, high: 2}"], r"alpha=2 \(Uniform\(0.5, 2\)\) for method 'kd'.*"
+    (["tuning.knobs.alpha={low: 0.5, high: 2}"], r"alpha=2 \(Uniform\(0.5, 2\)\) for method 'kd'.*"
                                            r"alpha must be in \[0, 1\]"),
-    (["tuning.alpha=[0.5, 1.5]"], r"alpha=1.5 .*alpha must be in \[0, 1\]"),
-    (["tuning.temperature={low: 0, high: 4}"], "knob 'temperature' .* log range needs low > 0"),
-    (["tuning.adapter_hidden={low: 0, high: 8, log: false}"],
+    (["tuning.knobs.alpha=[0.5, 1.5]"], r"alpha=1.5 .*alpha must be in \[0, 1\]"),
+    (["tuning.knobs.temperature={low: 0, high: 4}"],
+     "knob 'temperature' .* log range needs low > 0"),
+    (["tuning.knobs.adapter_hidden={low: 0, high: 8, log: false}"],
      "adapter_hidden=0 .* adapter_hidden >= 1"),
-    (["tuning.alpha=[0.5]", "tuning.kd_weight=[1.0]"],
+    (["tuning.knobs.alpha=[0.5]", "tuning.knobs.kd_weight=[1.0]"],
      "spec tuning names both 'alpha' and 'kd_weight'"),
 ])
 def test_bad_spec_ranges_name_the_knob(sets, message):
@@ -122,7 +124,7 @@ def test_two_methods_tuning_one_knob_and_bad_declarations():
 
 
 def test_a_plug_in_with_a_list_tunable_keeps_working(monkeypatch):
-    spec = load_spec(None, ["tuning={emb_weight: {low: 0.01, high: 1.0, log: true}}"])
+    spec = load_spec(None, ["tuning={knobs: {emb_weight: {low: 0.01, high: 1.0, log: true}}}"])
     (v,) = parse_variants({"mine": ["kd", "my_methods.embedding_kd.EmbeddingKD"]})
     # the docs' example plug-in, importable for this test only (undone after it)
     monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[3] / "docs" / "examples"))
