@@ -266,15 +266,15 @@ class RankingModule(pl.LightningModule):
         one per tensor: its ``clip_grad_norm_``), and one over row-sparse table gradients
         under another optimiser (which torch's ``clip_grad_norm_`` refuses) runs
         :func:`~gemkd.transfer.training.table_optim.clip_grad_norm_`."""
-        by_norm = gradient_clip_val and gradient_clip_algorithm in (None, "norm")
-        inner = getattr(optimizer, "optimizer", optimizer)  # a LightningOptimizer's torch one
-        if by_norm and isinstance(inner, FlatAdamW):
-            inner.clip_grad_norm_(float(gradient_clip_val))
-            return
-        params = [p for g in optimizer.param_groups for p in g["params"]]
-        if by_norm and any(p.grad is not None and p.grad.is_sparse for p in params):
-            clip_grad_norm_(params, float(gradient_clip_val))
-            return
+        if gradient_clip_val and gradient_clip_algorithm in (None, "norm"):
+            inner = getattr(optimizer, "optimizer", optimizer)  # a LightningOptimizer's own
+            if isinstance(inner, FlatAdamW):
+                inner.clip_grad_norm_(float(gradient_clip_val))
+                return
+            params = [p for g in optimizer.param_groups for p in g["params"]]
+            if any(p.grad is not None and p.grad.is_sparse for p in params):
+                clip_grad_norm_(params, float(gradient_clip_val))
+                return
         super().clip_gradients(optimizer, gradient_clip_val, gradient_clip_algorithm)
 
     # ------------------------------------------------------------------ loss
