@@ -156,7 +156,7 @@ def _fake_converters(monkeypatch) -> list[dict]:
     import gemkd.transfer.data.movielens as movielens
 
     calls: list[dict] = []
-    schema = SimpleNamespace(n_rows=0, days=[], domains=[], tasks=[])
+    schema = SimpleNamespace(n_rows=0, days=[], domains=[], tasks=[], generator={})
     monkeypatch.setattr(movielens, "convert_movielens", lambda **kw: calls.append(kw) or schema)
     monkeypatch.setattr(kuairand, "convert_kuairand",
                         lambda **kw: calls.append(kw) or SimpleNamespace(schema=schema, notes=[]))

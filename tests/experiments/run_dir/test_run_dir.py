@@ -126,7 +126,7 @@ def test_what_the_runner_writes_is_what_it_wrote_before_and_reads_back(tmp_path)
     """Each writer's bytes are those of the literal writes it replaced (the same files, names
     and contents), and each reader gets them back."""
     run = RunDir(tmp_path)
-    spec = {"name": "x", "seeds": [0, 1], "data": {"train_days": 4}, "a": None}
+    spec = {"name": "x", "seeds": [0, 1], "data": {"overrides": {"train_days": 4}}, "a": None}
     run.write_spec(spec)
     assert (tmp_path / "spec.yaml").read_text() == yaml.safe_dump(spec, sort_keys=False)
     assert run.spec() == spec
