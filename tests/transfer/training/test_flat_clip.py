@@ -62,36 +62,32 @@ def test_total_norm_and_clipped_grads_agree_with_torch_to_the_roundoff_bound():
             assert p.grad.untyped_storage().data_ptr() == buffer.untyped_storage().data_ptr()
 
 
-def test_no_clip_leaves_the_step_bit_identical_to_torch():
-    """Under the threshold the coefficient is exactly 1: clip + step is torch's, bit for bit."""
+def _clip_and_step(steps: int, scale: float, max_norm: float):
+    """torch's clip and AdamW on one copy of the parameters, FlatAdamW's on another, the same
+    gradients (``scale`` × a fixed draw per step) for ``steps`` steps: ``(ref, flat)``."""
     ref, flat = _params(), _params()
     torch_opt = torch.optim.AdamW(_groups(ref), lr=0.01, foreach=True)
     opt = FlatAdamW(_groups(flat), lr=0.01)
-    for k in range(5):
+    for k in range(steps):
         torch_opt.zero_grad()
         opt.zero_grad()
-        _set_grads(ref, k, 1e-3)
-        _set_grads(flat, k, 1e-3)
-        torch.nn.utils.clip_grad_norm_(ref, 1e6)
-        opt.clip_grad_norm_(1e6)
+        _set_grads(ref, k, scale)
+        _set_grads(flat, k, scale)
+        torch.nn.utils.clip_grad_norm_(ref, max_norm)
+        opt.clip_grad_norm_(max_norm)
         torch_opt.step()
         opt.step()
+    return ref, flat
+
+
+def test_no_clip_leaves_the_step_bit_identical_to_torch():
+    """Under the threshold the coefficient is exactly 1: clip + step is torch's, bit for bit."""
+    ref, flat = _clip_and_step(5, 1e-3, 1e6)
     assert all(torch.equal(a, b) for a, b in zip(ref, flat, strict=True))
 
 
 def test_clipped_training_tracks_torch_within_the_bound_per_step():
-    ref, flat = _params(), _params()
-    torch_opt = torch.optim.AdamW(_groups(ref), lr=0.01, foreach=True)
-    opt = FlatAdamW(_groups(flat), lr=0.01)
-    for k in range(3):
-        torch_opt.zero_grad()
-        opt.zero_grad()
-        _set_grads(ref, k, 3.0)
-        _set_grads(flat, k, 3.0)
-        torch.nn.utils.clip_grad_norm_(ref, 1.0)
-        opt.clip_grad_norm_(1.0)
-        torch_opt.step()
-        opt.step()
+    ref, flat = _clip_and_step(3, 3.0, 1.0)
     # Adam divides the moment by its root: a gradient's relative error reaches the update at
     # most once per step, on parameters of order 1 moved by lr 0.01 a step
     for a, b in zip(ref, flat, strict=True):
