@@ -127,9 +127,11 @@ def _validate(args: argparse.Namespace) -> None:
     digests = reader.schema.part_sha256
     if not digests:
         print(f"note: {NO_DIGESTS.format(root=args.data)}")
+    vocabularies = {e["file"] for e in (reader.schema.vocabularies or {}).values() if e.get("file")}
     print(f"ok: {reader.num_rows} rows in {len(reader.units)} row groups match "
           f"{args.data}/schema.json; example_id unique"
-          + (f"; {len(digests)} part files match their sha256" if digests else ""))
+          + (f"; {len(digests)} part files match their sha256" if digests else "")
+          + (f"; {len(vocabularies)} id vocabulary files match theirs" if vocabularies else ""))
 
 
 def print_table(frame) -> None:

@@ -229,7 +229,11 @@ def test_docs_example(tmp_path, capsys):
                                                  "hist_topic", "hist_age"]
     assert (t.loc[t["item_id"] == 7, "topic"] == 0).all()  # article 7 has no row in items.csv
     assert main(["data", "validate", str(out)]) == 0
-    assert "ok: 36 rows" in capsys.readouterr().out
+    said = capsys.readouterr().out
+    assert "ok: 36 rows" in said
+    files = sorted(p.stem for p in (out / "vocab").glob("*.parquet"))
+    assert files  # raw user, item and side-table ids: each kept with its codes
+    assert f"; {len(files)} id vocabulary files match theirs" in said
 
 
 def test_one_table_in_two_formats_is_refused(tmp_path, capsys):
