@@ -30,6 +30,7 @@ def run(tmp_path_factory):
     return spec_run(tmp_path_factory, "scaling", SPEC)
 
 
+@pytest.mark.slow  # an integration run of several seconds: make test-slow
 def test_curves_from_the_daily_checkpoints(run, tmp_path):
     out = main(["--run", str(run), "--every", "2", "--mlp-config", "tiny", "--json",
                 str(tmp_path / "s.json"), "--markdown", str(tmp_path / "s.md"), "--plots",

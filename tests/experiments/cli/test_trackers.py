@@ -68,6 +68,7 @@ def test_tensorboard_event_files(tmp_path, capsys):
     assert any("results.csv" in t for t in text), text
 
 
+@pytest.mark.slow  # an integration run of several seconds: make test-slow
 def test_mlflow_file_store(tmp_path, capsys, monkeypatch):
     pytest.importorskip("mlflow", reason="gemkd[mlflow] is not installed")
     from mlflow.tracking import MlflowClient

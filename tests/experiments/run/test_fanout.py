@@ -56,6 +56,7 @@ def serial(spec_path, tmp_path_factory) -> Path:
     return out
 
 
+@pytest.mark.slow  # an integration run of several seconds: make test-slow
 def test_local_workers_give_the_serial_results(spec_path, serial, tmp_path):
     out = tmp_path / "out"
     assert gemkd_run(spec_path, out, "--workers", "2") == 0
@@ -127,6 +128,7 @@ def test_a_dead_worker_loses_only_its_run(tmp_path, monkeypatch):
     assert len(keys) == len(set(keys)) == 6
 
 
+@pytest.mark.slow  # an integration run of several seconds: make test-slow
 def test_ray_gives_the_serial_results(spec_path, serial, tmp_path):
     ray = pytest.importorskip("ray", reason="Ray is not installed (pip install 'gemkd[ray]')")
     from gemkd.experiments.run.executors import kept_handlers

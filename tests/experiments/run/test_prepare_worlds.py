@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 
 import pandas as pd
+import pytest
 import yaml
 
 from gemkd.experiments.cli import main
@@ -20,6 +21,7 @@ def run(spec, out, workers: int) -> int:
                  str(workers)])
 
 
+@pytest.mark.slow  # an integration run of several seconds: make test-slow
 def test_worlds_prepared_side_by_side_equal_one_after_another(tmp_path):
     spec = tmp_path / "spec.yaml"
     spec.write_text(yaml.safe_dump(WORLDS))

@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 
 import pandas as pd
+import pytest
 import yaml
 
 from gemkd.experiments.cli import main
@@ -43,6 +44,7 @@ def studies(out: Path) -> dict[str, str]:
     return {p.name: p.read_text() for p in sorted((out / "tuning").glob("*.journal"))}
 
 
+@pytest.mark.slow  # an integration run of several seconds: make test-slow
 def test_adding_a_variant_runs_only_it(tmp_path, capsys):
     out = tmp_path / "out"
     run(tmp_path, ["baseline", "kd"], out, capsys)

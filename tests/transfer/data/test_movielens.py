@@ -43,6 +43,7 @@ def test_rows_labels_and_ids(ml, movielens_src):
     assert np.all(np.diff(days) >= 0) and np.bincount(days).min() > 0.09 * len(days)
 
 
+@pytest.mark.slow  # an integration run of several seconds: make test-slow
 def test_no_history_leaks_the_future(ml, movielens_src):
     _, t = ml
     ratings = pd.read_parquet(movielens_src / "ratings.parquet")

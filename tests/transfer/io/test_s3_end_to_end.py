@@ -6,6 +6,7 @@ store unless asked; a run directory on s3:// works through a local working copy.
 from __future__ import annotations
 
 import pyarrow.parquet as pq
+import pytest
 import yaml
 
 from gemkd.experiments.cli import main
@@ -28,6 +29,7 @@ def cli(capsys, *argv: str) -> str:
     return out
 
 
+@pytest.mark.slow  # an integration run of several seconds: make test-slow
 def test_data_and_stores_in_a_bucket(s3, tmp_path, capsys):
     world = tmp_path / "world.yaml"
     world.write_text(yaml.safe_dump(WORLD))

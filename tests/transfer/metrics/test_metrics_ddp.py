@@ -9,6 +9,7 @@ import socket
 from datetime import timedelta
 from pathlib import Path
 
+import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
@@ -92,6 +93,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+@pytest.mark.slow  # an integration run of several seconds: make test-slow
 def test_ddp_compute_equals_single_process(tmp_path):
     os.environ.pop("MASTER_ADDR", None)
     mp.start_processes(

@@ -80,6 +80,10 @@ def simulate(worlds: int, seeds: int, mix: str, rule: IntervalRule | None = None
     return scenario, table
 
 
+# thousands of simulated runs through the report's interval code (~1 min): make test-slow
+pytestmark = pytest.mark.slow
+
+
 @pytest.fixture(scope="module")
 def results() -> dict[tuple[int, int, str], dict[tuple[str, str], Rates]]:
     out = {}

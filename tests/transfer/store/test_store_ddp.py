@@ -19,6 +19,7 @@ import textwrap
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from gemkd.transfer.store import TeacherJoin, TeacherStore
 
@@ -94,6 +95,7 @@ SCRIPT = textwrap.dedent('''
 ''').format(n=N, t=len(TASKS), tasks=TASKS)
 
 
+@pytest.mark.slow  # an integration run of several seconds: make test-slow
 def test_ddp_export_has_each_example_once(tmp_path):
     script = tmp_path / "export.py"
     script.write_text(SCRIPT)

@@ -63,6 +63,7 @@ print(json.dumps({"before": before, "during": during, "after": after,
 """
 
 
+@pytest.mark.slow  # an integration run of several seconds: make test-slow
 def test_a_device_mesh_keeps_no_gloo_threads_alive(tmp_path):
     """FSDP under ``ModelParallelStrategy`` builds a DeviceMesh whose process groups outlived
     ``destroy_process_group`` with their gloo threads, until the interpreter's exit, where a

@@ -142,6 +142,7 @@ def test_summary_of_thousands_of_days_is_bounded(tmp_path, capsys):
     assert "not shown" not in out and len(out.splitlines()) > n_days
 
 
+@pytest.mark.slow  # an integration run of several seconds: make test-slow
 def test_ray_writes_the_notes_and_bucket_dates_of_the_local_import(tmp_path):
     pytest.importorskip("ray")
     users = np.where(np.arange(3_000) < 2_000, 7, np.arange(3_000))

@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
+import pytest
 import torch
 
 from gemkd.transfer.config import load_dataclass
@@ -165,6 +166,7 @@ def _excess_ne_growth(tmp_path: Path, drift: float) -> float:
     return excess(day >= 7) - excess((day >= 3) & (day < 5))
 
 
+@pytest.mark.slow  # an integration run of several seconds: make test-slow
 def test_drift_degrades_a_stale_model_and_only_with_drift(tmp_path):
     """Seed 0: growth -0.000 (drift 0), 0.004 (0.5), 0.024 (2.0); seed 1 gave 0.012, 0.011,
     0.037 (the drift-0 figure is sampling noise of the two windows)."""
