@@ -49,7 +49,12 @@ from torch import Tensor
 from torch.optim.adam import adam
 from torch.optim.optimizer import _get_scalar_dtype
 
-from gemkd.transfer.training.table_optim import ROW_RULES, table_step
+from gemkd.transfer.training.table_optim import (
+    ROW_RULES,
+    clip_tensors_,
+    grads_to_clip,
+    table_step,
+)
 
 #: group keys that are not settings (two groups with equal settings can share one buffer)
 _NOT_SETTINGS = ("params", "name")
@@ -227,25 +232,9 @@ class FlatAdamW(torch.optim.AdamW):
             if flat is not None and all(p.grad is not None for p in flat.params):
                 self._gather(flat)
                 tensors.append(flat.grad)
-                continue
-            for p in group["params"]:
-                if p.grad is None:
-                    continue
-                if p.grad.is_sparse:
-                    if not p.grad.is_coalesced():
-                        p.grad = p.grad.coalesce()
-                    tensors.append(p.grad.values())
-                else:
-                    tensors.append(p.grad)
-        if not tensors:
-            return torch.tensor(0.0)
-        norms = [torch.linalg.vector_norm(t, norm_type) for t in tensors]
-        total = norms[0] if len(norms) == 1 else torch.linalg.vector_norm(torch.stack(norms),
-                                                                          norm_type)
-        coef = torch.clamp(max_norm / (total + 1e-6), max=1.0)
-        for t in tensors:
-            t.mul_(coef.to(t.dtype))
-        return total
+            else:
+                tensors += grads_to_clip(group["params"])
+        return clip_tensors_(tensors, max_norm, norm_type)
 
     # ------------------------------------------------------------------ step
     @torch.no_grad()

@@ -200,21 +200,37 @@ def table_step(optimizer: torch.optim.Optimizer, group: dict[str, Any]) -> None:
                            group["weight_decay"])
 
 
+def grads_to_clip(params: Iterable[Tensor]) -> list[Tensor]:
+    """The tensors a norm clip scales, one per parameter with a gradient: a row-sparse one
+    coalesced first (a row looked up twice counts once, with its summed gradient), its values."""
+    out = []
+    for p in params:
+        if p.grad is None:
+            continue
+        if p.grad.is_sparse and not p.grad.is_coalesced():
+            p.grad = p.grad.coalesce()
+        out.append(p.grad.values() if p.grad.is_sparse else p.grad)
+    return out
+
+
+def clip_tensors_(tensors: list[Tensor], max_norm: float, norm_type: float = 2.0) -> Tensor:
+    """Scale every tensor by ``min(1, max_norm / (total + 1e-6))`` as torch's
+    ``clip_grad_norm_`` does, ``total`` the ``norm_type``-norm of their norms; returns it."""
+    if not tensors:
+        return torch.tensor(0.0)
+    norms = [torch.linalg.vector_norm(t, norm_type) for t in tensors]
+    total = torch.linalg.vector_norm(torch.stack(norms), norm_type)
+    coef = torch.clamp(max_norm / (total + 1e-6), max=1.0)
+    for t in tensors:
+        t.mul_(coef.to(t.dtype))
+    return total
+
+
 def clip_grad_norm_(params: Iterable[Tensor], max_norm: float) -> Tensor:
     """``torch.nn.utils.clip_grad_norm_`` (L2) for gradients of which some are row-sparse (which
-    torch's refuses): sparse ones are coalesced first (a row looked up twice counts once, with
-    its summed gradient), then every gradient is scaled by ``min(1, max_norm / (norm + 1e-6))``
-    as torch does. Returns the total norm."""
+    torch's refuses): :func:`grads_to_clip`, then :func:`clip_tensors_`. Returns the total
+    norm."""
     params = [p for p in params if p.grad is not None]
     if not any(p.grad is not None and p.grad.is_sparse for p in params):
         return torch.nn.utils.clip_grad_norm_(params, max_norm)
-    for p in params:
-        if p.grad is not None and p.grad.is_sparse and not p.grad.is_coalesced():
-            p.grad = p.grad.coalesce()
-    coalesced = [p.grad for p in params if p.grad is not None]
-    norms = [torch.linalg.vector_norm(g.values() if g.is_sparse else g) for g in coalesced]
-    total = torch.linalg.vector_norm(torch.stack(norms))
-    coef = torch.clamp(max_norm / (total + 1e-6), max=1.0)
-    for g in coalesced:
-        (g.values() if g.is_sparse else g).mul_(coef.to(g.dtype))
-    return total
+    return clip_tensors_(grads_to_clip(params), max_norm)
