@@ -11,7 +11,7 @@ The students register theirs (``gemkd.students``): transfer does not import the 
 packages, so the functions here read a student through the attributes :class:`StudentLayout`
 names (those of ``gemkd.students.StudentBase``) and mirror its ``forward`` op for op. Each
 member's slice is computed as its own, so a member's numbers do not depend on K
-(``tests/packs/test_stacked.py``).
+(``tests/transfer/packs/test_stacked.py``).
 """
 
 from __future__ import annotations
