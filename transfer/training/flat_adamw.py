@@ -34,8 +34,8 @@ takes a norm and a multiply per tensor (on the CPU, where torch has no multi-ten
 ~6 ops a parameter: 1,082 of a GEM teacher step's 7,196). The total norm is the norm of the
 groups' norms, not of the tensors' norms, so it differs from torch's in the last bits, and the
 scaled gradients by as much as the coefficient does
-(``tests/transfer/training/test_flat_clip.py`` bounds both by the roundoff of the two sums). After the gather each parameter's ``.grad`` is a view of its
-group's buffer, so what the clip scaled is what a reader of ``.grad`` sees.
+(``tests/transfer/training/test_flat_clip.py`` bounds both by the roundoff of the two sums).
+After the gather each parameter's ``.grad`` is a view of its group's buffer, so what the clip scaled is what a reader of ``.grad`` sees.
 """
 
 from __future__ import annotations
