@@ -35,7 +35,8 @@ takes a norm and a multiply per tensor (on the CPU, where torch has no multi-ten
 groups' norms, not of the tensors' norms, so it differs from torch's in the last bits, and the
 scaled gradients by as much as the coefficient does
 (``tests/transfer/training/test_flat_clip.py`` bounds both by the roundoff of the two sums).
-After the gather each parameter's ``.grad`` is a view of its group's buffer, so what the clip scaled is what a reader of ``.grad`` sees.
+After the gather each parameter's ``.grad`` is a view of its group's buffer, so what the clip
+scaled is what a reader of ``.grad`` sees.
 """
 
 from __future__ import annotations
